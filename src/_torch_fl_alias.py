@@ -1,0 +1,30 @@
+"""Makes ``import torch.fl`` work before ``import torch_fl`` (installed through torch_fl_alias.pth).
+
+Runs at interpreter start, so it must stay tiny: it imports nothing heavy and only installs a finder
+that answers for the single name ``torch.fl``; torch and torch_fl load when that name is imported.
+"""
+
+import importlib
+import importlib.abc
+import importlib.machinery
+import sys
+
+
+class _TorchFLAlias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != "torch.fl":
+            return None
+        return importlib.machinery.ModuleSpec(fullname, self)
+
+    def create_module(self, spec):
+        module = importlib.import_module("torch_fl")
+        self._spec = module.__spec__
+        return module
+
+    def exec_module(self, module):
+        # The import system stamped the alias spec on the module; give torch_fl its own back.
+        module.__spec__ = self._spec
+
+
+if not any(isinstance(finder, _TorchFLAlias) for finder in sys.meta_path):
+    sys.meta_path.append(_TorchFLAlias())

@@ -1,0 +1,92 @@
+"""torch-fl: a unified device-adaptation layer for PyTorch.
+
+``import torch_fl`` makes ``torch.fl`` available. Model code names devices symbolically::
+
+    import torch, torch_fl
+    dev = torch.fl.device()          # FL_DEVICE, else acc0 -> cuda:0 / npu:0 / mps / cpu
+    model = MyModel().to(dev)
+
+Submodules that are heavy or rarely needed (runtime facade, CLI, analysis) load on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from . import _logging
+from ._version import __version__
+from .device import backend, reset
+from .device import resolve as device
+from .errors import (
+    DescriptionError,
+    DeviceNotFoundError,
+    PluginImportError,
+    TorchFLError,
+    UnknownDescriptionError,
+)
+
+if TYPE_CHECKING:
+    from .description.model import Description
+
+# Public name -> module that defines it, imported on first access (keeps `import torch_fl` cheap).
+_LAZY = {name: "runtime" for name in (
+    "is_available", "device_count", "current_device", "set_device", "synchronize", "Stream", "Event",
+    "memory_allocated", "max_memory_allocated", "reset_peak_memory_stats", "empty_cache",
+    "mem_get_info", "manual_seed", "autocast", "get_device_properties", "dist_backend", "stream",
+)}
+
+
+def devices() -> list[torch.device]:
+    """Every virtual device of this machine in order (acc0, acc1, ...), as real torch.devices."""
+    from .device import device_map
+
+    return list(device_map().values())
+
+
+def device_type(device_id: str | None = None) -> str:
+    """The physical device type ('cuda', 'npu', 'cpu', ...) of `device_id` (default: torch.fl.device())."""
+    return device(device_id).type
+
+
+def description(name: str | None = None) -> Description:
+    """A device description by name or path; with no name, the description of torch.fl.device()."""
+    from .description import registry
+    from .device import description_for
+
+    return registry.get(name) if name else description_for(device())
+
+
+def descriptions() -> dict[str, Description]:
+    """Every known description (built-ins, entry points, FL_DESCRIPTION_PATH, FL_DESCRIPTION)."""
+    from .description import registry
+
+    return dict(registry.descriptions())
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'torch.fl' has no attribute '{name}'")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
+
+__all__ = [
+    "DescriptionError", "DeviceNotFoundError", "PluginImportError", "TorchFLError",
+    "UnknownDescriptionError", "__version__", "backend", "description", "descriptions", "device",
+    "device_type", "devices", "reset", *sorted(_LAZY),
+]
+
+_logging.configure()
+# torch.fl is this module (never a PrivateUse1 rename: vendor plugins own that slot).
+torch.fl = sys.modules[__name__]  # type: ignore[attr-defined]
+sys.modules.setdefault("torch.fl", sys.modules[__name__])

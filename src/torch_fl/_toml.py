@@ -1,0 +1,60 @@
+"""TOML reading (tomllib / tomli) and a small writer for the value shapes torch-fl produces."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on Python 3.10 only
+    import tomli as tomllib
+
+TOMLDecodeError = tomllib.TOMLDecodeError
+loads = tomllib.loads
+
+_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+def _key(key: str) -> str:
+    return key if _BARE_KEY.match(key) else json.dumps(key)
+
+
+def _value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        # JSON string escapes are a subset of TOML basic-string escapes.
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, list):
+        if len(value) > 4 or sum(len(_value(v)) for v in value) > 80:
+            return "[\n" + "".join(f"    {_value(v)},\n" for v in value) + "]"
+        return "[" + ", ".join(_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{_key(k)} = {_value(v)}" for k, v in value.items()) + " }"
+    raise TypeError(f"cannot write {type(value).__name__} as TOML")
+
+
+def dumps(data: dict[str, Any], comments: dict[str, str] | None = None) -> str:
+    """Write `data` as TOML: scalars first, then one [table] per nested dict (dicts of scalars or of
+    inline-able values). `comments` maps 'section.key' (or 'key') to a trailing comment."""
+    comments = comments or {}
+    lines: list[str] = []
+
+    def emit(prefix: str, table: dict[str, Any]) -> None:
+        scalars = {k: v for k, v in table.items() if not isinstance(v, dict)}
+        tables = {k: v for k, v in table.items() if isinstance(v, dict)}
+        for k, v in scalars.items():
+            note = comments.get(f"{prefix}{k}")
+            lines.append(f"{_key(k)} = {_value(v)}" + (f"  # {note}" if note else ""))
+        for k, v in tables.items():
+            lines.append("")
+            lines.append(f"[{prefix}{_key(k)}]")
+            emit(f"{prefix}{_key(k)}.", v)
+
+    emit("", data)
+    return "\n".join(lines).lstrip("\n") + "\n"

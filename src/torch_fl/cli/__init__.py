@@ -1,0 +1,54 @@
+"""The ``torchfl`` command. One module per command, each with ``add_parser(subparsers)`` and
+``run(args) -> int``; a command's module is imported only when that command runs."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# command -> (module, one-line help). Listed here so `torchfl --help` needs no command imports.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "describe": ("describe", "print a device description as TOML, or probe the live device"),
+    "doctor": ("doctor", "diagnose this machine's device, plugin and torch-fl setup"),
+    "bugreport": ("bugreport", "print a ready-to-paste issue report (secrets redacted)"),
+}
+
+
+def build_parser(argv: list[str]) -> argparse.ArgumentParser:
+    from .._version import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="torchfl", description="torch-fl: one PyTorch codebase on every accelerator.",
+        epilog="Run 'torchfl COMMAND --help' for a command's options. Docs: docs/cli.md")
+    parser.add_argument("--version", action="version", version=f"torch-fl {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    wanted = next((a for a in argv if not a.startswith("-")), None)
+    for name, (module, help_text) in COMMANDS.items():
+        if name == wanted:
+            importlib.import_module(f"{__name__}.{module}").add_parser(sub, name, help_text)
+        else:
+            sub.add_parser(name, help=help_text, add_help=False)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(argv)
+    args = parser.parse_args(argv)
+    if not args.command:
+        parser.print_help()
+        return 2
+    module = importlib.import_module(f"{__name__}.{COMMANDS[args.command][0]}")
+    try:
+        return int(module.run(args) or 0)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        from ..errors import TorchFLError
+
+        if not isinstance(exc, TorchFLError):
+            raise
+        print(f"torchfl {args.command}: error: {exc}", file=sys.stderr)
+        return 1

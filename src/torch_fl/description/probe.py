@@ -1,0 +1,199 @@
+"""What the live dispatcher (or a generated table) says a backend runs natively.
+
+Op names are canonical everywhere in torch-fl: ``aten::name.overload``, with ``.default`` for the
+unnamed overload. The dispatcher itself spells the unnamed overload without a suffix
+(``aten::gelu``), so every call into it goes through :func:`dispatcher_op_name`.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..errors import DescriptionError
+
+__all__ = [
+    "all_aten_ops",
+    "canonical_op_name",
+    "cache_clear",
+    "dispatcher_op_name",
+    "probe_dtypes",
+    "probe_native_ops",
+    "read_op_table",
+]
+
+_IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
+_CANONICAL = re.compile(rf"({_IDENT})::({_IDENT})\.({_IDENT})")
+_DEFAULT_NAMESPACE = "aten"
+
+# Candidate dtypes by torch attribute name; getattr skips those an older torch lacks (the floor is 2.4).
+_DTYPE_CANDIDATES = (
+    "float32", "float64", "float16", "bfloat16",
+    "complex32", "complex64", "complex128",
+    "uint8", "int8", "int16", "int32", "int64", "uint16", "uint32", "uint64",
+    "bool",
+    "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu",
+)
+
+
+# Names --------------------------------------------------------------------------------------------
+def canonical_op_name(op: Any) -> str:
+    """Normalise an op name or ``OpOverload`` to ``ns::name.overload``.
+
+    Accepted: ``aten::gelu``, ``aten::gelu.default``, ``aten::add.Tensor``, ``gelu``, ``add.Tensor``,
+    ``aten.gelu.default`` (the ``str()`` of an ``OpOverload``), ``aten.gelu`` and the overload object.
+    A name without a namespace is taken to be ``aten``.
+    """
+    if isinstance(op, str):
+        return _canonical_from_str(op)
+    schema = getattr(op, "_schema", None)
+    if schema is not None:
+        return _join(*_split_schema_name(schema.name), schema.overload_name or "default")
+    raise TypeError(f"cannot read an op name from {type(op).__name__} {op!r}; "
+                    "pass a string like 'aten::add.Tensor' or a torch.ops.aten.<op>.<overload>")
+
+
+def dispatcher_op_name(canonical: str) -> str:
+    """The spelling the C++ dispatcher uses: ``aten::gelu.default`` -> ``aten::gelu``."""
+    return canonical.removesuffix(".default")
+
+
+def _canonical_from_str(text: str) -> str:
+    name = text.strip()
+    if "::" in name:
+        namespace, _, rest = name.partition("::")
+        parts = [namespace, *rest.split(".")]
+    else:
+        parts = name.split(".")
+        # Only a 2-part dotted name is ambiguous ('aten.gelu' vs 'add.Tensor'); an op called 'aten'
+        # does not exist, so that word marks the namespace form.
+        if len(parts) == 1 or (len(parts) == 2 and parts[0] != _DEFAULT_NAMESPACE):
+            parts = [_DEFAULT_NAMESPACE, *parts]
+    if len(parts) == 2:
+        parts.append("default")
+    canonical = _join(*parts) if len(parts) == 3 else ""
+    if not _CANONICAL.fullmatch(canonical):
+        raise ValueError(f"not an op name: {text!r}; expected a form like 'aten::add.Tensor', "
+                         "'aten::gelu' or 'aten.gelu.default'")
+    return canonical
+
+
+def _split_schema_name(qualified: str) -> tuple[str, str]:
+    namespace, _, name = qualified.partition("::")
+    return namespace, name
+
+
+def _join(namespace: str, name: str, overload: str) -> str:
+    return f"{namespace}::{name}.{overload}"
+
+
+# Dispatcher ---------------------------------------------------------------------------------------
+def all_aten_ops() -> list[str]:
+    """Every ``aten`` overload this process's dispatcher knows, canonical and sorted.
+
+    Not cached: importing an extension can register new overloads at any time, and a call costs
+    a few milliseconds."""
+    prefix = _DEFAULT_NAMESPACE + "::"
+    return sorted(canonical_op_name(name) for name in torch._C._dispatch_get_all_op_names()
+                  if name.startswith(prefix))
+
+
+@functools.lru_cache(maxsize=None)
+def probe_native_ops(dispatch_key: str) -> frozenset[str]:
+    """The aten overloads with a kernel usable on ``dispatch_key`` (e.g. ``"CPU"``).
+
+    Uses the dispatcher's computed table, so composite kernels (which run on any backend) count.
+    A key whose backend this build lacks (``CUDA`` on a CPU wheel) only reports those composites.
+    One pass over the ~3,100 aten overloads takes about 4 ms, so there is no faster path to
+    maintain; the result is memoised per key (see :func:`cache_clear`)."""
+    _check_dispatch_key(dispatch_key)
+    has_kernel = torch._C._dispatch_has_computed_kernel_for_dispatch_key
+    return frozenset(op for op in all_aten_ops() if has_kernel(dispatcher_op_name(op), dispatch_key))
+
+
+def _check_dispatch_key(dispatch_key: str) -> None:
+    # Checked up front because the per-op query raises a RuntimeError that names no remedy.
+    if torch._C._parse_dispatch_key(dispatch_key) is None:
+        raise ValueError(f"unknown dispatch key {dispatch_key!r}; use a torch DispatchKey name "
+                         "such as 'CPU', 'CUDA', 'MPS' or 'PrivateUse1'")
+
+
+# Dtypes -------------------------------------------------------------------------------------------
+def probe_dtypes(device: str) -> list[str]:
+    """The dtype names (``"float32"``, ``"bfloat16"``...) that ``device`` can allocate and add.
+
+    Never raises: a device this process cannot use yields ``[]``."""
+    return list(_probe_dtypes_cached(str(device)))
+
+
+@functools.lru_cache(maxsize=None)
+def _probe_dtypes_cached(device: str) -> tuple[str, ...]:
+    try:
+        torch.empty(0, device=device)
+    except Exception:
+        return ()  # no such device here; skip a doomed attempt per dtype
+    candidates = (getattr(torch, name, None) for name in _DTYPE_CANDIDATES)
+    return tuple(_dtype_name(dt) for dt in candidates
+                 if isinstance(dt, torch.dtype) and _can_add(dt, device))
+
+
+def _can_add(dtype: torch.dtype, device: str) -> bool:
+    try:
+        # complex32 and some float8 paths warn that support is experimental; the probe only wants yes/no.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            x = torch.zeros(2, dtype=dtype, device=device)
+            torch.add(x, x)
+    except Exception:
+        return False
+    return True
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def cache_clear() -> None:
+    """Forget memoised probes (for tests, or after loading an extension that registers kernels)."""
+    probe_native_ops.cache_clear()
+    _probe_dtypes_cached.cache_clear()
+
+
+# Tables -------------------------------------------------------------------------------------------
+def read_op_table(path: str | Path) -> tuple[dict[str, str], frozenset[str]]:
+    """Read an op table written by ``scripts/gen_op_tables.py``: ``(header, ops)``.
+
+    The header is the leading ``# key: value`` lines; every other non-blank line is one canonical
+    op name."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise DescriptionError(f"cannot read op table: {exc.strerror}", path=str(path)) from exc
+    header: dict[str, str] = {}
+    ops: set[str] = set()
+    for lineno, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line:
+            continue
+        if line.startswith("#"):
+            _read_header_line(line, header, ops_started=bool(ops))
+        elif _CANONICAL.fullmatch(line):
+            ops.add(line)
+        else:
+            raise DescriptionError(f"not a canonical op name: {line!r} (expected 'aten::name.overload'); "
+                                   "regenerate the table with scripts/gen_op_tables.py",
+                                   path=str(path), line=lineno)
+    return header, frozenset(ops)
+
+
+def _read_header_line(line: str, header: dict[str, str], *, ops_started: bool) -> None:
+    # Comments after the op list are allowed but are not metadata.
+    key, sep, value = line[1:].strip().partition(":")
+    if sep and not ops_started and " " not in key.strip():
+        header[key.strip()] = value.strip()

@@ -1,0 +1,103 @@
+"""Discovery of device descriptions.
+
+Order (a later source replaces an earlier description of the same name):
+  1. built-ins shipped in torch_fl/description/builtin/*.toml
+  2. entry points in the group ``torch_fl.devices``; each entry point's object is a callable that
+     returns a path or a list of paths of description files
+  3. *.toml files in the directories of ``FL_DESCRIPTION_PATH`` (os.pathsep-separated)
+  4. the single file named by ``FL_DESCRIPTION``
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Iterable
+from importlib import metadata
+from pathlib import Path
+
+from .. import _env
+from ..errors import DescriptionError, UnknownDescriptionError, did_you_mean
+from .loader import load
+from .model import Description
+
+ENTRY_POINT_GROUP = "torch_fl.devices"
+BUILTIN_DIR = Path(__file__).parent / "builtin"
+_log = logging.getLogger("torch_fl.description")
+_lock = threading.Lock()
+_state: dict[str, Description] | None = None
+
+
+def _entry_point_paths() -> Iterable[tuple[str, Path]]:
+    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            produced = ep.load()()
+        except Exception as exc:  # a broken vendor package must not break torch-fl for everyone
+            _log.warning("entry point %r of group %s (from %s) failed: %s: %s; its descriptions are "
+                         "skipped", ep.name, ENTRY_POINT_GROUP, ep.value, type(exc).__name__, exc)
+            continue
+        paths = [produced] if isinstance(produced, (str, os.PathLike)) else list(produced or [])
+        for path in paths:
+            yield f"entry point {ep.name} ({ep.value})", Path(path)
+
+
+def _sources() -> Iterable[tuple[str, Path, bool]]:
+    for path in sorted(BUILTIN_DIR.glob("*.toml")):
+        yield "built-in", path, True
+    for origin, path in _entry_point_paths():
+        yield origin, path, False
+    for directory in filter(None, _env.FL_DESCRIPTION_PATH.get().split(os.pathsep)):
+        folder = Path(directory).expanduser()
+        if not folder.is_dir():
+            _log.warning("FL_DESCRIPTION_PATH entry %s is not a directory; skipped", folder)
+            continue
+        for path in sorted(folder.glob("*.toml")):
+            yield "FL_DESCRIPTION_PATH", path, False
+    explicit = _env.FL_DESCRIPTION.get()
+    if explicit:
+        yield "FL_DESCRIPTION", Path(explicit).expanduser(), False
+
+
+def _discover() -> dict[str, Description]:
+    found: dict[str, Description] = {}
+    for origin, path, builtin in _sources():
+        if not builtin and not path.is_file():
+            raise DescriptionError(f"{origin} names a description file that does not exist",
+                                   path=str(path))
+        desc = load(path, builtin=builtin)
+        if desc.name in found:
+            _log.debug("description %r from %s (%s) replaces the one from %s", desc.name, path, origin,
+                       found[desc.name].path)
+        found[desc.name] = desc
+    return found
+
+
+def descriptions() -> dict[str, Description]:
+    """Every known description by name (discovered once; see `reload`)."""
+    global _state
+    if _state is None:
+        with _lock:
+            if _state is None:
+                _state = _discover()
+    return _state
+
+
+def reload() -> None:
+    """Forget discovered descriptions so the next call rediscovers them (after changing FL_* vars)."""
+    global _state
+    with _lock:
+        _state = None
+
+
+def get(name_or_path: str) -> Description:
+    """A description by name, or by path when the argument names an existing .toml file."""
+    if name_or_path.endswith(".toml") or os.sep in name_or_path:
+        return load(Path(name_or_path).expanduser())
+    known = descriptions()
+    if name_or_path not in known:
+        raise UnknownDescriptionError(
+            f"no device description named '{name_or_path}'.{did_you_mean(name_or_path, known)} "
+            f"Known: {', '.join(sorted(known))}. Add one with FL_DESCRIPTION=path/to/file.toml, a "
+            f"directory in FL_DESCRIPTION_PATH, or an entry point in the group '{ENTRY_POINT_GROUP}'.")
+    return known[name_or_path]

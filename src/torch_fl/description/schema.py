@@ -1,0 +1,120 @@
+"""The device description schema: every key, its type, allowed values, default and meaning.
+
+The schema is data so that validation, documentation (docs/descriptions.md) and `torchfl describe`
+all read the same table. Bump SCHEMA_VERSION when a change would make older torch-fl misread a file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+SCHEMA_VERSION = 1
+
+DTYPE_NAMES = (
+    "float64", "float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz",
+    "float8_e5m2fnuz", "complex128", "complex64", "complex32", "int64", "int32", "int16", "int8",
+    "uint8", "uint16", "uint32", "uint64", "bool",
+)
+ROUTE_POLICIES = ("translate-or-error", "translate-or-fallback", "fallback", "error")
+LEVELS = ("none", "L0", "L1", "L2")
+COLLECTIVE_BACKENDS = ("nccl", "rccl", "hccl", "cncl", "mccl", "xccl", "gloo", "flagcx", "mpi", "none")
+
+
+@dataclass(frozen=True)
+class Key:
+    """One key of the schema."""
+
+    type: str  # str | int | bool | list[str] | table[list[str]] | table[str] | table[tolerance] | native
+    default: Any
+    help: str
+    allowed: tuple[str, ...] = ()
+    required: bool = False
+    item_allowed: tuple[str, ...] = field(default=())  # allowed values of list items / table values
+
+
+# Top-level keys (section None) and one dict per [section].
+SCHEMA: dict[str | None, dict[str, Key]] = {
+    None: {
+        "schema": Key("int", SCHEMA_VERSION, "Schema version of this file.", required=True),
+        "name": Key("str", "", "Short unique name (lowercase): cuda, npu, ascend-910b.", required=True),
+        "vendor": Key("str", "", "Who makes the chip or maintains the stack."),
+        "summary": Key("str", "", "One line saying what this description covers."),
+        "device_type": Key("str", "", "torch device type the chip appears as (cuda, npu, cpu, ...).",
+                           required=True),
+        "dispatch_key": Key("str", "", "Dispatch key of the device's kernels (CPU, CUDA, MPS, XPU, "
+                            "PrivateUse1).", required=True),
+        "plugin": Key("str", "", "Module that registers the device with torch ('' = built into torch)."),
+        "visible_devices_env": Key("str", "", "Environment variable that selects visible devices."),
+        "level": Key("str", "none", "Claimed support level; `torchfl grade` verifies it.", LEVELS),
+    },
+    "detect": {
+        "priority": Key("int", 0, "Higher is tried first during auto-detection."),
+        "torch_build": Key("str", "any", "torch build this stack needs: any, cuda (NVIDIA) or hip (ROCm).",
+                           ("any", "cuda", "hip")),
+        "module": Key("str", "", "Module whose is_available()/device_count() tell whether the device is "
+                      "present ('' = torch.<device_type>)."),
+    },
+    "compat": {
+        "torch": Key("str", "", "torch versions the stack supports, e.g. '>=2.1,<2.10' ('' = any)."),
+        "plugin": Key("str", "", "Plugin versions the description was written for."),
+        "runtime": Key("str", "", "Driver/runtime versions the description was written for."),
+        "python": Key("str", "", "Python versions the plugin's binaries are built for."),
+    },
+    "memory": {
+        "allocator": Key("str", "caching", "How device memory is allocated.",
+                         ("caching", "direct", "unified", "host")),
+        "empty_cache": Key("bool", True, "Whether empty_cache() releases memory on this stack."),
+        "stats": Key("bool", True, "Whether the stack reports allocator statistics."),
+    },
+    "streams": {
+        "submission": Key("str", "async", "Kernel submission: async (like CUDA) or sync.",
+                          ("async", "sync")),
+        "streams": Key("bool", True, "Whether multiple streams are supported."),
+        "events": Key("bool", True, "Whether events with elapsed-time are supported."),
+    },
+    "collectives": {
+        "backend": Key("str", "gloo", "torch.distributed backend for this device.", COLLECTIVE_BACKENDS),
+    },
+    "precision": {
+        "dtypes": Key("list[str]", list(DTYPE_NAMES), "dtypes the device supports.",
+                      item_allowed=DTYPE_NAMES),
+        "autocast_dtype": Key("str", "bfloat16", "dtype autocast uses on this device.", DTYPE_NAMES),
+        "tolerances": Key("table[tolerance]", {}, "Per-dtype {rtol, atol} overriding the defaults.",
+                          item_allowed=DTYPE_NAMES),
+        "op_tolerances": Key("table[tolerance]", {}, "Per-op {rtol, atol} for precision comparison."),
+    },
+    "compile": {
+        "jit": Key("bool", True, "Whether torch.compile is used on this device."),
+        "aot": Key("bool", False, "Whether AOTInductor packages are supported."),
+        "backend": Key("str", "inductor", "torch.compile backend name."),
+        "dynamic_shapes": Key("str", "jit", "static: no dynamic shapes; jit: dynamic shapes via JIT; "
+                              "dynamic: dynamic also for AOT.", ("static", "jit", "dynamic")),
+        "cache_dir": Key("str", "~/.cache/torch_fl/{name}", "Compile cache root ({name} expands)."),
+    },
+    "ops": {
+        "native": Key("native", "probe", "Native op set: 'probe' (ask the dispatcher on the live device), "
+                      "'file:PATH' (a table relative to this file) or a list of op names."),
+        "default": Key("str", "translate-or-error", "Route of ops that are not native.", ROUTE_POLICIES),
+        "translate": Key("list[str]", [], "Ops forced to a generic (decomposed) implementation."),
+        "fallback": Key("list[str]", [], "Ops forced to run on the CPU (counted and warned)."),
+        "unsupported": Key("list[str]", [], "Ops that must raise a clear error."),
+        "fused_attention": Key("bool", True, "Whether fused scaled-dot-product attention kernels exist; "
+                               "false makes SDPA take the math path."),
+        "dtypes": Key("table[list[str]]", {}, "Per-op dtype limits: op -> dtypes it is native for.",
+                      item_allowed=DTYPE_NAMES),
+        "kernels": Key("table[str]", {}, "Per-op fast-path kernels: op -> 'pkg.module:function'."),
+    },
+}
+
+
+def defaults() -> dict[str, Any]:
+    """A description dict with every key at its default (name and identity left empty)."""
+    out: dict[str, Any] = {}
+    for section, keys in SCHEMA.items():
+        target = out if section is None else out.setdefault(section, {})
+        for key, spec in keys.items():
+            value = spec.default
+            target[key] = list(value) if isinstance(value, list) else (
+                dict(value) if isinstance(value, dict) else value)
+    return out

@@ -1,0 +1,128 @@
+"""Detection of the backend to use on this machine, and vendor plugin import.
+
+Auto-detection tries descriptions in descending ``[detect] priority`` (built-ins: vendor plugins npu,
+mlu, musa 60; cuda and rocm 50; xpu 40; mps 30; cpu 0, which always matches). A probe is cheap: no
+subprocess, no import beyond the description's plugin. ``FL_BACKEND`` (or ``backend`` in a config
+file) skips detection.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import logging
+from importlib import metadata
+
+import torch
+
+from . import _env, config
+from ._versions import satisfies
+from .description import registry
+from .description.model import Description
+from .errors import PluginImportError
+
+_log = logging.getLogger("torch_fl.plugins")
+
+
+def plugin_version(desc: Description) -> str:
+    """Installed version of the description's plugin ('' when built into torch or not installed)."""
+    if not desc.plugin:
+        return ""
+    top = desc.plugin.split(".")[0]
+    for dist in (top.replace("_", "-"), top):
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    module = importlib.import_module(top) if importlib.util.find_spec(top) else None
+    return str(getattr(module, "__version__", "")) if module else ""
+
+
+def import_plugin(desc: Description) -> None:
+    """Import the description's plugin; a failure becomes a PluginImportError explaining version drift."""
+    if not desc.plugin:
+        return
+    try:
+        importlib.import_module(desc.plugin)
+    except Exception as exc:
+        compat = desc.section("compat")
+        drift = ""
+        if compat["torch"] and not satisfies(torch.__version__, compat["torch"]):
+            drift = (f" The installed torch {torch.__version__} is outside the range this description "
+                     f"supports ({compat['torch']}).")
+        version = plugin_version(desc) or "unknown version"
+        raise PluginImportError(
+            f"the '{desc.name}' backend needs the plugin '{desc.plugin}' ({version}), and importing it "
+            f"failed: {type(exc).__name__}: {exc}.{drift} Installed torch: {torch.__version__}; "
+            f"compatible torch per {desc.path}: {compat['torch'] or 'any'}; plugin: "
+            f"{compat['plugin'] or 'any'}. Vendor plugins are compiled against one torch release: install "
+            f"the plugin build that matches torch {torch.__version__} (or the torch its build needs), in a "
+            f"fresh environment with both versions pinned. To run without this backend now, set "
+            f"FL_BACKEND=cpu.") from exc
+
+
+def _module_for(desc: Description):
+    name = desc.section("detect")["module"] or f"torch.{desc.device_type}"
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        return None
+
+
+def is_present(desc: Description) -> bool:
+    """Cheap probe: is this description's device present and usable on this machine?"""
+    build = desc.section("detect")["torch_build"]
+    if build != "any" and getattr(torch.version, build, None) is None:
+        return False
+    if desc.plugin:
+        if importlib.util.find_spec(desc.plugin.split(".")[0]) is None:
+            return False
+        import_plugin(desc)
+    module = _module_for(desc)
+    if module is None or not hasattr(module, "is_available"):
+        return False
+    try:
+        if not module.is_available():
+            return False
+        count = getattr(module, "device_count", None)
+        return count is None or count() > 0
+    except Exception as exc:  # a driver problem reads as "absent", but not silently
+        _log.warning("probing %s raised %s: %s; treating it as absent", desc.name, type(exc).__name__, exc)
+        return False
+
+
+def device_count(desc: Description) -> int:
+    """How many devices of this description the runtime exposes (CPU: 1)."""
+    if desc.device_type == "cpu":
+        return 1
+    import_plugin(desc)
+    module = _module_for(desc)
+    count = getattr(module, "device_count", None)
+    try:
+        if count is not None:
+            return int(count())
+        return 1 if module is not None and module.is_available() else 0
+    except Exception:
+        return 0
+
+
+def detect() -> tuple[Description, str]:
+    """The description to use here, and why: 'FL_BACKEND', a config file path, or 'auto-detected'."""
+    forced = _env.FL_BACKEND.get()
+    source = "FL_BACKEND"
+    if not forced:
+        found = config.lookup("backend")
+        if found:
+            forced, source = found
+    if forced:
+        desc = registry.get(forced)
+        import_plugin(desc)
+        return desc, source
+    candidates = sorted(registry.descriptions().values(),
+                        key=lambda d: (-d.section("detect")["priority"], d.name))
+    for desc in candidates:
+        if desc.section("detect")["priority"] < 0:
+            continue  # negative priority: emulation-only descriptions, never auto-detected
+        if is_present(desc):
+            return desc, "auto-detected"
+    return registry.get("cpu"), "auto-detected"
