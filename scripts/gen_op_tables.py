@@ -15,7 +15,12 @@ An overload is native for backend B when any of these hold:
   * it has ``structured_delegate: X`` and X is native for B;
   * it is listed in the ``autogen:`` of an overload that is native for B (the generated kernel
     only forwards to that overload).
-Sparse*, Quantized* and NestedTensor* keys are other layouts, not B.
+Sparse*, Quantized* and NestedTensor* keys are other layouts, not B. Overloads the installed torch
+does not register (autogen names torchgen skipped) are left out.
+
+Applied with B = CPU these rules give exactly what the CPU dispatcher reports, except for the
+autogen'd overloads of ops without a CPU kernel (the dispatcher counts their generated
+CompositeExplicitAutograd forwarder, which then fails) and a few C++-registered ops the YAML lacks.
 
 The YAML is read with a small line parser of the file's fixed layout, so the script needs nothing
 beyond the torch install it describes.

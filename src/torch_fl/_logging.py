@@ -20,7 +20,7 @@ def parse_levels(text: str) -> dict[str, int]:
     """'dispatch=DEBUG,compile=INFO' -> {'torch_fl.dispatch': 10, 'torch_fl.compile': 20}."""
     levels: dict[str, int] = {}
     for item in filter(None, (part.strip() for part in text.split(","))):
-        module, sep, level = item.rpartition("=") if "=" in item else ("", "", item)
+        module, _, level = item.rpartition("=")
         level = level.strip().upper()
         if level not in LEVELS:
             raise ConfigError(f"FL_LOG: '{level}' is not a log level; use one of {', '.join(LEVELS)}."

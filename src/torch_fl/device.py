@@ -124,13 +124,17 @@ def _not_found(text: str, origin: str, mapping: dict[str, torch.device], why: st
         candidates = list(mapping) + sorted({str(v) for v in mapping.values()})
         hint = did_you_mean(text, candidates) or f" Use '{next(iter(mapping), 'cpu')}' for the first device."
     source = "" if origin == "argument" else f" (from {origin})"
-    desc = backend()
+    explicit = explicit_map()
+    selected = backend()
+    if explicit:
+        where = f"map from {explicit[1]}"
+    else:
+        where = f"{selected.description.name} backend, {selected.source}"
+    env = selected.description.visible_devices_env
     return DeviceNotFoundError(
-        f"device '{text}'{source} {why}. Devices on this machine ({desc.description.name} backend, "
-        f"{desc.source}): {listing}.{hint} To map virtual ids to other devices set "
-        f"FL_DEVICE_MAP='acc0=cuda:1,acc1=cuda:0'"
-        + (f" or check {desc.description.visible_devices_env}"
-           if desc.description.visible_devices_env else "") + ".")
+        f"device '{text}'{source} {why}. Devices on this machine ({where}): {listing}.{hint} To map "
+        f"virtual ids to other devices set FL_DEVICE_MAP='acc0=cuda:1,acc1=cuda:0'"
+        + (f" or check {env}" if env else "") + ".")
 
 
 def resolve(device: str | int | torch.device | None = None) -> torch.device:

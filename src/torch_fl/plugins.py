@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import logging
+import sys
 from importlib import metadata
 
 import torch
@@ -34,8 +35,9 @@ def plugin_version(desc: Description) -> str:
             return metadata.version(dist)
         except metadata.PackageNotFoundError:
             continue
-    module = importlib.import_module(top) if importlib.util.find_spec(top) else None
-    return str(getattr(module, "__version__", "")) if module else ""
+    # Not a pip distribution (a vendor install script, say): ask the module only if already loaded,
+    # because importing a broken plugin here would hide the real error.
+    return str(getattr(sys.modules.get(top), "__version__", ""))
 
 
 def import_plugin(desc: Description) -> None:

@@ -9,7 +9,7 @@ import sys
 
 # command -> (module, one-line help). Listed here so `torchfl --help` needs no command imports.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "describe": ("describe", "print a device description as TOML, or probe the live device"),
+    "describe": ("describe", "print a device description as TOML, list them, or probe the live device"),
     "doctor": ("doctor", "diagnose this machine's device, plugin and torch-fl setup"),
     "bugreport": ("bugreport", "print a ready-to-paste issue report (secrets redacted)"),
 }

@@ -19,8 +19,8 @@ from ..errors import DescriptionError
 
 __all__ = [
     "all_aten_ops",
-    "canonical_op_name",
     "cache_clear",
+    "canonical_op_name",
     "dispatcher_op_name",
     "probe_dtypes",
     "probe_native_ops",
@@ -103,14 +103,17 @@ def all_aten_ops() -> list[str]:
                   if name.startswith(prefix))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def probe_native_ops(dispatch_key: str) -> frozenset[str]:
     """The aten overloads with a kernel usable on ``dispatch_key`` (e.g. ``"CPU"``).
 
     Uses the dispatcher's computed table, so composite kernels (which run on any backend) count.
-    A key whose backend this build lacks (``CUDA`` on a CPU wheel) only reports those composites.
-    One pass over the ~3,100 aten overloads takes about 4 ms, so there is no faster path to
-    maintain; the result is memoised per key (see :func:`cache_clear`)."""
+    So do torchgen's generated forwarders (autogen'd ``out=`` overloads, and the
+    CompositeExplicitAutogradNonFunctional kernel of every structured functional op), which only
+    work where their target has a kernel: a key whose backend this build lacks (``CUDA`` on a CPU
+    wheel) still reports e.g. ``aten::mm.default``. Probe only the live backend; use a table
+    otherwise. A pass over the ~3,100 aten overloads takes about 10 ms, so there is no faster path
+    to maintain; the result is memoised per key (see :func:`cache_clear`)."""
     _check_dispatch_key(dispatch_key)
     has_kernel = torch._C._dispatch_has_computed_kernel_for_dispatch_key
     return frozenset(op for op in all_aten_ops() if has_kernel(dispatcher_op_name(op), dispatch_key))
@@ -131,7 +134,7 @@ def probe_dtypes(device: str) -> list[str]:
     return list(_probe_dtypes_cached(str(device)))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _probe_dtypes_cached(device: str) -> tuple[str, ...]:
     try:
         torch.empty(0, device=device)

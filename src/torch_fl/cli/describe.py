@@ -1,0 +1,74 @@
+"""`torchfl describe`: print a description as TOML, list descriptions, or probe the live device."""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import sys
+from pathlib import Path
+
+
+def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> None:
+    parser = sub.add_parser(
+        name, help=help_text,
+        description="Print a device description as TOML that loads back unchanged (start a vendor "
+                    "description from a copy), list known descriptions, or write one for the live "
+                    "device from the dispatcher.",
+        epilog="Examples:\n  torchfl describe cuda > my-chip.toml\n  torchfl describe --list\n"
+               "  torchfl describe --probe -o probed.toml",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("name", nargs="?", help="description name or path (default: the one in use)")
+    parser.add_argument("--list", action="store_true", help="list every known description and its file")
+    parser.add_argument("--probe", action="store_true",
+                        help="probe the live device: native op list and dtypes from the dispatcher")
+    parser.add_argument("--device", help="device to probe (default: torch.fl.device())")
+    parser.add_argument("-o", "--output", help="write to this file instead of stdout")
+
+
+def _list() -> str:
+    from ..description import registry
+
+    rows = [(d.name, d.vendor, d.device_type, d.dispatch_key, "built-in" if d.builtin else d.path)
+            for d in sorted(registry.descriptions().values(), key=lambda d: d.name)]
+    header = ("name", "vendor", "device_type", "dispatch_key", "source")
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    return "\n".join("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+                     for row in [header, *rows]) + "\n"
+
+
+def probed_description(device: str | None = None):
+    """A description of the live device: the governing description with the dispatcher's native op
+    set and the dtypes the device accepts."""
+    from .. import device as devmod
+    from ..description.loader import parse
+    from ..description.probe import probe_dtypes, probe_native_ops
+
+    dev = devmod.resolve(device)
+    base = devmod.description_for(dev)
+    data = copy.deepcopy(base.data)
+    data["ops"]["native"] = sorted(probe_native_ops(base.dispatch_key))
+    data["precision"]["dtypes"] = probe_dtypes(str(dev))
+    if data["precision"]["autocast_dtype"] not in data["precision"]["dtypes"]:
+        data["precision"]["autocast_dtype"] = "float32" if "float32" in data["precision"]["dtypes"] \
+            else data["precision"]["dtypes"][0]
+    data["summary"] = f"Probed from the live device {dev} (base: {base.name})"
+    from .. import _toml
+
+    return parse(_toml.dumps(data), f"<probe of {dev}>")
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch_fl
+
+    if args.list:
+        text = _list()
+    elif args.probe:
+        text = probed_description(args.device).to_toml()
+    else:
+        text = torch_fl.description(args.name).to_toml()
+    if args.output:
+        Path(args.output).write_text(text, encoding="utf-8")
+        print(f"wrote {args.output}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 0

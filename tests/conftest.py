@@ -1,0 +1,20 @@
+"""Every test starts from a clean torch-fl state: no FL_* variables, no config files, nothing cached."""
+
+from __future__ import annotations
+
+import pytest
+
+import torch_fl
+from torch_fl import _env
+
+
+@pytest.fixture(autouse=True)
+def clean_torch_fl(monkeypatch, tmp_path_factory):
+    for var in _env.ALL:
+        monkeypatch.delenv(var.name, raising=False)
+    home = tmp_path_factory.mktemp("home")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home / ".config"))
+    monkeypatch.chdir(tmp_path_factory.mktemp("project"))
+    torch_fl.reset()
+    yield
+    torch_fl.reset()

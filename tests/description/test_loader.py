@@ -1,0 +1,128 @@
+"""Description loading and validation: every class of error names file, line, key and what is allowed."""
+
+from __future__ import annotations
+
+import pytest
+
+import torch_fl
+from torch_fl.description import registry
+from torch_fl.description.loader import load, parse
+from torch_fl.description.schema import SCHEMA_VERSION
+from torch_fl.errors import DescriptionError
+
+MINIMAL = """\
+schema = 1
+name = "mychip"
+device_type = "privateuseone"
+dispatch_key = "PrivateUse1"
+"""
+
+
+def write(tmp_path, text, name="chip.toml"):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def error_of(tmp_path, text) -> DescriptionError:
+    with pytest.raises(DescriptionError) as info:
+        load(write(tmp_path, text))
+    return info.value
+
+
+def test_minimal_file_gets_defaults(tmp_path):
+    desc = load(write(tmp_path, MINIMAL))
+    assert desc.name == "mychip"
+    assert desc.section("ops")["default"] == "translate-or-error"
+    assert desc.collective_backend == "gloo"
+    assert desc.cache_dir().name == "mychip"
+
+
+def test_unknown_top_level_key_did_you_mean(tmp_path):
+    err = error_of(tmp_path, MINIMAL + 'vendr = "x"\n')
+    text = str(err)
+    assert "chip.toml:5" in text and "unknown key 'vendr'" in text and "Did you mean 'vendor'?" in text
+    assert err.line == 5 and err.key == "vendr"
+
+
+def test_unknown_section_key_names_section_and_line(tmp_path):
+    err = error_of(tmp_path, MINIMAL + "\n[compile]\njit = true\ndynamic_shape = 'jit'\n")
+    assert err.line == 8 and err.key == "compile.dynamic_shape"
+    assert "Did you mean 'dynamic_shapes'?" in str(err)
+
+
+def test_bad_enum_value_lists_allowed_values(tmp_path):
+    err = error_of(tmp_path, MINIMAL + "\n[streams]\nsubmission = 'asynch'\n")
+    text = str(err)
+    assert "'asynch' is not allowed" in text and "async, sync" in text and "Did you mean 'async'?" in text
+    assert err.line == 7
+
+
+def test_wrong_type(tmp_path):
+    err = error_of(tmp_path, MINIMAL + "\n[compile]\njit = 'yes'\n")
+    assert "must be true or false" in str(err) and err.key == "compile.jit"
+
+
+def test_bad_dtype_in_list(tmp_path):
+    err = error_of(tmp_path, MINIMAL + "\n[precision]\ndtypes = ['float32', 'flaot16']\n"
+                   "autocast_dtype = 'float32'\n")
+    assert "'flaot16' is not allowed" in str(err) and "Did you mean 'float16'?" in str(err)
+
+
+def test_bad_op_name(tmp_path):
+    err = error_of(tmp_path, MINIMAL + "\n[ops]\nfallback = ['gelu']\n")
+    assert "'gelu' is not an operator name" in str(err) and "aten::name" in str(err)
+
+
+def test_bad_kernel_reference_and_tolerance(tmp_path):
+    err = error_of(tmp_path, MINIMAL + '\n[ops.kernels]\n"aten::gelu" = "not a path"\n')
+    assert "package.module:function" in str(err) and err.line == 7
+    err = error_of(tmp_path, MINIMAL + "\n[precision.tolerances]\nfloat16 = { rtol = -1 }\n")
+    assert "non-negative" in str(err)
+
+
+def test_missing_required_key(tmp_path):
+    err = error_of(tmp_path, MINIMAL.replace('dispatch_key = "PrivateUse1"\n', ""))
+    assert "required key 'dispatch_key' is missing" in str(err)
+
+
+def test_newer_schema_asks_for_upgrade(tmp_path):
+    err = error_of(tmp_path, MINIMAL.replace("schema = 1", f"schema = {SCHEMA_VERSION + 1}"))
+    assert f"schema {SCHEMA_VERSION + 1}" in str(err) and "Upgrade torch-fl" in str(err)
+    assert err.line == 1
+
+
+def test_invalid_toml_reports_line(tmp_path):
+    err = error_of(tmp_path, MINIMAL + "[ops\n")
+    assert "not valid TOML" in str(err) and err.line == 5
+
+
+def test_bad_version_spec_and_autocast_outside_dtypes(tmp_path):
+    err = error_of(tmp_path, MINIMAL + "\n[compat]\ntorch = 'two point one'\n")
+    assert "not a version clause" in str(err) and err.key == "compat.torch"
+    err = error_of(tmp_path, MINIMAL + "\n[precision]\ndtypes = ['float32']\nautocast_dtype = 'float16'\n")
+    assert "not in precision.dtypes" in str(err)
+
+
+@pytest.mark.parametrize("name", ["cpu", "cuda", "rocm", "mps", "xpu", "npu", "mlu", "musa"])
+def test_builtin_round_trips_through_toml(name):
+    desc = torch_fl.description(name)
+    again = parse(desc.to_toml(), "<copy>")
+    assert again == desc
+    assert again.to_toml().splitlines()[1:] == desc.to_toml().splitlines()[1:]
+
+
+@pytest.mark.parametrize(("name", "device_type", "key", "plugin", "env", "backend", "autocast"), [
+    ("cpu", "cpu", "CPU", "", "", "gloo", "bfloat16"),
+    ("cuda", "cuda", "CUDA", "", "CUDA_VISIBLE_DEVICES", "nccl", "float16"),
+    ("rocm", "cuda", "CUDA", "", "HIP_VISIBLE_DEVICES", "nccl", "float16"),
+    ("mps", "mps", "MPS", "", "", "gloo", "float16"),
+    ("xpu", "xpu", "XPU", "", "ZE_AFFINITY_MASK", "xccl", "bfloat16"),
+    ("npu", "npu", "PrivateUse1", "torch_npu", "ASCEND_RT_VISIBLE_DEVICES", "hccl", "float16"),
+    ("mlu", "mlu", "PrivateUse1", "torch_mlu", "MLU_VISIBLE_DEVICES", "cncl", "float16"),
+    ("musa", "musa", "PrivateUse1", "torch_musa", "MUSA_VISIBLE_DEVICES", "mccl", "float16"),
+])
+def test_builtin_identity(name, device_type, key, plugin, env, backend, autocast):
+    desc = registry.get(name)
+    assert (desc.device_type, desc.dispatch_key, desc.plugin, desc.visible_devices_env,
+            desc.collective_backend, desc.autocast_dtype) == (device_type, key, plugin, env, backend, autocast)

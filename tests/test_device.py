@@ -1,0 +1,111 @@
+"""Virtual device resolution: lookup order, explicit maps, pass-through and error texts."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import torch_fl
+from torch_fl.errors import ConfigError, DeviceNotFoundError
+
+
+def test_import_installs_torch_fl():
+    import torch.fl as alias
+
+    assert torch.fl is torch_fl and alias is torch_fl
+    # never a PrivateUse1 rename: vendor plugins own that slot
+    assert torch._C._get_privateuse1_backend_name() == "privateuseone"
+
+
+def test_default_is_acc0_on_cpu():
+    assert torch_fl.device() == torch.device("cpu")
+    assert torch_fl.devices() == [torch.device("cpu")]
+    assert torch_fl.device_type() == "cpu"
+    assert torch_fl.device(0) == torch.device("cpu")
+
+
+def test_physical_names_and_devices_pass_through():
+    assert torch_fl.device("cuda:1") == torch.device("cuda", 1)
+    assert torch_fl.device("cpu") == torch.device("cpu")
+    dev = torch.device("meta")
+    assert torch_fl.device(dev) is dev
+
+
+def test_explicit_map_from_environment(monkeypatch):
+    monkeypatch.setenv("FL_DEVICE_MAP", "acc1=cpu, acc0=cuda:1")
+    assert torch_fl.devices() == [torch.device("cuda", 1), torch.device("cpu")]
+    assert torch_fl.device("acc1") == torch.device("cpu")
+    assert torch_fl.device_type() == "cuda"
+
+
+@pytest.mark.parametrize("text", ["acc0", "acc0=", "gpu0=cuda:0", "acc0=gpu:0"])
+def test_bad_device_map(monkeypatch, text):
+    monkeypatch.setenv("FL_DEVICE_MAP", text)
+    with pytest.raises(ConfigError, match="FL_DEVICE_MAP"):
+        torch_fl.devices()
+
+
+def test_lookup_order_argument_env_project_user(monkeypatch, tmp_path):
+    user = tmp_path / "user.toml"
+    user.write_text('device = "acc1"\ndevice_map = { acc0 = "cpu", acc1 = "meta" }\n')
+    monkeypatch.setenv("FL_CONFIG", str(user))
+    assert torch_fl.device() == torch.device("meta")                 # user file
+    (tmp_path / "proj").mkdir()
+    (tmp_path / "proj" / "pyproject.toml").write_text('[tool.torch_fl]\ndevice = "acc0"\n')
+    (tmp_path / "proj" / "sub").mkdir()
+    monkeypatch.chdir(tmp_path / "proj" / "sub")                     # found walking up
+    assert torch_fl.device() == torch.device("cpu")                  # project beats user
+    (tmp_path / "proj" / "sub" / "torch_fl.toml").write_text('device = "acc0"\ndevice_map = { acc0 = "cuda:3" }\n')
+    assert torch_fl.device() == torch.device("cuda", 3)              # nearer project file wins
+    monkeypatch.setenv("FL_DEVICE_MAP", "acc0=cuda:2")
+    assert torch_fl.device() == torch.device("cuda", 2)              # environment beats files
+    monkeypatch.setenv("FL_DEVICE", "cpu")
+    assert torch_fl.device() == torch.device("cpu")                  # FL_DEVICE picks the id
+    assert torch_fl.device("acc0") == torch.device("cuda", 2)        # the argument beats FL_DEVICE
+
+
+def test_auto_detection_when_nothing_is_configured():
+    assert torch_fl.backend().source == "auto-detected"
+    assert torch_fl.backend().description.name == "cpu"
+
+
+def test_unknown_config_key(monkeypatch, tmp_path):
+    (tmp_path / "torch_fl.toml").write_text('devcie = "acc0"\n')
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match="Did you mean 'device'"):
+        torch_fl.device()
+
+
+def test_acc9_on_a_one_device_machine():
+    with pytest.raises(DeviceNotFoundError) as info:
+        torch_fl.device("acc9")
+    text = str(info.value)
+    assert "device 'acc9' does not exist" in text
+    assert "acc0 -> cpu" in text and "Did you mean 'acc0'?" in text and "FL_DEVICE_MAP" in text
+    assert isinstance(info.value, ValueError)
+
+
+@pytest.mark.parametrize("bad", ["acx0", "gpu:0"])
+def test_misspelled_ids_suggest_acc0(bad):
+    with pytest.raises(DeviceNotFoundError) as info:
+        torch_fl.device(bad)
+    text = str(info.value)
+    assert f"device '{bad}' is neither a virtual id" in text
+    assert "acc0 -> cpu" in text and "Did you mean 'acc0'?" in text
+
+
+def test_bad_fl_device_names_its_source(monkeypatch):
+    monkeypatch.setenv("FL_DEVICE", "acc3")
+    with pytest.raises(DeviceNotFoundError, match=r"'acc3' \(from FL_DEVICE\)"):
+        torch_fl.device()
+
+
+def test_emulated_device_resolves_to_cpu_and_checks_the_name():
+    assert torch_fl.device("emu:cuda") == torch.device("cpu")
+    with pytest.raises(LookupError, match="Did you mean 'cuda'"):
+        torch_fl.device("emu:cdua")
+
+
+def test_tensors_are_plain_native_tensors():
+    x = torch.ones(3, device=torch_fl.device())
+    assert type(x) is torch.Tensor and x.device.type == "cpu"
