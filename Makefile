@@ -1,0 +1,34 @@
+# Quickstart: `make demo` then `make test`. Everything runs in .venv with the pinned CPU build of torch.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+# 2.13.0 is the build available offline here; the package itself accepts a wide torch range.
+TORCH_PIN ?= torch==2.13.0
+
+.PHONY: demo test lint venv clean bench
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet "$(TORCH_PIN)"
+	$(PY) -m pip install --quiet hatchling
+	$(PY) -m pip install --quiet -e ".[dev]"
+	touch $@
+
+venv: $(VENV)/.installed
+
+demo: venv
+	cd examples && ../$(PY) demo.py --steps 20
+	$(VENV)/bin/torchfl doctor
+
+test: venv
+	$(PY) -m pytest
+
+lint: venv
+	$(VENV)/bin/ruff check .
+
+bench: venv
+	$(PY) benchmarks/import_time.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -1,0 +1,49 @@
+"""`make demo`: train the example GPT for a few steps on random tokens on torch.fl.device().
+
+The model code never names a vendor: the device is a symbol (FL_DEVICE, default acc0) that torch-fl
+maps to cuda:0, npu:0, mps, cpu, ... Run `FL_DEVICE=emu:minimal python examples/demo.py` (once
+emulation is available) to check a chip you do not have.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+
+import torch_fl  # noqa: F401  (installs torch.fl)
+from gpt import factory
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--device", default=None, help="virtual id or physical name (default: FL_DEVICE/acc0)")
+    args = parser.parse_args()
+
+    device = torch.fl.device(args.device)
+    desc = torch.fl.description()
+    print(f"device {device} ({desc.vendor} {desc.name}, {torch.fl.backend().source}); "
+          f"devices: {[str(d) for d in torch.fl.devices()]}")
+    model, (tokens,), loss_fn = factory()
+    model.to(device)
+    tokens = tokens.to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    torch.fl.manual_seed(0)
+    start = time.perf_counter()
+    for step in range(1, args.steps + 1):
+        optimizer.zero_grad(set_to_none=True)
+        loss = loss_fn(model(tokens), tokens)
+        loss.backward()
+        optimizer.step()
+        if step == 1 or step % 5 == 0 or step == args.steps:
+            print(f"step {step:3d}  loss {loss.item():.4f}")
+    torch.fl.synchronize(device)
+    elapsed = time.perf_counter() - start
+    print(f"{args.steps} steps in {elapsed:.2f} s ({args.steps / elapsed:.1f} steps/s); "
+          f"peak memory {torch.fl.max_memory_allocated(device) / 2**20:.0f} MiB")
+
+
+if __name__ == "__main__":
+    main()
