@@ -4,19 +4,24 @@ Runs at interpreter start, so it must stay tiny: it imports nothing heavy and on
 that answers for the single name ``torch.fl``; torch and torch_fl load when that name is imported.
 """
 
-import importlib
-import importlib.abc
-import importlib.machinery
 import sys
 
+# The frozen bootstrap module is always loaded; importing importlib.abc here would cost every
+# interpreter start several milliseconds.
+_ModuleSpec = sys.modules["_frozen_importlib"].ModuleSpec
 
-class _TorchFLAlias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+
+class _TorchFLAlias:
+    """Meta path finder and loader for the single name ``torch.fl``."""
+
     def find_spec(self, fullname, path=None, target=None):
         if fullname != "torch.fl":
             return None
-        return importlib.machinery.ModuleSpec(fullname, self)
+        return _ModuleSpec(fullname, self)
 
     def create_module(self, spec):
+        import importlib
+
         module = importlib.import_module("torch_fl")
         self._spec = module.__spec__
         return module

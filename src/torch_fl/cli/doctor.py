@@ -1,0 +1,499 @@
+"""``torchfl doctor``: what torch-fl sees on this machine, a self-check, and what to do when it fails.
+
+Three layers keep it testable: `collect` gathers facts into a JSON-ready dict and never raises on a
+broken setup (failures become entries of ``errors``), `diagnose` turns the facts into problems that
+each name a next step, and `render_text` lays the facts out for pasting into an issue.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import inspect
+import json
+import os
+import platform
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .. import _env, _platform, config
+from .._version import __version__
+from .._versions import satisfies
+from ..description import registry
+from ..description.model import Description
+from ..description.probe import all_aten_ops
+from ..device import _default_id, backend, description_for, device_map, explicit_map, resolve
+from ..errors import DeviceNotFoundError, PluginImportError, TorchFLError
+from ..plugins import plugin_version
+
+EXPLICIT_ROUTES = ("translate", "fallback", "unsupported")
+_SIZE = 64
+_RTOL, _ATOL = 1e-4, 1e-5
+_WRAP = 100
+
+
+# Facts --------------------------------------------------------------------------------------------
+def collect(device: str | None = None) -> dict[str, Any]:
+    """Everything doctor reports about `device` (default: torch.fl.device()), as JSON-ready data."""
+    data = _skeleton()
+    _requested(data, device)
+    selected = _selected_backend(data)
+    if selected is None:
+        return data
+    mapped = _device_map(data)
+    dev = _resolve(data, device) if mapped else None
+    _describe(data, description_for(dev) if dev is not None else selected, dev)
+    if dev is not None:
+        data["self_check"] = self_check(dev)
+    return data
+
+
+def _skeleton() -> dict[str, Any]:
+    # Every key exists even when a stage fails, so JSON consumers need no existence checks.
+    return {
+        "torch_fl_version": __version__,
+        "torch_version": torch.__version__,
+        "python": {"version": platform.python_version(), "executable": sys.executable},
+        "platform": platform.platform(),
+        "environment": _platform.environment_kind(),
+        "device": {"requested": "", "source": "", "resolved": ""},
+        "device_type": "", "vendor": "", "device_name": "",
+        "backend": {"name": "", "source": ""},
+        "device_map": {}, "device_map_source": "",
+        "visible_devices": {"env": "", "value": None},
+        "plugin": "", "plugin_installed": None, "plugin_version": "", "runtime_version": "",
+        "description": {"name": "", "path": "", "sha256": "", "builtin": False, "level": "",
+                        "torch_build": "", "compat": {}},
+        "routes": {}, "route_default": "",
+        "cache_dir": "",
+        "self_check": {"ok": False, "ran": False, "detail": "not run: no device was resolved",
+                       "seconds": None},
+        "errors": [],
+    }
+
+
+def _record(data: dict[str, Any], stage: str, exc: Exception) -> None:
+    data["errors"].append({"stage": stage, "type": type(exc).__name__, "message": str(exc)})
+
+
+def _requested(data: dict[str, Any], device: str | None) -> None:
+    try:
+        requested, source = (device, "--device") if device else _default_id()
+    except TorchFLError as exc:
+        _record(data, "config", exc)
+        return
+    data["device"].update(requested=requested, source=source)
+
+
+def _selected_backend(data: dict[str, Any]) -> Description | None:
+    try:
+        selected = backend()
+    except PluginImportError as exc:
+        _record(data, "plugin", exc)
+        _describe_forced(data)
+        return None
+    except TorchFLError as exc:
+        _record(data, "backend", exc)
+        return None
+    data["backend"] = {"name": selected.description.name, "source": selected.source}
+    return selected.description
+
+
+def _describe_forced(data: dict[str, Any]) -> None:
+    # detect() failed before returning the description; look up the same forced name it used so the
+    # report still says which backend and plugin were wanted.
+    forced, source = _env.FL_BACKEND.get(), "FL_BACKEND"
+    try:
+        if not forced:
+            forced, source = config.lookup("backend") or ("", "")
+        desc = registry.get(forced) if forced else None
+    except TorchFLError:
+        return
+    if desc is not None:
+        data["backend"] = {"name": desc.name, "source": source}
+        # A probed op set without the plugin loaded would count composite kernels only: skip it.
+        _describe(data, desc, None, routes=False)
+
+
+def _device_map(data: dict[str, Any]) -> bool:
+    try:
+        explicit = explicit_map()
+        mapping = device_map()
+    except TorchFLError as exc:
+        _record(data, "device_map", exc)
+        return False
+    data["device_map"] = {virtual: str(physical) for virtual, physical in mapping.items()}
+    data["device_map_source"] = explicit[1] if explicit else "auto-detected"
+    return True
+
+
+def _resolve(data: dict[str, Any], device: str | None) -> torch.device | None:
+    try:
+        dev = resolve(device)
+    except TorchFLError as exc:
+        _record(data, "device", exc)
+        return None
+    data["device"]["resolved"] = str(dev)
+    return dev
+
+
+def _describe(data: dict[str, Any], desc: Description, dev: torch.device | None, *,
+              routes: bool = True) -> None:
+    version = plugin_version(desc)
+    runtime = runtime_version(desc)
+    data.update(
+        device_type=dev.type if dev is not None else desc.device_type, vendor=desc.vendor,
+        device_name=device_name(dev) if dev is not None else "", plugin=desc.plugin,
+        plugin_installed=_installed(desc.plugin), plugin_version=version, runtime_version=runtime,
+        route_default=desc.section("ops")["default"],
+        cache_dir=_env.FL_CACHE_DIR.get() or str(desc.cache_dir()),
+        visible_devices=_visible_devices(desc),
+        description={"name": desc.name, "path": desc.path, "sha256": desc.sha256, "builtin": desc.builtin,
+                     "level": desc.data["level"], "torch_build": desc.section("detect")["torch_build"],
+                     "compat": compat_check(desc, version, runtime)})
+    if not routes:
+        return
+    try:
+        data["routes"] = route_counts(desc)
+    except Exception as exc:  # a broken op table must not hide the rest of the report
+        _record(data, "routes", exc)
+
+
+def _installed(plugin: str) -> bool | None:
+    return importlib.util.find_spec(plugin.split(".")[0]) is not None if plugin else None
+
+
+def _visible_devices(desc: Description) -> dict[str, Any]:
+    env = desc.visible_devices_env
+    return {"env": env, "value": os.environ.get(env) if env else None}
+
+
+def runtime_version(desc: Description) -> str:
+    """The device runtime version torch reports (CUDA, HIP, ...), '' when it reports none.
+
+    torch.version carries one attribute per runtime: the build flavour ([detect] torch_build) for
+    in-tree backends, the device type for others (xpu)."""
+    build = desc.section("detect")["torch_build"]
+    for attr in dict.fromkeys(a for a in (build, desc.device_type) if a != "any"):
+        value = getattr(torch.version, attr, None)
+        if value and isinstance(value, str):
+            return value
+    return ""
+
+
+def compat_check(desc: Description, plugin: str, runtime: str) -> dict[str, dict[str, Any]]:
+    """Installed versions against the description's [compat] ranges; ok is None when unknown."""
+    have = {"torch": torch.__version__, "plugin": plugin, "runtime": runtime,
+            "python": platform.python_version()}
+    return {key: {"spec": spec, "have": have.get(key, ""),
+                  "ok": satisfies(have[key], spec) if have.get(key) else None}
+            for key, spec in desc.section("compat").items() if spec}
+
+
+def route_counts(desc: Description) -> dict[str, int]:
+    """How many aten overloads this dispatcher knows take each route under `desc`.
+
+    Explicit [ops] lists override the native set (they force a route); a list entry without an
+    overload covers every overload of that op. Every other non-native op follows ops.default ('other').
+    Placeholder until the routing module owns this computation."""
+    known = all_aten_ops()
+    forced: dict[str, str] = {}
+    for route in EXPLICIT_ROUTES:
+        for entry in desc.section("ops")[route]:
+            forced.update(dict.fromkeys(_matching(entry, known), route))
+    native = desc.native_ops()
+    counts = dict.fromkeys(("native", *EXPLICIT_ROUTES, "other"), 0)
+    for op in known:
+        counts[forced.get(op) or ("native" if op in native else "other")] += 1
+    return counts
+
+
+def _matching(entry: str, known: list[str]) -> list[str]:
+    if "." in entry.partition("::")[2]:
+        return [entry] if entry in known else []
+    return [op for op in known if op.startswith(entry + ".")]
+
+
+def device_name(dev: torch.device) -> str:
+    """The marketing name of `dev` from its torch device module ('' when it offers none)."""
+    if dev.type == "cpu":
+        return _cpu_name()
+    get = getattr(getattr(torch, dev.type, None), "get_device_name", None)
+    try:
+        return str(get(dev)) if get is not None else ""
+    except Exception:
+        return ""
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").splitlines():
+            if line.startswith("model name"):
+                return line.partition(":")[2].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+# Self-check ---------------------------------------------------------------------------------------
+def self_check(dev: torch.device) -> dict[str, Any]:
+    """A seeded 64x64 float32 matmul on `dev`, compared with the CPU result."""
+    generator = torch.Generator().manual_seed(0)
+    a, b = (torch.randn(_SIZE, _SIZE, generator=generator) for _ in range(2))
+    expected = a @ b
+    start = time.perf_counter()
+    try:
+        got = _matmul_on(dev, a, b)
+    except Exception as exc:
+        first_line = (str(exc).strip().splitlines() or [""])[0]
+        return _check(False, f"a {_SIZE}x{_SIZE} float32 matmul on {dev} raised {type(exc).__name__}: "
+                      f"{first_line}", start)
+    diff = (got - expected).abs().max().item()
+    if torch.allclose(got, expected, rtol=_RTOL, atol=_ATOL):
+        return _check(True, f"{_SIZE}x{_SIZE} float32 matmul on {dev} matches the CPU result (max abs "
+                      f"diff {diff:.1e})", start)
+    return _check(False, f"{_SIZE}x{_SIZE} float32 matmul on {dev} differs from the CPU result: max abs "
+                  f"diff {diff:.1e} exceeds rtol={_RTOL:g}, atol={_ATOL:g}", start)
+
+
+def _matmul_on(dev: torch.device, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    out = a.to(dev) @ b.to(dev)
+    _synchronize(dev)  # an asynchronous launch failure surfaces here, not in a later unrelated call
+    return out.cpu()
+
+
+def _synchronize(dev: torch.device) -> None:
+    sync = getattr(getattr(torch, dev.type, None), "synchronize", None)
+    if sync is None:
+        return
+    # Device modules disagree on the signature (mps.synchronize takes no device).
+    takes_device = "device" in inspect.signature(sync).parameters
+    sync(dev) if takes_device else sync()
+
+
+def _check(ok: bool, detail: str, start: float) -> dict[str, Any]:
+    return {"ok": ok, "ran": True, "detail": detail, "seconds": round(time.perf_counter() - start, 4)}
+
+
+# Diagnosis ----------------------------------------------------------------------------------------
+def diagnose(data: dict[str, Any]) -> list[str]:
+    """Problems that make this setup unusable, each ending with a next step (empty when healthy)."""
+    problems = [_explain(data, error) for error in data["errors"] if not _covered(data, error)]
+    if _no_devices(data):
+        problems.append(_no_devices_problem(data))
+    check = data["self_check"]
+    if check["ran"] and not check["ok"]:
+        problems.append(_self_check_problem(data))
+    return problems
+
+
+def cautions(data: dict[str, Any]) -> list[str]:
+    """Findings that do not stop torch-fl but may explain odd behaviour."""
+    desc = data["description"]
+    return [f"{key} {c['have']} is outside the range {c['spec']} that the '{desc['name']}' description "
+            f"({desc['path']}) was written for; if something misbehaves, try a {key} in that range"
+            for key, c in desc["compat"].items() if c["ok"] is False]
+
+
+def _no_devices(data: dict[str, Any]) -> bool:
+    loaded = data["backend"]["name"] and not any(e["stage"] in ("plugin", "backend") for e in data["errors"])
+    return bool(loaded and data["device_map_source"] and not data["device_map"])
+
+
+def _covered(data: dict[str, Any], error: dict[str, str]) -> bool:
+    # With no devices at all, "device acc0 does not exist" restates the real problem less helpfully.
+    return error["type"] == DeviceNotFoundError.__name__ and _no_devices(data)
+
+
+def _explain(data: dict[str, Any], error: dict[str, str]) -> str:
+    if error["stage"] == "plugin" and data["plugin_installed"] is False:
+        return _missing_plugin_problem(data)
+    if error["stage"] == "routes":
+        return (f"computing the route summary failed: {error['type']}: {error['message']}. Next step: "
+                f"check the [ops] section of {data['description']['path']}.")
+    # torch-fl's own errors already say what to do.
+    return error["message"]
+
+
+def _missing_plugin_problem(data: dict[str, Any]) -> str:
+    plugin, source = data["plugin"], data["backend"]["source"]
+    undo = "unset FL_BACKEND" if source == "FL_BACKEND" else f"remove 'backend' from {source}"
+    return (f"the '{data['backend']['name']}' backend (selected by {source}) needs the plugin '{plugin}', "
+            f"which is not installed in this Python environment ({sys.executable}). Next step: install the "
+            f"package that provides '{plugin}' into this environment (see {data['description']['path']} "
+            f"for the versions it expects), or {undo} to auto-detect, or set FL_BACKEND=cpu.")
+
+
+def _no_devices_problem(data: dict[str, Any]) -> str:
+    backend_ = data["backend"]
+    steps = [_visible_step(data["visible_devices"])]
+    build = data["description"]["torch_build"]
+    if build not in ("", "any") and not data["runtime_version"]:
+        steps.append(f"install a torch wheel built for {build}: torch {data['torch_version']} is not one "
+                     f"(torch.version.{build} is None)")
+    if data["plugin"]:
+        steps.append(f"check that the plugin '{data['plugin']}' "
+                     f"({data['plugin_version'] or 'unknown version'}) matches the driver and runtime")
+    steps.append("check the driver: the vendor's device-management tool should list the devices")
+    steps.append(_environment_step(data["environment"]))
+    return (f"no devices visible to the '{backend_['name']}' backend (selected: {backend_['source']}). "
+            f"Next steps: {'; '.join(filter(None, steps))}. To run on the CPU meanwhile, set FL_BACKEND=cpu.")
+
+
+def _visible_step(visible: dict[str, Any]) -> str:
+    if not visible["env"]:
+        return ""
+    value = "unset" if visible["value"] is None else f"currently '{visible['value']}'"
+    return f"check {visible['env']} ({value}; an empty or wrong value hides devices)"
+
+
+def _environment_step(kind: str) -> str:
+    if kind.startswith("container"):
+        return (f"check that the devices and driver are passed into this {kind} (docker --device or "
+                f"--gpus, a Kubernetes device plugin)")
+    if "WSL1" in kind:
+        return "move to WSL2: WSL1 has no GPU passthrough"
+    if "WSL2" in kind:
+        return "check WSL2 GPU passthrough: the Windows host driver must support WSL and be current"
+    return ""
+
+
+def _self_check_problem(data: dict[str, Any]) -> str:
+    dev, backend_ = data["device"], data["backend"]
+    text = f"self-check failed: {data['self_check']['detail']}."
+    backend_type = _backend_device_type(backend_["name"])
+    if data["device_type"] not in (backend_type, "cpu"):
+        origin = data["device_map_source"] if dev["requested"] in data["device_map"] else dev["source"]
+        return (f"{text} '{dev['requested']}' resolves to {dev['resolved']} (from {origin}), but this "
+                f"process's backend is '{backend_['name']}' ({backend_['source']}), which has no "
+                f"'{data['device_type']}' devices. Next step: point {origin} at a device of this machine "
+                f"(map: {_map_text(data['device_map'])}) or unset it; if '{data['device_type']}' devices "
+                f"should be present, run FL_BACKEND={data['description']['name']} torchfl doctor to see why "
+                f"that backend was not detected.")
+    return (f"{text} Next step: compare the driver, runtime and plugin versions above with the description's "
+            f"[compat] ranges, then report it with `torchfl bugreport`.")
+
+
+def _backend_device_type(name: str) -> str:
+    try:
+        return registry.get(name).device_type if name else ""
+    except TorchFLError:
+        return ""
+
+
+def _map_text(mapping: dict[str, str]) -> str:
+    return ", ".join(f"{virtual} -> {physical}" for virtual, physical in mapping.items()) or "empty"
+
+
+# Rendering ----------------------------------------------------------------------------------------
+def render_text(data: dict[str, Any], problems: list[str], notes: list[str]) -> str:
+    """Aligned 'key: value' lines in sections, then the verdict."""
+    sections = _sections(data)
+    width = max(len(key) for _, rows in sections for key, _ in rows) + 1
+    lines = ["torch-fl doctor"]
+    for title, rows in sections:
+        lines += ["", title] + [f"  {key + ':':<{width}} {value}" for key, value in rows]
+    lines += ["", *_verdict(problems, notes)]
+    return "\n".join(lines)
+
+
+def _sections(data: dict[str, Any]) -> list[tuple[str, list[tuple[str, str]]]]:
+    desc, dev, visible = data["description"], data["device"], data["visible_devices"]
+    return [
+        ("Versions", [
+            ("torch", data["torch_version"]), ("torch-fl", data["torch_fl_version"]),
+            ("python", f"{data['python']['version']} ({data['python']['executable']})"),
+            ("plugin", _plugin_text(data)), ("runtime", data["runtime_version"] or "(none reported)")]),
+        ("Device", [
+            ("requested", f"{dev['requested'] or '?'} (from {dev['source'] or '?'})"),
+            ("device", dev["resolved"] or "(not resolved)"), ("name", data["device_name"] or "(unknown)"),
+            ("type", data["device_type"] or "?"), ("vendor", data["vendor"] or "?"),
+            ("backend", f"{data['backend']['name'] or '?'} ({data['backend']['source'] or 'not loaded'})"),
+            ("device map", f"{_map_text(data['device_map'])} ({data['device_map_source'] or 'not built'})"),
+            ("visible devices", _visible_text(visible))]),
+        ("Description", [
+            ("name", desc["name"] or "?"), ("path", desc["path"] or "?"), ("sha256", desc["sha256"] or "?"),
+            ("level", desc["level"] or "?"),
+            *((f"compat {key}", _compat_text(c)) for key, c in desc["compat"].items())]),
+        ("Routes", _route_rows(data)),
+        ("Platform", [("platform", data["platform"]), ("environment", data["environment"]),
+                      ("cache dir", data["cache_dir"] or "?")]),
+        ("Self-check", [("result", _check_text(data["self_check"])),
+                        ("detail", data["self_check"]["detail"])]),
+    ]
+
+
+def _route_rows(data: dict[str, Any]) -> list[tuple[str, str]]:
+    routes = data["routes"]
+    if not routes:
+        return [("routes", "(not computed: the backend did not load)")]
+    return [*((route, str(n)) for route, n in routes.items() if route != "other"),
+            ("other", f"{routes['other']} (follow ops.default = {data['route_default']})")]
+
+
+def _plugin_text(data: dict[str, Any]) -> str:
+    if not data["plugin"]:
+        return "(none: the backend is built into torch)"
+    if data["plugin_installed"] is False:
+        return f"{data['plugin']} (NOT INSTALLED)"
+    return f"{data['plugin']} {data['plugin_version'] or '(unknown version)'}"
+
+
+def _visible_text(visible: dict[str, Any]) -> str:
+    if not visible["env"]:
+        return "(this backend has no visible-devices variable)"
+    return f"{visible['env']}=" + ("(unset)" if visible["value"] is None else repr(visible["value"]))
+
+
+def _compat_text(compat: dict[str, Any]) -> str:
+    verdict = {True: "ok", False: "OUTSIDE RANGE", None: "unknown"}[compat["ok"]]
+    return f"{compat['spec']} (have {compat['have'] or '?'}: {verdict})"
+
+
+def _check_text(check: dict[str, Any]) -> str:
+    if not check["ran"]:
+        return "not run"
+    status = "ok" if check["ok"] else "FAILED"
+    return f"{status} in {check['seconds'] * 1000:.1f} ms (first use: includes transfers and initialisation)"
+
+
+def _verdict(problems: list[str], notes: list[str]) -> list[str]:
+    lines = [_numbered("Warnings", notes)] if notes else []
+    if not problems:
+        return [*lines, "Result: healthy"]
+    return [*lines, _numbered(f"Result: {len(problems)} problem{'s' * (len(problems) > 1)}", problems)]
+
+
+def _numbered(title: str, items: list[str]) -> str:
+    return "\n".join([title + ":", *(textwrap.fill(item, _WRAP, initial_indent=f"  {i}. ",
+                                                   subsequent_indent="     ", break_on_hyphens=False)
+                                     for i, item in enumerate(items, start=1))])
+
+
+# Command ------------------------------------------------------------------------------------------
+def add_parser(subparsers: argparse._SubParsersAction, name: str, help_text: str) -> None:
+    parser = subparsers.add_parser(
+        name, help=help_text,
+        description="Report the backend, device, plugin and versions torch-fl sees, run a small matmul "
+                    "self-check, and explain any problem with a next step. Exit code 0: healthy; "
+                    "1: a problem was found.")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    parser.add_argument("--device", metavar="D", default=None,
+                        help="device to check: a virtual id (acc1), a physical name (cuda:1) or emu:NAME "
+                             "(default: torch.fl.device(), i.e. FL_DEVICE or acc0)")
+
+
+def run(args: argparse.Namespace) -> int:
+    data = collect(args.device)
+    problems, notes = diagnose(data), cautions(data)
+    if args.json:
+        print(json.dumps({**data, "problems": problems, "warnings": notes, "healthy": not problems},
+                         indent=2))
+    else:
+        print(render_text(data, problems, notes))
+    return 1 if problems else 0
