@@ -1,5 +1,6 @@
 #!/usr/bin/env python
-"""Generate the native-op tables of the backends a CPU build of torch cannot probe (CUDA, MPS).
+"""Generate the native-op tables of the backends a CPU build of torch cannot probe (CUDA, MPS), and
+of the emulated test chip `minimal` (the core ATen opset; see MINIMAL_PLUMBING).
 
 A CPU wheel registers no CUDA or MPS kernels, so the dispatcher cannot say what those backends
 run. The installed wheel does ship the codegen input, ``native_functions.yaml``, which lists each
@@ -201,17 +202,40 @@ def registered_aten_ops() -> frozenset[str]:
                      for name in torch._C._dispatch_get_all_op_names() if name.startswith("aten::"))
 
 
+# The emulated test chip `minimal`: PyTorch's core ATen opset (the ops tagged `core`, what a
+# backend must implement for torch.export graphs) plus the plumbing every eager backend needs for
+# in-place copies, detaching and parameter wrapping, which the functional core set leaves out.
+MINIMAL_PLUMBING = ("aten::copy_.default", "aten::detach.default", "aten::lift_fresh.default",
+                    "aten::set_.source_Storage_storage_offset")
+
+
+def minimal_ops(registered: frozenset[str]) -> set[str]:
+    import torch
+
+    core = set()
+    for op in registered:
+        name, _, overload = op.removeprefix("aten::").partition(".")
+        packet = getattr(torch.ops.aten, name, None)
+        ovl = getattr(packet, overload, None) if packet is not None else None
+        if ovl is not None and torch.Tag.core in ovl.tags:
+            core.add(op)
+    return core | (set(MINIMAL_PLUMBING) & registered)
+
+
 def generate() -> dict[str, str]:
     """Table file name -> contents, for every backend."""
     import torch
 
     entries = parse_native_functions(find_yaml())
     registered = registered_aten_ops()
-    return {
+    tables = {
         f"{stem}.txt": render_table(native_ops(entries, key, registered), backend=key,
                                     torch_version=torch.__version__)
         for stem, key in sorted(BACKENDS.items())
     }
+    tables["minimal.txt"] = render_table(minimal_ops(registered), backend="core ATen opset + plumbing",
+                                         torch_version=torch.__version__)
+    return tables
 
 
 def check(tables: dict[str, str], out_dir: Path) -> list[str]:

@@ -37,6 +37,9 @@ _LAZY = {name: "runtime" for name in (
     "is_available", "device_count", "current_device", "set_device", "synchronize", "Stream", "Event",
     "memory_allocated", "max_memory_allocated", "reset_peak_memory_stats", "empty_cache",
     "mem_get_info", "manual_seed", "autocast", "get_device_properties", "dist_backend", "stream",
+)} | {name: "routing" for name in (
+    "activate", "deactivate", "activated", "emulate", "register_kernel", "route_stats",
+    "reset_route_stats", "route_table", "write_route_log",
 )}
 
 

@@ -48,11 +48,34 @@ def backend() -> Backend:
 
 
 def reset() -> None:
-    """Forget the detected backend and discovered descriptions (after changing FL_* variables)."""
-    global _backend
+    """Deactivate routing and forget the detected backend and discovered descriptions (after changing
+    FL_* variables); the next device resolution activates routing again."""
+    global _backend, _auto_activated
+    from . import routing
+
+    routing.deactivate()
     with _lock:
         _backend = None
+        _auto_activated = False
     registry.reload()
+
+
+_auto_activated = False
+
+
+def _activate_once(device: str | None) -> None:
+    """Routing is activated by the first device resolution (see torch_fl.routing)."""
+    global _auto_activated
+    if _auto_activated:
+        return
+    _auto_activated = True  # set first: activation resolves devices itself
+    from . import routing
+
+    try:
+        routing.activate(device)
+    except Exception:
+        _auto_activated = False
+        raise
 
 
 def _parse_physical(text: str, origin: str) -> torch.device:
@@ -104,6 +127,11 @@ def device_map() -> dict[str, torch.device]:
     return {f"acc{i}": torch.device(desc.device_type, i) for i in range(plugins.device_count(desc))}
 
 
+def default_device_id() -> str:
+    """The id torch.fl.device() resolves with no argument (FL_DEVICE, config, else acc0)."""
+    return _default_id()[0]
+
+
 def _default_id() -> tuple[str, str]:
     value = _env.FL_DEVICE.get()
     if value:
@@ -138,9 +166,18 @@ def _not_found(text: str, origin: str, mapping: dict[str, torch.device], why: st
 
 
 def resolve(device: str | int | torch.device | None = None) -> torch.device:
-    """A real torch.device for a virtual id, physical name, emu:NAME, index or torch.device."""
+    """A real torch.device for a virtual id, physical name, emu:NAME, index or torch.device.
+
+    The first resolution in a process activates operator routing for the device (torch_fl.routing)."""
     if isinstance(device, torch.device):
         return device
+    resolved = _resolve(device)
+    if not _auto_activated:
+        _activate_once(device if isinstance(device, str) else None)
+    return resolved
+
+
+def _resolve(device: str | int | None) -> torch.device:
     origin = "argument"
     if device is None:
         device, origin = _default_id()

@@ -47,3 +47,11 @@ class TorchVersionError(TorchFLError, RuntimeError):
 
 class ConfigError(TorchFLError, ValueError):
     """A malformed FL_* variable or config file."""
+
+
+class UnsupportedOperatorError(TorchFLError, NotImplementedError):
+    """An operator whose route on this device is 'unsupported' (or whose translation failed)."""
+
+
+class FallbackWarning(UserWarning):
+    """An operator ran on the CPU because the device has no kernel for it (warned once per op)."""

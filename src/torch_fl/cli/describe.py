@@ -39,12 +39,12 @@ def _list() -> str:
 def probed_description(device: str | None = None):
     """A description of the live device: the governing description with the dispatcher's native op
     set and the dtypes the device accepts."""
-    from .. import device as devmod
     from ..description.loader import parse
     from ..description.probe import probe_dtypes, probe_native_ops
+    from ..device import description_for, resolve
 
-    dev = devmod.resolve(device)
-    base = devmod.description_for(dev)
+    dev = resolve(device)
+    base = description_for(dev)
     data = copy.deepcopy(base.data)
     data["ops"]["native"] = sorted(probe_native_ops(base.dispatch_key))
     data["precision"]["dtypes"] = probe_dtypes(str(dev))

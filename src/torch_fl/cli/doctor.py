@@ -9,19 +9,17 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import inspect
 import json
 import os
 import platform
 import sys
 import textwrap
 import time
-from pathlib import Path
 from typing import Any
 
 import torch
 
-from .. import _env, _platform, config
+from .. import _env, _platform, config, runtime
 from .._version import __version__
 from .._versions import satisfies
 from ..description import registry
@@ -35,6 +33,12 @@ EXPLICIT_ROUTES = ("translate", "fallback", "unsupported")
 _SIZE = 64
 _RTOL, _ATOL = 1e-4, 1e-5
 _WRAP = 100
+# Error types whose messages say what is wrong but not always what to do; the others already do.
+_NEXT_STEP = {
+    "DescriptionError": " Next step: fix that description file, or stop pointing FL_DESCRIPTION / "
+                        "FL_DESCRIPTION_PATH (or the entry point that provides it) at it.",
+    "ConfigError": " Next step: correct that value, or unset it to fall back to auto-detection.",
+}
 
 
 # Facts --------------------------------------------------------------------------------------------
@@ -68,7 +72,7 @@ def _skeleton() -> dict[str, Any]:
         "visible_devices": {"env": "", "value": None},
         "plugin": "", "plugin_installed": None, "plugin_version": "", "runtime_version": "",
         "description": {"name": "", "path": "", "sha256": "", "builtin": False, "level": "",
-                        "torch_build": "", "compat": {}},
+                        "device_type": "", "torch_build": "", "compat": {}},
         "routes": {}, "route_default": "",
         "cache_dir": "",
         "self_check": {"ok": False, "ran": False, "detail": "not run: no device was resolved",
@@ -154,7 +158,8 @@ def _describe(data: dict[str, Any], desc: Description, dev: torch.device | None,
         cache_dir=_env.FL_CACHE_DIR.get() or str(desc.cache_dir()),
         visible_devices=_visible_devices(desc),
         description={"name": desc.name, "path": desc.path, "sha256": desc.sha256, "builtin": desc.builtin,
-                     "level": desc.data["level"], "torch_build": desc.section("detect")["torch_build"],
+                     "level": desc.data["level"], "device_type": desc.device_type,
+                     "torch_build": desc.section("detect")["torch_build"],
                      "compat": compat_check(desc, version, runtime)})
     if not routes:
         return
@@ -220,24 +225,11 @@ def _matching(entry: str, known: list[str]) -> list[str]:
 
 
 def device_name(dev: torch.device) -> str:
-    """The marketing name of `dev` from its torch device module ('' when it offers none)."""
-    if dev.type == "cpu":
-        return _cpu_name()
-    get = getattr(getattr(torch, dev.type, None), "get_device_name", None)
+    """The product name of `dev` ('' when its runtime cannot say, e.g. a device this build lacks)."""
     try:
-        return str(get(dev)) if get is not None else ""
+        return runtime.get_device_properties(dev).name
     except Exception:
         return ""
-
-
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").splitlines():
-            if line.startswith("model name"):
-                return line.partition(":")[2].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 # Self-check ---------------------------------------------------------------------------------------
@@ -263,17 +255,8 @@ def self_check(dev: torch.device) -> dict[str, Any]:
 
 def _matmul_on(dev: torch.device, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     out = a.to(dev) @ b.to(dev)
-    _synchronize(dev)  # an asynchronous launch failure surfaces here, not in a later unrelated call
+    runtime.synchronize(dev)  # an asynchronous launch failure surfaces here, not in a later unrelated call
     return out.cpu()
-
-
-def _synchronize(dev: torch.device) -> None:
-    sync = getattr(getattr(torch, dev.type, None), "synchronize", None)
-    if sync is None:
-        return
-    # Device modules disagree on the signature (mps.synchronize takes no device).
-    takes_device = "device" in inspect.signature(sync).parameters
-    sync(dev) if takes_device else sync()
 
 
 def _check(ok: bool, detail: str, start: float) -> dict[str, Any]:
@@ -289,7 +272,7 @@ def diagnose(data: dict[str, Any]) -> list[str]:
     check = data["self_check"]
     if check["ran"] and not check["ok"]:
         problems.append(_self_check_problem(data))
-    return problems
+    return list(dict.fromkeys(problems))  # one bad config file fails several stages the same way
 
 
 def cautions(data: dict[str, Any]) -> list[str]:
@@ -316,8 +299,7 @@ def _explain(data: dict[str, Any], error: dict[str, str]) -> str:
     if error["stage"] == "routes":
         return (f"computing the route summary failed: {error['type']}: {error['message']}. Next step: "
                 f"check the [ops] section of {data['description']['path']}.")
-    # torch-fl's own errors already say what to do.
-    return error["message"]
+    return _sentence(error["message"]) + _NEXT_STEP.get(error["type"], "")
 
 
 def _missing_plugin_problem(data: dict[str, Any]) -> str:
@@ -330,7 +312,10 @@ def _missing_plugin_problem(data: dict[str, Any]) -> str:
 
 
 def _no_devices_problem(data: dict[str, Any]) -> str:
-    backend_ = data["backend"]
+    backend_, source = data["backend"], data["device_map_source"]
+    if source != "auto-detected":
+        return (f"the device map from {source} is empty. Next step: list devices there (example: "
+                f"FL_DEVICE_MAP='acc0=cuda:0'), or remove it to auto-detect.")
     steps = [_visible_step(data["visible_devices"])]
     build = data["description"]["torch_build"]
     if build not in ("", "any") and not data["runtime_version"]:
@@ -354,8 +339,8 @@ def _visible_step(visible: dict[str, Any]) -> str:
 
 def _environment_step(kind: str) -> str:
     if kind.startswith("container"):
-        return (f"check that the devices and driver are passed into this {kind} (docker --device or "
-                f"--gpus, a Kubernetes device plugin)")
+        return (f"check that the devices and driver are passed into this {kind}: docker --device or "
+                f"--gpus, or a Kubernetes device plugin")
     if "WSL1" in kind:
         return "move to WSL2: WSL1 has no GPU passthrough"
     if "WSL2" in kind:
@@ -365,18 +350,29 @@ def _environment_step(kind: str) -> str:
 
 def _self_check_problem(data: dict[str, Any]) -> str:
     dev, backend_ = data["device"], data["backend"]
-    text = f"self-check failed: {data['self_check']['detail']}."
+    text = "self-check failed: " + _sentence(data["self_check"]["detail"])
     backend_type = _backend_device_type(backend_["name"])
     if data["device_type"] not in (backend_type, "cpu"):
         origin = data["device_map_source"] if dev["requested"] in data["device_map"] else dev["source"]
         return (f"{text} '{dev['requested']}' resolves to {dev['resolved']} (from {origin}), but this "
                 f"process's backend is '{backend_['name']}' ({backend_['source']}), which has no "
                 f"'{data['device_type']}' devices. Next step: point {origin} at a device of this machine "
-                f"(map: {_map_text(data['device_map'])}) or unset it; if '{data['device_type']}' devices "
-                f"should be present, run FL_BACKEND={data['description']['name']} torchfl doctor to see why "
-                f"that backend was not detected.")
+                f"(current map: {map_text(data['device_map'])}) or unset it." + _try_backend_step(data))
     return (f"{text} Next step: compare the driver, runtime and plugin versions above with the description's "
             f"[compat] ranges, then report it with `torchfl bugreport`.")
+
+
+def _try_backend_step(data: dict[str, Any]) -> str:
+    desc = data["description"]
+    if desc["device_type"] != data["device_type"]:
+        return ""  # no description drives this device type (meta, ...): nothing to try
+    return (f" If '{data['device_type']}' devices should be present, run FL_BACKEND={desc['name']} "
+            f"torchfl doctor to see why that backend was not detected.")
+
+
+def _sentence(text: str) -> str:
+    text = text.strip()
+    return text if text.endswith((".", "!", "?")) else text + "."
 
 
 def _backend_device_type(name: str) -> str:
@@ -386,7 +382,7 @@ def _backend_device_type(name: str) -> str:
         return ""
 
 
-def _map_text(mapping: dict[str, str]) -> str:
+def map_text(mapping: dict[str, str]) -> str:
     return ", ".join(f"{virtual} -> {physical}" for virtual, physical in mapping.items()) or "empty"
 
 
@@ -414,7 +410,7 @@ def _sections(data: dict[str, Any]) -> list[tuple[str, list[tuple[str, str]]]]:
             ("device", dev["resolved"] or "(not resolved)"), ("name", data["device_name"] or "(unknown)"),
             ("type", data["device_type"] or "?"), ("vendor", data["vendor"] or "?"),
             ("backend", f"{data['backend']['name'] or '?'} ({data['backend']['source'] or 'not loaded'})"),
-            ("device map", f"{_map_text(data['device_map'])} ({data['device_map_source'] or 'not built'})"),
+            ("device map", f"{map_text(data['device_map'])} ({data['device_map_source'] or 'not built'})"),
             ("visible devices", _visible_text(visible))]),
         ("Description", [
             ("name", desc["name"] or "?"), ("path", desc["path"] or "?"), ("sha256", desc["sha256"] or "?"),

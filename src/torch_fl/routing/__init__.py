@@ -1,0 +1,202 @@
+"""Level-1 dispatch: every aten operator on a device gets a route.
+
+Activation happens on the first device resolution or on ``torch.fl.activate()``: for a real device,
+routers are registered on its dispatch key for the ops whose route is not plain native; for an emulated
+chip (``FL_DEVICE=emu:NAME`` or ``torch.fl.emulate(NAME)``) a dispatch mode enforces the description on
+the CPU. ``torch.fl.deactivate()`` restores the dispatcher exactly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from .. import _env
+from ..description.probe import canonical_op_name
+from .stats import reset_route_stats, route_log, route_stats, write_route_log
+from .table import ROUTES, KernelEntry, Route, RouteTable
+
+__all__ = [
+    "ROUTES", "Activation", "KernelHandle", "Route", "RouteTable", "activate", "activated", "active",
+    "deactivate", "emulate", "register_kernel", "reset_route_stats", "route_log", "route_stats",
+    "route_table", "write_route_log",
+]
+
+_lock = threading.RLock()
+_kernels: dict[str, list[KernelEntry]] = {}
+
+
+@dataclass
+class Activation:
+    """What is installed: the route table, where, and how to undo it."""
+
+    table: RouteTable
+    device: torch.device
+    emulated: bool
+    installation: Any
+
+    @property
+    def description(self):
+        return self.table.description
+
+
+_active: list[Activation] = []  # a stack: emulate() can nest over an activated device
+
+
+def active() -> Activation | None:
+    """The innermost activation, or None."""
+    return _active[-1] if _active else None
+
+
+def route_table(description: str | None = None) -> RouteTable:
+    """The route table of a description (default: the active one, else torch.fl.device()'s)."""
+    from ..description import registry
+    from ..device import EMULATION_PREFIX, description_for, resolve
+
+    if description is None and _active:
+        return _active[-1].table
+    name = description.removeprefix(EMULATION_PREFIX) if description else None
+    desc = registry.get(name) if name else description_for(resolve())
+    return RouteTable(desc, _kernels)
+
+
+def _activate(desc, device: torch.device, emulated: bool) -> Activation:
+    from . import stats
+    from .emulate import Emulation
+    from .install import KeyInstallation
+    from .router import Router
+
+    table = RouteTable(desc, _kernels)
+    label = f"emu:{desc.name} (on cpu)" if emulated else str(device)
+    router = Router(table, label, host_is_device=emulated or device.type == "cpu")
+    installation = (Emulation(router) if emulated else KeyInstallation(router)).install()
+    stats.set_context(label, desc.name)
+    log_path = _env.FL_ROUTE_LOG.get()
+    if log_path:
+        stats.write_at_exit(log_path)
+    activation = Activation(table, device, emulated, installation)
+    _active.append(activation)
+    return activation
+
+
+def activate(device: str | torch.device | None = None) -> Activation:
+    """Install routing for `device` (default torch.fl.device()); idempotent and thread-safe.
+
+    Example:
+        >>> import torch, torch_fl
+        >>> torch.fl.activate().description.name  # doctest: +SKIP
+        'cpu'
+    """
+    from ..description import registry
+    from ..device import EMULATION_PREFIX, default_device_id, description_for, resolve
+
+    with _lock:
+        text = device if isinstance(device, str) else None
+        if device is None:
+            text = default_device_id()
+        emulated = text is not None and text.startswith(EMULATION_PREFIX)
+        dev = resolve(device)
+        desc = registry.get(text.removeprefix(EMULATION_PREFIX)) if emulated else description_for(dev)
+        for current in _active:
+            if current.description.name == desc.name and current.emulated == emulated:
+                return current
+        return _activate(desc, dev, emulated)
+
+
+def deactivate() -> None:
+    """Remove every installed router and emulation; the dispatcher is as before activation."""
+    with _lock:
+        while _active:
+            _active.pop().installation.remove()
+
+
+@contextlib.contextmanager
+def activated(device: str | torch.device | None = None) -> Iterator[Activation]:
+    """Routing active inside the block only (unless it was already active before)."""
+    before = len(_active)
+    activation = activate(device)
+    try:
+        yield activation
+    finally:
+        with _lock:
+            while len(_active) > before:
+                _active.pop().installation.remove()
+
+
+@contextlib.contextmanager
+def emulate(name: str) -> Iterator[Activation]:
+    """Run the block on the CPU as if on the chip described by `name` (a description name or path).
+
+    Example:
+        >>> with torch.fl.emulate("mps"):  # doctest: +SKIP
+        ...     model(x)   # float64 ops raise UnsupportedOperatorError, missing ops translate
+    """
+    from ..description import registry
+
+    with _lock:
+        before = len(_active)
+        activation = _activate(registry.get(name.removeprefix("emu:")), torch.device("cpu"), True)
+    try:
+        yield activation
+    finally:
+        with _lock:
+            while len(_active) > before:
+                _active.pop().installation.remove()
+
+
+class KernelHandle:
+    """Undo handle of register_kernel."""
+
+    def __init__(self, op: str, entry: KernelEntry):
+        self.op, self.entry = op, entry
+
+    def remove(self) -> None:
+        with _lock:
+            entries = _kernels.get(self.op, [])
+            if self.entry in entries:
+                entries.remove(self.entry)
+            _refresh()
+
+
+def register_kernel(op: str, fn: Callable, *, device_type: str | None = None,
+                    dtypes: Iterable[str | torch.dtype] | None = None) -> KernelHandle:
+    """Route `op` to `fn` (a vendor or Triton kernel) for `device_type` and `dtypes`.
+
+    Args:
+        op: 'aten::gelu' (every overload) or 'aten::gelu.default'.
+        fn: called with the op's arguments; returns what the op returns.
+        device_type: only for this device type (default: every device).
+        dtypes: only for inputs of these dtypes (default: every dtype).
+
+    Returns:
+        A handle whose ``remove()`` undoes the registration.
+
+    Example:
+        >>> h = torch.fl.register_kernel("aten::gelu", my_gelu, dtypes=["float16"])  # doctest: +SKIP
+        >>> h.remove()  # doctest: +SKIP
+    """
+    name = op if "::" in op else f"aten::{op}"
+    key = name if "." not in name.split("::", 1)[1] else canonical_op_name(name)
+    names = None if dtypes is None else frozenset(
+        str(d).removeprefix("torch.") if isinstance(d, torch.dtype) else d for d in dtypes)
+    entry = KernelEntry(fn, names, f"torch.fl.register_kernel({key!r}"
+                        + (f", device_type={device_type!r}" if device_type else "") + ")", device_type)
+    with _lock:
+        _kernels.setdefault(key, []).append(entry)
+        _refresh()
+    return KernelHandle(key, entry)
+
+
+def _refresh() -> None:
+    """Re-install active routing so new or removed kernels take effect."""
+    if not _active:
+        return
+    specs = [(a.description, a.device, a.emulated) for a in _active]
+    deactivate()
+    for desc, device, emulated in specs:
+        _activate(desc, device, emulated)

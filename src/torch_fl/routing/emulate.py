@@ -1,0 +1,62 @@
+"""Emulated chips: run on the CPU while enforcing a description's native (op, dtype) set.
+
+A TorchDispatchMode sees every aten call below autograd (after CompositeImplicitAutograd ops have
+decomposed, as a real backend would) and hands it to the same Router as a real dispatch key. Inside
+``__torch_dispatch__`` the mode is popped, so native calls run on the CPU directly; translations
+re-enter the mode so their sub-ops are checked as well. A description with
+``ops.fused_attention = false`` also makes SDPA take its math path, as on a chip without fused attention.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from ..description.probe import canonical_op_name
+from .router import Router, first_dtype
+
+
+class EmulationMode(TorchDispatchMode):
+    def __init__(self, router: Router):
+        super().__init__()
+        self.router = router
+        self.table = router.table
+        self._names: dict[Any, str] = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        op = self._names.get(func)
+        if op is None:
+            op = self._names[func] = canonical_op_name(func)
+        dtype = first_dtype(args, kwargs)
+        route = self.table.route(op, dtype)
+        if route.kind == "native":
+            return func(*args, **kwargs)
+        return self.router.call(op, func, route, dtype, args, kwargs,
+                                native=lambda a, k: func(*a, **k), reenter=self)
+
+
+class Emulation:
+    """An entered emulation: the dispatch mode plus the SDPA backend restriction; `remove()` exits."""
+
+    def __init__(self, router: Router):
+        self.router = router
+        self._stack = contextlib.ExitStack()
+
+    def install(self) -> Emulation:
+        if not self.router.table.description.section("ops")["fused_attention"]:
+            from torch.nn.attention import SDPBackend, sdpa_kernel
+
+            self._stack.enter_context(sdpa_kernel([SDPBackend.MATH]))
+        self._stack.enter_context(EmulationMode(self.router))
+        return self
+
+    def remove(self) -> None:
+        self._stack.close()
+
+
+def supports_emulation() -> bool:
+    return hasattr(torch.utils._python_dispatch, "TorchDispatchMode")

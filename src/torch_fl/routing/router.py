@@ -1,0 +1,214 @@
+"""What happens to a call once its route is known: native, translate, fallback, kernel or unsupported.
+
+The same Router serves the real dispatch key (install.py) and emulated chips (emulate.py); the caller
+passes `native`, a callable that runs the op's own kernel (None when there is none).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.utils._pytree import tree_map
+
+from .. import _env
+from ..errors import FallbackWarning, UnsupportedOperatorError
+from . import stats
+from .table import Route, RouteTable, dtype_name
+from .translate import guard, translation
+
+Native = Callable[[tuple, dict], Any] | None
+
+
+def first_dtype(args: tuple, kwargs: dict) -> str | None:
+    """The dtype that decides a dtype-conditioned route: the first tensor argument's (a tensor list's
+    first element counts), else an explicit dtype= argument."""
+    for arg in args:
+        if isinstance(arg, torch.Tensor):
+            return dtype_name(arg.dtype)
+        if isinstance(arg, (list, tuple)) and arg and isinstance(arg[0], torch.Tensor):
+            return dtype_name(arg[0].dtype)
+    for arg in kwargs.values():
+        if isinstance(arg, torch.Tensor):
+            return dtype_name(arg.dtype)
+    explicit = kwargs.get("dtype")
+    return dtype_name(explicit) if isinstance(explicit, torch.dtype) else None
+
+
+def _describe_args(args: tuple, kwargs: dict) -> str:
+    parts = []
+    for value in (*args, *kwargs.values()):
+        if isinstance(value, torch.Tensor):
+            parts.append(f"Tensor[{dtype_name(value.dtype)}, {tuple(value.shape)}, {value.device}]")
+        elif isinstance(value, (list, tuple)) and value and isinstance(value[0], torch.Tensor):
+            parts.append("[" + ", ".join(f"Tensor[{dtype_name(t.dtype)}, {tuple(t.shape)}]"
+                                         for t in value if isinstance(t, torch.Tensor)) + "]")
+        else:
+            parts.append(repr(value) if len(repr(value)) < 40 else type(value).__name__)
+    return ", ".join(parts)
+
+
+class Router:
+    """Runs calls by route for one description on one device type."""
+
+    def __init__(self, table: RouteTable, device_label: str, *, host_is_device: bool):
+        self.table = table
+        self.device_label = device_label
+        # On the CPU key and on emulated chips the "device" already is the CPU: a fallback runs the
+        # op's own CPU kernel instead of copying.
+        self.host_is_device = host_is_device
+        self.strict = _env.FL_FALLBACK.get().lower() == "error"
+        self._warned: set[str] = set()
+
+    def call(self, op: str, ovl: torch._ops.OpOverload, route: Route, dtype: str | None,
+             args: tuple, kwargs: dict, native: Native, reenter: Any = None) -> Any:
+        kind = route.kind
+        if kind == "native":
+            if native is None:
+                raise self.error(op, args, kwargs, route, "the route is native but the device has no "
+                                 "kernel for it")
+            return native(args, kwargs)
+        if kind == "translate":
+            return self.translate(op, ovl, route, dtype, args, kwargs, native, reenter)
+        if kind == "fallback":
+            return self.fallback(op, ovl, route, dtype, args, kwargs, native)
+        if kind == "kernel":
+            stats.record(op, dtype, "kernel", route.source)
+            return route.kernel(*args, **kwargs)
+        raise self.error(op, args, kwargs, route)
+
+    def translate(self, op: str, ovl: torch._ops.OpOverload, route: Route, dtype: str | None,
+                  args: tuple, kwargs: dict, native: Native, reenter: Any) -> Any:
+        fn = translation(op)
+        if fn is None:
+            return self._untranslatable(op, ovl, route, dtype, args, kwargs, native,
+                                        "no generic (decomposed) implementation exists")
+        if op in guard.active:
+            return self._untranslatable(op, ovl, route, dtype, args, kwargs, native,
+                                        f"its decomposition calls {op} itself")
+        stats.record(op, dtype, "translate", route.source)
+        guard.active.add(op)
+        try:
+            if reenter is not None:
+                with reenter:  # emulation: the decomposition's sub-ops are checked too
+                    out = fn(*args, **kwargs)
+            else:
+                out = fn(*args, **kwargs)
+        finally:
+            guard.active.discard(op)
+        if out is NotImplemented:
+            return self._untranslatable(op, ovl, route, dtype, args, kwargs, native,
+                                        "its decomposition does not cover these inputs")
+        return out
+
+    def _untranslatable(self, op: str, ovl: torch._ops.OpOverload, route: Route, dtype: str | None,
+                        args: tuple, kwargs: dict, native: Native, why: str) -> Any:
+        if self.table.description.section("ops")["default"] == "translate-or-fallback":
+            return self.fallback(op, ovl, Route("fallback", f"{route.source}; translation failed: {why}"),
+                                 dtype, args, kwargs, native)
+        raise self.error(op, args, kwargs, route, f"cannot translate: {why}")
+
+    def fallback(self, op: str, ovl: torch._ops.OpOverload, route: Route, dtype: str | None,
+                 args: tuple, kwargs: dict, native: Native) -> Any:
+        if self.strict:
+            raise self.error(op, args, kwargs, route, "FL_FALLBACK=error forbids running it on the CPU "
+                             "(strict mode)")
+        if op not in self._warned:
+            self._warned.add(op)
+            warnings.warn(
+                f"torch-fl: {op} [{dtype}] runs on the CPU (fallback) on {self.device_label}: "
+                f"{route.source}. Each call copies its tensors to the host and back. To make it fast, "
+                f"register a kernel (torch.fl.register_kernel('{op}', fn)) or ask the vendor for a native "
+                f"one; to silence this warning: warnings.filterwarnings('ignore', "
+                f"category=torch_fl.errors.FallbackWarning). Counts: torch.fl.route_stats().",
+                FallbackWarning, stacklevel=3)
+        stats.record(op, dtype, "fallback", route.source)
+        if self.host_is_device:
+            if native is None:
+                raise self.error(op, args, kwargs, route, "the CPU has no kernel for it either")
+            return native(args, kwargs)
+        return cpu_fallback(ovl, args, kwargs)
+
+    def error(self, op: str, args: tuple, kwargs: dict, route: Route, reason: str = "") -> \
+            UnsupportedOperatorError:
+        desc = self.table.description
+        return UnsupportedOperatorError(
+            f"{op} is not supported on {self.device_label} (description '{desc.name}')"
+            + (f": {reason}" if reason else "") + f".\n"
+            f"  inputs: {_describe_args(args, kwargs)}\n"
+            f"  route: {route.kind}, decided by {route.source}\n"
+            f"  fixes:\n"
+            f"    - run it on the CPU: FL_ROUTE='{op}=fallback' (counted and warned), or add it to "
+            f"[ops] fallback in {desc.path}\n"
+            f"    - try PyTorch's decomposition: FL_ROUTE='{op}=translate'\n"
+            f"    - provide a kernel: torch.fl.register_kernel('{op}', fn, device_type='{desc.device_type}')")
+
+
+# CPU fallback on a real device ---------------------------------------------------------------------
+def _host_copier(force: bool) -> Callable[[Any], Any]:
+    def copy(value: Any) -> Any:
+        if not isinstance(value, torch.Tensor):
+            return value
+        if value.device.type != "cpu":
+            return value.cpu()
+        return value.clone() if force else value
+    return copy
+
+
+def _geometry_preserving_copy(t: torch.Tensor, force: bool) -> torch.Tensor:
+    """A CPU tensor over a copy of `t`'s whole storage with `t`'s exact size/stride/offset, so a view
+    computed on it maps back onto `t`'s storage."""
+    storage = t.untyped_storage()
+    storage = storage.clone() if force and storage.device.type == "cpu" else storage.cpu()
+    return torch.empty(0, dtype=t.dtype).set_(storage, t.storage_offset(), t.size(), t.stride())
+
+
+def cpu_fallback(ovl: torch._ops.OpOverload, args: tuple, kwargs: dict, *, force_copy: bool = False) -> Any:
+    """Run `ovl` on CPU copies of the arguments and bring the results back to the device: mutated
+    arguments (in-place, out=) are copied back into the originals, views are re-created on the
+    device's storage, new tensors move to the device of the first device tensor.
+
+    `force_copy` copies CPU tensors too, so tests on a CPU-only machine exercise the same path as a
+    device with its own memory."""
+    _host_copy = _host_copier(force_copy)
+    schema = ovl._schema
+    flat_inputs = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
+    device = next((t.device for t in flat_inputs if t.device.type != "cpu"), torch.device("cpu"))
+    is_view = any(r.alias_info is not None and not r.alias_info.is_write for r in schema.returns)
+    if is_view:
+        cpu_args = tuple(_geometry_preserving_copy(a, force_copy) if isinstance(a, torch.Tensor) else a
+                         for a in args)
+        cpu_kwargs = {k: _host_copy(v) for k, v in kwargs.items()}
+    else:
+        cpu_args = tree_map(_host_copy, args)
+        cpu_kwargs = tree_map(_host_copy, kwargs)
+    out = ovl(*cpu_args, **cpu_kwargs)
+
+    # Arguments the schema marks as written (self of in-place ops, out= tensors): copy back.
+    written: dict[int, torch.Tensor] = {}
+    positional = schema.arguments
+    for i, argument in enumerate(positional):
+        if argument.alias_info is None or not argument.alias_info.is_write:
+            continue
+        original = args[i] if i < len(args) else kwargs.get(argument.name)
+        host = cpu_args[i] if i < len(args) else cpu_kwargs.get(argument.name)
+        if isinstance(original, torch.Tensor) and isinstance(host, torch.Tensor):
+            if original.shape != host.shape:
+                original.resize_(host.shape)
+            original.copy_(host)
+            written[id(host)] = original
+
+    def back(value: Any) -> Any:
+        if not isinstance(value, torch.Tensor):
+            return value
+        if id(value) in written:
+            return written[id(value)]
+        if is_view:
+            base = next(a for a, c in zip(args, cpu_args, strict=True) if isinstance(a, torch.Tensor)
+                        and c.untyped_storage().data_ptr() == value.untyped_storage().data_ptr())
+            return base.as_strided(value.size(), value.stride(), value.storage_offset())
+        return value.to(device)
+
+    return tree_map(back, out)

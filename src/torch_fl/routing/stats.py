@@ -1,0 +1,62 @@
+"""Accounting of non-native calls per (op, dtype, route), the route log, and the dispatch logger."""
+
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import threading
+from collections import Counter
+from pathlib import Path
+
+log = logging.getLogger("torch_fl.dispatch")
+_counts: Counter[tuple[str, str, str]] = Counter()
+_lock = threading.Lock()
+_context: dict[str, str] = {"device": "", "description": ""}
+_log_path: list[str] = []
+
+
+def record(op: str, dtype: str | None, route: str, source: str) -> None:
+    """Count one call; the first call of each (op, dtype, route) is logged at DEBUG with its source."""
+    key = (op, dtype or "-", route)
+    if key not in _counts:
+        log.debug("%s [%s] -> %s (%s)", op, dtype or "-", route, source)
+    _counts[key] += 1  # Counter updates are atomic enough under the GIL for statistics
+
+
+def route_stats() -> list[dict[str, object]]:
+    """Non-native calls so far: [{'op', 'dtype', 'route', 'calls'}], most calls first.
+
+    Example:
+        >>> import torch, torch_fl
+        >>> torch.fl.route_stats()  # doctest: +SKIP
+        [{'op': 'aten::gelu.default', 'dtype': 'float32', 'route': 'translate', 'calls': 12}]
+    """
+    with _lock:
+        items = list(_counts.items())
+    return [{"op": op, "dtype": dtype, "route": route, "calls": calls}
+            for (op, dtype, route), calls in sorted(items, key=lambda kv: (-kv[1], kv[0]))]
+
+
+def reset_route_stats() -> None:
+    with _lock:
+        _counts.clear()
+
+
+def set_context(device: str, description: str) -> None:
+    _context.update(device=device, description=description)
+
+
+def route_log() -> dict[str, object]:
+    return {**_context, "records": route_stats()}
+
+
+def write_route_log(path: str | Path) -> None:
+    Path(path).write_text(json.dumps(route_log(), indent=2) + "\n", encoding="utf-8")
+
+
+def write_at_exit(path: str) -> None:
+    """Write the route log to `path` when the process exits (FL_ROUTE_LOG); registered once."""
+    if not _log_path:
+        atexit.register(lambda: write_route_log(_log_path[-1]))
+    _log_path.append(path)

@@ -1,0 +1,233 @@
+"""The route table: for the active description, every (aten overload, dtype) gets one route.
+
+Precedence, highest first:
+  1. ``FL_ROUTE`` ('aten::gelu=translate,aten::bmm.default=fallback'; a bare name covers every overload)
+  2. ``[routes]`` of the project config, then of the user config
+  3. kernels registered with ``torch.fl.register_kernel``
+  4. the description's explicit lists: ``ops.unsupported``, ``ops.fallback``, ``ops.translate``,
+     ``ops.kernels``
+  5. the native op set (``ops.native``), limited by ``precision.dtypes`` and ``ops.dtypes``
+  6. the description's policy for everything else (``ops.default``)
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+
+from .. import _env, config
+from ..description.probe import canonical_op_name, dispatcher_op_name
+from ..errors import ConfigError, did_you_mean
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from ..description.model import Description
+
+ROUTES = ("native", "translate", "fallback", "kernel", "unsupported")
+
+
+@dataclass(frozen=True)
+class Route:
+    """Where calls of one (op, dtype) go, and which setting decided it."""
+
+    kind: str
+    source: str
+    kernel: Callable | None = None
+
+
+def parse_route_spec(text: str, origin: str) -> dict[str, str]:
+    """'aten::gelu=translate,aten::bmm.default=fallback' -> {op: route}."""
+    routes: dict[str, str] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        op, sep, kind = (s.strip() for s in item.rpartition("="))
+        if not sep or not op:
+            raise ConfigError(f"{origin}: '{item}' is not of the form OP=ROUTE "
+                              f"(example: FL_ROUTE='aten::gelu=translate,aten::bmm.default=fallback')")
+        routes[_route_key(op, origin)] = _check_kind(kind, origin, op)
+    return routes
+
+
+def _route_key(op: str, origin: str) -> str:
+    """A bare 'aten::gelu' stays bare (every overload); anything with an overload is canonicalised."""
+    name = op if "::" in op else f"aten::{op}"
+    if "." not in name.split("::", 1)[1]:
+        return name
+    try:
+        return canonical_op_name(name)
+    except (ValueError, TypeError):
+        raise ConfigError(f"{origin}: '{op}' is not an operator name ('aten::name[.overload]')") from None
+
+
+def _check_kind(kind: str, origin: str, op: str) -> str:
+    if kind not in ROUTES:
+        raise ConfigError(f"{origin}: route '{kind}' for {op} is not one of {', '.join(ROUTES)}."
+                          + did_you_mean(kind, ROUTES))
+    return kind
+
+
+def _lookup(table: dict[str, object], op: str) -> object | None:
+    """Exact overload first, then the bare name that covers every overload."""
+    found = table.get(op)
+    return found if found is not None else table.get(op.rsplit(".", 1)[0])
+
+
+def dtype_name(dtype: torch.dtype | None) -> str | None:
+    return None if dtype is None else str(dtype).removeprefix("torch.")
+
+
+@dataclass
+class KernelEntry:
+    fn: Callable
+    dtypes: frozenset[str] | None  # None: every dtype
+    source: str
+    device_type: str | None = None  # None: every device type
+
+
+class RouteTable:
+    """Routes of one description. Lookups are memoised; `invalidate` after registering kernels."""
+
+    def __init__(self, desc: Description, kernels: dict[str, list[KernelEntry]] | None = None):
+        self.description = desc
+        self.kernels = kernels if kernels is not None else {}
+        self._lock = threading.Lock()
+        self._cache: dict[tuple[str, str | None], Route] = {}
+        self._load_overrides()
+        ops = desc.section("ops")
+        where = f"description '{desc.name}' ({desc.path})"
+        self._explicit: dict[str, tuple[str, str]] = {}
+        for kind in ("translate", "fallback", "unsupported"):  # unsupported last: it wins a conflict
+            for op in ops[kind]:
+                self._explicit[_route_key(op, where)] = (kind, f"{where} ops.{kind}")
+        self._described_kernels = {_route_key(op, where): ref for op, ref in ops["kernels"].items()}
+        self._op_dtypes = {_route_key(op, where): frozenset(d) for op, d in ops["dtypes"].items()}
+        self._dtypes = frozenset(desc.dtypes)
+        self._native = desc.native_ops()
+        self._policy = ops["default"]
+        self._where = where
+
+    def _load_overrides(self) -> None:
+        self._env_routes = parse_route_spec(_env.FL_ROUTE.get(), "FL_ROUTE")
+        self._config_routes: dict[str, tuple[str, str]] = {}
+        for cfg in (config.user_config(), config.project_config()):  # project overrides user
+            for op, kind in (cfg.get("routes") or {}).items():
+                origin = f"{cfg.path} [routes]"
+                self._config_routes[_route_key(op, origin)] = (_check_kind(kind, origin, op), origin)
+
+    def invalidate(self) -> None:
+        with self._lock:
+            self._cache.clear()
+
+    # The decision ---------------------------------------------------------------------------------
+    def route(self, op: str, dtype: str | None = None) -> Route:
+        """The route of canonical op `op` for inputs of `dtype` (None: regardless of dtype)."""
+        key = (op, dtype)
+        found = self._cache.get(key)
+        if found is None:
+            found = self._decide(op, dtype)
+            with self._lock:
+                self._cache[key] = found
+        return found
+
+    def _decide(self, op: str, dtype: str | None) -> Route:
+        if not op.startswith("aten::"):
+            # Descriptions govern aten; prims and custom ops carry their own (composite) kernels.
+            return Route("native", "not an aten operator")
+        forced = _lookup(self._env_routes, op)
+        if forced is not None:
+            return self._forced(op, dtype, str(forced), "FL_ROUTE")
+        configured = _lookup(self._config_routes, op)
+        if configured is not None:
+            kind, origin = configured  # type: ignore[misc]
+            return self._forced(op, dtype, kind, origin)
+        kernel = self._kernel(op, dtype)
+        if kernel is not None:
+            return kernel
+        explicit = _lookup(self._explicit, op)
+        if explicit is not None:
+            kind, origin = explicit  # type: ignore[misc]
+            return self._forced(op, dtype, kind, origin)
+        if self.is_native(op, dtype):
+            return Route("native", f"{self._where} ops.native ({self.description.native_source})")
+        return self._policy_route(op, dtype)
+
+    def _forced(self, op: str, dtype: str | None, kind: str, origin: str) -> Route:
+        if kind == "kernel":
+            kernel = self._kernel(op, dtype)
+            if kernel is None:
+                raise ConfigError(f"{origin} routes {op} to 'kernel', but no kernel is registered for it; "
+                                  f"call torch.fl.register_kernel('{op}', fn) or name one in the "
+                                  f"description's [ops.kernels]")
+            return Route("kernel", origin, kernel.kernel)
+        return Route(kind, origin)
+
+    def _kernel(self, op: str, dtype: str | None) -> Route | None:
+        for name in (op, op.rsplit(".", 1)[0]):
+            for entry in reversed(self.kernels.get(name, [])):  # the latest registration wins
+                if entry.device_type not in (None, self.description.device_type):
+                    continue
+                if entry.dtypes is None or dtype is None or dtype in entry.dtypes:
+                    return Route("kernel", entry.source, entry.fn)
+        ref = _lookup(self._described_kernels, op)
+        if ref is not None:
+            return Route("kernel", f"{self._where} ops.kernels", _import_kernel(str(ref), self._where))
+        return None
+
+    def is_native(self, op: str, dtype: str | None) -> bool:
+        if op not in self._native and not is_composite_implicit(op):
+            return False
+        if dtype is None:
+            return True
+        limits = _lookup(self._op_dtypes, op)
+        return dtype in self._dtypes and (limits is None or dtype in limits)  # type: ignore[operator]
+
+    def _policy_route(self, op: str, dtype: str | None) -> Route:
+        from .translate import has_translation
+
+        source = f"{self._where} ops.default = '{self._policy}'"
+        if self._policy in ("translate-or-error", "translate-or-fallback") and has_translation(op):
+            return Route("translate", source)
+        if self._policy in ("translate-or-fallback", "fallback"):
+            return Route("fallback", source)
+        why = "" if self._policy == "error" else " and no generic (decomposed) implementation exists"
+        return Route("unsupported", source + f": not native{why}")
+
+    # Installation support -------------------------------------------------------------------------
+    def needs_router(self, op: str) -> bool:
+        """Whether calls of `op` must pass through a router (cheap: never builds a translation)."""
+        for overrides in (self._env_routes, self._config_routes):
+            found = _lookup(overrides, op)
+            if found is not None:
+                kind = found if isinstance(found, str) else found[0]
+                return kind != "native" or self.dtype_conditional(op)
+        if self._kernel(op, None) is not None or _lookup(self._explicit, op) is not None:
+            return True
+        return not self.is_native(op, None) or self.dtype_conditional(op)
+
+    def dtype_conditional(self, op: str) -> bool:
+        """Whether the route of `op` can differ by dtype (so a router must look at each call)."""
+        if _lookup(self._op_dtypes, op) is not None:
+            return True
+        return any(e.dtypes is not None for n in (op, op.rsplit(".", 1)[0]) for e in self.kernels.get(n, []))
+
+
+def is_composite_implicit(op: str) -> bool:
+    """CompositeImplicitAutograd ops decompose above the backend key, so they never need a route."""
+    try:
+        return torch._C._dispatch_has_kernel_for_dispatch_key(dispatcher_op_name(op),
+                                                              "CompositeImplicitAutograd")
+    except RuntimeError:
+        return False
+
+
+def _import_kernel(ref: str, where: str) -> Callable:
+    import importlib
+
+    module, _, name = ref.partition(":")
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(f"{where} ops.kernels names '{ref}', which cannot be imported: {exc}") from None

@@ -1,0 +1,60 @@
+"""Generic implementations of operators: PyTorch's own decompositions.
+
+Sources, in order: ``torch._decomp.decomposition_table`` (which also covers many in-place and ``out=``
+overloads) and ``OpOverload.decompose()`` for CompositeImplicitAutograd kernels. A decomposition can
+return ``NotImplemented`` for inputs it does not cover (``adaptive_max_pool2d``): that means "no
+translation for these inputs", never a result.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from .table import is_composite_implicit
+
+
+@functools.cache
+def _table() -> dict[Any, Callable]:
+    import torch._decomp  # heavy (imports torch._refs); loaded on the first translation only
+
+    return torch._decomp.decomposition_table
+
+
+def overload(op: str) -> torch._ops.OpOverload | None:
+    """The OpOverload of canonical name 'aten::name.overload', or None if this torch lacks it."""
+    namespace, rest = op.split("::", 1)
+    name, _, ovl = rest.partition(".")
+    packet = getattr(getattr(torch.ops, namespace), name, None)
+    return getattr(packet, ovl or "default", None) if packet is not None else None
+
+
+def translation(op: str) -> Callable | None:
+    """A generic implementation of `op`, or None."""
+    ovl = overload(op)
+    if ovl is None:
+        return None
+    found = _table().get(ovl)
+    if found is not None:
+        return found
+    if is_composite_implicit(op):
+        return ovl.decompose
+    return None
+
+
+def has_translation(op: str) -> bool:
+    return translation(op) is not None
+
+
+class RecursionGuard(threading.local):
+    """Ops being translated on this thread: a decomposition that calls its own op must not loop."""
+
+    def __init__(self) -> None:
+        self.active: set[str] = set()
+
+
+guard = RecursionGuard()
