@@ -349,5 +349,6 @@ def test_the_docs_example_runs(capsys):
 
 def test_the_docs_table_covers_every_call():
     text = (DOCS / "runtime.md").read_text()
-    for name in torch_fl._LAZY:
-        assert f"| `{name}" in text, name
+    for name, module in torch_fl._LAZY.items():
+        if module == "runtime":
+            assert f"| `{name}" in text, name
