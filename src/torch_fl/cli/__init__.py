@@ -12,6 +12,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "describe": ("describe", "print a device description as TOML, list them, or probe the live device"),
     "doctor": ("doctor", "diagnose this machine's device, plugin and torch-fl setup"),
     "bugreport": ("bugreport", "print a ready-to-paste issue report (secrets redacted)"),
+    "routes": ("routes", "show every op's route on a device, or diff two route logs"),
 }
 
 

@@ -67,7 +67,7 @@ def route_table(description: str | None = None) -> RouteTable:
 
 def _activate(desc, device: torch.device, emulated: bool) -> Activation:
     from . import stats
-    from .emulate import Emulation
+    from .emulation import Emulation
     from .install import KeyInstallation
     from .router import Router
 

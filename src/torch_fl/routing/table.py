@@ -134,7 +134,10 @@ class RouteTable:
 
     def _decide(self, op: str, dtype: str | None) -> Route:
         if not op.startswith("aten::"):
-            # Descriptions govern aten; prims and custom ops carry their own (composite) kernels.
+            # Descriptions list aten ops; prims and custom ops carry their own (composite) kernels,
+            # but they still cannot compute in a dtype the device does not have.
+            if dtype is not None and dtype not in self._dtypes:
+                return Route("unsupported", f"{self._where} precision.dtypes: no {dtype} on this device")
             return Route("native", "not an aten operator")
         forced = _lookup(self._env_routes, op)
         if forced is not None:

@@ -1,0 +1,322 @@
+"""`torchfl routes`: the route of every aten overload on a device, and the difference of two route logs.
+
+``routes show`` asks the route table (torch_fl.routing) without activating routing, so it installs
+nothing and never writes an FL_ROUTE_LOG. ``routes diff`` compares two route logs (FL_ROUTE_LOG or
+torch.fl.write_route_log) and exits like diff(1): 0 identical, 1 different, 2 unreadable input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+SAME, DIFFERENT, BAD_INPUT = 0, 1, 2
+CHANGES = ("route", "added", "removed", "calls")  # the order of the diff table
+LOG_SHAPE = ('a route log as written with FL_ROUTE_LOG=PATH or torch.fl.write_route_log(PATH): '
+             '{"device": "...", "description": "...", "records": [{"op": "aten::gelu.default", '
+             '"dtype": "float32", "route": "translate", "calls": 12}, ...]}')
+
+
+# Parser -------------------------------------------------------------------------------------------
+def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> None:
+    from ..routing.table import ROUTES
+
+    parser = sub.add_parser(
+        name, help=help_text,
+        description="Show the route every aten operator takes on a device (native, translate, "
+                    "fallback, kernel, unsupported) and which setting decided it, or compare two "
+                    "route logs (FL_ROUTE_LOG) taken before and after an upgrade.",
+        epilog="Examples:\n  torchfl routes show\n  torchfl routes show --device emu:minimal --route translate\n"
+               "  torchfl routes show --device mps --dtype float64 --op matmul\n"
+               "  FL_ROUTE_LOG=before.json python train.py; ...upgrade...; "
+               "FL_ROUTE_LOG=after.json python train.py\n"
+               "  torchfl routes diff before.json after.json",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    _add_show(actions, ROUTES)
+    _add_diff(actions)
+
+
+def _add_show(actions: argparse._SubParsersAction, routes: Sequence[str]) -> None:
+    show = actions.add_parser(
+        "show", help="the route of every aten overload on a device",
+        description="Print a summary (aten overloads per route) and a table of the ops that are not "
+                    "native, with the setting that decided each route (FL_ROUTE, a config file, a "
+                    "registered kernel, a description list, the native op set, or ops.default).")
+    show.add_argument("--device", metavar="D",
+                      help="a virtual id (acc0), a physical device (cuda:1), a description name (cuda, "
+                           "mps) or path, or emu:NAME (default: torch.fl.device())")
+    show.add_argument("--route", choices=routes, help="only ops with this route")
+    show.add_argument("--op", metavar="SUBSTRING", help="only ops whose name contains SUBSTRING")
+    show.add_argument("--dtype", help="routes for inputs of this dtype, e.g. float16 (default: "
+                                      "regardless of dtype)")
+    show.add_argument("--all", action="store_true", help="list native ops too")
+    show.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+
+def _add_diff(actions: argparse._SubParsersAction) -> None:
+    diff = actions.add_parser(
+        "diff", help="compare two route logs (exit 0 identical, 1 different, 2 bad input)",
+        description="Compare two route logs written with FL_ROUTE_LOG (for instance before and after "
+                    "upgrading torch, the plugin or a description): ops whose route changed, ops "
+                    "routed in only one log, and call counts that changed. A log lists only calls that "
+                    "were not native, so an op missing from one log ran natively or was not called.",
+        epilog="Exit status: 0 when the logs have the same records, 1 when they differ, 2 when a log "
+               "cannot be read.")
+    diff.add_argument("before", help="route log of the earlier run (JSON)")
+    diff.add_argument("after", help="route log of the later run (JSON)")
+    diff.add_argument("--ignore-calls", action="store_true",
+                      help="ignore changed call counts (only routes matter, e.g. in CI)")
+    diff.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+
+def run(args: argparse.Namespace) -> int:
+    return run_show(args) if args.action == "show" else run_diff(args)
+
+
+# routes show --------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Target:
+    """What `--device` named: the label to print, and the description that governs it as
+    torch_fl.routing.route_table accepts it (a name, a path or emu:NAME; not a device id)."""
+
+    device: str
+    table_name: str
+    description: Any  # torch_fl.description.model.Description
+
+
+def governing(device: str | None) -> Target:
+    """The description that governs `device` (see the --device help for the accepted forms)."""
+    from ..description import registry
+    from ..device import EMULATION_PREFIX, default_device_id, description_for
+
+    text = (device or default_device_id()).strip()
+    if text.startswith(EMULATION_PREFIX):
+        return Target(text, text, registry.get(text.removeprefix(EMULATION_PREFIX)))
+    if text.endswith(".toml") or os.sep in text or text in registry.descriptions():
+        desc = registry.get(text)
+        return Target(desc.name, text, desc)
+    desc = description_for(_physical(text))
+    return Target(text, desc.name, desc)
+
+
+def _physical(text: str):
+    # device._resolve, unlike device.resolve, does not activate routing: showing routes must not
+    # install routers or arm an FL_ROUTE_LOG write at exit.
+    from ..device import _resolve
+
+    return _resolve(text)
+
+
+def route_rows(target: Target, dtype: str | None, op_filter: str | None = None) -> list[dict[str, str]]:
+    """[{'op', 'route', 'source'}] for every aten overload (containing `op_filter`) on `target`."""
+    from ..description.probe import all_aten_ops
+    from ..routing import route_table
+
+    table = route_table(target.table_name)
+    rows = []
+    for op in all_aten_ops():
+        if op_filter and op_filter not in op:
+            continue
+        route = table.route(op, dtype)
+        rows.append({"op": op, "route": route.kind, "source": route.source})
+    return rows
+
+
+def check_dtype(name: str | None) -> str | None:
+    """'float16' or 'torch.float16' -> 'float16'; anything that is not a torch dtype is an error."""
+    import torch
+
+    from ..errors import ConfigError
+
+    if name is None:
+        return None
+    bare = name.strip().removeprefix("torch.")
+    if not isinstance(getattr(torch, bare, None), torch.dtype):
+        raise ConfigError(f"--dtype {name!r} is not a torch dtype (examples: float32, float16, "
+                          f"bfloat16, int64, bool)")
+    return bare
+
+
+def summary(rows: Iterable[dict[str, str]]) -> dict[str, int]:
+    from ..routing.table import ROUTES
+
+    counts = Counter(row["route"] for row in rows)
+    return {route: counts.get(route, 0) for route in (*ROUTES, *sorted(set(counts) - set(ROUTES)))}
+
+
+def run_show(args: argparse.Namespace) -> int:
+    target = governing(args.device)
+    dtype = check_dtype(args.dtype)
+    rows = route_rows(target, dtype, args.op)
+    listed = [row for row in rows if _listed(row, args.route, args.all)]
+    if args.json:
+        print(json.dumps({"device": target.device, "description": target.description.name,
+                          "dtype": dtype, "summary": summary(rows), "ops": listed}, indent=2))
+    else:
+        sys.stdout.write(render_show(target, dtype, rows, listed, args))
+    return 0
+
+
+def _listed(row: dict[str, str], route: str | None, everything: bool) -> bool:
+    if route is not None:
+        return row["route"] == route
+    return everything or row["route"] != "native"
+
+
+def render_show(target: Target, dtype: str | None, rows: list[dict[str, str]],
+                listed: list[dict[str, str]], args: argparse.Namespace) -> str:
+    desc = target.description
+    counts = ", ".join(f"{n} {r}" for r, n in summary(rows).items())
+    matching = f" containing '{args.op}'" if args.op else ""
+    lines = [f"device {target.device}: description '{desc.name}' ({desc.path})",
+             f"dtype: {dtype or 'any (routes regardless of dtype)'}",
+             f"{len(rows)} aten overloads{matching}: {counts}", ""]
+    if not listed:
+        what = f"with route {args.route}" if args.route else "" if args.all else "that are not native"
+        return "\n".join([*lines, f"no ops {what}".rstrip() + "\n"])
+    # The header names the description file once; repeating it on every row hides the part that differs.
+    prefix = f"description '{desc.name}' ({desc.path}) "
+    table = [(row["op"], row["route"], row["source"].removeprefix(prefix)) for row in listed]
+    return "\n".join([*lines, format_table(("op", "route", "source"), table)])
+
+
+def format_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header))]
+    return "\n".join("  ".join(str(cell).ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+                     for row in [header, *rows]) + "\n"
+
+
+# routes diff --------------------------------------------------------------------------------------
+class LogError(ValueError):
+    """A route log that cannot be read; not a TorchFLError, so the CLI frame does not map it to 1."""
+
+
+Key = tuple[str, str]  # (op, dtype)
+
+
+@dataclass
+class RouteLog:
+    path: str
+    device: str = ""
+    description: str = ""
+    calls: dict[Key, dict[str, int]] = field(default_factory=dict)  # (op, dtype) -> {route: calls}
+
+    @property
+    def records(self) -> int:
+        return sum(len(routes) for routes in self.calls.values())
+
+
+def read_log(path: str) -> RouteLog:
+    """Read and check a route log; every problem names the file and the expected shape."""
+    data = _load_json(path)
+    if not isinstance(data, dict) or not isinstance(data.get("records"), list):
+        raise LogError(f"{path}: not a route log (no 'records' list); expected {LOG_SHAPE}")
+    log = RouteLog(path, _text(data, "device", path), _text(data, "description", path))
+    for index, record in enumerate(data["records"]):
+        op, dtype, route, calls = _record(record, f"{path}: records[{index}]")
+        routes = log.calls.setdefault((op, dtype), {})
+        routes[route] = routes.get(route, 0) + calls  # a log merged by hand may repeat a record
+    return log
+
+
+def _load_json(path: str) -> Any:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise LogError(f"{path}: no such file; expected {LOG_SHAPE}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise LogError(f"{path}: cannot read it: {getattr(exc, 'strerror', None) or exc}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise LogError(f"{path}: not JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}); "
+                       f"expected {LOG_SHAPE}") from None
+
+
+def _text(data: dict[str, Any], key: str, path: str) -> str:
+    value = data.get(key, "")
+    if not isinstance(value, str):
+        raise LogError(f"{path}: '{key}' is {type(value).__name__}, not a string; expected {LOG_SHAPE}")
+    return value
+
+
+def _record(record: Any, where: str) -> tuple[str, str, str, int]:
+    if not isinstance(record, dict):
+        raise LogError(f"{where} is {type(record).__name__}, not an object; expected {LOG_SHAPE}")
+    for key in ("op", "route"):
+        if not isinstance(record.get(key), str) or not record[key]:
+            raise LogError(f"{where}: '{key}' must be a non-empty string; expected {LOG_SHAPE}")
+    dtype = record.get("dtype")
+    if dtype is not None and not isinstance(dtype, str):
+        raise LogError(f"{where}: 'dtype' must be a string or null; expected {LOG_SHAPE}")
+    calls = record.get("calls")
+    if isinstance(calls, bool) or not isinstance(calls, int) or calls < 0:
+        raise LogError(f"{where}: 'calls' must be a non-negative integer; expected {LOG_SHAPE}")
+    return record["op"], dtype or "-", record["route"], calls
+
+
+def compare(before: RouteLog, after: RouteLog, *, ignore_calls: bool = False) -> list[dict[str, Any]]:
+    """Changes from `before` to `after`, table order: [{'change', 'op', 'dtype', 'before', 'after'}]."""
+    changes = []
+    for key in sorted(before.calls.keys() | after.calls.keys()):
+        old, new = before.calls.get(key, {}), after.calls.get(key, {})
+        change = _classify(old, new, ignore_calls)
+        if change:
+            changes.append({"change": change, "op": key[0], "dtype": key[1], "before": old, "after": new})
+    return sorted(changes, key=lambda c: CHANGES.index(c["change"]))  # stable: op order within a kind
+
+
+def _classify(old: dict[str, int], new: dict[str, int], ignore_calls: bool) -> str | None:
+    if not old:
+        return "added"
+    if not new:
+        return "removed"
+    if set(old) != set(new):
+        return "route"
+    return None if ignore_calls or old == new else "calls"
+
+
+def run_diff(args: argparse.Namespace) -> int:
+    try:
+        before, after = read_log(args.before), read_log(args.after)
+    except LogError as exc:
+        print(f"torchfl routes diff: error: {exc}", file=sys.stderr)
+        return BAD_INPUT
+    changes = compare(before, after, ignore_calls=args.ignore_calls)
+    counts = {kind: sum(c["change"] == kind for c in changes) for kind in CHANGES}
+    if args.json:
+        print(json.dumps({"before": _side(before), "after": _side(after), "identical": not changes,
+                          "summary": counts, "changes": changes}, indent=2))
+    else:
+        sys.stdout.write(render_diff(before, after, changes, counts))
+    return DIFFERENT if changes else SAME
+
+
+def _side(log: RouteLog) -> dict[str, Any]:
+    return {"path": log.path, "device": log.device, "description": log.description, "records": log.records}
+
+
+def render_diff(before: RouteLog, after: RouteLog, changes: list[dict[str, Any]],
+                counts: dict[str, int]) -> str:
+    lines = [f"{label}: {log.path}  (device {log.device or '?'}, description {log.description or '?'}, "
+             f"{log.records} records)" for label, log in (("before", before), ("after", after))]
+    if not changes:
+        return "\n".join([*lines, "identical"]) + "\n"
+    what = {"route": "route changed", "added": "routed only after", "removed": "routed only before",
+            "calls": "call count changed"}
+    lines.append(f"{len(changes)} differences: " + ", ".join(f"{counts[k]} {what[k]}" for k in CHANGES))
+    lines.append("('-': not in that log, i.e. the op ran natively or was not called)\n")
+    rows = [(c["change"], c["op"], c["dtype"], _calls(c["before"]), _calls(c["after"])) for c in changes]
+    return "\n".join(lines) + "\n" + format_table(("change", "op", "dtype", "before", "after"), rows)
+
+
+def _calls(routes: dict[str, int]) -> str:
+    return ", ".join(f"{route} ({calls} calls)" for route, calls in sorted(routes.items())) or "-"
