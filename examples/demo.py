@@ -1,8 +1,8 @@
 """`make demo`: train the example GPT for a few steps on random tokens on torch.fl.device().
 
 The model code never names a vendor: the device is a symbol (FL_DEVICE, default acc0) that torch-fl
-maps to cuda:0, npu:0, mps, cpu, ... Run `FL_DEVICE=emu:minimal python examples/demo.py` (once
-emulation is available) to check a chip you do not have.
+maps to cuda:0, npu:0, mps, cpu, ... Run `FL_DEVICE=emu:minimal python examples/demo.py` to check a
+chip you do not have.
 """
 
 from __future__ import annotations
@@ -22,11 +22,13 @@ def main() -> None:
     parser.add_argument("--device", default=None, help="virtual id or physical name (default: FL_DEVICE/acc0)")
     args = parser.parse_args()
 
-    device = torch.fl.device(args.device)
-    desc = torch.fl.description()
-    print(f"device {device} ({desc.vendor} {desc.name}, {torch.fl.backend().source}); "
-          f"devices: {[str(d) for d in torch.fl.devices()]}")
+    # Build on the host, then move to the device: what a training script does on any chip.
     model, (tokens,), loss_fn = factory()
+    device = torch.fl.device(args.device)
+    activation = torch.fl.routing.active()
+    desc = activation.description if activation else torch.fl.description()
+    print(f"device {device} ({desc.vendor} {desc.name}{', emulated' if activation and activation.emulated else ''}"
+          f", {torch.fl.backend().source}); devices: {[str(d) for d in torch.fl.devices()]}")
     model.to(device)
     tokens = tokens.to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
@@ -43,6 +45,12 @@ def main() -> None:
     elapsed = time.perf_counter() - start
     print(f"{args.steps} steps in {elapsed:.2f} s ({args.steps / elapsed:.1f} steps/s); "
           f"peak memory {torch.fl.max_memory_allocated(device) / 2**20:.0f} MiB")
+    routed = torch.fl.route_stats()
+    if routed:
+        calls = sum(r["calls"] for r in routed)
+        kinds = sorted({r["route"] for r in routed})
+        print(f"non-native calls: {calls} over {len(routed)} (op, dtype) pairs ({', '.join(kinds)}); "
+              f"see torch.fl.route_stats() or FL_ROUTE_LOG")
 
 
 if __name__ == "__main__":

@@ -81,6 +81,16 @@ def run(args: argparse.Namespace) -> int:
     return run_show(args) if args.action == "show" else run_diff(args)
 
 
+def emit(text: str) -> None:
+    """Write to stdout; a reader that stops early (`torchfl routes show | head`) is not an error."""
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # Python would report the broken pipe again when it flushes stdout at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
 # routes show --------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Target:
@@ -158,10 +168,10 @@ def run_show(args: argparse.Namespace) -> int:
     rows = route_rows(target, dtype, args.op)
     listed = [row for row in rows if _listed(row, args.route, args.all)]
     if args.json:
-        print(json.dumps({"device": target.device, "description": target.description.name,
-                          "dtype": dtype, "summary": summary(rows), "ops": listed}, indent=2))
+        emit(json.dumps({"device": target.device, "description": target.description.name,
+                         "dtype": dtype, "summary": summary(rows), "ops": listed}, indent=2) + "\n")
     else:
-        sys.stdout.write(render_show(target, dtype, rows, listed, args))
+        emit(render_show(target, dtype, rows, listed, args))
     return 0
 
 
@@ -253,13 +263,15 @@ def _record(record: Any, where: str) -> tuple[str, str, str, int]:
         raise LogError(f"{where} is {type(record).__name__}, not an object; expected {LOG_SHAPE}")
     for key in ("op", "route"):
         if not isinstance(record.get(key), str) or not record[key]:
-            raise LogError(f"{where}: '{key}' must be a non-empty string; expected {LOG_SHAPE}")
+            raise LogError(f"{where}: '{key}' must be a non-empty string, not {record.get(key)!r}; "
+                           f"expected {LOG_SHAPE}")
     dtype = record.get("dtype")
     if dtype is not None and not isinstance(dtype, str):
-        raise LogError(f"{where}: 'dtype' must be a string or null; expected {LOG_SHAPE}")
+        raise LogError(f"{where}: 'dtype' must be a string or null, not {dtype!r}; expected {LOG_SHAPE}")
     calls = record.get("calls")
     if isinstance(calls, bool) or not isinstance(calls, int) or calls < 0:
-        raise LogError(f"{where}: 'calls' must be a non-negative integer; expected {LOG_SHAPE}")
+        raise LogError(f"{where}: 'calls' must be a non-negative integer, not {calls!r}; "
+                       f"expected {LOG_SHAPE}")
     return record["op"], dtype or "-", record["route"], calls
 
 
@@ -293,10 +305,10 @@ def run_diff(args: argparse.Namespace) -> int:
     changes = compare(before, after, ignore_calls=args.ignore_calls)
     counts = {kind: sum(c["change"] == kind for c in changes) for kind in CHANGES}
     if args.json:
-        print(json.dumps({"before": _side(before), "after": _side(after), "identical": not changes,
-                          "summary": counts, "changes": changes}, indent=2))
+        emit(json.dumps({"before": _side(before), "after": _side(after), "identical": not changes,
+                         "summary": counts, "changes": changes}, indent=2) + "\n")
     else:
-        sys.stdout.write(render_diff(before, after, changes, counts))
+        emit(render_diff(before, after, changes, counts))
     return DIFFERENT if changes else SAME
 
 
@@ -306,13 +318,14 @@ def _side(log: RouteLog) -> dict[str, Any]:
 
 def render_diff(before: RouteLog, after: RouteLog, changes: list[dict[str, Any]],
                 counts: dict[str, int]) -> str:
-    lines = [f"{label}: {log.path}  (device {log.device or '?'}, description {log.description or '?'}, "
-             f"{log.records} records)" for label, log in (("before", before), ("after", after))]
+    lines = [f"{label:<7} {log.path}  (device {log.device or '?'}, description {log.description or '?'}, "
+             f"{log.records} records)" for label, log in (("before:", before), ("after:", after))]
     if not changes:
         return "\n".join([*lines, "identical"]) + "\n"
     what = {"route": "route changed", "added": "routed only after", "removed": "routed only before",
             "calls": "call count changed"}
-    lines.append(f"{len(changes)} differences: " + ", ".join(f"{counts[k]} {what[k]}" for k in CHANGES))
+    lines.append(f"{len(changes)} difference{'s' * (len(changes) != 1)}: "
+                 + ", ".join(f"{counts[k]} {what[k]}" for k in CHANGES if counts[k]))
     lines.append("('-': not in that log, i.e. the op ran natively or was not called)\n")
     rows = [(c["change"], c["op"], c["dtype"], _calls(c["before"]), _calls(c["after"])) for c in changes]
     return "\n".join(lines) + "\n" + format_table(("change", "op", "dtype", "before", "after"), rows)
