@@ -71,3 +71,15 @@ def test_forced_backend_from_config_file(monkeypatch, tmp_path):
     (tmp_path / "torch_fl.toml").write_text('backend = "cpu"\n')
     monkeypatch.chdir(tmp_path)
     assert torch_fl.backend().source == str(tmp_path / "torch_fl.toml")
+
+
+def test_forced_backend_whose_plugin_is_not_installed(tmp_path, monkeypatch):
+    desc = tmp_path / "absent.toml"
+    desc.write_text(BROKEN.replace("brokenchip", "absentchip").replace("broken_plugin_fl", "absent_plugin_fl"))
+    monkeypatch.setenv("FL_DESCRIPTION", str(desc))
+    monkeypatch.setenv("FL_BACKEND", "absentchip")
+    torch_fl.reset()
+    with pytest.raises(PluginImportError) as info:
+        torch_fl.backend()
+    assert "'absent_plugin_fl', which is not installed" in str(info.value)
+    assert "FL_BACKEND=cpu" in str(info.value)

@@ -46,21 +46,34 @@ def import_plugin(desc: Description) -> None:
         return
     try:
         importlib.import_module(desc.plugin)
-    except Exception as exc:
-        compat = desc.section("compat")
-        drift = ""
-        if compat["torch"] and not satisfies(torch.__version__, compat["torch"]):
-            drift = (f" The installed torch {torch.__version__} is outside the range this description "
-                     f"supports ({compat['torch']}).")
-        version = plugin_version(desc) or "unknown version"
+    except ModuleNotFoundError as exc:
+        if exc.name != desc.plugin.split(".")[0]:
+            raise _drift_error(desc, exc) from exc  # the plugin exists; one of its dependencies is missing
         raise PluginImportError(
-            f"the '{desc.name}' backend needs the plugin '{desc.plugin}' ({version}), and importing it "
-            f"failed: {type(exc).__name__}: {exc}.{drift} Installed torch: {torch.__version__}; "
-            f"compatible torch per {desc.path}: {compat['torch'] or 'any'}; plugin: "
-            f"{compat['plugin'] or 'any'}. Vendor plugins are compiled against one torch release: install "
-            f"the plugin build that matches torch {torch.__version__} (or the torch its build needs), in a "
-            f"fresh environment with both versions pinned. To run without this backend now, set "
-            f"FL_BACKEND=cpu.") from exc
+            f"the '{desc.name}' backend needs the plugin '{desc.plugin}', which is not installed in this "
+            f"Python environment ({sys.executable}). Install the build of {desc.plugin} that matches torch "
+            f"{torch.__version__} (compatible torch per {desc.path}: {desc.section('compat')['torch'] or 'any'}),"
+            f" or set FL_BACKEND=cpu to run without it.") from exc
+    except Exception as exc:
+        raise _drift_error(desc, exc) from exc
+
+
+def _drift_error(desc: Description, exc: Exception) -> PluginImportError:
+    """The version-drift message: what failed, the installed torch, and the range the stack supports."""
+    compat = desc.section("compat")
+    drift = ""
+    if compat["torch"] and not satisfies(torch.__version__, compat["torch"]):
+        drift = (f" The installed torch {torch.__version__} is outside the range this description "
+                 f"supports ({compat['torch']}).")
+    version = plugin_version(desc) or "unknown version"
+    return PluginImportError(
+        f"the '{desc.name}' backend needs the plugin '{desc.plugin}' ({version}), and importing it "
+        f"failed: {type(exc).__name__}: {exc}.{drift} Installed torch: {torch.__version__}; "
+        f"compatible torch per {desc.path}: {compat['torch'] or 'any'}; plugin: "
+        f"{compat['plugin'] or 'any'}. Vendor plugins are compiled against one torch release: install "
+        f"the plugin build that matches torch {torch.__version__} (or the torch its build needs), in a "
+        f"fresh environment with both versions pinned. To run without this backend now, set "
+        f"FL_BACKEND=cpu.")
 
 
 def _module_for(desc: Description):

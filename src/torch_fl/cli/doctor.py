@@ -24,12 +24,10 @@ from .._version import __version__
 from .._versions import satisfies
 from ..description import registry
 from ..description.model import Description
-from ..description.probe import all_aten_ops
 from ..device import _default_id, backend, description_for, device_map, explicit_map, resolve
 from ..errors import DeviceNotFoundError, PluginImportError, TorchFLError
 from ..plugins import plugin_version
 
-EXPLICIT_ROUTES = ("translate", "fallback", "unsupported")
 _SIZE = 64
 _RTOL, _ATOL = 1e-4, 1e-5
 _WRAP = 100
@@ -201,27 +199,11 @@ def compat_check(desc: Description, plugin: str, runtime: str) -> dict[str, dict
 
 
 def route_counts(desc: Description) -> dict[str, int]:
-    """How many aten overloads this dispatcher knows take each route under `desc`.
+    """How many aten overloads this dispatcher knows take each route under `desc` (regardless of
+    dtype), from the routing module's route table with every override in force."""
+    from ..routing import RouteTable, registered_kernels
 
-    Explicit [ops] lists override the native set (they force a route); a list entry without an
-    overload covers every overload of that op. Every other non-native op follows ops.default ('other').
-    Placeholder until the routing module owns this computation."""
-    known = all_aten_ops()
-    forced: dict[str, str] = {}
-    for route in EXPLICIT_ROUTES:
-        for entry in desc.section("ops")[route]:
-            forced.update(dict.fromkeys(_matching(entry, known), route))
-    native = desc.native_ops()
-    counts = dict.fromkeys(("native", *EXPLICIT_ROUTES, "other"), 0)
-    for op in known:
-        counts[forced.get(op) or ("native" if op in native else "other")] += 1
-    return counts
-
-
-def _matching(entry: str, known: list[str]) -> list[str]:
-    if "." in entry.partition("::")[2]:
-        return [entry] if entry in known else []
-    return [op for op in known if op.startswith(entry + ".")]
+    return RouteTable(desc, registered_kernels()).summary()
 
 
 def device_name(dev: torch.device) -> str:
@@ -428,8 +410,8 @@ def _route_rows(data: dict[str, Any]) -> list[tuple[str, str]]:
     routes = data["routes"]
     if not routes:
         return [("routes", "(not computed: the backend did not load)")]
-    return [*((route, str(n)) for route, n in routes.items() if route != "other"),
-            ("other", f"{routes['other']} (follow ops.default = {data['route_default']})")]
+    return [(route, str(n)) for route, n in routes.items()] + [
+        ("default policy", f"ops.default = {data['route_default']} (for ops that are not native)")]
 
 
 def _plugin_text(data: dict[str, Any]) -> str:

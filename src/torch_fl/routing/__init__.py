@@ -23,7 +23,7 @@ from .table import ROUTES, KernelEntry, Route, RouteTable
 
 __all__ = [
     "ROUTES", "Activation", "KernelHandle", "Route", "RouteTable", "activate", "activated", "active",
-    "deactivate", "emulate", "register_kernel", "reset_route_stats", "route_log", "route_stats",
+    "deactivate", "emulate", "register_kernel", "registered_kernels", "reset_route_stats", "route_log", "route_stats",
     "route_table", "write_route_log",
 ]
 
@@ -147,6 +147,11 @@ def emulate(name: str) -> Iterator[Activation]:
         with _lock:
             while len(_active) > before:
                 _active.pop().installation.remove()
+
+
+def registered_kernels() -> dict[str, list[KernelEntry]]:
+    """Kernels registered with register_kernel, by op (shared with every RouteTable built here)."""
+    return _kernels
 
 
 class KernelHandle:

@@ -198,6 +198,15 @@ class RouteTable:
         why = "" if self._policy == "error" else " and no generic (decomposed) implementation exists"
         return Route("unsupported", source + f": not native{why}")
 
+    def summary(self, dtype: str | None = None) -> dict[str, int]:
+        """How many aten overloads this process's dispatcher knows take each route (for `dtype`)."""
+        from ..description.probe import all_aten_ops
+
+        counts = dict.fromkeys(ROUTES, 0)
+        for op in all_aten_ops():
+            counts[self.route(op, dtype).kind] += 1
+        return counts
+
     # Installation support -------------------------------------------------------------------------
     def needs_router(self, op: str) -> bool:
         """Whether calls of `op` must pass through a router (cheap: never builds a translation)."""

@@ -1,0 +1,174 @@
+"""What torch-fl's dispatch layer costs on the CPU, from one run (no asserts; prints a table).
+
+  (a) a GPT training step (examples/gpt.py: forward, backward, AdamW) with routing active on the CPU
+      vs plain PyTorch. On the CPU only ops without a CPU kernel get routers, so none of the model's
+      ops is routed: the ratio should be 1 (target <= 1.01).
+  (b) the extra cost of one routed call, translate and fallback (forced with FL_ROUTE on the CPU key),
+      over the bare op.
+  (c) the cost of emulation: the same op under torch.fl.emulate("cpu") (every op native, so only the
+      dispatch mode is measured), and a GPT step under emulate("minimal"), vs bare.
+
+Samples of the compared modes alternate, and medians are reported, so that machine load affects both
+alike.
+
+    python benchmarks/dispatch_overhead.py [--repeats 31] [--calls 2000] [--threads N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import statistics
+import sys
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import torch
+from torch.nn import functional as F
+
+import torch_fl
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+from gpt import factory  # examples/ is not a package
+
+Mode = Callable[[], contextlib.AbstractContextManager]
+
+
+# Modes: each is a context in which the timed code runs ------------------------------------------------
+@contextlib.contextmanager
+def plain() -> Iterator[None]:
+    torch_fl.deactivate()
+    yield
+
+
+@contextlib.contextmanager
+def activated_cpu(route: str = "") -> Iterator[None]:
+    """Routing active on the CPU key, with FL_ROUTE set to `route` while the route table is built."""
+    previous = os.environ.get("FL_ROUTE")
+    os.environ["FL_ROUTE"] = route
+    torch_fl.reset()
+    try:
+        torch_fl.activate("cpu")
+        yield
+    finally:
+        torch_fl.deactivate()
+        if previous is None:
+            del os.environ["FL_ROUTE"]
+        else:
+            os.environ["FL_ROUTE"] = previous
+        torch_fl.reset()
+
+
+@contextlib.contextmanager
+def emulated(name: str) -> Iterator[None]:
+    torch_fl.deactivate()
+    with torch_fl.emulate(name):
+        yield
+
+
+# Timing -----------------------------------------------------------------------------------------------
+def timed(fn: Callable[[], None], count: int) -> float:
+    start = time.perf_counter()
+    for _ in range(count):
+        fn()
+    return (time.perf_counter() - start) / count
+
+
+def interleaved(fn: Callable[[], None], modes: dict[str, Mode], repeats: int, count: int) -> dict[str, float]:
+    """Median seconds per call of `fn` in each mode; modes alternate every sample."""
+    samples: dict[str, list[float]] = {name: [] for name in modes}
+    for mode in modes.values():  # warm-up: first-call caches (route tables, decompositions)
+        with mode():
+            timed(fn, max(1, count // 4))
+    for _ in range(repeats):
+        for name, mode in modes.items():
+            with mode():
+                samples[name].append(timed(fn, count))
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
+# Workloads --------------------------------------------------------------------------------------------
+def gpt_step() -> Callable[[], None]:
+    model, (tokens,), loss_fn = factory(batch=8, context=64)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+    def step() -> None:
+        opt.zero_grad(set_to_none=True)
+        loss_fn(model(tokens), tokens).backward()
+        opt.step()
+
+    return step
+
+
+def small_op() -> Callable[[], None]:
+    x = torch.randn(16, 16)
+    return lambda: F.gelu(x)
+
+
+# Report -----------------------------------------------------------------------------------------------
+def us(seconds: float) -> str:
+    return f"{seconds * 1e6:10.2f} us"
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1e3:10.2f} ms"
+
+
+def report_step(title: str, medians: dict[str, float], base: str) -> None:
+    print(f"\n{title}")
+    for name, value in medians.items():
+        ratio = "" if name == base else f"   ratio {value / medians[base]:.3f}"
+        print(f"  {name:<28}{ms(value)}/step{ratio}")
+
+
+def report_op(title: str, medians: dict[str, float], base: str) -> None:
+    print(f"\n{title}")
+    for name, value in medians.items():
+        extra = "" if name == base else f"   extra {us(value - medians[base]).strip()}/call" \
+                                        f"   ratio {value / medians[base]:.1f}x"
+        print(f"  {name:<28}{us(value)}/call{extra}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=31, help="samples per mode (default 31)")
+    parser.add_argument("--calls", type=int, default=2000, help="small-op calls per sample (default 2000)")
+    parser.add_argument("--steps", type=int, default=3, help="GPT steps per sample (default 3)")
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's)")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    warnings.simplefilter("ignore")  # the fallback route warns once per op, by design
+    for name in [n for n in os.environ if n.startswith("FL_")]:
+        del os.environ[name]  # the machine's own FL_* settings must not change what is measured
+    torch_fl.reset()
+    print(f"torch {torch.__version__}, torch-fl {torch_fl.__version__}, {torch.get_num_threads()} threads, "
+          f"{args.repeats} interleaved samples per mode, medians")
+    started = time.perf_counter()
+
+    step = gpt_step()
+    report_step("(a) GPT step (forward + backward + AdamW), routing active on cpu vs plain",
+                interleaved(step, {"plain": plain, "torch-fl active (cpu)": activated_cpu},
+                            args.repeats, args.steps), "plain")
+
+    op = small_op()
+    report_op("(b) routed call: F.gelu on a 16x16 float32 tensor, forced with FL_ROUTE on the CPU key",
+              interleaved(op, {"bare": plain,
+                               "route translate": lambda: activated_cpu("aten::gelu=translate"),
+                               "route fallback": lambda: activated_cpu("aten::gelu=fallback")},
+                          args.repeats, args.calls), "bare")
+
+    report_op("(c) emulation: the same op under torch.fl.emulate('cpu') (all native)",
+              interleaved(op, {"bare": plain, "emulate('cpu')": lambda: emulated("cpu")},
+                          args.repeats, args.calls), "bare")
+    report_step("(c) GPT step under torch.fl.emulate('minimal') vs plain",
+                interleaved(step, {"plain": plain, "emulate('minimal')": lambda: emulated("minimal")},
+                            max(5, args.repeats // 3), 1), "plain")
+    print(f"\ntotal {time.perf_counter() - started:.0f} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,711 @@
+#!/usr/bin/env python
+"""Check torch-fl's `translate` and `fallback` routes against PyTorch's OpInfo database.
+
+For every OpInfo of ``torch.testing._internal.common_methods_invocations.op_db`` that supports float32
+on the CPU, the first ``--samples`` float32 samples are run three ways per variant (the function, its
+in-place variant, its ``out=`` form):
+
+1. on the plain CPU: the reference; a second run under a recording dispatch mode lists the aten
+   overloads the sample reaches below autograd (what a device's dispatch key, or an emulated chip,
+   sees) and must reproduce the reference (else the output is not comparable);
+2. on an emulated chip whose native set is every CPU kernel, with the recorded overloads that have a
+   PyTorch decomposition (``torch_fl.routing.translate.translation(op) is not None``) forced to the
+   route under test through ``FL_ROUTE``: the output, the inputs afterwards (in-place and ``out=``
+   writes) and which outputs alias which inputs (views) must match the reference;
+3. for ``fallback`` also ``torch_fl.routing.router.cpu_fallback(ovl, args, kwargs, force_copy=True)``
+   on each recorded call of those overloads, the copy-to-host-and-back path of a real device: results,
+   written arguments (in-place, ``out=``) and aliasing (views, in-place returns) per the op's schema.
+
+Tolerances are OpInfo's: ``torch.testing.assert_close``'s float32 defaults (rtol 1.3e-6, atol 1e-5),
+loosened by the OpInfo's own float32 CPU ``toleranceOverride``/``precisionOverride`` decorators and,
+in translate mode, by PyTorch's test_decomp tolerance table for the decompositions it names. NaNs
+compare equal. Samples whose reference raises, samples of random ops whose decomposition draws
+random numbers differently, and OpInfos flagged ``has_nondeterministic_output`` are skipped and
+counted with the reason.
+
+Usage:
+    opinfo_routes.py [--ops NAME,...] [--mode translate|fallback|both] [--samples N] [--limit N]
+                     [--variants function,inplace,out] [--json FILE] [--quiet]
+
+Exit status: 0 when every failure is a documented known failure (KNOWN_FAILURES; docs/opinfo.md),
+1 otherwise. Progress goes to stderr, the report to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import platform
+import sys
+import tempfile
+import time
+import warnings
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from itertools import islice
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils import _pytree as pytree
+from torch.utils._python_dispatch import TorchDispatchMode
+
+import torch_fl  # noqa: F401  (installs torch.fl)
+from torch_fl.description.probe import canonical_op_name
+from torch_fl.routing.router import cpu_fallback
+from torch_fl.routing.translate import translation
+
+MODES = ("translate", "fallback")
+VARIANTS = ("function", "inplace", "out")
+SEED = 1234
+DEFAULT_RTOL, DEFAULT_ATOL = 1.3e-6, 1e-5  # assert_close's float32 defaults
+# Recorded calls per overload and sample handed to cpu_fallback directly: the first calls already
+# cover the argument shapes of a sample, and each costs a full copy of the arguments.
+CALLS_PER_OVERLOAD = 2
+
+# The emulated chip: every CPU kernel is native, so only the routes forced through FL_ROUTE differ
+# from the reference. A translation that cannot run (NotImplemented, self-recursion) raises instead
+# of silently falling back, so the report shows it.
+CHIP_TOML = """\
+schema = 1
+name = "opinfo-chip"
+vendor = "torch-fl scripts/opinfo_routes.py"
+summary = "Emulated chip: every CPU kernel native; the op under test is forced by FL_ROUTE"
+device_type = "cpu"
+dispatch_key = "CPU"
+
+[detect]
+priority = -1
+
+[ops]
+native = "probe"
+default = "translate-or-error"
+"""
+
+# PyTorch's own tolerances for decompositions that are known not to match the eager kernel bit for
+# bit in float32 (test/test_decomp.py, op_assert_equal_tol_table): overload -> (rtol, atol).
+DECOMP_TOLERANCES: dict[str, tuple[float, float]] = {
+    "aten::native_layer_norm.default": (1e-3, 1e-3),
+    "aten::native_layer_norm_backward.default": (1e-3, 1e-3),
+    "aten::native_group_norm.default": (1e-4, 5e-6),
+    "aten::grid_sampler_2d.default": (7e-6, 3e-5),
+    "aten::mv.default": (1e-5, 3e-5),
+}
+
+# Overloads whose output is uninitialised memory: only their metadata is comparable.
+UNINITIALIZED = frozenset({"aten::empty", "aten::empty_like", "aten::new_empty", "aten::empty_strided",
+                           "aten::new_empty_strided", "aten::empty_permuted"})
+
+# (mode, OpInfo name) -> why it fails; docs/opinfo.md explains each. Filled from full runs.
+KNOWN_FAILURES: dict[tuple[str, str], str] = {}
+
+
+# Results ------------------------------------------------------------------------------------------
+@dataclass
+class SampleResult:
+    variant: str
+    index: int
+    mode: str
+    status: str  # pass | fail | skip
+    reason: str = ""
+
+
+@dataclass
+class OpResult:
+    name: str
+    overloads: list[str] = field(default_factory=list)  # every aten overload the samples reached
+    decomposed: list[str] = field(default_factory=list)  # those with a decomposition (forced)
+    samples: list[SampleResult] = field(default_factory=list)
+    skipped: str = ""  # why the whole OpInfo was not examined
+    seconds: float = 0.0
+
+    @property
+    def examined(self) -> bool:
+        return not self.skipped
+
+    @property
+    def has_decomposition(self) -> bool:
+        return bool(self.decomposed)
+
+    def status(self, mode: str) -> str:
+        """pass, fail, known (a documented failure) or skip for one mode."""
+        results = [s for s in self.samples if s.mode == mode]
+        if any(s.status == "fail" for s in results):
+            return "known" if (mode, self.name) in KNOWN_FAILURES else "fail"
+        return "pass" if any(s.status == "pass" for s in results) else "skip"
+
+    def failures(self, mode: str) -> list[SampleResult]:
+        return [s for s in self.samples if s.mode == mode and s.status == "fail"]
+
+
+# Tensor helpers -------------------------------------------------------------------------------------
+def exact_clone(tree: Any) -> Any:
+    """A deep copy of the tensors in `tree` keeping each one's size, stride and storage offset, and
+    keeping tensors that share a storage sharing one (views of a base stay views of its copy)."""
+    storages: dict[int, torch.UntypedStorage] = {}
+
+    def one(value: Any) -> Any:
+        if not isinstance(value, torch.Tensor):
+            return value
+        if type(value) is not torch.Tensor or value.layout != torch.strided or value.is_quantized:
+            return value.clone()
+        storage = value.untyped_storage()
+        key = storage.data_ptr() if storage.nbytes() else -id(value)
+        copy = storages.get(key)
+        if copy is None:
+            copy = storages[key] = storage.clone()
+        with torch.no_grad():
+            out = torch.empty(0, dtype=value.dtype, device=value.device)
+            out.set_(copy, value.storage_offset(), value.size(), value.stride())
+        if value.requires_grad:
+            out.requires_grad_(True)
+        return out
+
+    return pytree.tree_map(one, tree)
+
+
+def _storage_key(t: torch.Tensor) -> int | None:
+    if t.layout != torch.strided:
+        return None
+    storage = t.untyped_storage()
+    return storage.data_ptr() if storage.nbytes() else None
+
+
+def alias_map(inputs: Any, output: Any) -> list[tuple[int, ...]]:
+    """For each output tensor, the indices of the input tensors sharing its storage."""
+    owners: dict[int, list[int]] = {}
+    for i, t in enumerate(pytree.tree_leaves(inputs)):
+        key = _storage_key(t) if isinstance(t, torch.Tensor) else None
+        if key is not None:
+            owners.setdefault(key, []).append(i)
+    result = []
+    for t in pytree.tree_leaves(output):
+        key = _storage_key(t) if isinstance(t, torch.Tensor) else None
+        result.append(tuple(owners.get(key, ())) if key is not None else ())
+    return result
+
+
+def _max_diff(actual: torch.Tensor, expected: torch.Tensor) -> str:
+    if actual.is_floating_point() or actual.is_complex():
+        a, e = actual.detach().to(torch.complex128 if actual.is_complex() else torch.float64), \
+            expected.detach().to(torch.complex128 if expected.is_complex() else torch.float64)
+        same = (a == e) | (a.isnan() & e.isnan())
+        diff = (a - e).abs().masked_fill(same, 0).nan_to_num(nan=math.inf)
+        bad = int((~same).sum())
+        return f"max abs diff {diff.max().item():.3g}, {bad}/{a.numel()} elements differ"
+    bad = int((actual != expected).sum())
+    return f"{bad}/{actual.numel()} elements differ"
+
+
+def compare(expected: Any, actual: Any, rtol: float, atol: float, what: str = "output") -> str | None:
+    """None when `actual` matches `expected` under OpInfo's rules, else why not."""
+    e_leaves, a_leaves = pytree.tree_leaves(expected), pytree.tree_leaves(actual)
+    if len(e_leaves) != len(a_leaves):
+        return f"{what}: expected {len(e_leaves)} values, got {len(a_leaves)}"
+    for i, (e, a) in enumerate(zip(e_leaves, a_leaves, strict=True)):
+        where = what if len(e_leaves) == 1 else f"{what}[{i}]"
+        if isinstance(e, torch.Tensor):
+            if not isinstance(a, torch.Tensor):
+                return f"{where}: expected a tensor, got {type(a).__name__}"
+            if a.shape != e.shape or a.dtype != e.dtype:
+                return (f"{where}: expected {e.dtype} {tuple(e.shape)}, got {a.dtype} {tuple(a.shape)}")
+            try:
+                torch.testing.assert_close(a, e, rtol=rtol, atol=atol, equal_nan=True, check_stride=False)
+            except AssertionError:
+                return f"{where}: {_max_diff(a, e)} (rtol={rtol:g}, atol={atol:g})"
+        elif isinstance(e, (int, float, complex)) and not isinstance(e, bool):
+            try:
+                torch.testing.assert_close(a, e, rtol=rtol, atol=atol, equal_nan=True)
+            except (AssertionError, TypeError):
+                return f"{where}: expected {e!r}, got {a!r}"
+        elif e != a:
+            return f"{where}: expected {e!r}, got {a!r}"
+    return None
+
+
+def compare_metadata(expected: Any, actual: Any, what: str) -> str | None:
+    """Shapes and dtypes only: for uninitialised outputs."""
+    e_leaves, a_leaves = pytree.tree_leaves(expected), pytree.tree_leaves(actual)
+    if len(e_leaves) != len(a_leaves):
+        return f"{what}: expected {len(e_leaves)} values, got {len(a_leaves)}"
+    for e, a in zip(e_leaves, a_leaves, strict=True):
+        if isinstance(e, torch.Tensor) and (not isinstance(a, torch.Tensor) or a.shape != e.shape
+                                            or a.dtype != e.dtype):
+            return f"{what}: expected {e.dtype} {tuple(e.shape)}, got {a!r}"
+    return None
+
+
+def describe(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}".rstrip(": ")
+
+
+# Recording --------------------------------------------------------------------------------------------
+@dataclass
+class RecordedCall:
+    func: torch._ops.OpOverload
+    name: str
+    before: tuple[tuple, dict]  # (args, kwargs) before the call
+    after: tuple[tuple, dict]  # the same arguments after it (in-place and out= writes)
+    output: Any
+    rng: torch.Tensor
+
+
+class Recorder(TorchDispatchMode):
+    """Lists the aten overloads a sample reaches below autograd; snapshots calls of `capture` ones."""
+
+    def __init__(self, capture: Callable[[str], bool], per_overload: int = CALLS_PER_OVERLOAD):
+        super().__init__()
+        self.capture = capture
+        self.per_overload = per_overload
+        self.overloads: dict[str, torch._ops.OpOverload] = {}
+        self.calls: list[RecordedCall] = []
+        self._counts: dict[str, int] = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = canonical_op_name(func)
+        self.overloads.setdefault(name, func)
+        if not self.capture(name) or self._counts.get(name, 0) >= self.per_overload:
+            return func(*args, **kwargs)
+        self._counts[name] = self._counts.get(name, 0) + 1
+        rng = torch.get_rng_state()
+        before = exact_clone((args, kwargs))
+        out = func(*args, **kwargs)
+        # One clone of arguments and output together keeps an output that views an argument a view.
+        after, output = exact_clone(((args, kwargs), out))
+        self.calls.append(RecordedCall(func, name, before, after, output, rng))
+        return out
+
+
+# Decompositions ---------------------------------------------------------------------------------------
+_has_decomposition: dict[str, bool] = {}
+
+
+def has_decomposition(name: str) -> bool:
+    found = _has_decomposition.get(name)
+    if found is None:
+        found = _has_decomposition[name] = name.startswith("aten::") and translation(name) is not None
+    return found
+
+
+def is_random(func: torch._ops.OpOverload) -> bool:
+    return torch.Tag.nondeterministic_seeded in func.tags
+
+
+# OpInfo access ----------------------------------------------------------------------------------------
+def load_op_db() -> list[Any]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from torch.testing._internal.common_methods_invocations import op_db
+    return list(op_db)
+
+
+def opinfo_name(op: Any) -> str:
+    return op.name + (f".{op.variant_test_name}" if op.variant_test_name else "")
+
+
+def select_ops(op_db: Sequence[Any], names: Iterable[str] | None = None, limit: int | None = None) -> list[Any]:
+    """OpInfos by full name ('max.reduction_with_dim') or name (every variant of 'max')."""
+    chosen = list(op_db)
+    if names is not None:
+        wanted = set(names)
+        chosen = [op for op in chosen if op.name in wanted or opinfo_name(op) in wanted]
+        missing = wanted - {op.name for op in chosen} - {opinfo_name(op) for op in chosen}
+        if missing:
+            raise SystemExit(f"opinfo_routes: no OpInfo named {', '.join(sorted(missing))}")
+    return chosen[:limit] if limit is not None else chosen
+
+
+def opinfo_tolerance(op: Any) -> tuple[float, float]:
+    """(rtol, atol) for float32 on the CPU: assert_close's defaults, loosened by the OpInfo's own
+    toleranceOverride/precisionOverride decorators (the loosest of its tests, as any of them accepts)."""
+    from torch.testing._internal.common_device_type import precisionOverride, toleranceOverride
+    from torch.testing._internal.opinfo.core import DecorateInfo
+
+    rtol, atol = DEFAULT_RTOL, DEFAULT_ATOL
+    for info in op.decorators:
+        if isinstance(info, DecorateInfo):
+            if info.device_type not in (None, "cpu") or (info.dtypes and torch.float32 not in info.dtypes):
+                continue
+            if info.active_if is False:
+                continue
+            decorators = info.decorators
+        else:
+            decorators = [info]
+        for dec in decorators:
+            if isinstance(dec, toleranceOverride) and torch.float32 in dec.d:
+                rtol, atol = max(rtol, dec.d[torch.float32].rtol), max(atol, dec.d[torch.float32].atol)
+            elif isinstance(dec, precisionOverride) and torch.float32 in dec.d:
+                atol = max(atol, dec.d[torch.float32])
+    return rtol, atol
+
+
+# Cases ------------------------------------------------------------------------------------------------
+@dataclass
+class Case:
+    """One sample in one variant: `fn(*args, **kwargs)` on fresh exact copies of the inputs."""
+
+    variant: str
+    index: int
+    fn: Callable
+    inputs: tuple[tuple, dict]
+
+    def run(self) -> tuple[Any, tuple[tuple, dict]]:
+        args, kwargs = exact_clone(self.inputs)
+        torch.manual_seed(SEED)  # random ops draw the same numbers in every run
+        return self.fn(*args, **kwargs), (args, kwargs)
+
+
+def _out_like(result: Any) -> Any:
+    """Out tensors for `result`, filled with values no kernel produces by accident."""
+    def one(t: torch.Tensor) -> torch.Tensor:
+        if t.is_floating_point() or t.is_complex():
+            return torch.full_like(t, math.nan)
+        return torch.full_like(t, 7) if t.dtype != torch.bool else torch.ones_like(t)
+
+    if isinstance(result, torch.Tensor):
+        return one(result)
+    if isinstance(result, (tuple, list)) and result and all(isinstance(t, torch.Tensor) for t in result):
+        return tuple(one(t) for t in result)
+    return None
+
+
+def make_cases(op: Any, samples: int, variants: Sequence[str]) -> Iterator[Case]:
+    torch.manual_seed(SEED)  # the same samples in every run of the script
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sample_list = list(islice(op.sample_inputs("cpu", torch.float32), samples))
+    for index, sample in enumerate(sample_list):
+        inputs = ((sample.input, *sample.args), dict(sample.kwargs))
+        if "function" in variants:
+            yield Case("function", index, op.op, inputs)
+        if "inplace" in variants and op.inplace_variant is not None:
+            yield Case("inplace", index, op.inplace_variant, inputs)
+        if "out" in variants and op.supports_out:
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    out = _out_like(Case("function", index, op.op, inputs).run()[0])
+            except Exception:
+                out = None  # the function itself raises: the function case reports it
+            if out is not None:
+                yield Case("out", index, op.op, (inputs[0], {**inputs[1], "out": out}))
+
+
+# Routing under test -------------------------------------------------------------------------------------
+@contextlib.contextmanager
+def forced_routes(chip: str, ops: Iterable[str], route: str) -> Iterator[None]:
+    """Emulate `chip` with `ops` forced to `route` through FL_ROUTE, the highest-precedence override.
+    FL_ROUTE is read when the route table is built, so it is restored as soon as emulation is entered."""
+    with contextlib.ExitStack() as stack:
+        saved = os.environ.get("FL_ROUTE")
+        os.environ["FL_ROUTE"] = ",".join(f"{op}={route}" for op in ops)
+        try:
+            stack.enter_context(torch.fl.emulate(chip))
+        finally:
+            if saved is None:
+                del os.environ["FL_ROUTE"]
+            else:
+                os.environ["FL_ROUTE"] = saved
+        yield
+
+
+def write_chip(directory: str | Path) -> str:
+    path = Path(directory) / "opinfo-chip.toml"
+    path.write_text(CHIP_TOML, encoding="utf-8")
+    return str(path)
+
+
+def _route_taken(route: str, ops: Iterable[str]) -> bool:
+    wanted = set(ops)
+    return any(r["route"] == route and r["op"] in wanted for r in torch.fl.route_stats())
+
+
+def check_fallback_call(call: RecordedCall, rtol: float, atol: float) -> str | None:
+    """cpu_fallback(force_copy=True) on one recorded call: values, written arguments, aliasing."""
+    args, kwargs = exact_clone(call.before)
+    torch.set_rng_state(call.rng)
+    where = f"cpu_fallback({call.name})"
+    try:
+        result = cpu_fallback(call.func, args, kwargs, force_copy=True)
+    except Exception as exc:
+        return f"{where} raised {describe(exc)}"
+    check = compare_metadata if call.name.rsplit(".", 1)[0] in UNINITIALIZED else \
+        lambda e, a, what: compare(e, a, rtol, atol, what)
+    reason = check(call.output, result, f"{where} output") or \
+        compare(call.after, (args, kwargs), rtol, atol, f"{where} arguments afterwards")
+    return reason or schema_aliasing(call.func, args, kwargs, result, where)
+
+
+def schema_aliasing(func: torch._ops.OpOverload, args: tuple, kwargs: dict, result: Any,
+                    where: str) -> str | None:
+    """Returns the schema marks as aliasing an argument must alias the caller's tensor: in-place and
+    out= returns are that tensor, views share its storage."""
+    schema = func._schema
+    values = result if len(schema.returns) > 1 else (result,)
+    for r, value in zip(schema.returns, values, strict=False):
+        if r.alias_info is None or not r.alias_info.before_set:
+            continue
+        for i, argument in enumerate(schema.arguments):
+            if argument.alias_info is not None and argument.alias_info.before_set & r.alias_info.before_set:
+                original = args[i] if i < len(args) else kwargs.get(argument.name)
+                break
+        else:
+            continue
+        if not isinstance(original, torch.Tensor) or _storage_key(original) is None:
+            continue
+        for t in value if isinstance(value, (list, tuple)) else (value,):
+            if not isinstance(t, torch.Tensor) or _storage_key(t) is None:
+                continue
+            if r.alias_info.is_write and t is not original and not (
+                    _storage_key(t) == _storage_key(original) and t.shape == original.shape):
+                return f"{where}: the returned tensor is not the written argument '{argument.name}'"
+            if not r.alias_info.is_write and _storage_key(t) != _storage_key(original):
+                return f"{where}: the returned view does not alias argument '{argument.name}'"
+    return None
+
+
+def check_op(op: Any, chip: str, *, modes: Sequence[str] = MODES, samples: int = 3,
+             variants: Sequence[str] = VARIANTS) -> OpResult:
+    """Run one OpInfo's samples under every mode; never raises for a failing op."""
+    started = time.perf_counter()
+    result = OpResult(opinfo_name(op))
+    try:
+        _check_op(op, chip, result, modes, samples, variants)
+    except Exception as exc:  # sample generation itself: the OpInfo cannot be examined here
+        result.skipped = f"sample inputs raise {describe(exc)}"
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def _check_op(op: Any, chip: str, result: OpResult, modes: Sequence[str], samples: int,
+              variants: Sequence[str]) -> None:
+    if torch.float32 not in op.supported_dtypes("cpu"):
+        result.skipped = "no float32 support on the CPU"
+        return
+    if op.has_nondeterministic_output:
+        result.skipped = "outputs not comparable (OpInfo has_nondeterministic_output)"
+        return
+    rtol, atol = opinfo_tolerance(op)
+    overloads: dict[str, torch._ops.OpOverload] = {}
+    decomposed: set[str] = set()
+    for case in make_cases(op, samples, variants):
+        found = _check_case(case, chip, modes, rtol, atol, result)
+        overloads.update(found)
+        decomposed.update(name for name in found if has_decomposition(name))
+    result.overloads = sorted(overloads)
+    result.decomposed = sorted(decomposed)
+
+
+def _check_case(case: Case, chip: str, modes: Sequence[str], rtol: float, atol: float,
+                result: OpResult) -> dict[str, torch._ops.OpOverload]:
+    def add(mode: str, status: str, reason: str = "") -> None:
+        result.samples.append(SampleResult(case.variant, case.index, mode, status, reason))
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            expected, expected_inputs = case.run()
+        except Exception as exc:
+            for mode in modes:
+                add(mode, "skip", f"reference raises {describe(exc)}")
+            return {}
+        recorder = Recorder(has_decomposition)
+        try:
+            with recorder:
+                again = case.run()
+        except Exception as exc:
+            for mode in modes:
+                add(mode, "skip", f"reference raises under a dispatch mode: {describe(exc)}")
+            return {}
+        if compare((expected, expected_inputs), again, 0, 0) is not None:
+            for mode in modes:
+                add(mode, "skip", "outputs not comparable: two reference runs differ")
+            return recorder.overloads
+        forced = [name for name in recorder.overloads if has_decomposition(name)]
+        if not forced:
+            return recorder.overloads  # nothing of this sample is decomposable: not a route test
+        op_rtol, op_atol = rtol, atol
+        for name in forced:
+            op_rtol, op_atol = (max(op_rtol, DECOMP_TOLERANCES.get(name, (0, 0))[0]),
+                                max(op_atol, DECOMP_TOLERANCES.get(name, (0, 0))[1]))
+        expected_aliases = alias_map(expected_inputs, expected)
+        for mode in modes:
+            if mode == "translate" and any(is_random(recorder.overloads[name]) for name in forced):
+                add(mode, "skip", "random: the decomposition draws its random numbers differently")
+                continue
+            m_rtol, m_atol = (op_rtol, op_atol) if mode == "translate" else (rtol, atol)
+            reason = _routed_run(case, chip, forced, mode, m_rtol, m_atol, expected, expected_inputs,
+                                 expected_aliases)
+            if reason is None and mode == "fallback":
+                for call in recorder.calls:
+                    reason = check_fallback_call(call, rtol, atol)
+                    if reason is not None:
+                        break
+            add(mode, "fail" if reason else "pass", reason or "")
+    return recorder.overloads
+
+
+def _routed_run(case: Case, chip: str, forced: list[str], mode: str, rtol: float, atol: float,
+                expected: Any, expected_inputs: Any, expected_aliases: list[tuple[int, ...]]) -> str | None:
+    torch.fl.reset_route_stats()
+    try:
+        with forced_routes(chip, forced, mode):
+            actual, actual_inputs = case.run()
+    except Exception as exc:
+        return describe(exc)
+    if not _route_taken(mode, forced):
+        return f"no call took the forced {mode} route (forced: {', '.join(forced)})"
+    reason = compare(expected, actual, rtol, atol) or \
+        compare(expected_inputs, actual_inputs, rtol, atol, "inputs afterwards")
+    if reason:
+        return reason
+    aliases = alias_map(actual_inputs, actual)
+    for i, (want, got) in enumerate(zip(expected_aliases, aliases, strict=False)):
+        if bool(want) != bool(got):
+            return (f"output[{i}] " + ("is a new tensor; the reference returns a view of (or writes to) an "
+                                       "input" if want else "aliases an input; the reference returns a new "
+                                       "tensor"))
+    return None
+
+
+# Running and reporting --------------------------------------------------------------------------------
+def run(ops: Sequence[Any], *, modes: Sequence[str] = MODES, samples: int = 3,
+        variants: Sequence[str] = VARIANTS, progress: Callable[[int, int, OpResult], None] | None = None,
+        ) -> list[OpResult]:
+    results = []
+    with tempfile.TemporaryDirectory(prefix="opinfo-routes-") as tmp:
+        chip = write_chip(tmp)
+        for i, op in enumerate(ops):
+            results.append(check_op(op, chip, modes=modes, samples=samples, variants=variants))
+            if progress is not None:
+                progress(i + 1, len(ops), results[-1])
+    return results
+
+
+def summarize(results: Sequence[OpResult], modes: Sequence[str]) -> dict[str, Any]:
+    examined = [r for r in results if r.examined]
+    with_decomp = [r for r in examined if r.has_decomposition]
+    summary: dict[str, Any] = {
+        "opinfos": len(results),
+        "examined": len(examined),
+        "not_examined": len(results) - len(examined),
+        "with_decomposition": len(with_decomp),
+        "overloads_decomposed": len({o for r in with_decomp for o in r.decomposed}),
+        "modes": {},
+    }
+    for mode in modes:
+        statuses = [r.status(mode) for r in with_decomp]
+        cases = [s for r in with_decomp for s in r.samples if s.mode == mode]
+        summary["modes"][mode] = {
+            "ops_pass": statuses.count("pass"),
+            "ops_fail": statuses.count("fail"),
+            "ops_known_failure": statuses.count("known"),
+            "ops_skipped": statuses.count("skip"),
+            "samples_pass": sum(s.status == "pass" for s in cases),
+            "samples_fail": sum(s.status == "fail" for s in cases),
+            "samples_skipped": sum(s.status == "skip" for s in cases),
+        }
+    return summary
+
+
+def skip_reasons(results: Sequence[OpResult], mode: str) -> dict[str, int]:
+    """How many skipped samples per reason (the reason's text up to its first detail)."""
+    counts: dict[str, int] = {}
+    for r in results:
+        for s in r.samples:
+            if s.mode == mode and s.status == "skip":
+                key = s.reason.split(":")[0]
+                counts[key] = counts.get(key, 0) + 1
+    return dict(sorted(counts.items(), key=lambda kv: -kv[1]))
+
+
+def report(results: Sequence[OpResult], modes: Sequence[str], seconds: float, out: Any = sys.stdout) -> None:
+    summary = summarize(results, modes)
+    p = lambda *a: print(*a, file=out)  # noqa: E731
+    p(f"OpInfos: {summary['opinfos']}, examined (float32 samples on the CPU): {summary['examined']}, "
+      f"with a decomposition: {summary['with_decomposition']} "
+      f"({summary['overloads_decomposed']} distinct aten overloads forced)")
+    not_examined: dict[str, int] = {}
+    for r in results:
+        if r.skipped:
+            not_examined[r.skipped.split(":")[0]] = not_examined.get(r.skipped.split(":")[0], 0) + 1
+    for why, n in sorted(not_examined.items(), key=lambda kv: -kv[1]):
+        p(f"  not examined: {n} ({why})")
+    for mode in modes:
+        m = summary["modes"][mode]
+        p(f"{mode}: ops pass {m['ops_pass']}, fail {m['ops_fail']}, known failures {m['ops_known_failure']}, "
+          f"all samples skipped {m['ops_skipped']}; samples pass {m['samples_pass']}, fail "
+          f"{m['samples_fail']}, skipped {m['samples_skipped']}")
+        for why, n in skip_reasons(results, mode).items():
+            p(f"  skipped samples: {n} ({why})")
+        for r in results:
+            status = r.status(mode) if r.has_decomposition else "skip"
+            if status not in ("fail", "known"):
+                continue
+            known = KNOWN_FAILURES.get((mode, r.name))
+            p(f"  FAIL {r.name}" + (f" [known: {known}]" if known else ""))
+            for s in r.failures(mode):
+                p(f"    {s.variant} sample {s.index}: {s.reason}")
+    p(f"runtime: {seconds:.1f} s")
+
+
+def to_json(results: Sequence[OpResult], modes: Sequence[str], seconds: float, argv: Sequence[str]) -> dict:
+    return {
+        "command": " ".join(["scripts/opinfo_routes.py", *argv]),
+        "torch": torch.__version__,
+        "torch_fl": getattr(torch_fl, "__version__", ""),
+        "python": platform.python_version(),
+        "threads": torch.get_num_threads(),
+        "runtime_s": round(seconds, 1),
+        "summary": summarize(results, modes),
+        "ops": [{**{k: v for k, v in asdict(r).items() if k != "samples"},
+                 "status": {mode: r.status(mode) if r.has_decomposition else "no-decomposition"
+                            for mode in modes},
+                 "samples": [asdict(s) for s in r.samples]} for r in results],
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ops", help="comma-separated OpInfo names ('max' or 'max.reduction_with_dim')")
+    parser.add_argument("--mode", choices=(*MODES, "both"), default="both")
+    parser.add_argument("--samples", type=int, default=3, help="float32 samples per OpInfo (default 3)")
+    parser.add_argument("--limit", type=int, help="only the first N selected OpInfos")
+    parser.add_argument("--variants", default=",".join(VARIANTS),
+                        help=f"comma-separated, of {', '.join(VARIANTS)} (default: all)")
+    parser.add_argument("--json", type=Path, help="write the machine-readable result here")
+    parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    args = parser.parse_args(argv)
+    modes = MODES if args.mode == "both" else (args.mode,)
+    variants = tuple(v.strip() for v in args.variants.split(",") if v.strip())
+    unknown = set(variants) - set(VARIANTS)
+    if unknown:
+        parser.error(f"unknown variant(s) {', '.join(sorted(unknown))}; choose from {', '.join(VARIANTS)}")
+
+    started = time.perf_counter()
+    ops = select_ops(load_op_db(), args.ops.split(",") if args.ops else None, args.limit)
+
+    def progress(i: int, n: int, r: OpResult) -> None:
+        if args.quiet:
+            return
+        states = ", ".join(f"{m} {r.status(m)}" for m in modes) if r.has_decomposition else \
+            (r.skipped or "no decomposition")
+        print(f"[{i}/{n}] {r.name}: {states} ({r.seconds:.1f} s)", file=sys.stderr, flush=True)
+
+    results = run(ops, modes=modes, samples=args.samples, variants=variants, progress=progress)
+    seconds = time.perf_counter() - started
+    report(results, modes, seconds)
+    if args.json:
+        args.json.write_text(json.dumps(to_json(results, modes, seconds, sys.argv[1:] if argv is None
+                                                else argv), indent=1) + "\n", encoding="utf-8")
+    return 1 if any(r.status(m) == "fail" for r in results if r.has_decomposition for m in modes) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
