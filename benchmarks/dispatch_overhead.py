@@ -8,10 +8,11 @@
   (c) the cost of emulation: the same op under torch.fl.emulate("cpu") (every op native, so only the
       dispatch mode is measured), and a GPT step under emulate("minimal"), vs bare.
 
-Samples of the compared modes alternate, and medians are reported, so that machine load affects both
-alike.
+Samples of the compared modes alternate; each ratio is the median of the per-sample ratios, so that
+machine load affects both sides alike. By default the clock is the process's CPU time on one torch
+thread, which other processes' load barely moves; --clock wall measures elapsed time instead.
 
-    python benchmarks/dispatch_overhead.py [--repeats 31] [--calls 2000] [--threads N]
+    python benchmarks/dispatch_overhead.py [--repeats 31] [--calls 2000] [--threads 1] [--clock cpu]
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import sys
 import time
 import warnings
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -70,15 +72,27 @@ def emulated(name: str) -> Iterator[None]:
 
 
 # Timing -----------------------------------------------------------------------------------------------
+CLOCKS = {"cpu": time.process_time, "wall": time.perf_counter}
+clock = CLOCKS["cpu"]
+
+
+@dataclass
+class Result:
+    """Median seconds per call in each mode, and the median per-sample ratio of each mode to the first."""
+
+    medians: dict[str, float]
+    ratios: dict[str, float]
+
+
 def timed(fn: Callable[[], None], count: int) -> float:
-    start = time.perf_counter()
+    start = clock()
     for _ in range(count):
         fn()
-    return (time.perf_counter() - start) / count
+    return (clock() - start) / count
 
 
-def interleaved(fn: Callable[[], None], modes: dict[str, Mode], repeats: int, count: int) -> dict[str, float]:
-    """Median seconds per call of `fn` in each mode; modes alternate every sample."""
+def interleaved(fn: Callable[[], None], modes: dict[str, Mode], repeats: int, count: int) -> Result:
+    """Time `fn` in each mode, modes alternating every sample; the first mode is the baseline."""
     samples: dict[str, list[float]] = {name: [] for name in modes}
     for mode in modes.values():  # warm-up: first-call caches (route tables, decompositions)
         with mode():
@@ -87,7 +101,10 @@ def interleaved(fn: Callable[[], None], modes: dict[str, Mode], repeats: int, co
         for name, mode in modes.items():
             with mode():
                 samples[name].append(timed(fn, count))
-    return {name: statistics.median(values) for name, values in samples.items()}
+    base = samples[next(iter(modes))]
+    return Result({name: statistics.median(values) for name, values in samples.items()},
+                  {name: statistics.median(v / b for v, b in zip(values, base, strict=True))
+                   for name, values in samples.items()})
 
 
 # Workloads --------------------------------------------------------------------------------------------
@@ -117,19 +134,20 @@ def ms(seconds: float) -> str:
     return f"{seconds * 1e3:10.2f} ms"
 
 
-def report_step(title: str, medians: dict[str, float], base: str) -> None:
+def report_step(title: str, result: Result, target: float | None = None) -> None:
     print(f"\n{title}")
-    for name, value in medians.items():
-        ratio = "" if name == base else f"   ratio {value / medians[base]:.3f}"
-        print(f"  {name:<28}{ms(value)}/step{ratio}")
+    for i, (name, value) in enumerate(result.medians.items()):
+        ratio = f"   ratio {result.ratios[name]:.3f}" if i else ""
+        goal = f" (target <= {target})" if i and target else ""
+        print(f"  {name:<24}{ms(value)}/step{ratio}{goal}")
 
 
-def report_op(title: str, medians: dict[str, float], base: str) -> None:
+def report_op(title: str, result: Result) -> None:
     print(f"\n{title}")
-    for name, value in medians.items():
-        extra = "" if name == base else f"   extra {us(value - medians[base]).strip()}/call" \
-                                        f"   ratio {value / medians[base]:.1f}x"
-        print(f"  {name:<28}{us(value)}/call{extra}")
+    base = next(iter(result.medians.values()))
+    for i, (name, value) in enumerate(result.medians.items()):
+        extra = f"   extra {us(value - base).strip()}/call   ratio {result.ratios[name]:.2f}" if i else ""
+        print(f"  {name:<24}{us(value)}/call{extra}")
 
 
 def main() -> None:
@@ -137,36 +155,38 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=31, help="samples per mode (default 31)")
     parser.add_argument("--calls", type=int, default=2000, help="small-op calls per sample (default 2000)")
     parser.add_argument("--steps", type=int, default=3, help="GPT steps per sample (default 3)")
-    parser.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's)")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1: steadiest)")
+    parser.add_argument("--clock", choices=CLOCKS, default="cpu", help="cpu (process time) or wall")
     args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    global clock
+    clock = CLOCKS[args.clock]
+    torch.set_num_threads(args.threads)
     warnings.simplefilter("ignore")  # the fallback route warns once per op, by design
     for name in [n for n in os.environ if n.startswith("FL_")]:
         del os.environ[name]  # the machine's own FL_* settings must not change what is measured
     torch_fl.reset()
     print(f"torch {torch.__version__}, torch-fl {torch_fl.__version__}, {torch.get_num_threads()} threads, "
-          f"{args.repeats} interleaved samples per mode, medians")
+          f"{args.clock} clock, {args.repeats} interleaved samples per mode, medians")
     started = time.perf_counter()
 
     step = gpt_step()
     report_step("(a) GPT step (forward + backward + AdamW), routing active on cpu vs plain",
                 interleaved(step, {"plain": plain, "torch-fl active (cpu)": activated_cpu},
-                            args.repeats, args.steps), "plain")
+                            args.repeats, args.steps), target=1.01)
 
     op = small_op()
     report_op("(b) routed call: F.gelu on a 16x16 float32 tensor, forced with FL_ROUTE on the CPU key",
               interleaved(op, {"bare": plain,
                                "route translate": lambda: activated_cpu("aten::gelu=translate"),
                                "route fallback": lambda: activated_cpu("aten::gelu=fallback")},
-                          args.repeats, args.calls), "bare")
+                          args.repeats, args.calls))
 
     report_op("(c) emulation: the same op under torch.fl.emulate('cpu') (all native)",
               interleaved(op, {"bare": plain, "emulate('cpu')": lambda: emulated("cpu")},
-                          args.repeats, args.calls), "bare")
+                          args.repeats, args.calls))
     report_step("(c) GPT step under torch.fl.emulate('minimal') vs plain",
                 interleaved(step, {"plain": plain, "emulate('minimal')": lambda: emulated("minimal")},
-                            max(5, args.repeats // 3), 1), "plain")
+                            max(5, args.repeats // 3), 1))
     print(f"\ntotal {time.perf_counter() - started:.0f} s")
 
 
