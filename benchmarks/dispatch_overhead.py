@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import os
 import statistics
 import sys
@@ -85,10 +86,16 @@ class Result:
 
 
 def timed(fn: Callable[[], None], count: int) -> float:
-    start = clock()
-    for _ in range(count):
-        fn()
-    return (clock() - start) / count
+    # As timeit does: a collection triggered by one mode's setup garbage must not land in a sample.
+    gc.collect()
+    gc.disable()
+    try:
+        start = clock()
+        for _ in range(count):
+            fn()
+        return (clock() - start) / count
+    finally:
+        gc.enable()
 
 
 def interleaved(fn: Callable[[], None], modes: dict[str, Mode], repeats: int, count: int) -> Result:
@@ -97,10 +104,13 @@ def interleaved(fn: Callable[[], None], modes: dict[str, Mode], repeats: int, co
     for mode in modes.values():  # warm-up: first-call caches (route tables, decompositions)
         with mode():
             timed(fn, max(1, count // 4))
+    order = list(modes)
     for _ in range(repeats):
-        for name, mode in modes.items():
-            with mode():
+        for name in order:
+            with modes[name]():
+                fn()  # untimed: switching modes (activation) disturbs caches; steady state is wanted
                 samples[name].append(timed(fn, count))
+        order.reverse()  # A B B A ...: neither mode always runs right after the other
     base = samples[next(iter(modes))]
     return Result({name: statistics.median(values) for name, values in samples.items()},
                   {name: statistics.median(v / b for v, b in zip(values, base, strict=True))
@@ -152,7 +162,7 @@ def report_op(title: str, result: Result) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=31, help="samples per mode (default 31)")
+    parser.add_argument("--repeats", type=int, default=41, help="samples per mode (default 41)")
     parser.add_argument("--calls", type=int, default=2000, help="small-op calls per sample (default 2000)")
     parser.add_argument("--steps", type=int, default=3, help="GPT steps per sample (default 3)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1: steadiest)")

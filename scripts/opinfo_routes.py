@@ -53,7 +53,7 @@ import torch
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
-import torch_fl  # noqa: F401  (installs torch.fl)
+import torch_fl
 from torch_fl.description.probe import canonical_op_name
 from torch_fl.routing.router import cpu_fallback
 from torch_fl.routing.translate import translation
@@ -99,8 +99,19 @@ DECOMP_TOLERANCES: dict[str, tuple[float, float]] = {
 UNINITIALIZED = frozenset({"aten::empty", "aten::empty_like", "aten::new_empty", "aten::empty_strided",
                            "aten::new_empty_strided", "aten::empty_permuted"})
 
-# (mode, OpInfo name) -> why it fails; docs/opinfo.md explains each. Filled from full runs.
-KNOWN_FAILURES: dict[tuple[str, str], str] = {}
+
+
+@dataclass(frozen=True)
+class Known:
+    """A documented failure: every failing sample's reason contains `match`; `why` explains it."""
+
+    match: str
+    why: str
+
+
+# (mode, OpInfo name) -> the documented failure; docs/opinfo.md explains each. A failure whose reason
+# does not contain `match` still counts as a new failure.
+KNOWN_FAILURES: dict[tuple[str, str], Known] = {}
 
 
 # Results ------------------------------------------------------------------------------------------
@@ -116,10 +127,11 @@ class SampleResult:
 @dataclass
 class OpResult:
     name: str
-    overloads: list[str] = field(default_factory=list)  # every aten overload the samples reached
-    decomposed: list[str] = field(default_factory=list)  # those with a decomposition (forced)
+    overloads: list[str] = field(default_factory=list)  # every overload the samples reached
+    decomposed: list[str] = field(default_factory=list)  # the aten ones with a decomposition
+    forced: dict[str, list[str]] = field(default_factory=dict)  # mode -> overloads forced to it
     samples: list[SampleResult] = field(default_factory=list)
-    skipped: str = ""  # why the whole OpInfo was not examined
+    skipped: str = ""  # why the OpInfo was not examined at all
     seconds: float = 0.0
 
     @property
@@ -130,12 +142,21 @@ class OpResult:
     def has_decomposition(self) -> bool:
         return bool(self.decomposed)
 
+    def tested(self, mode: str) -> bool:
+        return bool(self.forced.get(mode))
+
+    def known(self, mode: str) -> Known | None:
+        known = KNOWN_FAILURES.get((mode, self.name))
+        failures = self.failures(mode)
+        return known if known and failures and all(known.match in s.reason for s in failures) else None
+
     def status(self, mode: str) -> str:
-        """pass, fail, known (a documented failure) or skip for one mode."""
-        results = [s for s in self.samples if s.mode == mode]
-        if any(s.status == "fail" for s in results):
-            return "known" if (mode, self.name) in KNOWN_FAILURES else "fail"
-        return "pass" if any(s.status == "pass" for s in results) else "skip"
+        """pass, fail, known (a documented failure), skip (every sample skipped) or untested."""
+        if not self.tested(mode):
+            return "untested"
+        if self.failures(mode):
+            return "known" if self.known(mode) else "fail"
+        return "pass" if any(s.mode == mode and s.status == "pass" for s in self.samples) else "skip"
 
     def failures(self, mode: str) -> list[SampleResult]:
         return [s for s in self.samples if s.mode == mode and s.status == "fail"]
@@ -360,10 +381,12 @@ class Case:
     fn: Callable
     inputs: tuple[tuple, dict]
 
-    def run(self) -> tuple[Any, tuple[tuple, dict]]:
+    def run(self, within: contextlib.AbstractContextManager | None = None) -> tuple[Any, tuple[tuple, dict]]:
+        """(output, the inputs afterwards); only the call itself runs inside `within`."""
         args, kwargs = exact_clone(self.inputs)
         torch.manual_seed(SEED)  # random ops draw the same numbers in every run
-        return self.fn(*args, **kwargs), (args, kwargs)
+        with within or contextlib.nullcontext():
+            return self.fn(*args, **kwargs), (args, kwargs)
 
 
 def _out_like(result: Any) -> Any:
@@ -442,9 +465,21 @@ def check_fallback_call(call: RecordedCall, rtol: float, atol: float) -> str | N
         return f"{where} raised {describe(exc)}"
     check = compare_metadata if call.name.rsplit(".", 1)[0] in UNINITIALIZED else \
         lambda e, a, what: compare(e, a, rtol, atol, what)
-    reason = check(call.output, result, f"{where} output") or \
-        compare(call.after, (args, kwargs), rtol, atol, f"{where} arguments afterwards")
-    return reason or schema_aliasing(call.func, args, kwargs, result, where)
+    reason = check(call.output, result, f"{where} output")
+    if reason:
+        return reason
+    after_args, after_kwargs = call.after
+    for i, argument in enumerate(call.func._schema.arguments):
+        if i < len(args):
+            expected, actual = after_args[i], args[i]
+        elif argument.name in kwargs:
+            expected, actual = after_kwargs[argument.name], kwargs[argument.name]
+        else:
+            continue
+        reason = compare(expected, actual, rtol, atol, f"{where} argument '{argument.name}' afterwards")
+        if reason:
+            return reason
+    return schema_aliasing(call.func, args, kwargs, result, where)
 
 
 def schema_aliasing(func: torch._ops.OpOverload, args: tuple, kwargs: dict, result: Any,
@@ -475,21 +510,34 @@ def schema_aliasing(func: torch._ops.OpOverload, args: tuple, kwargs: dict, resu
     return None
 
 
-def check_op(op: Any, chip: str, *, modes: Sequence[str] = MODES, samples: int = 3,
-             variants: Sequence[str] = VARIANTS) -> OpResult:
-    """Run one OpInfo's samples under every mode; never raises for a failing op."""
+@dataclass(frozen=True)
+class Settings:
+    modes: Sequence[str] = MODES
+    samples: int = 3
+    variants: Sequence[str] = VARIANTS
+    # False: only overloads with a decomposition are forced to fallback (the issue's scope); True:
+    # every aten overload a sample reaches, which also tests cpu_fallback on ops without one.
+    fallback_all: bool = False
+
+    def forces(self, mode: str, name: str) -> bool:
+        if mode == "fallback" and self.fallback_all:
+            return name.startswith("aten::")
+        return has_decomposition(name)
+
+
+def check_op(op: Any, chip: str, settings: Settings = Settings()) -> OpResult:
+    """Run one OpInfo's samples under every mode of `settings`; never raises for a failing op."""
     started = time.perf_counter()
     result = OpResult(opinfo_name(op))
     try:
-        _check_op(op, chip, result, modes, samples, variants)
-    except Exception as exc:  # sample generation itself: the OpInfo cannot be examined here
+        _check_op(op, chip, result, settings)
+    except Exception as exc:  # sample generation itself failed: the OpInfo cannot be examined here
         result.skipped = f"sample inputs raise {describe(exc)}"
     result.seconds = time.perf_counter() - started
     return result
 
 
-def _check_op(op: Any, chip: str, result: OpResult, modes: Sequence[str], samples: int,
-              variants: Sequence[str]) -> None:
+def _check_op(op: Any, chip: str, result: OpResult, settings: Settings) -> None:
     if torch.float32 not in op.supported_dtypes("cpu"):
         result.skipped = "no float32 support on the CPU"
         return
@@ -497,60 +545,62 @@ def _check_op(op: Any, chip: str, result: OpResult, modes: Sequence[str], sample
         result.skipped = "outputs not comparable (OpInfo has_nondeterministic_output)"
         return
     rtol, atol = opinfo_tolerance(op)
-    overloads: dict[str, torch._ops.OpOverload] = {}
-    decomposed: set[str] = set()
-    for case in make_cases(op, samples, variants):
-        found = _check_case(case, chip, modes, rtol, atol, result)
-        overloads.update(found)
-        decomposed.update(name for name in found if has_decomposition(name))
+    overloads: set[str] = set()
+    for case in make_cases(op, settings.samples, settings.variants):
+        overloads.update(_check_case(case, chip, settings, rtol, atol, result))
     result.overloads = sorted(overloads)
-    result.decomposed = sorted(decomposed)
+    result.decomposed = sorted(name for name in overloads if has_decomposition(name))
+    result.forced = {mode: sorted(name for name in overloads if settings.forces(mode, name))
+                     for mode in settings.modes}
+    if not overloads and result.samples:
+        result.skipped = f"every sample skipped: {result.samples[0].reason}"
 
 
-def _check_case(case: Case, chip: str, modes: Sequence[str], rtol: float, atol: float,
-                result: OpResult) -> dict[str, torch._ops.OpOverload]:
+def _check_case(case: Case, chip: str, settings: Settings, rtol: float, atol: float,
+                result: OpResult) -> set[str]:
+    """Check one case in every mode; returns the overloads it reached."""
     def add(mode: str, status: str, reason: str = "") -> None:
         result.samples.append(SampleResult(case.variant, case.index, mode, status, reason))
+
+    def skip_all(reason: str) -> None:
+        for mode in settings.modes:
+            add(mode, "skip", reason)
 
     if any(isinstance(t, torch.Tensor) and t.layout != torch.strided for t in pytree.tree_leaves(case.inputs)):
         # Descriptions and their route tables cover the strided kernels of a dispatch key; sparse
         # kernels live on other keys, so an emulated chip has none of them natively.
-        for mode in modes:
-            add(mode, "skip", "sparse inputs: routes cover strided kernels only")
-        return {}
+        skip_all("sparse inputs: routes cover strided kernels only")
+        return set()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
             expected, expected_inputs = case.run()
         except Exception as exc:
-            for mode in modes:
-                add(mode, "skip", f"reference raises {describe(exc)}")
-            return {}
-        recorder = Recorder(has_decomposition)
+            skip_all(f"reference raises {describe(exc)}")
+            return set()
+        recorder = Recorder(lambda name: any(settings.forces(m, name) for m in settings.modes))
         try:
-            with recorder:
-                again = case.run()
+            again = case.run(recorder)
         except Exception as exc:
-            for mode in modes:
-                add(mode, "skip", f"reference raises under a dispatch mode: {describe(exc)}")
-            return {}
+            skip_all(f"reference raises under a dispatch mode: {describe(exc)}")
+            return set()
+        reached = set(recorder.overloads)
         if compare((expected, expected_inputs), again, 0, 0) is not None:
-            for mode in modes:
-                add(mode, "skip", "outputs not comparable: two reference runs differ")
-            return recorder.overloads
-        forced = [name for name in recorder.overloads if has_decomposition(name)]
-        if not forced:
-            return recorder.overloads  # nothing of this sample is decomposable: not a route test
-        op_rtol, op_atol = rtol, atol
-        for name in forced:
-            op_rtol, op_atol = (max(op_rtol, DECOMP_TOLERANCES.get(name, (0, 0))[0]),
-                                max(op_atol, DECOMP_TOLERANCES.get(name, (0, 0))[1]))
+            skip_all("outputs not comparable: two reference runs differ")
+            return reached
         expected_aliases = alias_map(expected_inputs, expected)
-        for mode in modes:
+        for mode in settings.modes:
+            forced = [name for name in recorder.overloads if settings.forces(mode, name)]
+            if not forced:
+                continue  # nothing of this sample takes the route: no test, no entry
             if mode == "translate" and any(is_random(recorder.overloads[name]) for name in forced):
                 add(mode, "skip", "random: the decomposition draws its random numbers differently")
                 continue
-            m_rtol, m_atol = (op_rtol, op_atol) if mode == "translate" else (rtol, atol)
+            m_rtol, m_atol = rtol, atol
+            if mode == "translate":
+                for name in forced:
+                    m_rtol = max(m_rtol, DECOMP_TOLERANCES.get(name, (0, 0))[0])
+                    m_atol = max(m_atol, DECOMP_TOLERANCES.get(name, (0, 0))[1])
             reason = _routed_run(case, chip, forced, mode, m_rtol, m_atol, expected, expected_inputs,
                                  expected_aliases)
             if reason is None and mode == "fallback":
@@ -559,15 +609,14 @@ def _check_case(case: Case, chip: str, modes: Sequence[str], rtol: float, atol: 
                     if reason is not None:
                         break
             add(mode, "fail" if reason else "pass", reason or "")
-    return recorder.overloads
+    return reached
 
 
 def _routed_run(case: Case, chip: str, forced: list[str], mode: str, rtol: float, atol: float,
                 expected: Any, expected_inputs: Any, expected_aliases: list[tuple[int, ...]]) -> str | None:
     torch.fl.reset_route_stats()
     try:
-        with forced_routes(chip, forced, mode):
-            actual, actual_inputs = case.run()
+        actual, actual_inputs = case.run(forced_routes(chip, forced, mode))
     except Exception as exc:
         return describe(exc)
     if not _route_taken(mode, forced):
@@ -579,21 +628,21 @@ def _routed_run(case: Case, chip: str, forced: list[str], mode: str, rtol: float
     aliases = alias_map(actual_inputs, actual)
     for i, (want, got) in enumerate(zip(expected_aliases, aliases, strict=False)):
         if bool(want) != bool(got):
-            return (f"output[{i}] " + ("is a new tensor; the reference returns a view of (or writes to) an "
-                                       "input" if want else "aliases an input; the reference returns a new "
-                                       "tensor"))
+            return f"output[{i}] " + ("is a new tensor; the reference returns a view of (or writes to) "
+                                      "an input" if want else "aliases an input; the reference returns a "
+                                      "new tensor")
     return None
 
 
 # Running and reporting --------------------------------------------------------------------------------
-def run(ops: Sequence[Any], *, modes: Sequence[str] = MODES, samples: int = 3,
-        variants: Sequence[str] = VARIANTS, progress: Callable[[int, int, OpResult], None] | None = None,
-        ) -> list[OpResult]:
+def run(ops: Sequence[Any], settings: Settings = Settings(),
+        progress: Callable[[int, int, OpResult], None] | None = None) -> list[OpResult]:
+    """Check `ops` (OpInfos) on a temporary emulated chip."""
     results = []
     with tempfile.TemporaryDirectory(prefix="opinfo-routes-") as tmp:
         chip = write_chip(tmp)
         for i, op in enumerate(ops):
-            results.append(check_op(op, chip, modes=modes, samples=samples, variants=variants))
+            results.append(check_op(op, chip, settings))
             if progress is not None:
                 progress(i + 1, len(ops), results[-1])
     return results
@@ -611,62 +660,64 @@ def summarize(results: Sequence[OpResult], modes: Sequence[str]) -> dict[str, An
         "modes": {},
     }
     for mode in modes:
-        statuses = [r.status(mode) for r in with_decomp]
-        cases = [s for r in with_decomp for s in r.samples if s.mode == mode]
+        tested = [r for r in examined if r.tested(mode)]
+        statuses = [r.status(mode) for r in tested]
+        cases = [s for r in tested for s in r.samples if s.mode == mode]
         summary["modes"][mode] = {
+            "ops_tested": len(tested),
+            "overloads_forced": len({o for r in tested for o in r.forced[mode]}),
             "ops_pass": statuses.count("pass"),
             "ops_fail": statuses.count("fail"),
             "ops_known_failure": statuses.count("known"),
-            "ops_skipped": statuses.count("skip"),
+            "ops_all_skipped": statuses.count("skip"),
             "samples_pass": sum(s.status == "pass" for s in cases),
             "samples_fail": sum(s.status == "fail" for s in cases),
             "samples_skipped": sum(s.status == "skip" for s in cases),
+            "skip_reasons": _count(s.reason for s in cases if s.status == "skip"),
         }
     return summary
 
 
-def skip_reasons(results: Sequence[OpResult], mode: str) -> dict[str, int]:
-    """How many skipped samples per reason (the reason's text up to its first detail)."""
+def _count(reasons: Iterable[str]) -> dict[str, int]:
+    """How often each reason occurs, by its text up to the first detail."""
     counts: dict[str, int] = {}
-    for r in results:
-        for s in r.samples:
-            if s.mode == mode and s.status == "skip":
-                key = s.reason.split(":")[0]
-                counts[key] = counts.get(key, 0) + 1
-    return dict(sorted(counts.items(), key=lambda kv: -kv[1]))
+    for reason in reasons:
+        key = reason.split(":")[0]
+        counts[key] = counts.get(key, 0) + 1
+    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
-def report(results: Sequence[OpResult], modes: Sequence[str], seconds: float, out: Any = sys.stdout) -> None:
+def report(results: Sequence[OpResult], modes: Sequence[str], seconds: float, out: Any = None) -> None:
+    out = out or sys.stdout
     summary = summarize(results, modes)
-    p = lambda *a: print(*a, file=out)  # noqa: E731
-    p(f"OpInfos: {summary['opinfos']}, examined (float32 samples on the CPU): {summary['examined']}, "
+
+    def p(text: str) -> None:
+        print(text, file=out)
+
+    p(f"OpInfos: {summary['opinfos']}; examined (float32 samples on the CPU): {summary['examined']}; "
       f"with a decomposition: {summary['with_decomposition']} "
-      f"({summary['overloads_decomposed']} distinct aten overloads forced)")
-    not_examined: dict[str, int] = {}
-    for r in results:
-        if r.skipped:
-            not_examined[r.skipped.split(":")[0]] = not_examined.get(r.skipped.split(":")[0], 0) + 1
-    for why, n in sorted(not_examined.items(), key=lambda kv: -kv[1]):
+      f"({summary['overloads_decomposed']} distinct aten overloads)")
+    for why, n in _count(r.skipped for r in results if r.skipped).items():
         p(f"  not examined: {n} ({why})")
     for mode in modes:
         m = summary["modes"][mode]
-        p(f"{mode}: ops pass {m['ops_pass']}, fail {m['ops_fail']}, known failures {m['ops_known_failure']}, "
-          f"all samples skipped {m['ops_skipped']}; samples pass {m['samples_pass']}, fail "
-          f"{m['samples_fail']}, skipped {m['samples_skipped']}")
-        for why, n in skip_reasons(results, mode).items():
+        p(f"{mode}: {m['ops_tested']} ops ({m['overloads_forced']} overloads forced): pass {m['ops_pass']}, "
+          f"fail {m['ops_fail']}, known failures {m['ops_known_failure']}, every sample skipped "
+          f"{m['ops_all_skipped']}; samples: pass {m['samples_pass']}, fail {m['samples_fail']}, "
+          f"skipped {m['samples_skipped']}")
+        for why, n in m["skip_reasons"].items():
             p(f"  skipped samples: {n} ({why})")
         for r in results:
-            status = r.status(mode) if r.has_decomposition else "skip"
-            if status not in ("fail", "known"):
+            if r.status(mode) not in ("fail", "known"):
                 continue
-            known = KNOWN_FAILURES.get((mode, r.name))
-            p(f"  FAIL {r.name}" + (f" [known: {known}]" if known else ""))
+            known = r.known(mode)
+            p(f"  {'KNOWN' if known else 'FAIL'} {r.name}" + (f": {known.why}" if known else ""))
             for s in r.failures(mode):
                 p(f"    {s.variant} sample {s.index}: {s.reason}")
     p(f"runtime: {seconds:.1f} s")
 
 
-def to_json(results: Sequence[OpResult], modes: Sequence[str], seconds: float, argv: Sequence[str]) -> dict:
+def to_json(results: Sequence[OpResult], settings: Settings, seconds: float, argv: Sequence[str]) -> dict:
     return {
         "command": " ".join(["scripts/opinfo_routes.py", *argv]),
         "torch": torch.__version__,
@@ -674,10 +725,10 @@ def to_json(results: Sequence[OpResult], modes: Sequence[str], seconds: float, a
         "python": platform.python_version(),
         "threads": torch.get_num_threads(),
         "runtime_s": round(seconds, 1),
-        "summary": summarize(results, modes),
+        "settings": {**asdict(settings), "modes": list(settings.modes), "variants": list(settings.variants)},
+        "summary": summarize(results, settings.modes),
         "ops": [{**{k: v for k, v in asdict(r).items() if k != "samples"},
-                 "status": {mode: r.status(mode) if r.has_decomposition else "no-decomposition"
-                            for mode in modes},
+                 "status": {mode: r.status(mode) for mode in settings.modes},
                  "samples": [asdict(s) for s in r.samples]} for r in results],
     }
 
@@ -691,32 +742,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--limit", type=int, help="only the first N selected OpInfos")
     parser.add_argument("--variants", default=",".join(VARIANTS),
                         help=f"comma-separated, of {', '.join(VARIANTS)} (default: all)")
+    parser.add_argument("--fallback-all", action="store_true",
+                        help="force every aten overload reached to fallback, not only decomposable ones")
     parser.add_argument("--json", type=Path, help="write the machine-readable result here")
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
     args = parser.parse_args(argv)
-    modes = MODES if args.mode == "both" else (args.mode,)
     variants = tuple(v.strip() for v in args.variants.split(",") if v.strip())
     unknown = set(variants) - set(VARIANTS)
     if unknown:
         parser.error(f"unknown variant(s) {', '.join(sorted(unknown))}; choose from {', '.join(VARIANTS)}")
+    settings = Settings(MODES if args.mode == "both" else (args.mode,), args.samples, variants,
+                        args.fallback_all)
 
     started = time.perf_counter()
     ops = select_ops(load_op_db(), args.ops.split(",") if args.ops else None, args.limit)
 
     def progress(i: int, n: int, r: OpResult) -> None:
-        if args.quiet:
-            return
-        states = ", ".join(f"{m} {r.status(m)}" for m in modes) if r.has_decomposition else \
-            (r.skipped or "no decomposition")
-        print(f"[{i}/{n}] {r.name}: {states} ({r.seconds:.1f} s)", file=sys.stderr, flush=True)
+        if not args.quiet:
+            states = r.skipped or ", ".join(f"{m} {r.status(m)}" for m in settings.modes)
+            print(f"[{i}/{n}] {r.name}: {states} ({r.seconds:.1f} s)", file=sys.stderr, flush=True)
 
-    results = run(ops, modes=modes, samples=args.samples, variants=variants, progress=progress)
+    results = run(ops, settings, progress)
     seconds = time.perf_counter() - started
-    report(results, modes, seconds)
+    report(results, settings.modes, seconds)
     if args.json:
-        args.json.write_text(json.dumps(to_json(results, modes, seconds, sys.argv[1:] if argv is None
-                                                else argv), indent=1) + "\n", encoding="utf-8")
-    return 1 if any(r.status(m) == "fail" for r in results if r.has_decomposition for m in modes) else 0
+        command = sys.argv[1:] if argv is None else list(argv)
+        args.json.write_text(json.dumps(to_json(results, settings, seconds, command), indent=1) + "\n",
+                             encoding="utf-8")
+    return 1 if any(r.status(m) == "fail" for r in results for m in settings.modes) else 0
 
 
 if __name__ == "__main__":

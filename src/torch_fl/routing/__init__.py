@@ -18,13 +18,13 @@ import torch
 
 from .. import _env
 from ..description.probe import canonical_op_name
-from .stats import reset_route_stats, route_log, route_stats, write_route_log
+from .stats import reset_route_stats, route_log, route_stats, routed_seconds, write_route_log
 from .table import ROUTES, KernelEntry, Route, RouteTable
 
 __all__ = [
     "ROUTES", "Activation", "KernelHandle", "Route", "RouteTable", "activate", "activated", "active",
-    "deactivate", "emulate", "register_kernel", "registered_kernels", "reset_route_stats", "route_log", "route_stats",
-    "route_table", "write_route_log",
+    "deactivate", "emulate", "register_kernel", "registered_kernels", "reset_route_stats", "route_log",
+    "route_stats", "route_table", "routed_seconds", "write_route_log",
 ]
 
 _lock = threading.RLock()

@@ -6,6 +6,8 @@ passes `native`, a callable that runs the op's own kernel (None when there is no
 
 from __future__ import annotations
 
+import threading
+import time
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -20,6 +22,13 @@ from .table import Route, RouteTable, dtype_name
 from .translate import guard, translation
 
 Native = Callable[[tuple, dict], Any] | None
+
+
+class _Depth(threading.local):
+    value = 0
+
+
+_depth = _Depth()  # nesting of routed calls on this thread (a translation's sub-ops are nested)
 
 
 def first_dtype(args: tuple, kwargs: dict) -> str | None:
@@ -64,12 +73,23 @@ class Router:
 
     def call(self, op: str, ovl: torch._ops.OpOverload, route: Route, dtype: str | None,
              args: tuple, kwargs: dict, native: Native, reenter: Any = None) -> Any:
-        kind = route.kind
-        if kind == "native":
+        if route.kind == "native":
             if native is None:
                 raise self.error(op, args, kwargs, route, "the route is native but the device has no "
                                  "kernel for it")
             return native(args, kwargs)
+        # Non-native calls are slow anyway; timing them tells `torchfl bench` where the time goes.
+        start = time.perf_counter()
+        _depth.value += 1
+        try:
+            return self._run(op, ovl, route, dtype, args, kwargs, native, reenter)
+        finally:
+            _depth.value -= 1
+            stats.add_time(op, dtype, route.kind, time.perf_counter() - start, top_level=_depth.value == 0)
+
+    def _run(self, op: str, ovl: torch._ops.OpOverload, route: Route, dtype: str | None,
+             args: tuple, kwargs: dict, native: Native, reenter: Any) -> Any:
+        kind = route.kind
         if kind == "translate":
             return self.translate(op, ovl, route, dtype, args, kwargs, native, reenter)
         if kind == "fallback":

@@ -11,6 +11,8 @@ from pathlib import Path
 
 log = logging.getLogger("torch_fl.dispatch")
 _counts: Counter[tuple[str, str, str]] = Counter()
+_seconds: Counter[tuple[str, str, str]] = Counter()   # inclusive time per (op, dtype, route)
+_top_level: Counter[str] = Counter()                  # time of outermost routed calls per route
 _lock = threading.Lock()
 _context: dict[str, str] = {"device": "", "description": ""}
 _log_path: list[str] = []
@@ -24,23 +26,41 @@ def record(op: str, dtype: str | None, route: str, source: str) -> None:
     _counts[key] += 1  # Counter updates are atomic enough under the GIL for statistics
 
 
+def add_time(op: str, dtype: str | None, route: str, seconds: float, *, top_level: bool) -> None:
+    _seconds[(op, dtype or "-", route)] += seconds
+    if top_level:
+        _top_level[route] += seconds
+
+
+def routed_seconds() -> dict[str, float]:
+    """Wall time spent in non-native routes, per route of the outermost call (nested translations are
+    counted once, in their outermost call)."""
+    return dict(_top_level)
+
+
 def route_stats() -> list[dict[str, object]]:
     """Non-native calls so far: [{'op', 'dtype', 'route', 'calls'}], most calls first.
 
     Example:
         >>> import torch, torch_fl
         >>> torch.fl.route_stats()  # doctest: +SKIP
-        [{'op': 'aten::gelu.default', 'dtype': 'float32', 'route': 'translate', 'calls': 12}]
+        [{'op': 'aten::gelu.default', 'dtype': 'float32', 'route': 'translate', 'calls': 12,
+          'seconds': 0.0021}]
+
+    `seconds` is inclusive wall time (a translation includes its sub-ops).
     """
     with _lock:
         items = list(_counts.items())
-    return [{"op": op, "dtype": dtype, "route": route, "calls": calls}
+    return [{"op": op, "dtype": dtype, "route": route, "calls": calls,
+             "seconds": round(_seconds.get((op, dtype, route), 0.0), 6)}
             for (op, dtype, route), calls in sorted(items, key=lambda kv: (-kv[1], kv[0]))]
 
 
 def reset_route_stats() -> None:
     with _lock:
         _counts.clear()
+        _seconds.clear()
+        _top_level.clear()
 
 
 def set_context(device: str, description: str) -> None:
