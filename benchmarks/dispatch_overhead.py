@@ -4,7 +4,7 @@
       vs plain PyTorch. On the CPU only ops without a CPU kernel get routers, so none of the model's
       ops is routed: the ratio should be 1 (target <= 1.01).
   (b) the extra cost of one routed call, translate and fallback (forced with FL_ROUTE on the CPU key),
-      over the bare op.
+      over the bare op; and the same op unrouted while routing is active (ideally no extra cost).
   (c) the cost of emulation: the same op under torch.fl.emulate("cpu") (every op native, so only the
       dispatch mode is measured), and a GPT step under emulate("minimal"), vs bare.
 
@@ -87,7 +87,6 @@ class Result:
 
 def timed(fn: Callable[[], None], count: int) -> float:
     # As timeit does: a collection triggered by one mode's setup garbage must not land in a sample.
-    gc.collect()
     gc.disable()
     try:
         start = clock()
@@ -148,8 +147,8 @@ def report_step(title: str, result: Result, target: float | None = None) -> None
     print(f"\n{title}")
     for i, (name, value) in enumerate(result.medians.items()):
         ratio = f"   ratio {result.ratios[name]:.3f}" if i else ""
-        goal = f" (target <= {target})" if i and target else ""
-        print(f"  {name:<24}{ms(value)}/step{ratio}{goal}")
+        goal = f" (target <= {target})" if target and name == list(result.medians)[-1] else ""
+        print(f"  {name:<28}{ms(value)}/step{ratio}{goal}")
 
 
 def report_op(title: str, result: Result) -> None:
@@ -157,7 +156,7 @@ def report_op(title: str, result: Result) -> None:
     base = next(iter(result.medians.values()))
     for i, (name, value) in enumerate(result.medians.items()):
         extra = f"   extra {us(value - base).strip()}/call   ratio {result.ratios[name]:.2f}" if i else ""
-        print(f"  {name:<24}{us(value)}/call{extra}")
+        print(f"  {name:<28}{us(value)}/call{extra}")
 
 
 def main() -> None:
@@ -181,12 +180,14 @@ def main() -> None:
 
     step = gpt_step()
     report_step("(a) GPT step (forward + backward + AdamW), routing active on cpu vs plain",
-                interleaved(step, {"plain": plain, "torch-fl active (cpu)": activated_cpu},
+                interleaved(step, {"plain": plain, "plain again (noise floor)": plain,
+                                   "torch-fl active (cpu)": activated_cpu},
                             args.repeats, args.steps), target=1.01)
 
     op = small_op()
     report_op("(b) routed call: F.gelu on a 16x16 float32 tensor, forced with FL_ROUTE on the CPU key",
               interleaved(op, {"bare": plain,
+                               "active, gelu not routed": activated_cpu,
                                "route translate": lambda: activated_cpu("aten::gelu=translate"),
                                "route fallback": lambda: activated_cpu("aten::gelu=fallback")},
                           args.repeats, args.calls))

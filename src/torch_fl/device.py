@@ -172,9 +172,19 @@ def resolve(device: str | int | torch.device | None = None) -> torch.device:
     if isinstance(device, torch.device):
         return device
     resolved = _resolve(device)
-    if not _auto_activated:
+    if not _auto_activated and _drives(device, resolved):
         _activate_once(device if isinstance(device, str) else None)
     return resolved
+
+
+def _drives(device: str | int | None, resolved: torch.device) -> bool:
+    """Whether resolving `device` activates routing: the process's backend device or an emulated chip
+    (a physical name of another type, e.g. 'cuda:1' on a CPU machine, passes through untouched)."""
+    if isinstance(device, str) and device.strip().startswith(EMULATION_PREFIX):
+        return True
+    if device is None and _default_id()[0].startswith(EMULATION_PREFIX):
+        return True
+    return resolved.type == backend().description.device_type
 
 
 def _resolve(device: str | int | None) -> torch.device:

@@ -4,6 +4,7 @@ deactivation restoring native behaviour."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import warnings
@@ -14,8 +15,13 @@ import torch
 import torch_fl
 from torch_fl.errors import ConfigError, FallbackWarning, UnsupportedOperatorError
 from torch_fl.routing import route_table
+from torch_fl.routing.install import GET_KERNEL_SINCE, supports_key_routing
 
 aten = torch.ops.aten
+# Routing an op that has a CPU kernel (forced routes, dtype conditions) keeps that kernel with
+# torch.library.get_kernel; older torch can only route ops without a kernel on the key.
+needs_get_kernel = pytest.mark.skipif(not supports_key_routing(),
+                                      reason=f"needs torch >= {GET_KERNEL_SINCE} (torch.library.get_kernel)")
 
 
 def activate_with(monkeypatch, **env):
@@ -38,13 +44,12 @@ def test_native_ops_are_never_intercepted():
     assert "aten::mm.default" not in installed and "aten::gelu.default" not in installed
     # only ops the CPU has no kernel for get a router
     assert "aten::_cudnn_rnn.default" in installed
-    before = torch.library.get_kernel("aten::mm", "CPU")
-    assert before is not None
     x = torch.randn(8, 8)
     _ = x @ x
     assert torch_fl.route_stats() == []
 
 
+@needs_get_kernel
 def test_translate_on_the_cpu_key(monkeypatch):
     activate_with(monkeypatch, FL_ROUTE="aten::gelu=translate")
     x = torch.randn(64, requires_grad=True)
@@ -56,6 +61,7 @@ def test_translate_on_the_cpu_key(monkeypatch):
     assert x.grad is not None
 
 
+@needs_get_kernel
 def test_fallback_on_the_cpu_key_warns_once_and_counts(monkeypatch):
     activate_with(monkeypatch, FL_ROUTE="aten::mm.default=fallback")
     a, b = torch.randn(4, 5), torch.randn(5, 3)
@@ -68,12 +74,14 @@ def test_fallback_on_the_cpu_key_warns_once_and_counts(monkeypatch):
     torch.testing.assert_close(out, a @ b)
 
 
+@needs_get_kernel
 def test_strict_mode_turns_fallback_into_an_error(monkeypatch):
     activate_with(monkeypatch, FL_ROUTE="aten::mm=fallback", FL_FALLBACK="error")
     with pytest.raises(UnsupportedOperatorError, match="FL_FALLBACK=error forbids"):
         torch.randn(2, 2) @ torch.randn(2, 2)
 
 
+@needs_get_kernel
 def test_unsupported_error_text(monkeypatch):
     activate_with(monkeypatch, FL_ROUTE="aten::bmm=unsupported")
     with pytest.raises(UnsupportedOperatorError) as info:
@@ -87,6 +95,7 @@ def test_unsupported_error_text(monkeypatch):
     assert "[ops] fallback in" in text and "torch.fl.register_kernel('aten::bmm.default'" in text
 
 
+@needs_get_kernel
 def test_kernel_route_and_handle_removal():
     torch_fl.activate()
     seen = []
@@ -114,6 +123,7 @@ def test_kernel_for_another_device_type_is_ignored():
         handle.remove()
 
 
+@needs_get_kernel
 def test_dtype_conditioned_route(monkeypatch, tmp_path):
     desc = tmp_path / "limited.toml"
     desc.write_text('schema = 1\nname = "cpu-limited"\ndevice_type = "cpu"\ndispatch_key = "CPU"\n'
@@ -132,6 +142,7 @@ def test_dtype_conditioned_route(monkeypatch, tmp_path):
     torch.testing.assert_close(out32, torch.addmm(b.float(), m1.float(), m2.float()))
 
 
+@needs_get_kernel
 def test_precedence_env_over_config_over_description(monkeypatch, tmp_path):
     desc = tmp_path / "d.toml"
     desc.write_text('schema = 1\nname = "cpu-lists"\ndevice_type = "cpu"\ndispatch_key = "CPU"\n'
@@ -156,6 +167,7 @@ def test_bad_fl_route(monkeypatch):
         route_table("cpu")
 
 
+@needs_get_kernel
 def test_deactivate_restores_the_dispatcher(monkeypatch):
     before = {op: torch._C._dispatch_has_kernel_for_dispatch_key(op, "CPU")
               for op in ("aten::_cudnn_rnn", "aten::gelu", "aten::mm")}
@@ -182,6 +194,7 @@ def test_activation_is_idempotent_and_thread_safe():
     assert len(torch_fl.routing._active) == 1
 
 
+@needs_get_kernel
 def test_activated_context_manager_undoes_only_its_own(monkeypatch):
     monkeypatch.setenv("FL_ROUTE", "aten::gelu=unsupported")
     torch_fl.reset()
@@ -196,11 +209,13 @@ def test_first_device_resolution_activates():
     assert torch_fl.routing.active() is not None
 
 
+@needs_get_kernel
 def test_route_log_written_at_exit(tmp_path):
     log = tmp_path / "routes.json"
     code = ("import torch, torch_fl; torch_fl.device(); "
             "[torch.nn.functional.gelu(torch.randn(4)) for _ in range(5)]")
-    env = {"FL_ROUTE": "aten::gelu=translate", "FL_ROUTE_LOG": str(log), "PATH": "/usr/bin:/bin"}
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("FL_")},
+           "FL_ROUTE": "aten::gelu=translate", "FL_ROUTE_LOG": str(log)}
     subprocess.run([sys.executable, "-c", code], env=env, check=True)
     data = json.loads(log.read_text())
     assert data["device"] == "cpu" and data["description"] == "cpu"
@@ -209,6 +224,7 @@ def test_route_log_written_at_exit(tmp_path):
     assert gelu["seconds"] > 0
 
 
+@needs_get_kernel
 def test_dispatch_logger_records_each_decision_once(monkeypatch):
     import logging
 
@@ -240,3 +256,11 @@ def test_no_warning_for_native_runs():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         torch.randn(3, 3) @ torch.randn(3, 3)
+
+
+@pytest.mark.skipif(supports_key_routing(), reason="checks the message on torch without get_kernel")
+def test_old_torch_names_the_version_it_needs(monkeypatch):
+    monkeypatch.setenv("FL_ROUTE", "aten::gelu=translate")
+    torch_fl.reset()
+    with pytest.raises(torch_fl.errors.TorchVersionError, match=f"needs torch >= {GET_KERNEL_SINCE}"):
+        torch_fl.activate()

@@ -13,6 +13,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "doctor": ("doctor", "diagnose this machine's device, plugin and torch-fl setup"),
     "bugreport": ("bugreport", "print a ready-to-paste issue report (secrets redacted)"),
     "routes": ("routes", "show every op's route on a device, or diff two route logs"),
+    "coverage": ("coverage", "which of a model's ops a device runs natively, and how the rest route"),
+    "compare": ("compare", "compare a model's outputs and gradients on a device against a reference"),
+    "bench": ("bench", "steps/s with torch-fl routing on vs off, route time, peak memory, leaks"),
 }
 
 

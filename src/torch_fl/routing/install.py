@@ -25,16 +25,20 @@ _log = logging.getLogger("torch_fl.dispatch")
 GET_KERNEL_SINCE = "2.9"  # torch.library.get_kernel (pytorch/pytorch#158393)
 
 
-def _original_kernel(op: str, key: str) -> Any:
+def _original_kernel(op: str, key: str, needed: bool) -> Any:
+    """The op's own kernel on `key` (None when it has none). `needed`: the router must be able to call
+    it (a dtype that stays native, or a fallback on the CPU key, which runs the CPU kernel)."""
     name = dispatcher_op_name(op)
     if not torch._C._dispatch_has_computed_kernel_for_dispatch_key(name, key):
         return None
-    if not hasattr(torch.library, "get_kernel"):
-        raise TorchVersionError(
-            f"routing {op}, which has a native {key} kernel, by dtype or by override needs torch >= "
-            f"{GET_KERNEL_SINCE} (torch.library.get_kernel); installed: {torch.__version__}. Upgrade torch, "
-            f"or check the chip with emulation (FL_DEVICE=emu:NAME), which works on older torch.")
-    return torch.library.get_kernel(name, key)
+    if hasattr(torch.library, "get_kernel"):
+        return torch.library.get_kernel(name, key)
+    if not needed:
+        return None  # every call is routed away from the native kernel: nothing to keep
+    raise TorchVersionError(
+        f"routing {op}, which has a native {key} kernel, by dtype or by override needs torch >= "
+        f"{GET_KERNEL_SINCE} (torch.library.get_kernel); installed: {torch.__version__}. Upgrade torch, "
+        f"or check the chip with emulation (FL_DEVICE=emu:NAME), which works on older torch.")
 
 
 def _make_router(router: Router, op: str, ovl: torch._ops.OpOverload, orig: Any):
@@ -86,7 +90,9 @@ class KeyInstallation:
             ovl = overload(op)
             if ovl is None:
                 continue
-            orig = _original_kernel(op, self.key)
+            needed = self.router.host_is_device or table.dtype_conditional(op) or \
+                table.route(op, None).kind == "native"
+            orig = _original_kernel(op, self.key, needed)
             name = dispatcher_op_name(op).split("::", 1)[1]
             library.impl(name, _make_router(self.router, op, ovl, orig), self.key, with_keyset=True)
             self.ops.append(op)

@@ -1,0 +1,274 @@
+"""Performance alignment: a model's steps on a device with torch-fl routing active vs the same device
+with routing disabled, plus where routed time goes and whether memory grows.
+
+The two modes run in interleaved blocks (routed, native, native, routed, ...) on one model, so machine
+noise (other processes, frequency scaling, thermal drift) lands on both. Each step is timed on its own,
+between device synchronisations; switching routing on and off between blocks is not timed. For an
+emulated chip (``emu:NAME``) "routing disabled" is the plain CPU run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import itertools
+import math
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.utils._pytree import tree_map
+
+from .model import ModelSpec
+from .report import Chart, Report, Section, Table, progress
+
+MODES = ("routed", "native")
+TARGET = 0.9  # the native alignment ratio the article asks of an adaptation layer
+MIB = 1 << 20
+
+# Leak rule thresholds (docs/analysis.md explains them).
+LEAK_MIN_SAMPLES = 6            # samples in the second half, below that there is no verdict
+LEAK_REL_SLOPE = 1e-4           # slope > 0.01 % of the mean memory per step (+10 % in 1000 steps) ...
+LEAK_MIN_GROWTH = 4 * MIB       # ... and the second half grew by more than 4 MiB ...
+LEAK_RISING_SHARE = 1 / 3       # ... rising in at least a third of its steps (each by more than 64 KiB)
+LEAK_STEP_NOISE = 64 << 10
+LEAK_RULE = (f"over the second half of the run's samples (at least {LEAK_MIN_SAMPLES}): least-squares "
+             f"slope > {LEAK_REL_SLOPE:.2%} of their mean per step, last - first > "
+             f"{LEAK_MIN_GROWTH // MIB} MiB, and memory rose (by > {LEAK_STEP_NOISE >> 10} KiB) in at "
+             f"least a third of the steps")
+
+
+# Memory --------------------------------------------------------------------------------------------
+def slope(samples: list[float]) -> float:
+    """Least-squares slope of samples over their index (units per step); 0 for fewer than 2."""
+    n = len(samples)
+    if n < 2:
+        return 0.0
+    mean_x, mean_y = (n - 1) / 2, statistics.fmean(samples)
+    var = sum((i - mean_x) ** 2 for i in range(n))
+    return sum((i - mean_x) * (y - mean_y) for i, y in enumerate(samples)) / var
+
+
+@dataclass
+class LeakVerdict:
+    leak: bool
+    slope: float  # bytes per step over the second half
+    growth: float  # last - first of the second half
+    why: str
+
+
+def detect_leak(samples: list[float]) -> LeakVerdict:
+    """Whether a memory series grows steadily (a leak) rather than settling (allocator warm-up, caches).
+
+    Only the second half counts: the first half of a run still fills caches and optimizer state. A
+    steady rise is required, so a single jump (an allocator growing its pool once) is not a leak."""
+    half = samples[len(samples) // 2:]
+    if len(half) < LEAK_MIN_SAMPLES:
+        return LeakVerdict(False, 0.0, 0.0, f"too few steps for a verdict (need {2 * LEAK_MIN_SAMPLES})")
+    rate = slope(half)
+    growth = half[-1] - half[0]
+    rising = sum(b - a > LEAK_STEP_NOISE for a, b in itertools.pairwise(half)) / (len(half) - 1)
+    mean = statistics.fmean(half)
+    checks = [(rate > LEAK_REL_SLOPE * mean, f"slope {rate / MIB:.3g} MiB/step vs {LEAK_REL_SLOPE:.2%} of "
+               f"{mean / MIB:.0f} MiB"),
+              (growth > LEAK_MIN_GROWTH, f"growth {growth / MIB:.3g} MiB"),
+              (rising >= LEAK_RISING_SHARE, f"rose in {rising:.0%} of steps")]
+    leak = all(ok for ok, _ in checks)
+    return LeakVerdict(leak, rate, growth, "; ".join(text for _, text in checks))
+
+
+# Timing --------------------------------------------------------------------------------------------
+def percentile(values: list[float], q: float) -> float:
+    """Linear-interpolated percentile (q in [0, 100])."""
+    ordered = sorted(values)
+    if not ordered:
+        return math.nan
+    pos = (len(ordered) - 1) * q / 100
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+@dataclass
+class ModeResult:
+    latencies: list[float]
+    memory: list[int]
+    deltas: list[int]  # memory after - before each step: what the step itself kept
+    peak: int
+
+    def summary(self) -> dict[str, Any]:
+        # From the median step, not the mean: on a shared machine one descheduled step would otherwise
+        # decide the ratio of the two modes.
+        median = statistics.median(self.latencies)
+        return {"steps_per_s": 1 / median if median > 0 else math.inf,
+                "total_s": sum(self.latencies),
+                "latency_ms": {"median": median * 1e3,
+                               "p90": percentile(self.latencies, 90) * 1e3},
+                "peak_memory_bytes": self.peak,
+                "memory_delta_bytes_per_step": statistics.fmean(self.deltas) if self.deltas else 0.0}
+
+
+def _step_fn(spec: ModelSpec, model: torch.nn.Module, inputs: tuple, train: bool) -> Callable[[], None]:
+    if not train:
+        model.eval()
+
+        def infer() -> None:
+            with torch.no_grad():
+                model(*inputs)
+        return infer
+    model.train()
+    # AdamW: the optimizer most training loops use; its update ops are part of what a device must run.
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+    def train_step() -> None:
+        optimizer.zero_grad(set_to_none=True)
+        spec.loss(model(*inputs), inputs).backward()
+        optimizer.step()
+    return train_step
+
+
+def _schedule(steps: int, block: int) -> list[tuple[str, int]]:
+    """(mode, steps) blocks, ABBA-ordered so neither mode always runs first after a switch."""
+    plan: list[tuple[str, int]] = []
+    done = 0
+    round_index = 0
+    while done < steps:
+        n = min(block, steps - done)
+        order = MODES if round_index % 2 == 0 else MODES[::-1]
+        plan += [(mode, n) for mode in order]
+        done += n
+        round_index += 1
+    return plan
+
+
+def bench(spec: ModelSpec, device: str, *, steps: int = 20, warmup: int = 3, train: bool = True,
+          block: int | None = None) -> Report:
+    """Steps per second with routing on vs off on `device`, route time, peak memory and leak check.
+
+    Raises UnsupportedOperatorError when the routed run meets an op the device cannot run."""
+    from .. import runtime
+    from ..device import resolve
+    from ..routing import activated, deactivate, reset_route_stats, route_stats, routed_seconds
+
+    dev = resolve(device)
+    deactivate()  # the first resolution may have activated routing; each block sets its own mode
+
+    def context(mode: str) -> contextlib.AbstractContextManager:
+        return activated(device) if mode == "routed" else contextlib.nullcontext()
+
+    model = copy.deepcopy(spec.model).to(dev)
+    inputs = tree_map(lambda t: t.to(dev) if isinstance(t, torch.Tensor) else t, spec.inputs)
+    step = _step_fn(spec, model, inputs, train)
+    block = block or max(1, min(5, steps // 4))
+
+    for mode in MODES:
+        progress(f"warm-up: {warmup} {mode} steps on {device}")
+        with context(mode):
+            for _ in range(warmup):
+                step()
+                runtime.synchronize(dev)
+    reset_route_stats()
+
+    results = {mode: ModeResult([], [], [], 0) for mode in MODES}
+    order: list[tuple[str, int]] = []
+    progress(f"timing {steps} steps per mode in blocks of {block}")
+    for mode, count in _schedule(steps, block):
+        result = results[mode]
+        with context(mode):
+            runtime.reset_peak_memory_stats(dev)
+            for _ in range(count):
+                runtime.synchronize(dev)
+                before = runtime.memory_allocated(dev)
+                start = time.perf_counter()
+                step()
+                runtime.synchronize(dev)
+                result.latencies.append(time.perf_counter() - start)
+                used = runtime.memory_allocated(dev)
+                result.memory.append(used)
+                result.deltas.append(used - before)
+                order.append((mode, used))
+            result.peak = max(result.peak, runtime.max_memory_allocated(dev))
+    route_seconds = routed_seconds()
+    ops = sorted((r for r in route_stats()), key=lambda r: -float(r["seconds"]))
+    return _report(spec, device, steps, warmup, train, block, results, order, route_seconds, ops)
+
+
+def _report(spec: ModelSpec, device: str, steps: int, warmup: int, train: bool, block: int,
+            results: dict[str, ModeResult], order: list[tuple[str, int]], route_seconds: dict[str, float],
+            ops: list[dict[str, Any]]) -> Report:
+    routed, native = (results[m].summary() for m in MODES)
+    alignment = routed["steps_per_s"] / native["steps_per_s"]
+    routed_time = sum(results["routed"].latencies)
+    samples = [used for _, used in order]
+    verdict = detect_leak(samples)
+    data: dict[str, Any] = {
+        "device": device, "model": spec.name, "steps": steps, "warmup": warmup, "train": train,
+        "block": block, "routed": routed, "native": native, "alignment": alignment, "target": TARGET,
+        "route_seconds": {route: {"seconds": s, "share": s / routed_time if routed_time else 0.0}
+                          for route, s in sorted(route_seconds.items())},
+        "route_ops": [{k: r[k] for k in ("op", "dtype", "route", "calls", "seconds")} for r in ops[:20]],
+        "peak_memory_bytes": max(r.peak for r in results.values()),
+        "memory": {"samples": samples, "modes": [mode for mode, _ in order],
+                   "slope_bytes_per_step": verdict.slope, "growth_bytes": verdict.growth,
+                   "leak": verdict.leak, "why": verdict.why, "rule": LEAK_RULE},
+    }
+    return _render(data, results)
+
+
+def _render(data: dict[str, Any], results: dict[str, ModeResult]) -> Report:
+    routed, native, memory = data["routed"], data["native"], data["memory"]
+    kind = "training" if data["train"] else "inference"
+    summary = [
+        ("model", data["model"]),
+        ("device", f"{data['device']}: routing on vs off, {data['steps']} timed {kind} steps each "
+                   f"(+{data['warmup']} warm-up), interleaved in blocks of {data['block']}"),
+        ("routed", f"{routed['steps_per_s']:.3g} steps/s, latency median {routed['latency_ms']['median']:.1f}"
+                   f" ms, p90 {routed['latency_ms']['p90']:.1f} ms"),
+        ("native", f"{native['steps_per_s']:.3g} steps/s, latency median {native['latency_ms']['median']:.1f}"
+                   f" ms, p90 {native['latency_ms']['p90']:.1f} ms"),
+        ("alignment", f"{data['alignment']:.3f} (target >= {data['target']}): "
+                      + ("meets the target" if data["alignment"] >= data["target"] else "BELOW TARGET")),
+        ("peak memory", f"{data['peak_memory_bytes'] / MIB:.1f} MiB"),
+        ("memory leak", ("LEAK SUSPECTED" if memory["leak"] else "none detected")
+                        + f" (slope {memory['slope_bytes_per_step'] / MIB:.3g} MiB/step)"),
+    ]
+    route_rows = [[route, v["seconds"], f"{v['share']:.1%}"] for route, v in data["route_seconds"].items()]
+    routes = Section(
+        "Time in non-native routes (routed mode)",
+        text=["Wall time of outermost translate / fallback / kernel calls during the timed routed steps; "
+              "share is of the routed steps' total time."] if route_rows else
+             ["No op left its native route: routing costs nothing here."],
+        tables=[Table(["route", "seconds", "share of step time"], route_rows)] if route_rows else [],
+        charts=[Chart("bar", "Time per route", list(data["route_seconds"]),
+                      [{"name": "seconds", "values": [v["seconds"] for v in data["route_seconds"].values()]}],
+                      x_label="route", y_label="seconds")] if route_rows else [])
+    if data["route_ops"]:
+        routes.tables.append(Table(["op", "dtype", "route", "calls", "seconds (inclusive)"],
+                                   [[r["op"], r["dtype"], r["route"], r["calls"], r["seconds"]]
+                                    for r in data["route_ops"][:10]], title="Slowest routed ops"))
+    longest = max(len(r.memory) for r in results.values())
+    mem = Section(
+        "Memory after each step",
+        text=[f"Leak rule: {memory['rule']}.",
+              f"This run: {memory['why']} -> {'LEAK' if memory['leak'] else 'no leak'}.",
+              "Memory kept per step (after - before, mean): " + ", ".join(
+                  f"{mode} {data[mode]['memory_delta_bytes_per_step'] / MIB:.3g} MiB" for mode in MODES)
+              + " (a leak in one mode only points at that mode's code path)."],
+        charts=[Chart("line", "Memory after each step", list(range(1, longest + 1)),
+                      [{"name": mode, "values": [m / MIB for m in results[mode].memory]} for mode in MODES],
+                      x_label="step (per mode)", y_label="MiB")])
+    timing = Section("Step latency", tables=[Table(
+        ["mode", "steps/s", "median ms", "p90 ms", "peak MiB"],
+        [[mode, d["steps_per_s"], d["latency_ms"]["median"], d["latency_ms"]["p90"],
+          d["peak_memory_bytes"] / MIB] for mode, d in (("routed", routed), ("native", native))])])
+    warnings = []
+    if data["alignment"] < data["target"]:
+        top = max(data["route_seconds"].items(), key=lambda kv: kv[1]["seconds"], default=None)
+        warnings.append(f"alignment {data['alignment']:.2f} is below {data['target']}"
+                        + (f"; {top[0]} routes take {top[1]['share']:.0%} of the routed step time "
+                           f"(see 'Slowest routed ops')" if top else ""))
+    if memory["leak"]:
+        warnings.append(f"memory grows steadily across steps: {memory['why']}")
+    return Report(f"torchfl bench: {data['model']}", data, summary, [timing, routes, mem], warnings)

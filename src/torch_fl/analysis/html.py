@@ -1,0 +1,559 @@
+"""HTML rendering of a :class:`~torch_fl.analysis.report.Report`: one self-contained page.
+
+The page must open anywhere a report is attached or archived (CI artefacts, air-gapped clusters,
+e-mail), so it references nothing outside itself: CSS is inline, charts are SVG drawn here, there is
+no JavaScript, and a Content-Security-Policy forbids loading anything, so a mistake cannot silently
+reach the network. The report's ``data`` is embedded as a JSON island (``<script
+type="application/json" id="report-data">``) so the machine-readable result travels with the page.
+
+Public API: :func:`render_html`, :func:`write_html`, :func:`render_chart`, :func:`series_color`.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from .._version import __version__
+from .report import Chart, Report, Section, Table, _cell
+
+__all__ = ["DEFAULT_PALETTE", "MAX_VISIBLE_ROWS", "ROUTE_COLORS", "render_chart", "render_html",
+           "series_color", "write_html"]
+
+# Rows beyond this go into a closed <details>: browsers skip laying out closed content, so a table
+# of thousands of ops keeps the page responsive while the full data stays in the file.
+MAX_VISIBLE_ROWS = 200
+
+# The same route always has the same colour in every chart of every report, so a reader learns it once.
+ROUTE_COLORS: dict[str, str] = {
+    "native": "#2e7d32",
+    "translate": "#e6a700",
+    "fallback": "#e8590c",
+    "kernel": "#1c6dd0",
+    "unsupported": "#8b1a1a",
+}
+# Hues kept away from the route colours, so a non-route series is never mistaken for a route.
+DEFAULT_PALETTE: tuple[str, ...] = ("#6a3d9a", "#0c8599", "#d6336c", "#5f6b7a", "#a6761d", "#3b5bdb",
+                                    "#7d8a2e", "#c2255c")
+
+_ROUTE_RE = re.compile(r"^\W*(native|translated?|translations?|fallbacks?|kernels?|unsupported)\b",
+                       re.IGNORECASE)
+_ROUTE_CANON = {"translated": "translate", "translation": "translate", "translations": "translate",
+                "fallbacks": "fallback", "kernels": "kernel"}
+
+
+def route_of(name: Any) -> str | None:
+    """The route a series or category is named after ('native', 'Fallback ops', ...), else None."""
+    m = _ROUTE_RE.match(str(name))
+    if not m:
+        return None
+    word = m.group(1).lower()
+    return _ROUTE_CANON.get(word, word)
+
+
+def series_color(name: Any, index: int) -> str:
+    """Colour of the index-th series: its route's colour when named like a route, else the palette's."""
+    route = route_of(name)
+    return ROUTE_COLORS[route] if route else DEFAULT_PALETTE[index % len(DEFAULT_PALETTE)]
+
+
+def _e(value: Any) -> str:
+    return html.escape(str(value), quote=True)
+
+
+# --------------------------------------------------------------------------------------------- numbers
+
+def _num(value: Any) -> float | None:
+    """A plottable number, or None for a gap (None, NaN, inf, text that is not a number)."""
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+def _fmt(value: float) -> str:
+    """Short tick/tooltip number: 0.25, 1500, 2.5e6, 1e-5."""
+    if value == 0:
+        return "0"
+    a = abs(value)
+    if a >= 1e5 or a < 1e-3:
+        mant, _, exp = f"{value:.3g}".partition("e")
+        return f"{mant}e{int(exp)}" if exp else mant
+    return f"{value:.6g}"
+
+
+def _nice_step(raw: float) -> float:
+    exp = math.floor(math.log10(raw))
+    frac = raw / 10**exp
+    nice = 1 if frac <= 1 else 2 if frac <= 2 else 2.5 if frac <= 2.5 else 5 if frac <= 5 else 10
+    return nice * 10**exp
+
+
+@dataclass
+class _Scale:
+    """Maps data values to pixels (y grows downwards in SVG, hence pixel_lo > pixel_hi for y)."""
+
+    lo: float
+    hi: float
+    pixel_lo: float
+    pixel_hi: float
+    log: bool
+    ticks: list[float]
+
+    def __call__(self, value: float) -> float:
+        if self.log:
+            value, lo, hi = math.log10(value), math.log10(self.lo), math.log10(self.hi)
+        else:
+            lo, hi = self.lo, self.hi
+        t = (value - lo) / (hi - lo) if hi != lo else 0.5
+        return self.pixel_lo + t * (self.pixel_hi - self.pixel_lo)
+
+
+def _linear_scale(lo: float, hi: float, pixel_lo: float, pixel_hi: float, target: int = 6) -> _Scale:
+    if lo == hi:
+        lo, hi = (lo - 1, hi + 1) if lo != 0 else (0.0, 1.0)
+    step = _nice_step((hi - lo) / target)
+    lo, hi = math.floor(lo / step + 1e-9) * step, math.ceil(hi / step - 1e-9) * step
+    n = round((hi - lo) / step)
+    # Rounded so that 0.1 * 3 shows as 0.3, not 0.30000000000000004.
+    ticks = [round(lo + i * step, 12) for i in range(n + 1)]
+    return _Scale(lo, hi, pixel_lo, pixel_hi, False, ticks)
+
+
+def _log_scale(lo: float, hi: float, pixel_lo: float, pixel_hi: float) -> _Scale:
+    lo_e, hi_e = math.floor(math.log10(lo) + 1e-9), math.ceil(math.log10(hi) - 1e-9)
+    if hi_e <= lo_e:
+        hi_e = lo_e + 1
+    stride = max(1, math.ceil((hi_e - lo_e) / 8))
+    ticks = [10.0**e for e in range(lo_e, hi_e + 1, stride)]
+    return _Scale(10.0**lo_e, 10.0**hi_e, pixel_lo, pixel_hi, True, ticks)
+
+
+# ---------------------------------------------------------------------------------------------- charts
+
+# Geometry in SVG user units; the SVG scales down with the page (viewBox) but never up.
+_WIDTH = 920
+_PLOT_HEIGHT = 260
+_CHAR_W = 6.6  # average glyph width of the 12px sans-serif used for labels: for layout estimates only
+_LABEL_MAX = 24
+
+
+_ROTATE = 60  # degrees: steep enough that labels 16px apart do not overlap (16 * sin 60° > 12px font)
+_ROTATED_PITCH = 16
+
+
+def _short(label: str, limit: int = _LABEL_MAX) -> str:
+    """Shortened in the middle: op names share prefixes (aten::...) and differ at the end."""
+    if len(label) <= limit:
+        return label
+    head = (limit - 1) * 2 // 5
+    return label[:head] + "…" + label[len(label) - (limit - 1 - head):]
+
+
+def _series(chart: Chart) -> list[tuple[str, list[float | None]]]:
+    """(name, values) per series, values aligned to chart.x (padded with gaps, extra values dropped)."""
+    n = len(chart.x)
+    out = []
+    for i, s in enumerate(chart.series):
+        if not isinstance(s, dict):
+            continue
+        values = [_num(v) for v in list(s.get("values") or [])[:n]]
+        out.append((str(s.get("name", f"series {i + 1}")), values + [None] * (n - len(values))))
+    return out
+
+
+def _legend(items: Sequence[tuple[str, str]], top: float, left: float, width: float) -> tuple[str, float]:
+    """Legend rows wrapped to width; returns (svg, height)."""
+    parts, x, y = [], left, top
+    for name, color in items:
+        label = _short(name, 40)
+        w = 18 + len(label) * _CHAR_W + 16
+        if x > left and x + w > left + width:
+            x, y = left, y + 18
+        parts.append(f'<g class="legend-item"><title>{_e(name)}</title>'
+                     f'<rect x="{x:.1f}" y="{y:.1f}" width="12" height="12" rx="2" fill="{color}"/>'
+                     f'<text x="{x + 17:.1f}" y="{y + 10:.1f}">{_e(label)}</text></g>')
+        x += w
+    return '<g class="legend">' + "".join(parts) + "</g>", (y - top + 18) if items else 0.0
+
+
+def _empty_figure(chart: Chart, reason: str) -> str:
+    return (f'<figure class="chart chart-empty"><figcaption>{_e(chart.title)}</figcaption>'
+            f'<p class="note">{_e(reason)}</p></figure>')
+
+
+def _data_table(chart: Chart, series: list[tuple[str, list[float | None]]]) -> str:
+    """The plotted numbers as a collapsed table: exact values, and what screen readers can navigate."""
+    head = "".join(f"<th scope=\"col\">{_e(name)}</th>" for name, _ in series)
+    rows = []
+    for i, x in enumerate(chart.x):
+        cells = "".join(f'<td class="num">{"" if vals[i] is None else _e(_cell(vals[i]))}</td>'
+                        for _, vals in series)
+        rows.append(f'<tr><th scope="row">{_e(_cell(x))}</th>{cells}</tr>')
+    return (f'<details class="chart-data"><summary>Data ({len(chart.x)} points)</summary>'
+            f'<div class="table-wrap"><table><thead><tr><th scope="col">{_e(chart.x_label or "x")}</th>'
+            f'{head}</tr></thead><tbody>{"".join(rows)}</tbody></table></div></details>')
+
+
+def render_chart(chart: Chart) -> str:
+    """A <figure> with the chart as inline SVG, or with a short note when there is nothing to draw."""
+    kind = (chart.kind or "").lower()
+    if kind not in ("bar", "stacked-bar", "line"):
+        return _empty_figure(chart, f"Chart kind {chart.kind!r} is not supported (bar, stacked-bar, line).")
+    series = _series(chart)
+    if not chart.x or not series:
+        return _empty_figure(chart, "No data to plot.")
+    if all(v is None for _, vals in series for v in vals):
+        return _empty_figure(chart, "No numeric values to plot.")
+    svg, notes = _svg(chart, kind, series)
+    note_html = "".join(f'<p class="note">{_e(n)}</p>' for n in notes)
+    return (f'<figure class="chart chart-{kind}"><figcaption>{_e(chart.title)}</figcaption>{svg}'
+            f"{note_html}{_data_table(chart, series)}</figure>")
+
+
+def _svg(chart: Chart, kind: str, series: list[tuple[str, list[float | None]]]) -> tuple[str, list[str]]:
+    notes: list[str] = []
+    n = len(chart.x)
+    labels = [_cell(x) for x in chart.x]
+    colors = [series_color(name, i) for i, (name, _) in enumerate(series)]
+    # A single-series bar chart over route names (calls per route) colours each bar as its route.
+    bar_colors: list[str] | None = None
+    if kind == "bar" and len(series) == 1 and any(route_of(x) for x in labels):
+        bar_colors = [ROUTE_COLORS.get(route_of(x) or "", colors[0]) for x in labels]
+
+    # Extent of what is drawn: stacks for stacked bars (positives up, negatives down), values otherwise.
+    if kind == "stacked-bar":
+        tops = [sum(v for _, vals in series if (v := vals[i]) is not None and v > 0) for i in range(n)]
+        bottoms = [sum(v for _, vals in series if (v := vals[i]) is not None and v < 0) for i in range(n)]
+        extent = [*tops, *bottoms]
+    else:
+        extent = [v for _, vals in series for v in vals if v is not None]
+
+    use_log = chart.log_y
+    floor = None
+    if use_log:
+        # Individual values, not stack totals: the lowest segment of a stack starts at its own value.
+        positive = [v for _, vals in series for v in vals if v is not None and v > 0]
+        if not positive:
+            use_log = False
+            notes.append("No positive values: drawn on a linear axis instead of a log axis.")
+        else:
+            floor = min(positive)
+            if any(v is not None and v < 0 for _, vals in series for v in vals) and kind == "stacked-bar":
+                notes.append("Log axis: negative values are left out of the stacks.")
+            elif any(v is not None and v <= 0 for _, vals in series for v in vals) and kind != "stacked-bar":
+                notes.append(f"Log axis: values ≤ 0 are drawn at the smallest positive value ({_fmt(floor)})"
+                             + (", as hollow markers." if kind == "line" else "."))
+
+    # Layout: legend on top, y tick labels set the left margin, rotated x labels the bottom one.
+    show_legend = kind in ("stacked-bar", "line") or len(series) > 1
+    top = 14.0
+    legend_svg, legend_h = _legend(list(zip([s[0] for s in series], colors, strict=True)), top, 12,
+                                   _WIDTH - 24) if show_legend else ("", 0.0)
+    top += legend_h + (10 if legend_h else 0)
+    plot_top, plot_bottom = top, top + _PLOT_HEIGHT
+
+    if use_log:
+        assert floor is not None
+        yscale = _log_scale(floor, max(max(extent), floor), plot_bottom, plot_top)
+    else:
+        lo, hi = min(extent), max(extent)
+        if kind != "line":  # bars grow from zero, so zero must be on the axis
+            lo, hi = min(lo, 0.0), max(hi, 0.0)
+        yscale = _linear_scale(lo, hi, plot_bottom, plot_top)
+    ytick_labels = [_fmt(t) for t in yscale.ticks]
+    left = 14 + max(len(t) for t in ytick_labels) * _CHAR_W + 8 + (18 if chart.y_label else 0)
+    right = _WIDTH - 18.0
+    numeric_x = kind == "line" and all(
+        not isinstance(x, bool) and isinstance(x, (int, float)) and math.isfinite(x) for x in chart.x
+    ) and len(set(chart.x)) > 1
+
+    # X labels: horizontal when they fit their slot, else rotated (then the first one must not run off
+    # the left edge), and thinned out when even rotated ones would overlap.
+    longest = max(len(_short(t)) for t in labels) if not numeric_x else 8
+    rotate = not numeric_x and longest * _CHAR_W > (right - left) / n - 4
+    if rotate:
+        reach = longest * _CHAR_W * math.cos(math.radians(_ROTATE))
+        left = max(left, reach - (right - left) / n / 2 + 4)
+    plot_w = right - left
+    band = plot_w / n
+    if numeric_x:
+        xscale = _linear_scale(min(chart.x), max(chart.x), left, right, target=8)
+        xticks = [(xscale(t), _fmt(t)) for t in xscale.ticks if xscale.lo <= t <= xscale.hi]
+
+        def xpos(i: int) -> float:
+            return xscale(float(chart.x[i]))
+    else:
+        def xpos(i: int) -> float:
+            return left + band * (i + 0.5)
+        xticks = [(xpos(i), labels[i]) for i in range(n)]
+
+    capacity = int(plot_w / (_ROTATED_PITCH if rotate else longest * _CHAR_W + 8))
+    stride = max(1, math.ceil(len(xticks) / max(capacity, 1)))
+    shown = xticks[::stride]
+    label_h = (longest * _CHAR_W * math.sin(math.radians(_ROTATE)) + 14) if rotate else 16
+    height = plot_bottom + 8 + label_h + (22 if chart.x_label else 0) + 8
+
+    p: list[str] = []
+    # Grid and y axis
+    for t, text in zip(yscale.ticks, ytick_labels, strict=True):
+        y = yscale(t)
+        p.append(f'<line class="grid" x1="{left:.1f}" x2="{right:.1f}" y1="{y:.1f}" y2="{y:.1f}"/>'
+                 f'<text class="tick" x="{left - 6:.1f}" y="{y + 4:.1f}" text-anchor="end">{_e(text)}</text>')
+    p.append(f'<line class="axis" x1="{left:.1f}" x2="{left:.1f}" y1="{plot_top:.1f}" y2="{plot_bottom:.1f}"/>')
+    # Bars grow from zero (from the bottom on a log axis); the x axis sits at zero when zero is shown.
+    base_y = plot_bottom if use_log or not yscale.lo <= 0 <= yscale.hi else yscale(0.0)
+    p.append(f'<line class="axis" x1="{left:.1f}" x2="{right:.1f}" y1="{base_y:.1f}" y2="{base_y:.1f}"/>')
+    # X tick labels
+    for x, text in shown:
+        y = plot_bottom + 16
+        title = f"<title>{_e(text)}</title>" if len(text) > _LABEL_MAX else ""
+        if rotate:
+            p.append(f'<text class="tick" x="{x:.1f}" y="{plot_bottom + 10:.1f}" text-anchor="end" '
+                     f'transform="rotate(-{_ROTATE} {x:.1f} {plot_bottom + 10:.1f})">{title}{_e(_short(text))}</text>')
+        else:
+            p.append(f'<text class="tick" x="{x:.1f}" y="{y:.1f}" text-anchor="middle">{title}'
+                     f"{_e(_short(text))}</text>")
+    # Axis labels
+    if chart.x_label:
+        p.append(f'<text class="axis-label" x="{(left + right) / 2:.1f}" y="{height - 10:.1f}" '
+                 f'text-anchor="middle">{_e(chart.x_label)}</text>')
+    if chart.y_label:
+        cy = (plot_top + plot_bottom) / 2
+        p.append(f'<text class="axis-label" x="16" y="{cy:.1f}" text-anchor="middle" '
+                 f'transform="rotate(-90 16 {cy:.1f})">{_e(chart.y_label)}'
+                 f'{" (log scale)" if use_log else ""}</text>')
+
+    def clamp(v: float) -> float:
+        return max(v, floor) if use_log and floor is not None else v
+
+    def tip(i: int, name: str, v: float | None) -> str:
+        return f"<title>{_e(labels[i])} · {_e(name)}: {'no value' if v is None else _e(_cell(v))}</title>"
+
+    if kind in ("bar", "stacked-bar"):
+        group_w = band * 0.8
+        for i in range(n):
+            x0 = left + band * i + (band - group_w) / 2
+            if kind == "stacked-bar":
+                pos = neg = 0.0
+                for (name, vals), color in zip(series, colors, strict=True):
+                    v = vals[i]
+                    if v is None or v == 0:
+                        continue
+                    if v > 0:
+                        start, pos = pos, pos + v
+                        end = pos
+                    else:
+                        if use_log:  # a negative has no place on a log stack
+                            continue
+                        start, neg = neg, neg + v
+                        end = neg
+                    y_start = yscale(clamp(start)) if not (use_log and start == 0) else yscale(yscale.lo)
+                    y_end = yscale(clamp(end))
+                    y, h = min(y_start, y_end), abs(y_end - y_start)
+                    p.append(f'<rect x="{x0:.1f}" y="{y:.1f}" width="{group_w:.1f}" height="{max(h, 0.5):.1f}" '
+                             f'fill="{color}">{tip(i, name, v)}</rect>')
+            else:
+                w = group_w / len(series)
+                for j, ((name, vals), color) in enumerate(zip(series, colors, strict=True)):
+                    v = vals[i]
+                    if v is None:
+                        continue
+                    y_v, y_0 = yscale(clamp(v)), base_y
+                    y, h = min(y_v, y_0), abs(y_0 - y_v)
+                    fill = bar_colors[i] if bar_colors else color
+                    p.append(f'<rect x="{x0 + j * w:.1f}" y="{y:.1f}" width="{max(w - 1, 0.5):.1f}" '
+                             f'height="{max(h, 0.5):.1f}" fill="{fill}">{tip(i, name, v)}</rect>')
+    else:
+        markers = n <= 60
+        for (name, vals), color in zip(series, colors, strict=True):
+            # A gap (missing value) breaks the line rather than drawing through it.
+            runs: list[list[tuple[float, float, int]]] = [[]]
+            for i, v in enumerate(vals):
+                if v is None:
+                    runs.append([])
+                else:
+                    runs[-1].append((xpos(i), yscale(clamp(v)), i))
+            g = [f'<g class="series"><title>{_e(name)}</title>']
+            for run in runs:
+                if len(run) > 1:
+                    pts = " ".join(f"{x:.1f},{y:.1f}" for x, y, _ in run)
+                    g.append(f'<polyline points="{pts}" fill="none" stroke="{color}" stroke-width="2" '
+                             f'stroke-linejoin="round"/>')
+                if markers or len(run) == 1:
+                    for x, y, i in run:
+                        # Hollow: a value ≤ 0 that a log axis can only show at its floor.
+                        paint = (f'fill="#fff" stroke="{color}" stroke-width="1.5"'
+                                 if use_log and (vals[i] or 0) <= 0 else f'fill="{color}"')
+                        g.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3.2" {paint}>{tip(i, name, vals[i])}'
+                                 f"</circle>")
+            g.append("</g>")
+            p.append("".join(g))
+
+    kind_word = {"bar": "Bar chart", "stacked-bar": "Stacked bar chart", "line": "Line chart"}[kind]
+    aria = f"{kind_word}: {chart.title}" + (f" ({', '.join(s[0] for s in series)})" if len(series) > 1 else "")
+    svg = (f'<svg class="chart-svg" role="img" aria-label="{_e(aria)}" '
+           f'viewBox="0 0 {_WIDTH} {height:.0f}" width="{_WIDTH}" height="{height:.0f}">'
+           f"<title>{_e(aria)}</title>{legend_svg}{''.join(p)}</svg>")
+    return svg, notes
+
+
+# ---------------------------------------------------------------------------------------------- tables
+
+def _td(value: Any) -> str:
+    text = _e(_cell(value))
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return f'<td class="num">{text}</td>'
+    # Only a cell that is exactly a route name gets the route's chip, not text that mentions one.
+    route = _ROUTE_CANON.get(value.strip().lower(), value.strip().lower()) if isinstance(value, str) else ""
+    if route in ROUTE_COLORS:
+        return f'<td><span class="route route-{route}">{text}</span></td>'
+    return f"<td>{text}</td>"
+
+
+def _rows(rows: Iterable[Sequence[Any]]) -> str:
+    return "".join("<tr>" + "".join(_td(v) for v in row) + "</tr>" for row in rows)
+
+
+def render_table(table: Table) -> str:
+    head = "<thead><tr>" + "".join(f'<th scope="col">{_e(c)}</th>' for c in table.columns) + "</tr></thead>"
+    caption = f"<caption>{_e(table.title)}</caption>" if table.title else ""
+    visible, rest = table.rows[:MAX_VISIBLE_ROWS], table.rows[MAX_VISIBLE_ROWS:]
+    out = [f'<div class="table-wrap"><table>{caption}{head}<tbody>{_rows(visible)}</tbody></table></div>']
+    if rest:
+        out.append(f'<details class="more-rows"><summary>Show {len(rest)} more rows '
+                   f"({len(table.rows)} in all)</summary>"
+                   f'<div class="table-wrap"><table>{head}<tbody>{_rows(rest)}</tbody></table></div>'
+                   f"</details>")
+    if not table.rows:
+        out.append('<p class="note">No rows.</p>')
+    return "".join(out)
+
+
+# ------------------------------------------------------------------------------------------------ page
+
+_CSS = """
+:root { color-scheme: light; --fg:#1d232a; --muted:#5b6672; --line:#d8dee4; --bg:#fff; --alt:#f6f8fa; }
+* { box-sizing: border-box; }
+body { margin: 0; background: var(--bg); color: var(--fg);
+  font: 14px/1.5 system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif; }
+main { max-width: 1120px; margin: 0 auto; padding: 24px 20px 8px; }
+h1 { font-size: 1.7em; margin: 0 0 12px; overflow-wrap: anywhere; }
+h2 { font-size: 1.3em; margin: 32px 0 8px; padding-bottom: 4px; border-bottom: 1px solid var(--line);
+  overflow-wrap: anywhere; }
+dl.summary { display: grid; grid-template-columns: max-content 1fr; gap: 4px 16px; margin: 0 0 16px;
+  padding: 12px 16px; background: var(--alt); border: 1px solid var(--line); border-radius: 6px; }
+dl.summary dt { font-weight: 600; }
+dl.summary dd { margin: 0; overflow-wrap: anywhere; }
+.warnings { margin: 16px 0; padding: 10px 16px; background: #fff4e5; border: 1px solid #f0b35a;
+  border-left: 6px solid #e8590c; border-radius: 6px; }
+.warnings h2 { margin: 0 0 4px; border: 0; font-size: 1.1em; color: #8a3b00; }
+.warnings ul { margin: 0; padding-left: 20px; }
+nav.toc ol { margin: 0; padding-left: 20px; columns: 2; }
+.text { white-space: pre-wrap; overflow-wrap: anywhere; margin: 6px 0; }
+.table-wrap { overflow-x: auto; margin: 8px 0 16px; }
+table { border-collapse: collapse; font-size: 13px; min-width: 40%; }
+caption { text-align: left; font-weight: 600; padding: 4px 0; }
+th, td { padding: 3px 10px; border-bottom: 1px solid var(--line); text-align: left; vertical-align: top;
+  overflow-wrap: anywhere; max-width: 48em; }
+thead th { background: var(--alt); }
+tbody tr:nth-child(even) { background: #fbfcfd; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+details > summary { cursor: pointer; color: var(--muted); margin: 4px 0; }
+.route { display: inline-block; padding: 0 6px; border-radius: 8px; color: #fff; font-size: 12px; }
+.route-native { background: #2e7d32; } .route-translate { background: #e6a700; color: #1d232a; }
+.route-fallback { background: #e8590c; } .route-kernel { background: #1c6dd0; }
+.route-unsupported { background: #8b1a1a; }
+figure.chart { margin: 16px 0 24px; padding: 12px; border: 1px solid var(--line); border-radius: 6px; }
+figure.chart figcaption { font-weight: 600; margin-bottom: 6px; overflow-wrap: anywhere; }
+.chart-svg { display: block; max-width: 100%; height: auto; font-family: inherit; }
+.chart-svg text { font-size: 12px; fill: var(--fg); }
+.chart-svg .tick { fill: var(--muted); font-size: 11px; }
+.chart-svg .axis-label { font-size: 12px; font-weight: 600; }
+.chart-svg .grid { stroke: #e9edf1; stroke-width: 1; }
+.chart-svg .axis { stroke: #8c959f; stroke-width: 1; }
+.chart-svg rect:hover, .chart-svg circle:hover { opacity: .75; }
+.note { color: var(--muted); font-style: italic; margin: 6px 0; }
+footer { max-width: 1120px; margin: 24px auto; padding: 12px 20px; color: var(--muted); font-size: 12px;
+  border-top: 1px solid var(--line); }
+@media print { details { display: block; } }
+"""
+
+# Nothing may be fetched: styles are inline, images are data: URLs (the empty favicon stops browsers
+# asking for /favicon.ico), and no script runs (the JSON island is data, not script).
+_CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
+
+
+def _json_island(data: Any) -> str:
+    """JSON that cannot end the <script> element: every '<', '>' and '&' (only possible inside JSON
+    strings) becomes a \\u escape, which JSON parsers read back as the same character. Non-finite
+    floats become null: NaN/Infinity are not JSON, and a browser's JSON.parse rejects them."""
+    text = json.dumps(_finite(data), default=str, allow_nan=False)
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def _section(index: int, section: Section) -> str:
+    out = [f'<section id="section-{index}"><h2>{_e(section.title)}</h2>']
+    out += [f'<p class="text">{_e(line)}</p>' for line in section.text]
+    out += [render_table(t) for t in section.tables]
+    out += [render_chart(c) for c in section.charts]
+    if not (section.text or section.tables or section.charts):
+        out.append('<p class="note">Nothing to show.</p>')
+    out.append("</section>")
+    return "".join(out)
+
+
+def render_html(report: Report, *, generated: datetime | None = None) -> str:
+    """The report as one self-contained HTML5 page (generated: the footer's time, default now)."""
+    when = (generated or datetime.now(timezone.utc)).astimezone()
+    parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+             f'<meta http-equiv="Content-Security-Policy" content="{_CSP}">',
+             '<meta name="viewport" content="width=device-width, initial-scale=1">',
+             f'<meta name="generator" content="torch-fl {_e(__version__)}">',
+             '<link rel="icon" href="data:,">',
+             f"<title>{_e(report.title)}</title><style>{_CSS}</style></head><body><main>",
+             f"<h1>{_e(report.title)}</h1>"]
+    if report.summary:
+        parts.append('<dl class="summary">' + "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>"
+                                                      for k, v in report.summary) + "</dl>")
+    if report.warnings:
+        parts.append(f'<section class="warnings" role="alert" aria-label="Warnings">'
+                     f"<h2>Warnings ({len(report.warnings)})</h2><ul>"
+                     + "".join(f"<li>{_e(w)}</li>" for w in report.warnings) + "</ul></section>")
+    if len(report.sections) > 2:
+        parts.append('<nav class="toc" aria-label="Sections"><ol>'
+                     + "".join(f'<li><a href="#section-{i}">{_e(s.title)}</a></li>'
+                               for i, s in enumerate(report.sections, 1)) + "</ol></nav>")
+    parts += [_section(i, s) for i, s in enumerate(report.sections, 1)]
+    parts.append("</main>")
+    parts.append(f'<footer>Generated by torch-fl {_e(__version__)} on '
+                 f'<time datetime="{when.isoformat(timespec="seconds")}">'
+                 f'{when.strftime("%Y-%m-%d %H:%M:%S %Z").strip()}</time>. '
+                 "The machine-readable result is embedded in this page as JSON "
+                 "(element <code>#report-data</code>).</footer>")
+    parts.append(f'<script type="application/json" id="report-data">{_json_island(report.data)}</script>')
+    parts.append("</body></html>\n")
+    return "\n".join(parts)
+
+
+def write_html(report: Report, path: str | Path) -> None:
+    # errors="replace": a lone surrogate in some op name must not lose the whole page.
+    Path(path).write_text(render_html(report), encoding="utf-8", errors="replace")

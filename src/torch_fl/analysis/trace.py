@@ -1,0 +1,313 @@
+"""Record the aten operators a model calls, with their dtypes and the modules that call them, without
+computing anything.
+
+The model runs on fake CPU tensors (``FakeTensorMode``): shapes, dtypes and strides propagate, no
+data is allocated or computed, and a dispatch mode above the fake mode counts every call below
+autograd, where a backend sees it (CompositeImplicitAutograd ops appear as their sub-ops). Fake *CPU*
+tensors, rather than meta tensors, because C++ code that chooses kernels by device type sees the CPU:
+the recorded op set is exactly what a real CPU run dispatches (meta tensors make SDPA take its math
+path, which no real device does unless told to). The other side of that choice: where a real device
+picks a device-specific kernel (SDPA's flash or efficient attention on CUDA, cuDNN batch norm,
+autocast's per-device op lists) the trace shows the CPU's pick. ``math_attention=True`` makes SDPA take
+its math path, as a chip without fused attention does.
+
+Each call is attributed to the innermost module running it: forward pre/post hooks keep a module stack.
+Backward calls are attributed through autograd's sequence numbers: every node created in the forward
+pass gets the next number of a thread-local counter, the hooks note where the counter stood whenever the
+innermost module changed, and during backward ``torch._C._current_autograd_node()`` names the node that
+is running. That was chosen over full backward hooks, which wrap each module's inputs and outputs in an
+extra autograd Function: in-place ops on those outputs (``nn.ReLU(inplace=True)`` after a convolution)
+then fail, and the wrapping adds view ops that the model does not call. Gradient accumulation into a
+parameter goes to the parameter's module, optimizer calls to ``<optimizer>``, and everything else (the
+loss, the top-level module's own code) to ``<model>``.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import copy
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from ..description.probe import canonical_op_name
+from ..errors import TorchFLError
+from ..routing.router import first_dtype
+from .model import ModelSpec
+
+MODEL = "<model>"
+OPTIMIZER = "<optimizer>"
+
+# Dispatched only because fake tensors answer metadata queries in Python (a real tensor answers
+# them in C++ without a dispatch), or instrumentation that runs no kernel on any device.
+_BOOKKEEPING_NAMESPACES = frozenset({"profiler"})
+_BOOKKEEPING_OPS = frozenset({"prim::device.default", "prim::layout.default", "aten::sym_size.int",
+                              "aten::sym_stride.int", "aten::sym_numel.default",
+                              "aten::sym_storage_offset.default"})
+
+
+class TraceError(TorchFLError, RuntimeError):
+    """The model could not be traced without computing (for example Python branching on values)."""
+
+
+@dataclass
+class OpRecord:
+    """Calls of one (op, dtype) in a trace, and which modules issued them."""
+
+    op: str                  # canonical 'aten::name.overload'
+    dtype: str | None        # the dtype that decides the route (torch_fl.routing.router.first_dtype)
+    calls: int = 0
+    modules: dict[str, int] = field(default_factory=dict)  # qualified module name -> calls, most first
+
+
+def make_optimizer(params: Any) -> torch.optim.Optimizer:
+    """The optimizer of a traced training step.
+
+    AdamW with ``foreach=False``: the per-parameter ops of a plain step, which every backend runs,
+    rather than the ``_foreach_*`` ops that a device may or may not fuse."""
+    return torch.optim.AdamW(params, foreach=False)
+
+
+class _Attribution:
+    """Which module issued the op being dispatched now (hooks on the traced copy of the model)."""
+
+    def __init__(self, model: torch.nn.Module):
+        self.stack = [MODEL]
+        # Autograd sequence numbers at which the innermost module changed, and that module.
+        self.starts: list[int] = [torch._C._autograd._get_sequence_nr()]
+        self.names: list[str] = [MODEL]
+        self.param_owner: dict[int, str] = {}
+        self.handles: list[Any] = []
+        self._by_seq: dict[int, str] = {}
+        self._names = {id(module): name or MODEL for name, module in model.named_modules()}
+        for name, module in model.named_modules():
+            for param in module.parameters(recurse=False):
+                self.param_owner.setdefault(id(param), name or MODEL)
+            if name:  # the top-level module's own code counts as <model>
+                self.handles.append(module.register_forward_pre_hook(self._pre_hook(name)))
+                self.handles.append(module.register_forward_hook(self._post_hook, always_call=True))
+
+    def _pre_hook(self, name: str):
+        def hook(module: torch.nn.Module, args: Any) -> None:
+            self.enter(name)
+        return hook
+
+    def _post_hook(self, module: torch.nn.Module, args: Any, output: Any) -> None:
+        self.exit()
+
+    def enter(self, name: str) -> None:
+        self.stack.append(name)
+        self._mark()
+
+    def exit(self) -> None:
+        self.stack.pop()
+        self._mark()
+
+    def _mark(self) -> None:
+        seq = torch._C._autograd._get_sequence_nr()  # the number the next autograd node gets
+        if self.starts[-1] == seq:
+            self.names[-1] = self.stack[-1]
+        else:
+            self.starts.append(seq)
+            self.names.append(self.stack[-1])
+
+    def module(self) -> str:
+        node = torch._C._current_autograd_node()
+        return self.stack[-1] if node is None else self._backward_owner(node)
+
+    def _backward_owner(self, node: Any) -> str:
+        variable = getattr(node, "variable", None)  # AccumulateGrad: the parameter it accumulates into
+        if isinstance(variable, torch.Tensor):
+            return self.param_owner.get(id(variable), MODEL)
+        seq = node._sequence_nr()
+        owner = self._by_seq.get(seq)
+        if owner is None:
+            owner = self._by_seq[seq] = self.names[max(bisect.bisect_right(self.starts, seq) - 1, 0)]
+        return owner
+
+    def failed_in(self, exc: BaseException) -> str:
+        """The innermost module whose forward is on the traceback of `exc` (the hooks have unwound)."""
+        where = self.stack[-1]
+        tb = exc.__traceback__
+        while tb is not None:
+            frame = tb.tb_frame
+            if frame.f_code.co_name == "forward":
+                where = self._names.get(id(frame.f_locals.get("self")), where)
+            tb = tb.tb_next
+        return where
+
+    def remove(self) -> None:
+        for handle in self.handles:
+            handle.remove()
+
+
+class _Recorder(TorchDispatchMode):
+    """Counts (op, dtype, module) of every call that reaches the dispatcher's Python key."""
+
+    def __init__(self, attribution: _Attribution):
+        super().__init__()
+        self.attribution = attribution
+        self.calls: Counter[tuple[Any, str | None, str]] = Counter()
+        self._skip: dict[Any, bool] = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        skip = self._skip.get(func)
+        if skip is None:
+            skip = self._skip[func] = _is_bookkeeping(func)
+        if not skip:
+            self.calls[func, first_dtype(args, kwargs), self.attribution.module()] += 1
+        return func(*args, **kwargs)
+
+
+def _is_bookkeeping(func: Any) -> bool:
+    return func.namespace in _BOOKKEEPING_NAMESPACES or canonical_op_name(func) in _BOOKKEEPING_OPS
+
+
+def _fake_mode():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    # A shape environment lets data-dependent ops (nonzero, masked_select) produce fake tensors of
+    # unknown size instead of failing; tensors the model creates outside the mode (closures, plain
+    # attributes) are converted on first use.
+    return FakeTensorMode(allow_non_fake_inputs=True, shape_env=ShapeEnv())
+
+
+def _to_fake(mode: Any, tensor: torch.Tensor) -> torch.Tensor:
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    if tensor.device.type == "cpu" and not isinstance(tensor, FakeTensor):
+        return mode.from_tensor(tensor, static_shapes=True)  # keeps strides and storage sharing
+    # Meta tensors, tensors of another fake mode or of another device: only the metadata matters.
+    with mode:
+        return torch.empty_strided(tensor.shape, tensor.stride(), dtype=tensor.dtype, device="cpu")
+
+
+def _fake_model(model: torch.nn.Module, mode: Any) -> torch.nn.Module:
+    """A copy of `model` whose parameters and buffers are fake CPU tensors; the model is untouched.
+
+    Deep-copying with the parameters and buffers already in the memo copies the module structure only
+    (no tensor data), and a parameter shared by two modules (tied embeddings) stays shared."""
+    memo: dict[int, Any] = {}
+    for param in model.parameters():
+        if id(param) not in memo:
+            memo[id(param)] = torch.nn.Parameter(_to_fake(mode, param.detach()), param.requires_grad)
+    for buffer in model.buffers():
+        if id(buffer) not in memo:
+            memo[id(buffer)] = _to_fake(mode, buffer)
+    try:
+        return copy.deepcopy(model, memo)
+    except Exception as exc:
+        raise TraceError(f"cannot copy {type(model).__name__} to trace it ({type(exc).__name__}: {exc}); "
+                         f"the trace never runs the user's model itself. Make the model deep-copyable "
+                         f"(no open files, locks or generators in its attributes).") from exc
+
+
+def _fake_inputs(inputs: tuple, mode: Any) -> tuple:
+    from torch.utils._pytree import tree_map
+
+    return tree_map(lambda v: _to_fake(mode, v) if isinstance(v, torch.Tensor) else v, inputs)
+
+
+@contextlib.contextmanager
+def _phase(what: str, attribution: _Attribution) -> Iterator[None]:
+    """Turn a failure into a TraceError that names the step and the module that was running."""
+    try:
+        yield
+    except TraceError:
+        raise
+    except Exception as exc:
+        where = attribution.failed_in(exc)
+        raise TraceError(f"tracing the {what} failed in module '{where}': {type(exc).__name__}: "
+                         f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''}{_hint(exc)}") from exc
+
+
+def _hint(exc: Exception) -> str:
+    from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException
+    from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
+
+    if isinstance(exc, (GuardOnDataDependentSymNode, DataDependentOutputException, DynamicOutputShapeException)):
+        return (". The trace computes no values, so Python code that branches on a tensor's values (or "
+                "on a size that depends on them) cannot be followed. Write the branch with tensor ops "
+                "(torch.where, masking) or give the factory inputs that do not reach it.")
+    return ""
+
+
+def trace(spec: ModelSpec, *, train: bool = False, step: bool = True, amp: bool = False,
+          amp_dtype: str | torch.dtype = torch.bfloat16, math_attention: bool = False) -> list[OpRecord]:
+    """The (op, dtype) calls of one forward pass of `spec` (with `train`: the loss, the backward pass
+    and one optimizer step, see :func:`make_optimizer`), computed on fake CPU tensors.
+
+    Args:
+        spec: the model, example inputs and loss (``torch_fl.analysis.model.load_model``).
+        train: trace a training step (the model in train mode) instead of an inference forward pass
+            (eval mode, no grad).
+        step: with `train`, end with the optimizer step (False: forward and backward only).
+        amp: run the forward pass and the loss under ``torch.autocast("cpu", dtype=amp_dtype)``.
+        math_attention: make SDPA take its math path (a device without fused attention).
+
+    Returns:
+        One record per (op, dtype), sorted by op then dtype.
+
+    Example:
+        >>> from torch_fl.analysis.model import load_model
+        >>> records = trace(load_model("examples/gpt.py:factory"), train=True)  # doctest: +SKIP
+        >>> records[0].op, records[0].modules  # doctest: +SKIP
+        ('aten::_log_softmax.default', {'<model>': 1})
+    """
+    mode = _fake_mode()
+    model = _fake_model(spec.model, mode)
+    model.train(train)
+    inputs = _fake_inputs(spec.inputs, mode)
+    attribution = _Attribution(model)
+    recorder = _Recorder(attribution)
+    if isinstance(amp_dtype, str):
+        amp_dtype = getattr(torch, amp_dtype)
+    try:
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(mode)
+            if math_attention:
+                from torch.nn.attention import SDPBackend, sdpa_kernel
+
+                stack.enter_context(sdpa_kernel([SDPBackend.MATH]))
+            optimizer = make_optimizer(model.parameters()) if train and step else None
+            stack.enter_context(recorder)
+            with _phase("forward pass", attribution), torch.set_grad_enabled(train), \
+                    torch.autocast("cpu", dtype=amp_dtype, enabled=amp):
+                output = model(*inputs)
+                loss = spec.loss(output, inputs) if train else None
+            if loss is not None:
+                with _phase("backward pass", attribution):
+                    loss.backward()
+            if optimizer is not None:
+                attribution.enter(OPTIMIZER)
+                with _phase("optimizer step", attribution):
+                    optimizer.step()
+                attribution.exit()
+    finally:
+        attribution.remove()
+    return _records(recorder.calls)
+
+
+def _records(calls: Counter[tuple[Any, str | None, str]]) -> list[OpRecord]:
+    names: dict[Any, str] = {}
+    records: dict[tuple[str, str | None], OpRecord] = {}
+    for (func, dtype, module), count in calls.items():
+        op = names.get(func) or names.setdefault(func, canonical_op_name(func))
+        record = records.get((op, dtype))
+        if record is None:
+            record = records[op, dtype] = OpRecord(op, dtype)
+        record.calls += count
+        record.modules[module] = record.modules.get(module, 0) + count
+    for record in records.values():
+        record.modules = dict(sorted(record.modules.items(), key=lambda kv: (-kv[1], kv[0])))
+    return sorted(records.values(), key=lambda r: (r.op, r.dtype or ""))
+
+
+__all__ = ["MODEL", "OPTIMIZER", "OpRecord", "TraceError", "make_optimizer", "trace"]

@@ -1,0 +1,78 @@
+"""`torchfl compare`: a model's numbers on a device against a reference, module by module.
+
+Exit status: 0 when every module, the output (and with --train every gradient) is within tolerance, 1
+otherwise or when the device cannot run the model (an unsupported operator), 2 on a usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> None:
+    from ..analysis.compare import DEFAULT_TOLERANCES, DTYPES
+
+    defaults = ", ".join(f"{d} {r:g}/{a:g}" for d, (r, a) in DEFAULT_TOLERANCES.items())
+    parser = sub.add_parser(
+        name, help=help_text,
+        description="Run MODEL with the same weights and inputs on the reference (routing off) and on "
+                    "the device (routing on), compare every module's output, the final output and with "
+                    "--train every parameter's gradient, and name the first module outside tolerance.",
+        epilog="Tolerances are normwise: max|device - reference| <= atol + rtol * max|reference| per "
+               f"tensor. Defaults (rtol/atol): {defaults}; the device description's "
+               "precision.tolerances and precision.op_tolerances refine them, --rtol/--atol override.\n"
+               "Examples:\n  torchfl compare examples/gpt.py:factory --device emu:minimal\n"
+               "  torchfl compare examples/gpt.py:factory --device acc0 --dtype bfloat16 --train "
+               "--json cmp.json --html cmp.html\n"
+               "Exit status: 0 within tolerance, 1 outside tolerance or the device cannot run the model.",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("model", metavar="MODEL", help="model entry point, path/to/file.py:factory or "
+                                                       "package.module:factory")
+    parser.add_argument("--device", required=True, metavar="D",
+                        help="device under test: acc0, cuda:1, cpu, emu:NAME (routing active)")
+    parser.add_argument("--reference", default="cpu", metavar="R",
+                        help="reference device, run with routing deactivated (default: cpu)")
+    parser.add_argument("--dtype", choices=DTYPES, default="float32",
+                        help="cast floating-point parameters, buffers and inputs to this dtype "
+                             "(default: float32)")
+    parser.add_argument("--train", action="store_true",
+                        help="also run the backward pass and compare every parameter's gradient")
+    parser.add_argument("--rtol", type=float, metavar="X", help="relative tolerance (overrides the "
+                                                               "dtype's default and the description's)")
+    parser.add_argument("--atol", type=float, metavar="Y", help="absolute tolerance (same)")
+    parser.add_argument("--seed", type=int, default=0, help="RNG seed set before both runs (default 0)")
+    parser.add_argument("--json", metavar="FILE", help="write the result as JSON (schema: docs/analysis.md)")
+    parser.add_argument("--html", metavar="FILE", help="write a self-contained HTML report")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..analysis.compare import compare
+    from ..analysis.model import load_model
+    from ..analysis.report import emit, progress
+    from ..errors import UnsupportedOperatorError
+
+    for flag in ("rtol", "atol"):
+        value = getattr(args, flag)
+        if value is not None and value < 0:
+            print(f"torchfl compare: error: --{flag} must be >= 0", file=sys.stderr)
+            return 2
+    spec = load_model(args.model)
+    progress(f"comparing {spec.name} on {args.device} against {args.reference} ({args.dtype}"
+             + (", train)" if args.train else ")"))
+    try:
+        report = compare(spec, args.device, args.reference, dtype=args.dtype, train=args.train,
+                         rtol=args.rtol, atol=args.atol, seed=args.seed)
+    except UnsupportedOperatorError as exc:
+        # The device cannot run the model at all: say which op, without a traceback.
+        print(f"torchfl compare: {args.device} cannot run {spec.name}:\n{exc}")
+        if args.json:
+            Path(args.json).write_text(json.dumps(
+                {"model": spec.name, "device": args.device, "reference": args.reference,
+                 "dtype": args.dtype, "train": args.train, "error": str(exc), "ok": False}, indent=2) + "\n",
+                encoding="utf-8")
+        return 1
+    emit(report, json_path=args.json, html_path=args.html)
+    return 0 if report.data["ok"] else 1

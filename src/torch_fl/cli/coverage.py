@@ -1,0 +1,53 @@
+"""`torchfl coverage`: which of a model's operators a device runs natively, and how the rest are routed.
+
+Exit status: 0 when the analysis ran, whatever it found (coverage is a report, and a model with a
+translated op still runs); with ``--strict``, 1 when some traced op is unsupported on the device (the
+model would stop with UnsupportedOperatorError there). An entry point or device that cannot be loaded
+exits 1 as every torchfl error does.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+OK, UNSUPPORTED = 0, 1
+
+
+def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> None:
+    parser = sub.add_parser(
+        name, help=help_text,
+        description="Trace a model without computing (fake tensors, seconds even for large models) and "
+                    "classify every (op, dtype) it calls with a device's routes: native, translate, "
+                    "fallback, kernel or unsupported, with the modules that call each op. Works for any "
+                    "described device, present on this machine or not.",
+        epilog="Examples:\n"
+               "  torchfl coverage examples/gpt.py:factory --device emu:minimal --train\n"
+               "  torchfl coverage examples/cnn.py:factory --device mps --amp --html cnn-mps.html\n"
+               "  torchfl coverage mypkg.models:build --device ./my-chip.toml --train --json cov.json --strict\n"
+               "\nExit status: 0 (the report ran); with --strict, 1 when an op is unsupported.\n"
+               "Docs: docs/analysis.md",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("model", metavar="MODEL",
+                        help="model entry point: path/to/file.py:factory or package.module:factory")
+    parser.add_argument("--device", required=True, metavar="NAME",
+                        help="a description name (cuda, mps, cpu, ...), emu:NAME, or a description .toml")
+    parser.add_argument("--train", action="store_true",
+                        help="trace a training step (forward, loss, backward, AdamW step), not inference")
+    parser.add_argument("--amp", action="store_true",
+                        help="run the forward pass under autocast with the device's autocast dtype")
+    parser.add_argument("--json", metavar="FILE", help="write the JSON result to FILE")
+    parser.add_argument("--html", metavar="FILE", help="write a self-contained HTML report to FILE")
+    parser.add_argument("--strict", action="store_true",
+                        help="exit 1 when some op is unsupported on the device (for CI)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..analysis.coverage import coverage
+    from ..analysis.model import load_model
+    from ..analysis.report import emit, progress
+
+    progress(f"loading {args.model}")
+    report = coverage(load_model(args.model), args.device, train=args.train, amp=args.amp)
+    emit(report, json_path=args.json, html_path=args.html)
+    unsupported = report.data["summary"]["routes"]["unsupported"]
+    return UNSUPPORTED if args.strict and unsupported else OK

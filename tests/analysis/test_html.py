@@ -1,0 +1,333 @@
+"""HTML report: escaping, self-containment, charts, and a real render in headless Chromium.
+
+The browser tests use Debian's ``chromium`` directly (no Selenium/Playwright). Without it they are
+skipped, except under CI (``CI`` set), where a missing browser fails: CI must not silently skip them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+from datetime import datetime, timezone
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from torch_fl._version import __version__
+from torch_fl.analysis.html import (
+    MAX_VISIBLE_ROWS,
+    ROUTE_COLORS,
+    render_chart,
+    render_html,
+    series_color,
+    write_html,
+)
+from torch_fl.analysis.report import Chart, Report, Section, Table, emit
+
+NASTY = "</script><script>alert('x')</script> & \"quoted\" <b>bold</b> 'single' <!-- -->"
+ROUTES = ["native", "translate", "fallback", "kernel", "unsupported"]
+PLOTTED = 6  # charts of nasty_report() with something to draw: 3 + the last 3 awkward ones
+
+
+def nasty_report(rows: int = 2500) -> Report:
+    """Every chart kind (and the awkward cases), a big table, and hostile strings everywhere."""
+    sizes = [1, 2, 4, 8, 16, 32, 64, 128]
+    return Report(
+        title=f"Coverage {NASTY}",
+        data={"schema": 1, "title": NASTY, "ops": {"aten::add": {"route": "native", "n": 3}},
+              "nested": [1, 2.5, None, True, "</script>", {"k</": "v&"}], "nan": math.nan},
+        summary=[("device", "fl:0 <virtual>"), ("model", NASTY), ("grade", "B & better")],
+        sections=[
+            Section("Routes <overview>", text=[NASTY, "  indented line\n  second line"], charts=[
+                Chart("bar", "Calls per route", ROUTES, [{"name": "calls", "values": [120, 30, 7, 3, 1]}],
+                      x_label="route", y_label="calls"),
+                Chart("stacked-bar", f"Ops per module {NASTY}", ["encoder", "decoder", "head <x>"],
+                      [{"name": r, "values": [10 - i, 5, i]} for i, r in enumerate(ROUTES)],
+                      x_label="module", y_label="ops"),
+                Chart("line", "Latency vs size (log)", sizes,
+                      [{"name": "native", "values": [0.1, 0.2, 0.0, 0.8, 1.6, 3.2, 6.4, 12.8]},
+                       {"name": "fallback", "values": [1, 2, 4, -1, None, 32, 64, 128]},
+                       {"name": "reference <cpu>", "values": [0.5] * 8}],
+                      x_label="batch size", y_label="ms", log_y=True),
+            ]),
+            Section("Awkward charts", charts=[
+                Chart("line", "No series at all", [1, 2, 3], []),
+                Chart("bar", "No x", [], [{"name": "a", "values": []}]),
+                Chart("line", "Only gaps", ["a", "b"], [{"name": "a", "values": [None, math.nan]}]),
+                Chart("pie", "Unknown kind", ["a"], [{"name": "a", "values": [1]}]),
+                Chart("line", "Log axis, nothing positive", ["a", "b", "c"],
+                      [{"name": "x", "values": [0, -1, 0]}], log_y=True),
+                Chart("bar", "Negative bars, many long labels", [f"aten::some_long_operator_{i}" for i in range(40)],
+                      [{"name": "delta %", "values": [(-1) ** i * i for i in range(40)]}]),
+                Chart("line", "Many points", list(range(2000)),
+                      [{"name": "kernel", "values": [math.sin(i / 50) for i in range(2000)]}]),
+            ]),
+            Section("Ops", tables=[Table(["op", "route", "calls", "note"],
+                                         [[f"aten::op_{i}", ROUTES[i % 5], i, NASTY if i % 97 == 0 else ""]
+                                          for i in range(rows)], title=f"All ops {NASTY}")]),
+            Section("Empty section"),
+        ],
+        warnings=[f"fallback used for 7 ops {NASTY}"],
+    )
+
+
+def _html(report: Report | None = None) -> str:
+    return render_html(report or nasty_report(), generated=datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc))
+
+
+class _Collect(HTMLParser):
+    """Text of elements and every attribute, as a browser's parser would see them."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.tags: list[tuple[str, dict[str, str | None]]] = []
+        self.script_data: dict[str, str] = {}
+        self._in: str | None = None
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append((tag, dict(attrs)))
+        self._in = dict(attrs).get("id") if tag == "script" else None
+
+    def handle_endtag(self, tag):
+        self._in = None
+
+    def handle_data(self, data):
+        if self._in:
+            self.script_data[self._in] = self.script_data.get(self._in, "") + data
+
+
+def _parse(page: str) -> _Collect:
+    parser = _Collect()
+    parser.feed(page)
+    parser.close()
+    return parser
+
+
+# ------------------------------------------------------------------------------------------ unit tests
+
+def test_nasty_strings_are_escaped():
+    page = _html()
+    parsed = _parse(page)
+    # Exactly one script element, the JSON island: no report text managed to open another one.
+    assert [t for t, _ in parsed.tags if t == "script"] == ["script"]
+    assert "<b>bold</b>" not in page
+    assert "alert('x')</script>" not in page
+    assert "&lt;b&gt;bold&lt;/b&gt;" in page
+    assert "&amp; &quot;quoted&quot;" in page
+    assert "&#x27;single&#x27;" in page
+    assert "<!-- -->" not in page
+
+
+def test_no_network_urls():
+    page = _html()
+    for _, attrs in _parse(page).tags:
+        for name in ("src", "href", "xlink:href", "action", "data", "poster"):
+            value = (attrs.get(name) or "").strip().lower()
+            assert not value.startswith(("http:", "https:", "//", "ftp:")), (name, value)
+    # Stricter than needed: no URL scheme or @import anywhere in the page at all.
+    assert not re.search(r"https?://|@import|url\(", page)
+    assert "Content-Security-Policy" in page and "default-src 'none'" in page
+
+
+def test_json_island_round_trips():
+    report = nasty_report(rows=3)
+    parsed = _parse(_html(report))
+    island = parsed.script_data["report-data"]
+    assert "</" not in island
+    expected = json.loads(json.dumps(report.data, default=str))
+    expected["nan"] = None  # NaN is not JSON: the island carries null so a browser can parse it
+    assert json.loads(island) == expected
+    assert json.loads(island)["nested"][4] == "</script>"
+    assert ("script", {"type": "application/json", "id": "report-data"}) in parsed.tags
+
+
+def test_every_chart_kind_renders_svg():
+    for kind in ("bar", "stacked-bar", "line"):
+        figure = render_chart(Chart(kind, f"{kind} chart", ["a", "b", "c"],
+                                    [{"name": "native", "values": [1, 2, 3]},
+                                     {"name": "other", "values": [3, 2, 1]}], x_label="x", y_label="y"))
+        assert figure.count("<svg") == 1, kind
+        assert 'role="img"' in figure and 'aria-label="' in figure
+        assert "<title>" in figure  # tooltips
+        assert ROUTE_COLORS["native"] in figure
+        assert ">x</text>" in figure and ">y</text>" in figure  # axis labels
+        if kind != "bar":
+            assert 'class="legend"' in figure
+
+
+def test_route_colours():
+    assert series_color("native", 3) == ROUTE_COLORS["native"]
+    assert series_color("Fallback ops", 0) == ROUTE_COLORS["fallback"]
+    assert series_color("translated", 0) == ROUTE_COLORS["translate"]
+    assert series_color("kernels", 0) == ROUTE_COLORS["kernel"]
+    assert series_color("unsupported", 0) == ROUTE_COLORS["unsupported"]
+    others = {series_color(f"device {i}", i) for i in range(4)}
+    assert len(others) == 4 and not others & set(ROUTE_COLORS.values())
+    # A single bar series over route names: each bar in its route's colour.
+    figure = render_chart(Chart("bar", "per route", ROUTES, [{"name": "calls", "values": [1, 2, 3, 4, 5]}]))
+    for route in ROUTES:
+        assert f'fill="{ROUTE_COLORS[route]}"' in figure
+
+
+def test_log_axis_with_zeros_and_negatives():
+    figure = render_chart(Chart("line", "log", [1, 2, 3, 4], [{"name": "a", "values": [0, 1e-3, -5, 1e4]}],
+                                log_y=True))
+    assert "<svg" in figure and "nan" not in figure.lower() and "inf" not in figure.lower()
+    assert "smallest positive value" in figure
+    # Decade ticks from 1e-3 to 1e4.
+    assert ">0.001</text>" in figure and ">10000</text>" in figure
+    all_bad = render_chart(Chart("bar", "log", ["a", "b"], [{"name": "a", "values": [0, -1]}], log_y=True))
+    assert "<svg" in all_bad and "linear axis" in all_bad
+
+
+def test_empty_charts_give_a_note():
+    for chart in (Chart("line", "none", [1, 2], []), Chart("bar", "no x", [], [{"name": "a", "values": []}]),
+                  Chart("stacked-bar", "gaps", ["a"], [{"name": "a", "values": [None]}]),
+                  Chart("donut", "unknown", ["a"], [{"name": "a", "values": [1]}])):
+        figure = render_chart(chart)
+        assert "<svg" not in figure and 'class="note"' in figure, chart.title
+
+
+def test_page_structure():
+    page = _html()
+    report = nasty_report()
+    assert page.startswith("<!DOCTYPE html>")
+    assert f"<title>{'Coverage &lt;/script&gt;'}" in page
+    assert '<dl class="summary">' in page and "<dt>device</dt><dd>fl:0 &lt;virtual&gt;</dd>" in page
+    assert 'class="warnings" role="alert"' in page
+    assert f"torch-fl {__version__}" in page and 'datetime="' in page and "2026-01-0" in page
+    assert page.count("<svg") == PLOTTED
+    n_charts = sum(len(s.charts) for s in report.sections)
+    assert page.count("<figure") == n_charts
+
+
+def test_large_table_collapses():
+    page = _html(nasty_report(rows=2500))
+    visible, _, hidden = page.partition('<details class="more-rows">')
+    assert hidden, "rows beyond the limit must be in a <details>"
+    assert f"Show {2500 - MAX_VISIBLE_ROWS} more rows" in hidden
+    assert "aten::op_199<" in visible and "aten::op_200<" not in visible
+    assert "aten::op_2499<" in hidden
+    small = _html(nasty_report(rows=10))
+    assert '<details class="more-rows">' not in small
+
+
+def test_write_html_and_emit(tmp_path, capsys):
+    report = nasty_report(rows=5)
+    path = tmp_path / "r.html"
+    write_html(report, path)
+    assert path.read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
+    emit(report, html_path=str(tmp_path / "e.html"), json_path=str(tmp_path / "e.json"))
+    assert (tmp_path / "e.html").exists()
+    assert "Coverage" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------------------------- headless Chromium
+
+CHROMIUM = Path("/usr/bin/chromium")
+# Console messages reach stderr as ':INFO:CONSOLE:<line>] "<message>", source: <url> (<line>)' with no
+# level in them (console.log and console.error look alike), and an uncaught exception as a console
+# message starting 'Uncaught'. The page has no script, so any console message at all is a failure.
+CONSOLE_RE = re.compile(r":CONSOLE[:(]|Uncaught ")
+
+
+def _chromium() -> Path:
+    if not CHROMIUM.exists():
+        if os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no"):
+            pytest.fail(f"{CHROMIUM} is missing, and under CI the browser test must run: "
+                        "apt-get install -y chromium")
+        pytest.skip(f"{CHROMIUM} not installed (Debian: apt-get install -y chromium); "
+                    "set CI=true to make this a failure")
+    return CHROMIUM
+
+
+def _run_chromium(page: Path, tmp_path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    profile = tmp_path / f"profile-{len(list(tmp_path.iterdir()))}"
+    cmd = [str(_chromium()), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+           "--no-first-run", "--disable-background-networking", "--disable-component-update",
+           "--disable-sync", "--disable-extensions", "--disable-dev-shm-usage",
+           # Any name lookup fails: even a page that tried to reach the network could not.
+           "--host-resolver-rules=MAP * ~NOTFOUND", f"--user-data-dir={profile}",
+           "--enable-logging=stderr", "--v=0", *extra, page.as_uri()]
+    env = {**os.environ, "HOME": str(tmp_path)}
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env, check=False)
+
+
+def console_errors(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if CONSOLE_RE.search(line)]
+
+
+def test_console_error_detector_catches_broken_page(tmp_path):
+    broken = tmp_path / "broken.html"
+    broken.write_text('<!DOCTYPE html><html><head><title>broken</title></head><body><p>x</p>'
+                      '<script>console.error("deliberate-error"); notDefinedAnywhere();</script>'
+                      "</body></html>", encoding="utf-8")
+    result = _run_chromium(broken, tmp_path, "--dump-dom")
+    assert result.returncode == 0, result.stderr[-2000:]
+    errors = console_errors(result.stderr)
+    assert any("deliberate-error" in e for e in errors), result.stderr[-2000:]
+    assert any("Uncaught ReferenceError" in e and "notDefinedAnywhere" in e for e in errors), errors
+    clean = tmp_path / "clean.html"
+    clean.write_text("<!DOCTYPE html><html><head><title>ok</title></head><body><p>x</p></body></html>",
+                     encoding="utf-8")
+    result = _run_chromium(clean, tmp_path, "--dump-dom")
+    assert result.returncode == 0 and console_errors(result.stderr) == [], result.stderr[-2000:]
+
+
+def test_csp_violations_are_console_errors(tmp_path):
+    """The page's Content-Security-Policy blocks any external resource and the browser reports it on
+    the console, so the console check also catches a report that tried to reach the network."""
+    page = tmp_path / "leaky.html"
+    leak = '<img src="https://example.com/x.png" alt=""><style>@import url(https://example.com/a.css);</style>'
+    page.write_text(_html(nasty_report(rows=3)).replace("<main>", "<main>" + leak, 1), encoding="utf-8")
+    result = _run_chromium(page, tmp_path, "--dump-dom")
+    assert result.returncode == 0, result.stderr[-2000:]
+    errors = console_errors(result.stderr)
+    assert any("example.com/x.png" in e and "Content Security Policy" in e for e in errors), errors
+    assert any("example.com/a.css" in e for e in errors), errors
+
+
+def test_missing_browser_skips_locally_but_fails_under_ci(monkeypatch, tmp_path):
+    monkeypatch.setattr(sys.modules[__name__], "CHROMIUM", tmp_path / "no-chromium")
+    monkeypatch.delenv("CI", raising=False)
+    with pytest.raises(pytest.skip.Exception, match="not installed"):
+        _chromium()
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="must run"):
+        _chromium()
+
+
+def test_report_renders_in_chromium(tmp_path):
+    report = nasty_report()
+    page = tmp_path / "report.html"
+    write_html(report, page)
+    result = _run_chromium(page, tmp_path, "--dump-dom")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert console_errors(result.stderr) == [], result.stderr[-4000:]
+    dom = result.stdout
+    assert "<title>Coverage &lt;/script&gt;&lt;script&gt;alert('x')&lt;/script&gt;" in dom
+    assert dom.count("<svg") == PLOTTED
+    assert dom.count('role="img"') == PLOTTED
+    assert '<script type="application/json" id="report-data">' in dom
+    assert "<b>bold</b>" not in dom  # the browser saw text, not markup
+    assert "aten::op_2499" in dom
+
+
+def test_report_screenshot(tmp_path):
+    page = tmp_path / "report.html"
+    write_html(nasty_report(rows=300), page)
+    png = tmp_path / "report.png"
+    result = _run_chromium(page, tmp_path, f"--screenshot={png}", "--window-size=1200,3000",
+                           "--hide-scrollbars")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert console_errors(result.stderr) == [], result.stderr[-4000:]
+    data = png.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+    assert (width, height) == (1200, 3000)
+    assert len(data) > 20_000  # a blank page compresses to a few KB; charts and tables do not
