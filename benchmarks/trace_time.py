@@ -49,7 +49,8 @@ def main() -> None:
     built = time.perf_counter() - start
     params = sum(p.numel() for p in model.parameters())
     spec = ModelSpec("gpt-100m", model, (tokens,), lm_loss)
-    print(f"GPT {params / 1e6:.0f}M parameters, batch {args.batch} x 512 tokens; built on meta in {built:.2f} s "
+    print(f"GPT {params / 1e6:.0f}M parameters, batch {args.batch} x 512 tokens; "
+          f"built on meta in {built:.2f} s "
           f"(first meta ops import torch's meta kernels)")
 
     first, _ = timed(spec, train=True, step=True)

@@ -124,5 +124,5 @@ def test_cli_exit_codes_and_json(fault, tmp_path, capsys):
 def test_cli_unsupported_dtype_is_reported_without_traceback(capsys):
     # emu:minimal has no bfloat16: the device run stops at the first op.
     assert main(["compare", GPT, "--device", "emu:minimal", "--dtype", "bfloat16"]) == 1
-    out = capsys.readouterr().out
-    assert "emu:minimal cannot run" in out and "not supported" in out
+    err = capsys.readouterr().err
+    assert "emu:minimal cannot run" in err and "not supported" in err and "Traceback" not in err

@@ -207,7 +207,8 @@ def test_a_vendor_description_file(tmp_path: Path) -> None:
     chip.write_text('schema = 1\nname = "mychip"\nvendor = "Test"\ndevice_type = "privateuseone"\n'
                     'dispatch_key = "PrivateUse1"\nplugin = "mychip_torch"\n[precision]\n'
                     'dtypes = ["float32", "int64", "bool"]\nautocast_dtype = "float32"\n[ops]\n'
-                    'native = ["aten::convolution", "aten::addmm"]\nfallback = ["aten::max_pool2d_with_indices"]\n')
+                    'native = ["aten::convolution", "aten::addmm"]\n'
+                    'fallback = ["aten::max_pool2d_with_indices"]\n')
     data = coverage(_spec("cnn"), str(chip)).data
     assert data["device"] == "mychip"
     routes = {op["op"]: op["route"] for op in data["ops"]}

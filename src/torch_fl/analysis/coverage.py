@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from typing import Any
 
+from ..routing import route_table
 from ..routing.table import ROUTES, Route, RouteTable
 from .model import ModelSpec
 from .report import Chart, Report, Section, Table, progress
@@ -21,12 +22,6 @@ NATIVE_CALLS_WARNING = 0.8  # below this native share of calls a model is far fr
 # The order in which non-native routes are listed: what stops a run first, what is slow next.
 _SEVERITY = ("unsupported", "fallback", "translate", "kernel")
 _SDPA_PREFIX = "aten::_scaled_dot_product_"
-
-
-def _route_table(device: str) -> RouteTable:
-    from ..routing import route_table
-
-    return route_table(device)
 
 
 def classify(table: RouteTable, record: OpRecord) -> Route:
@@ -53,11 +48,12 @@ def coverage(spec: ModelSpec, device: str, train: bool = False, amp: bool = Fals
 
     Example:
         >>> from torch_fl.analysis.model import load_model
-        >>> report = coverage(load_model("examples/gpt.py:factory"), "emu:minimal", train=True)  # doctest: +SKIP
+        >>> spec = load_model("examples/gpt.py:factory")  # doctest: +SKIP
+        >>> report = coverage(spec, "emu:minimal", train=True)  # doctest: +SKIP
         >>> report.data["summary"]["native_calls_share"]  # doctest: +SKIP
         0.88
     """
-    table = _route_table(device)
+    table = route_table(device)
     desc = table.description
     fused = desc.section("ops")["fused_attention"]
     # The CPU's fused attention kernels exist on the CPU only: on another device type the trace takes
@@ -137,8 +133,9 @@ def _attention_note(desc: Any, records: list[OpRecord], *, fused: bool, math_att
         return (f"'{desc.name}' sets ops.fused_attention = false: scaled_dot_product_attention was traced "
                 f"on its math path (bmm, softmax), as torch-fl runs it there.")
     if math_attention:
-        kernels = sorted(op for op in desc.native_ops() if op.startswith(_SDPA_PREFIX)
-                         and op.endswith(".default") and not op.endswith(("_backward.default", "_math.default")))
+        kernels = sorted(op for op in desc.native_ops()
+                         if op.startswith(_SDPA_PREFIX) and op.endswith(".default")
+                         and not op.endswith(("_backward.default", "_math.default")))
         return ("scaled_dot_product_attention was traced on its math path (bmm, softmax), which every "
                 f"device can run: at run time PyTorch picks a fused kernel of '{desc.name}' when one fits "
                 f"the inputs" + (f" (native here: {', '.join(kernels)})." if kernels else "."))
@@ -224,6 +221,8 @@ def _warnings(data: dict[str, Any]) -> list[str]:
     if unsupported:
         names = ", ".join(f"{op['op']} ({op['dtype'] or 'any dtype'})" for op in unsupported[:5])
         more = f" and {len(unsupported) - 5} more" if len(unsupported) > 5 else ""
-        warnings.append(f"{len(unsupported)} (op, dtype) pairs have no route on {data['device']} and "
-                        f"would raise UnsupportedOperatorError: {names}{more}.")
+        count = ("1 (op, dtype) pair has" if len(unsupported) == 1
+                 else f"{len(unsupported)} (op, dtype) pairs have")
+        warnings.append(f"{count} no route on {data['device']} and would raise UnsupportedOperatorError: "
+                        f"{names}{more}.")
     return warnings

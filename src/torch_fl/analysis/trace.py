@@ -224,15 +224,17 @@ def _phase(what: str, attribution: _Attribution) -> Iterator[None]:
         raise
     except Exception as exc:
         where = attribution.failed_in(exc)
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         raise TraceError(f"tracing the {what} failed in module '{where}': {type(exc).__name__}: "
-                         f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''}{_hint(exc)}") from exc
+                         f"{first_line}{_hint(exc)}") from exc
 
 
 def _hint(exc: Exception) -> str:
     from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException
     from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
 
-    if isinstance(exc, (GuardOnDataDependentSymNode, DataDependentOutputException, DynamicOutputShapeException)):
+    data_dependent = (GuardOnDataDependentSymNode, DataDependentOutputException, DynamicOutputShapeException)
+    if isinstance(exc, data_dependent):
         return (". The trace computes no values, so Python code that branches on a tensor's values (or "
                 "on a size that depends on them) cannot be followed. Write the branch with tensor ops "
                 "(torch.where, masking) or give the factory inputs that do not reach it.")

@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
                          rtol=args.rtol, atol=args.atol, seed=args.seed)
     except UnsupportedOperatorError as exc:
         # The device cannot run the model at all: say which op, without a traceback.
-        print(f"torchfl compare: {args.device} cannot run {spec.name}:\n{exc}")
+        print(f"torchfl compare: {args.device} cannot run {spec.name}:\n{exc}", file=sys.stderr)
         if args.json:
             Path(args.json).write_text(json.dumps(
                 {"model": spec.name, "device": args.device, "reference": args.reference,

@@ -23,7 +23,7 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> No
         epilog="Examples:\n"
                "  torchfl coverage examples/gpt.py:factory --device emu:minimal --train\n"
                "  torchfl coverage examples/cnn.py:factory --device mps --amp --html cnn-mps.html\n"
-               "  torchfl coverage mypkg.models:build --device ./my-chip.toml --train --json cov.json --strict\n"
+               "  torchfl coverage mypkg.models:build --device ./my-chip.toml --train --strict\n"
                "\nExit status: 0 (the report ran); with --strict, 1 when an op is unsupported.\n"
                "Docs: docs/analysis.md",
         formatter_class=argparse.RawDescriptionHelpFormatter)

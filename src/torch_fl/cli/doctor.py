@@ -24,7 +24,15 @@ from .._version import __version__
 from .._versions import satisfies
 from ..description import registry
 from ..description.model import Description
-from ..device import _default_id, backend, description_for, device_map, explicit_map, resolve
+from ..device import (
+    EMULATION_PREFIX,
+    _default_id,
+    backend,
+    description_for,
+    device_map,
+    explicit_map,
+    resolve,
+)
 from ..errors import DeviceNotFoundError, PluginImportError, TorchFLError
 from ..plugins import plugin_version
 
@@ -49,10 +57,18 @@ def collect(device: str | None = None) -> dict[str, Any]:
         return data
     mapped = _device_map(data)
     dev = _resolve(data, device) if mapped else None
-    _describe(data, description_for(dev) if dev is not None else selected, dev)
+    _describe(data, _governing(data, dev, selected), dev)
     if dev is not None:
         data["self_check"] = self_check(dev)
     return data
+
+
+def _governing(data: dict[str, Any], dev: torch.device | None, selected: Description) -> Description:
+    """The description doctor reports: the emulated chip's for emu:NAME, else the device's."""
+    requested = data["device"]["requested"] or ""
+    if requested.startswith(EMULATION_PREFIX):
+        return registry.get(requested.removeprefix(EMULATION_PREFIX))
+    return description_for(dev) if dev is not None else selected
 
 
 def _skeleton() -> dict[str, Any]:
@@ -217,9 +233,12 @@ def device_name(dev: torch.device) -> str:
 # Self-check ---------------------------------------------------------------------------------------
 def self_check(dev: torch.device) -> dict[str, Any]:
     """A seeded 64x64 float32 matmul on `dev`, compared with the CPU result."""
-    generator = torch.Generator().manual_seed(0)
-    a, b = (torch.randn(_SIZE, _SIZE, generator=generator) for _ in range(2))
-    expected = a @ b
+    from ..routing import suspended
+
+    with suspended():  # the reference is plain host PyTorch, even next to an emulated chip
+        generator = torch.Generator().manual_seed(0)
+        a, b = (torch.randn(_SIZE, _SIZE, generator=generator) for _ in range(2))
+        expected = a @ b
     start = time.perf_counter()
     try:
         got = _matmul_on(dev, a, b)
@@ -227,8 +246,10 @@ def self_check(dev: torch.device) -> dict[str, Any]:
         first_line = (str(exc).strip().splitlines() or [""])[0]
         return _check(False, f"a {_SIZE}x{_SIZE} float32 matmul on {dev} raised {type(exc).__name__}: "
                       f"{first_line}", start)
-    diff = (got - expected).abs().max().item()
-    if torch.allclose(got, expected, rtol=_RTOL, atol=_ATOL):
+    with suspended():
+        diff = (got - expected).abs().max().item()
+        close = torch.allclose(got, expected, rtol=_RTOL, atol=_ATOL)
+    if close:
         return _check(True, f"{_SIZE}x{_SIZE} float32 matmul on {dev} matches the CPU result (max abs "
                       f"diff {diff:.1e})", start)
     return _check(False, f"{_SIZE}x{_SIZE} float32 matmul on {dev} differs from the CPU result: max abs "

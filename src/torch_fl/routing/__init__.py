@@ -24,7 +24,7 @@ from .table import ROUTES, KernelEntry, Route, RouteTable
 __all__ = [
     "ROUTES", "Activation", "KernelHandle", "Route", "RouteTable", "activate", "activated", "active",
     "deactivate", "emulate", "register_kernel", "registered_kernels", "reset_route_stats", "route_log",
-    "route_stats", "route_table", "routed_seconds", "write_route_log",
+    "route_stats", "route_table", "routed_seconds", "suspended", "write_route_log",
 ]
 
 _lock = threading.RLock()
@@ -126,6 +126,21 @@ def activated(device: str | torch.device | None = None) -> Iterator[Activation]:
         with _lock:
             while len(_active) > before:
                 _active.pop().installation.remove()
+
+
+@contextlib.contextmanager
+def suspended() -> Iterator[None]:
+    """Plain PyTorch inside the block (no routers, no emulation); routing is restored after it.
+    For host-side work next to an emulated chip: building reference inputs, CPU reference results."""
+    with _lock:
+        saved = [(a.description, a.device, a.emulated) for a in _active]
+        deactivate()
+    try:
+        yield
+    finally:
+        with _lock:
+            for desc, device, emulated in saved:
+                _activate(desc, device, emulated)
 
 
 @contextlib.contextmanager

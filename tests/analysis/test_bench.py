@@ -1,0 +1,122 @@
+"""`torchfl bench`: alignment, route time, and the memory leak rule."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from torch_fl.analysis.bench import MIB, _schedule, bench, detect_leak, percentile, slope
+from torch_fl.analysis.model import load_model
+from torch_fl.cli import main
+
+EXAMPLES = Path(__file__).parents[2] / "examples"
+
+MODELS = f'''
+import sys
+import torch
+
+sys.path.insert(0, {str(EXAMPLES)!r})
+from gpt import GPT, lm_loss
+
+LEAKED = []
+
+
+class Leaky(torch.nn.Module):
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, idx):
+        LEAKED.append(torch.randn(1 << 20))  # 4 MiB written and never freed
+        return self.inner(idx)
+
+
+def small():
+    torch.manual_seed(0)
+    return GPT(vocab=64, dim=32, heads=2, layers=1, context=16), (torch.randint(0, 64, (2, 16)),), lm_loss
+
+
+def leaky():
+    model, inputs, loss = small()
+    return Leaky(model), inputs, loss
+
+
+def bf16():
+    return torch.nn.Linear(8, 8).to(torch.bfloat16), (torch.randn(4, 8, dtype=torch.bfloat16),)
+'''
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    path = tmp_path_factory.mktemp("models") / "models.py"
+    path.write_text(MODELS)
+    return path
+
+
+def test_cpu_bench_schema(models, tmp_path):
+    out = tmp_path / "bench.json"
+    assert main(["bench", f"{models}:small", "--device", "cpu", "--steps", "6", "--warmup", "1",
+                 "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert set(data) >= {"device", "model", "steps", "routed", "native", "alignment", "target",
+                         "route_seconds", "peak_memory_bytes", "memory"}
+    for mode in ("routed", "native"):
+        assert data[mode]["steps_per_s"] > 0
+        assert data[mode]["latency_ms"]["p90"] >= data[mode]["latency_ms"]["median"] > 0
+    assert isinstance(data["alignment"], float) and data["alignment"] > 0 and data["target"] == 0.9
+    assert data["peak_memory_bytes"] > 0
+    memory = data["memory"]
+    assert len(memory["samples"]) == 12 and memory["leak"] is False and memory["rule"]
+    assert isinstance(memory["slope_bytes_per_step"], float)
+
+
+def test_emulated_bench_counts_translate_time(models):
+    data = bench(load_model(f"{models}:small"), "emu:minimal", steps=4, warmup=1).data
+    assert data["route_seconds"]["translate"]["seconds"] > 0
+    assert 0 < data["route_seconds"]["translate"]["share"] < 1
+    assert data["alignment"] > 0 and data["route_ops"][0]["route"] == "translate"
+    assert data["memory"]["leak"] is False
+
+
+def test_leaking_model_is_flagged(models):
+    data = bench(load_model(f"{models}:leaky"), "cpu", steps=6, warmup=1, train=False).data
+    memory = data["memory"]
+    assert memory["leak"] is True, memory["why"]
+    assert memory["slope_bytes_per_step"] == pytest.approx(4 * MIB, rel=0.25)
+    assert data["routed"]["memory_delta_bytes_per_step"] == pytest.approx(4 * MIB, rel=0.25)
+
+
+def test_unsupported_op_is_reported_without_traceback(models, tmp_path, capsys):
+    out = tmp_path / "bench.json"
+    assert main(["bench", f"{models}:bf16", "--device", "emu:minimal", "--steps", "2", "--warmup", "1",
+                 "--json", str(out)]) == 1
+    printed = capsys.readouterr().err
+    assert "emu:minimal cannot run" in printed and "bfloat16" in printed and "Traceback" not in printed
+    assert "not supported" in json.loads(out.read_text())["error"]
+
+
+BASE = 600 * MIB
+
+
+@pytest.mark.parametrize(("name", "samples", "leak"), [
+    ("flat", [BASE] * 20, False),
+    ("page noise", [BASE + (i % 3) * 200_000 for i in range(20)], False),
+    ("warm-up growth then flat", [BASE + min(i, 8) * 20 * MIB for i in range(20)], False),
+    ("one jump", [BASE + (50 * MIB if i >= 15 else 0) for i in range(20)], False),
+    ("4 MiB per step", [BASE + i * 4 * MIB for i in range(20)], True),
+    ("1 MiB per step", [BASE + i * MIB for i in range(20)], True),
+    ("leak in every other step", [BASE + (i // 2) * 4 * MIB for i in range(20)], True),
+    ("too few steps", [BASE + i * 4 * MIB for i in range(6)], False),
+])
+def test_leak_rule(name, samples, leak):
+    assert detect_leak(samples).leak is leak, detect_leak(samples).why
+
+
+def test_helpers():
+    assert slope([1, 3, 5, 7]) == pytest.approx(2)
+    assert slope([5]) == 0
+    assert percentile([1, 2, 3, 4, 5], 90) == pytest.approx(4.6)
+    plan = _schedule(5, 2)
+    assert plan == [("routed", 2), ("native", 2), ("native", 2), ("routed", 2), ("routed", 1), ("native", 1)]
