@@ -11,9 +11,9 @@ import argparse
 import time
 
 import torch
+from gpt import factory
 
 import torch_fl  # noqa: F401  (installs torch.fl)
-from gpt import factory
 
 
 def main() -> None:

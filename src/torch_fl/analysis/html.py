@@ -423,7 +423,7 @@ def _rows(rows: Iterable[Sequence[Any]]) -> str:
     return "".join("<tr>" + "".join(_td(v) for v in row) + "</tr>" for row in rows)
 
 
-def render_table(table: Table) -> str:
+def _table(table: Table) -> str:
     head = "<thead><tr>" + "".join(f'<th scope="col">{_e(c)}</th>' for c in table.columns) + "</tr></thead>"
     caption = f"<caption>{_e(table.title)}</caption>" if table.title else ""
     visible, rest = table.rows[:MAX_VISIBLE_ROWS], table.rows[MAX_VISIBLE_ROWS:]
@@ -513,7 +513,7 @@ def _finite(value: Any) -> Any:
 def _section(index: int, section: Section) -> str:
     out = [f'<section id="section-{index}"><h2>{_e(section.title)}</h2>']
     out += [f'<p class="text">{_e(line)}</p>' for line in section.text]
-    out += [render_table(t) for t in section.tables]
+    out += [_table(t) for t in section.tables]
     out += [render_chart(c) for c in section.charts]
     if not (section.text or section.tables or section.charts):
         out.append('<p class="note">Nothing to show.</p>')

@@ -84,8 +84,9 @@ class _Attribution:
         self.param_owner: dict[int, str] = {}
         self.handles: list[Any] = []
         self._by_seq: dict[int, str] = {}
-        self._names = {id(module): name or MODEL for name, module in model.named_modules()}
+        self._module_names: dict[int, str] = {}
         for name, module in model.named_modules():
+            self._module_names[id(module)] = name or MODEL
             for param in module.parameters(recurse=False):
                 self.param_owner.setdefault(id(param), name or MODEL)
             if name:  # the top-level module's own code counts as <model>
@@ -137,7 +138,7 @@ class _Attribution:
         while tb is not None:
             frame = tb.tb_frame
             if frame.f_code.co_name == "forward":
-                where = self._names.get(id(frame.f_locals.get("self")), where)
+                where = self._module_names.get(id(frame.f_locals.get("self")), where)
             tb = tb.tb_next
         return where
 

@@ -54,7 +54,8 @@ def run(args: argparse.Namespace) -> int:
         report = bench(spec, args.device, steps=args.steps, warmup=args.warmup, train=args.train)
     except UnsupportedOperatorError as exc:
         # The routed run stops at the first op the device cannot run: name it, no traceback.
-        print(f"torchfl bench: {args.device} cannot run {spec.name} with routing active:\n{exc}", file=sys.stderr)
+        print(f"torchfl bench: {args.device} cannot run {spec.name} with routing active:\n{exc}",
+              file=sys.stderr)
         if args.json:
             Path(args.json).write_text(json.dumps(
                 {"device": args.device, "model": spec.name, "steps": args.steps, "error": str(exc)},
