@@ -56,6 +56,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import torch_fl
 from torch_fl.description.probe import canonical_op_name
+from torch_fl.routing import suspended
 from torch_fl.routing.router import cpu_fallback
 from torch_fl.routing.translate import translation
 
@@ -114,35 +115,13 @@ class Known:
 
 
 # (mode, OpInfo name) -> the documented failure; docs/opinfo.md explains each. A failure whose reason
-# does not contain `match` still counts as a new failure. "torch-fl:" entries are bugs in torch-fl's
-# routing; remove them when it is fixed (tests/routing/test_opinfo.py checks they still fail).
+# does not contain `match` still counts as a new failure. A "torch-fl:" entry would be a bug in
+# torch-fl's routing, removed once fixed (tests/routing/test_opinfo.py checks listed failures still fail).
 _ADAPTIVE_MAX_POOL = Known(
     "its decomposition does not cover these inputs",
     "PyTorch: the adaptive_max_pool decomposition returns NotImplemented unless each input size is a "
     "multiple of the output size; with ops.default = 'translate-or-error' the router then raises "
     "UnsupportedOperatorError ('translate-or-fallback' would run the CPU kernel)")
-_ROLL = Known(
-    "its decomposition calls aten::roll.default itself",
-    "torch-fl: the router's RecursionGuard refuses a decomposition that calls its own op, but roll's "
-    "decomposition rolls the first dim and recurses on the others (a finite recursion), so a roll "
-    "over several dims cannot translate")
-_BATCH_NORM = Known(
-    "cpu_fallback(aten::native_batch_norm",
-    "torch-fl: native_batch_norm updates running_mean/running_var in training although its schema "
-    "does not mark them as written; cpu_fallback copies back only schema-marked arguments, so on a "
-    "device the running statistics are lost")
-_TENSOR_LIST_OUT = Known(
-    "argument 'out' afterwards",
-    "torch-fl: cpu_fallback does not copy back out= arguments that are tensor lists (Tensor(a!)[] out)")
-_CONJ_VIEW = Known(
-    "cpu_fallback(aten::_conj.default)",
-    "torch-fl (--fallback-all): cpu_fallback re-creates a view on the device tensor with as_strided, "
-    "which drops the conjugate bit _conj sets (values come back unconjugated)")
-_DTYPE_VIEW = Known(
-    "cpu_fallback(aten::view_as_",
-    "torch-fl (--fallback-all): cpu_fallback re-creates a view with as_strided on the input, in the "
-    "input's dtype; views that change the dtype (view_as_complex, view_as_real) get the wrong dtype "
-    "or a size/stride out of the storage's bounds")
 KNOWN_FAILURES: dict[tuple[str, str], Known] = {
     ("translate", "addbmm"): Known(
         "doesn't match the broadcast shape",
@@ -157,27 +136,6 @@ KNOWN_FAILURES: dict[tuple[str, str], Known] = {
         "PyTorch: the take decomposition, self.reshape(-1)[index], returns a view of self when index "
         "is a 0-d tensor (basic indexing); aten::take returns a new tensor, so writes to the result "
         "reach the input"),
-    ("translate", "fft.fftshift"): _ROLL,
-    ("translate", "fft.ifftshift"): _ROLL,
-    ("fallback", "native_batch_norm"): _BATCH_NORM,
-    ("fallback", "nn.functional.batch_norm"): _BATCH_NORM,
-    ("fallback", "nn.functional.instance_norm"): _BATCH_NORM,
-    ("fallback", "split_with_sizes_copy"): _TENSOR_LIST_OUT,
-    ("fallback", "unbind_copy"): _TENSOR_LIST_OUT,
-    # Only with --fallback-all (these overloads have no decomposition):
-    ("fallback", "fft.hfft2"): _CONJ_VIEW,
-    ("fallback", "fft.hfftn"): _CONJ_VIEW,
-    ("fallback", "fft.ifft"): _CONJ_VIEW,
-    ("fallback", "fft.ihfft"): _CONJ_VIEW,
-    ("fallback", "fft.ihfft2"): _CONJ_VIEW,
-    ("fallback", "fft.ihfftn"): _CONJ_VIEW,
-    ("fallback", "view_as_complex"): _DTYPE_VIEW,
-    ("fallback", "stft"): _DTYPE_VIEW,
-    ("fallback", "as_strided.partial_views"): Known(
-        "cpu_fallback(aten::as_strided_.default)",
-        "torch-fl (--fallback-all): cpu_fallback runs in-place view ops (as_strided_, Tag.inplace_view) "
-        "on a compact copy of the view and copies values back, instead of changing the tensor's "
-        "geometry over its own storage"),
 }
 
 
@@ -607,7 +565,10 @@ def check_op(op: Any, chip: str, settings: Settings = Settings()) -> OpResult:
     started = time.perf_counter()
     result = OpResult(opinfo_name(op))
     try:
-        _check_op(op, chip, result, settings)
+        # References are plain PyTorch, and the routed runs see only the chip under test, even when
+        # routing was active already (FL_DEVICE=emu:..., an activated device).
+        with suspended():
+            _check_op(op, chip, result, settings)
     except Exception as exc:  # sample generation itself failed: the OpInfo cannot be examined here
         result.skipped = f"sample inputs raise {describe(exc)}"
     result.seconds = time.perf_counter() - started

@@ -17,4 +17,6 @@ def clean_torch_fl(monkeypatch, tmp_path_factory):
     monkeypatch.chdir(tmp_path_factory.mktemp("project"))
     torch_fl.reset()
     yield
+    # A test that registered a kernel and failed before removing it must not leak it into the next.
+    torch_fl.routing.registered_kernels().clear()
     torch_fl.reset()

@@ -3,7 +3,8 @@ with routing disabled, plus where routed time goes and whether memory grows.
 
 The two modes run in interleaved blocks (routed, native, native, routed, ...) on one model, so machine
 noise (other processes, frequency scaling, thermal drift) lands on both. Each step is timed on its own,
-between device synchronisations; switching routing on and off between blocks is not timed. For an
+between device synchronisations; switching routing on and off between blocks, and one settling step
+after each switch, are not timed. For an
 emulated chip (``emu:NAME``) "routing disabled" is the plain CPU run.
 """
 
@@ -15,6 +16,7 @@ import itertools
 import math
 import statistics
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +30,7 @@ from .report import Chart, Report, Section, Table, progress
 MODES = ("routed", "native")
 TARGET = 0.9  # the native alignment ratio the article asks of an adaptation layer
 MIB = 1 << 20
+NOISY = 1.5  # p90 / median latency above which a measurement is flagged as noisy
 
 # Leak rule thresholds (docs/analysis.md explains them).
 LEAK_MIN_SAMPLES = 6            # samples in the second half, below that there is no verdict
@@ -147,7 +150,8 @@ def bench(spec: ModelSpec, device: str, *, steps: int = 20, warmup: int = 3, tra
           block: int | None = None) -> Report:
     """Steps per second with routing on vs off on `device`, route time, peak memory and leak check.
 
-    Raises UnsupportedOperatorError when the routed run meets an op the device cannot run."""
+    Resets torch-fl's route statistics (it reads them per block). Raises UnsupportedOperatorError when
+    the routed run meets an op the device cannot run."""
     from .. import runtime
     from ..device import resolve
     from ..routing import activated, deactivate, reset_route_stats, route_stats, routed_seconds
@@ -161,7 +165,7 @@ def bench(spec: ModelSpec, device: str, *, steps: int = 20, warmup: int = 3, tra
     model = copy.deepcopy(spec.model).to(dev)
     inputs = tree_map(lambda t: t.to(dev) if isinstance(t, torch.Tensor) else t, spec.inputs)
     step = _step_fn(spec, model, inputs, train)
-    block = block or max(1, min(5, steps // 4))
+    block = block or max(2, min(5, steps // 4))
 
     for mode in MODES:
         progress(f"warm-up: {warmup} {mode} steps on {device}")
@@ -169,14 +173,20 @@ def bench(spec: ModelSpec, device: str, *, steps: int = 20, warmup: int = 3, tra
             for _ in range(warmup):
                 step()
                 runtime.synchronize(dev)
-    reset_route_stats()
 
     results = {mode: ModeResult([], [], [], 0) for mode in MODES}
     order: list[tuple[str, int]] = []
+    route_seconds: Counter[str] = Counter()
+    op_time: dict[tuple[str, str, str], list[float]] = {}
     progress(f"timing {steps} steps per mode in blocks of {block}")
     for mode, count in _schedule(steps, block):
         result = results[mode]
         with context(mode):
+            # A fresh activation starts with cold route caches: one untimed step lets them settle.
+            step()
+            runtime.synchronize(dev)
+            order.append((mode, runtime.memory_allocated(dev)))  # a step too, for the leak slope
+            reset_route_stats()
             runtime.reset_peak_memory_stats(dev)
             for _ in range(count):
                 runtime.synchronize(dev)
@@ -190,9 +200,14 @@ def bench(spec: ModelSpec, device: str, *, steps: int = 20, warmup: int = 3, tra
                 result.deltas.append(used - before)
                 order.append((mode, used))
             result.peak = max(result.peak, runtime.max_memory_allocated(dev))
-    route_seconds = routed_seconds()
-    ops = sorted((r for r in route_stats()), key=lambda r: -float(r["seconds"]))
-    return _report(spec, device, steps, warmup, train, block, results, order, route_seconds, ops)
+            route_seconds.update(routed_seconds())
+            for r in route_stats():
+                calls_seconds = op_time.setdefault((r["op"], r["dtype"], r["route"]), [0, 0.0])
+                calls_seconds[0] += r["calls"]
+                calls_seconds[1] += r["seconds"]
+    ops = [{"op": op, "dtype": dtype, "route": route, "calls": calls, "seconds": seconds}
+           for (op, dtype, route), (calls, seconds) in sorted(op_time.items(), key=lambda kv: -kv[1][1])]
+    return _report(spec, device, steps, warmup, train, block, results, order, dict(route_seconds), ops)
 
 
 def _report(spec: ModelSpec, device: str, steps: int, warmup: int, train: bool, block: int,
@@ -208,7 +223,7 @@ def _report(spec: ModelSpec, device: str, steps: int, warmup: int, train: bool, 
         "block": block, "routed": routed, "native": native, "alignment": alignment, "target": TARGET,
         "route_seconds": {route: {"seconds": s, "share": s / routed_time if routed_time else 0.0}
                           for route, s in sorted(route_seconds.items())},
-        "route_ops": [{k: r[k] for k in ("op", "dtype", "route", "calls", "seconds")} for r in ops[:20]],
+        "route_ops": ops[:20],
         "peak_memory_bytes": max(r.peak for r in results.values()),
         "memory": {"samples": samples, "modes": [mode for mode, _ in order],
                    "slope_bytes_per_step": verdict.slope, "growth_bytes": verdict.growth,
@@ -269,6 +284,11 @@ def _render(data: dict[str, Any], results: dict[str, ModeResult]) -> Report:
         warnings.append(f"alignment {data['alignment']:.2f} is below {data['target']}"
                         + (f"; {top[0]} routes take {top[1]['share']:.0%} of the routed step time "
                            f"(see 'Slowest routed ops')" if top else ""))
+    noisy = [mode for mode in MODES
+             if data[mode]["latency_ms"]["p90"] > NOISY * data[mode]["latency_ms"]["median"]]
+    if noisy:
+        warnings.append(f"step times vary a lot ({', '.join(noisy)}: p90 > {NOISY}x median): the machine is "
+                        "busy or the steps are short; the alignment is uncertain, rerun with more --steps")
     if memory["leak"]:
         warnings.append(f"memory grows steadily across steps: {memory['why']}")
     return Report(f"torchfl bench: {data['model']}", data, summary, [timing, routes, mem], warnings)

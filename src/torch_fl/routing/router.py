@@ -105,11 +105,12 @@ class Router:
         if fn is None:
             return self._untranslatable(op, ovl, route, dtype, args, kwargs, native,
                                         "no generic (decomposed) implementation exists")
-        if op in guard.active:
+        if guard.depth[op] >= guard.LIMIT:
             return self._untranslatable(op, ovl, route, dtype, args, kwargs, native,
-                                        f"its decomposition calls {op} itself")
+                                        f"its decomposition keeps calling {op} itself "
+                                        f"({guard.LIMIT} levels deep)")
         stats.record(op, dtype, "translate", route.source)
-        guard.active.add(op)
+        guard.depth[op] += 1
         try:
             if reenter is not None:
                 with reenter:  # emulation: the decomposition's sub-ops are checked too
@@ -117,7 +118,7 @@ class Router:
             else:
                 out = fn(*args, **kwargs)
         finally:
-            guard.active.discard(op)
+            guard.depth[op] -= 1
         if out is NotImplemented:
             return self._untranslatable(op, ovl, route, dtype, args, kwargs, native,
                                         "its decomposition does not cover these inputs")
@@ -185,40 +186,80 @@ def _geometry_preserving_copy(t: torch.Tensor, force: bool) -> torch.Tensor:
     return torch.empty(0, dtype=t.dtype).set_(storage, t.storage_offset(), t.size(), t.stride())
 
 
+# Kernels that write arguments their schema does not mark as written (the batch-norm running stats).
+HIDDEN_WRITES: dict[str, tuple[str, ...]] = {
+    "native_batch_norm.default": ("running_mean", "running_var"),
+    "native_batch_norm.out": ("running_mean", "running_var"),
+}
+
+
+def _writes(ovl: torch._ops.OpOverload, argument: Any) -> bool:
+    if argument.alias_info is not None and argument.alias_info.is_write:
+        return True
+    return argument.name in HIDDEN_WRITES.get(f"{ovl._schema.name.split('::')[-1]}.{ovl._overloadname}", ())
+
+
+def _write_back(original: torch.Tensor, host: torch.Tensor) -> None:
+    if original.shape != host.shape:
+        original.resize_(host.shape)
+    original.copy_(host)
+
+
+def _alias_on_device(value: torch.Tensor, args: tuple, cpu_args: tuple) -> torch.Tensor:
+    """The device tensor that `value` (a view computed on a geometry-preserving host copy) stands for:
+    the same size, stride, offset and dtype over the original device storage, with its conj/neg bits."""
+    base = next(a for a, c in zip(args, cpu_args, strict=True) if isinstance(a, torch.Tensor)
+                and c.untyped_storage().data_ptr() == value.untyped_storage().data_ptr())
+    # set_ (not as_strided) so dtype-changing views (view_as_real, view.dtype) keep the result's dtype.
+    alias = torch.empty(0, dtype=value.dtype, device=base.device).set_(
+        base.untyped_storage(), value.storage_offset(), value.size(), value.stride())
+    if value.is_conj():
+        alias = alias.conj()
+    if value.is_neg():
+        alias = alias._neg_view()
+    return alias
+
+
 def cpu_fallback(ovl: torch._ops.OpOverload, args: tuple, kwargs: dict, *, force_copy: bool = False) -> Any:
-    """Run `ovl` on CPU copies of the arguments and bring the results back to the device: mutated
-    arguments (in-place, out=) are copied back into the originals, views are re-created on the
-    device's storage, new tensors move to the device of the first device tensor.
+    """Run `ovl` on CPU copies of the arguments and bring the results back to the device: written
+    arguments (in-place self, out= tensors and tensor lists, batch-norm running stats) are copied back
+    into the originals; views are re-created over the device's storage; in-place view ops
+    (t_, as_strided_, ...) change the original's geometry, not its data; new tensors move to the device
+    of the first device tensor.
 
     `force_copy` copies CPU tensors too, so tests on a CPU-only machine exercise the same path as a
     device with its own memory."""
-    _host_copy = _host_copier(force_copy)
+    host_copy = _host_copier(force_copy)
     schema = ovl._schema
     flat_inputs = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
     device = next((t.device for t in flat_inputs if t.device.type != "cpu"), torch.device("cpu"))
-    is_view = any(r.alias_info is not None and not r.alias_info.is_write for r in schema.returns)
+    inplace_view = torch.Tag.inplace_view in ovl.tags
+    is_view = inplace_view or any(r.alias_info is not None and not r.alias_info.is_write for r in schema.returns)
     if is_view:
         cpu_args = tuple(_geometry_preserving_copy(a, force_copy) if isinstance(a, torch.Tensor) else a
                          for a in args)
-        cpu_kwargs = {k: _host_copy(v) for k, v in kwargs.items()}
+        cpu_kwargs = {k: host_copy(v) for k, v in kwargs.items()}
     else:
-        cpu_args = tree_map(_host_copy, args)
-        cpu_kwargs = tree_map(_host_copy, kwargs)
+        cpu_args = tree_map(host_copy, args)
+        cpu_kwargs = tree_map(host_copy, kwargs)
     out = ovl(*cpu_args, **cpu_kwargs)
 
-    # Arguments the schema marks as written (self of in-place ops, out= tensors): copy back.
     written: dict[int, torch.Tensor] = {}
-    positional = schema.arguments
-    for i, argument in enumerate(positional):
-        if argument.alias_info is None or not argument.alias_info.is_write:
+    for i, argument in enumerate(schema.arguments):
+        if not _writes(ovl, argument):
             continue
         original = args[i] if i < len(args) else kwargs.get(argument.name)
         host = cpu_args[i] if i < len(args) else cpu_kwargs.get(argument.name)
         if isinstance(original, torch.Tensor) and isinstance(host, torch.Tensor):
-            if original.shape != host.shape:
-                original.resize_(host.shape)
-            original.copy_(host)
+            if inplace_view:
+                original.set_(original.untyped_storage(), host.storage_offset(), host.size(), host.stride())
+            else:
+                _write_back(original, host)
             written[id(host)] = original
+        elif isinstance(original, (list, tuple)) and isinstance(host, (list, tuple)):
+            for one, host_one in zip(original, host, strict=True):
+                _write_back(one, host_one)
+                written[id(host_one)] = one
 
     def back(value: Any) -> Any:
         if not isinstance(value, torch.Tensor):
@@ -226,9 +267,7 @@ def cpu_fallback(ovl: torch._ops.OpOverload, args: tuple, kwargs: dict, *, force
         if id(value) in written:
             return written[id(value)]
         if is_view:
-            base = next(a for a, c in zip(args, cpu_args, strict=True) if isinstance(a, torch.Tensor)
-                        and c.untyped_storage().data_ptr() == value.untyped_storage().data_ptr())
-            return base.as_strided(value.size(), value.stride(), value.storage_offset())
+            return _alias_on_device(value, args, cpu_args)
         return value.to(device)
 
     return tree_map(back, out)

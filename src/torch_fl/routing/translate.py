@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import threading
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -51,10 +52,14 @@ def has_translation(op: str) -> bool:
 
 
 class RecursionGuard(threading.local):
-    """Ops being translated on this thread: a decomposition that calls its own op must not loop."""
+    """Translation depth per op on this thread. Some decompositions call their own op on smaller
+    problems (roll over several dims peels one dim per call), which ends; one that calls itself with
+    the same inputs would not. A depth limit tells the two apart without inspecting arguments."""
+
+    LIMIT = 16
 
     def __init__(self) -> None:
-        self.active: set[str] = set()
+        self.depth: Counter[str] = Counter()
 
 
 guard = RecursionGuard()
