@@ -16,6 +16,7 @@ def clean_torch_fl(monkeypatch, tmp_path_factory):
     monkeypatch.setenv("XDG_CONFIG_HOME", str(home / ".config"))
     monkeypatch.chdir(tmp_path_factory.mktemp("project"))
     torch_fl.reset()
+    torch_fl.reset_route_stats()
     yield
     # A test that registered a kernel and failed before removing it must not leak it into the next.
     torch_fl.routing.registered_kernels().clear()

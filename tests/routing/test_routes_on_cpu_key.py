@@ -264,3 +264,16 @@ def test_old_torch_names_the_version_it_needs(monkeypatch):
     torch_fl.reset()
     with pytest.raises(torch_fl.errors.TorchVersionError, match=f"needs torch >= {GET_KERNEL_SINCE}"):
         torch_fl.activate()
+
+
+@needs_get_kernel
+def test_a_kernel_may_call_its_own_op():
+    torch_fl.activate()
+    handle = torch_fl.register_kernel(
+        "aten::gelu", lambda x, approximate="none": torch.ops.aten.gelu.default(x, approximate=approximate) * 2)
+    try:
+        x = torch.randn(5)
+        wrapped = torch.nn.functional.gelu(x)
+    finally:
+        handle.remove()
+    torch.testing.assert_close(wrapped, 2 * torch.nn.functional.gelu(x))

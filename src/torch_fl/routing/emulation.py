@@ -3,8 +3,9 @@
 A TorchDispatchMode sees every aten call below autograd (after CompositeImplicitAutograd ops have
 decomposed, as a real backend would) and hands it to the same Router as a real dispatch key. Inside
 ``__torch_dispatch__`` the mode is popped, so native calls run on the CPU directly; translations
-re-enter the mode so their sub-ops are checked as well. A description with
-``ops.fused_attention = false`` also makes SDPA take its math path, as on a chip without fused attention.
+re-enter the mode so their sub-ops are checked as well. SDPA takes its math
+path when the description has ``ops.fused_attention = false`` or is not a CPU: its fused-kernel choice
+is made in C++ by device type, and the CPU's fused kernel exists on no other chip.
 """
 
 from __future__ import annotations
@@ -47,7 +48,10 @@ class Emulation:
         self._stack = contextlib.ExitStack()
 
     def install(self) -> Emulation:
-        if not self.router.table.description.section("ops")["fused_attention"]:
+        desc = self.router.table.description
+        # SDPA picks its kernel in C++ by device type: on the CPU it would pick the CPU's fused kernel,
+        # which no other chip has; a chip without fused attention takes the math path too.
+        if desc.device_type != "cpu" or not desc.section("ops")["fused_attention"]:
             from torch.nn.attention import SDPBackend, sdpa_kernel
 
             self._stack.enter_context(sdpa_kernel([SDPBackend.MATH]))

@@ -96,7 +96,18 @@ class Router:
             return self.fallback(op, ovl, route, dtype, args, kwargs, native)
         if kind == "kernel":
             stats.record(op, dtype, "kernel", route.source)
-            return route.kernel(*args, **kwargs)
+            if guard.in_kernel[op]:
+                # The kernel calls its own op (to wrap or fix up the native result): that inner call
+                # is the native kernel's, or the kernel would recurse forever.
+                if native is None:
+                    raise self.error(op, args, kwargs, route, "the registered kernel calls the op "
+                                     "itself, and the device has no native kernel for it")
+                return native(args, kwargs)
+            guard.in_kernel[op] += 1
+            try:
+                return route.kernel(*args, **kwargs)
+            finally:
+                guard.in_kernel[op] -= 1
         raise self.error(op, args, kwargs, route)
 
     def translate(self, op: str, ovl: torch._ops.OpOverload, route: Route, dtype: str | None,
@@ -138,9 +149,12 @@ class Router:
                              "(strict mode)")
         if op not in self._warned:
             self._warned.add(op)
+            cost = ("On this device that is the op's own CPU kernel, but on the chip every call copies "
+                    "its tensors to the host and back." if self.host_is_device else
+                    "Each call copies its tensors to the host and back.")
             warnings.warn(
                 f"torch-fl: {op} [{dtype}] runs on the CPU (fallback) on {self.device_label}: "
-                f"{route.source}. Each call copies its tensors to the host and back. To make it fast, "
+                f"{route.source}. {cost} To make it fast, "
                 f"register a kernel (torch.fl.register_kernel('{op}', fn)) or ask the vendor for a native "
                 f"one; to silence this warning: warnings.filterwarnings('ignore', "
                 f"category=torch_fl.errors.FallbackWarning). Counts: torch.fl.route_stats().",

@@ -60,6 +60,7 @@ class RecursionGuard(threading.local):
 
     def __init__(self) -> None:
         self.depth: Counter[str] = Counter()
+        self.in_kernel: Counter[str] = Counter()  # registered kernels running, per op
 
 
 guard = RecursionGuard()
