@@ -29,3 +29,11 @@ def test_complete_example_in_the_docs_loads():
     example = text.split("```toml\n", 1)[1].split("```", 1)[0]
     desc = parse(example, "docs/descriptions.md")
     assert desc.name == "ascend-910b" and desc.section("ops")["dtypes"]["aten::bmm"] == ["float32", "float16"]
+
+
+def test_every_cli_command_is_documented():
+    from torch_fl.cli import COMMANDS
+
+    text = (DOCS / "cli.md").read_text()
+    for command in COMMANDS:
+        assert f"`torchfl {command}`" in text, command
