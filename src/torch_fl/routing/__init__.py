@@ -110,8 +110,13 @@ def activate(device: str | torch.device | None = None) -> Activation:
 
 def deactivate() -> None:
     """Remove every installed router and emulation; the dispatcher is as before activation."""
+    _unwind(0)
+
+
+def _unwind(depth: int) -> None:
+    """Remove activations (innermost first) until `depth` remain."""
     with _lock:
-        while _active:
+        while len(_active) > depth:
             _active.pop().installation.remove()
 
 
@@ -123,9 +128,7 @@ def activated(device: str | torch.device | None = None) -> Iterator[Activation]:
     try:
         yield activation
     finally:
-        with _lock:
-            while len(_active) > before:
-                _active.pop().installation.remove()
+        _unwind(before)
 
 
 @contextlib.contextmanager
@@ -159,9 +162,7 @@ def emulate(name: str) -> Iterator[Activation]:
     try:
         yield activation
     finally:
-        with _lock:
-            while len(_active) > before:
-                _active.pop().installation.remove()
+        _unwind(before)
 
 
 def registered_kernels() -> dict[str, list[KernelEntry]]:
