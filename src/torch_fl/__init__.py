@@ -40,7 +40,10 @@ _LAZY = {name: "runtime" for name in (
 )} | {name: "routing" for name in (
     "activate", "deactivate", "activated", "emulate", "register_kernel", "route_stats",
     "reset_route_stats", "route_table", "write_route_log",
-)}
+)} | {name: "compiler" for name in ("compile", "compile_stats", "export_aot", "load_aot")}
+
+# Submodules reached as torch.fl.NAME (torch.fl.distributed), imported on first access like _LAZY.
+_SUBMODULES = {"distributed"}
 
 
 def devices() -> list[torch.device]:
@@ -71,6 +74,8 @@ def descriptions() -> dict[str, Description]:
 
 
 def __getattr__(name: str) -> Any:
+    if name in _SUBMODULES:
+        return importlib.import_module(f"{__name__}.{name}")  # also binds it as an attribute here
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'torch.fl' has no attribute '{name}'")
@@ -80,7 +85,7 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+    return sorted(set(globals()) | set(_LAZY) | _SUBMODULES)
 
 
 __all__ = [

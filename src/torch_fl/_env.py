@@ -45,8 +45,19 @@ FL_FALLBACK = EnvVar("FL_FALLBACK", "", "Set to 'error' to turn every CPU fallba
                      "(strict mode for CI).")
 FL_CACHE_DIR = EnvVar("FL_CACHE_DIR", "", "Root of the compile cache; overrides the description's "
                       "compile.cache_dir.")
+FL_CACHE_KEEP = EnvVar("FL_CACHE_KEEP", "3", "How many compile cache entries (fingerprints) to keep per "
+                       "description, the current one included; older ones are removed (default 3).")
+FL_CUDA_ALIAS = EnvVar("FL_CUDA_ALIAS", "", "Set to 1 to run CUDA-hard-coded code on torch.fl.device() "
+                       "in any process that imports torch (the torch.backends autoload hook), without "
+                       "importing torch_fl.")
+FL_PREFLIGHT = EnvVar("FL_PREFLIGHT", "1", "Set to 0 to skip the distributed preflight of "
+                      "torch.fl.distributed.init_process_group (rank consistency, checked collectives).")
+FL_COLLECTIVE_TIMEOUT = EnvVar("FL_COLLECTIVE_TIMEOUT", "600", "Seconds a collective may take before the "
+                               "watchdog ends the process with a diagnosis; 0 keeps torch's default "
+                               "timeout and turns the watchdog off.")
 
 ALL: tuple[EnvVar, ...] = (
     FL_DEVICE, FL_DEVICE_MAP, FL_BACKEND, FL_DESCRIPTION, FL_DESCRIPTION_PATH, FL_CONFIG, FL_LOG,
-    FL_ROUTE, FL_ROUTE_LOG, FL_FALLBACK, FL_CACHE_DIR,
+    FL_ROUTE, FL_ROUTE_LOG, FL_FALLBACK, FL_CACHE_DIR, FL_CACHE_KEEP,
+    FL_CUDA_ALIAS, FL_PREFLIGHT, FL_COLLECTIVE_TIMEOUT,
 )

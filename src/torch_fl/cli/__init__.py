@@ -16,6 +16,15 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "coverage": ("coverage", "which of a model's ops a device runs natively, and how the rest route"),
     "compare": ("compare", "compare a model's outputs and gradients on a device against a reference"),
     "bench": ("bench", "steps/s with torch-fl routing on vs off, route time, peak memory, leaks"),
+    "grade": ("grade", "L0/L1/L2 level of a model on a device, from measurements"),
+    "scan": ("scan", "find CUDA-coupled code, with rule codes and fixes (text, JSON, SARIF)"),
+    "fix": ("fix", "rewrite CUDA-coupled code to the torch.fl API (the fixable findings of scan)"),
+    "run": ("run", "run an unmodified CUDA-hard-coded script on torch.fl.device() (the CUDA alias)"),
+    "audit": ("audit", "run a model or script and report every device request with its source line"),
+    "warmup": ("warmup", "fill the compile cache from representative inputs (time and cache hit per shape)"),
+    "aot": ("aot", "export and AOT-compile a model into a fingerprinted .pt2 package, or check one"),
+    "cache": ("cache", "the fingerprinted compile cache: info, verify, clear"),
+    "preflight": ("preflight", "start N local ranks and run the distributed preflight"),
 }
 
 

@@ -1,0 +1,117 @@
+"""DDP scaling of the example language model (examples/gpt.py) with torch.fl.distributed: throughput
+with 1, 2, ... ranks and the scaling efficiency, against the article's target (section 4.3: 4 devices
+at least 3.2x one device, i.e. 80% efficiency).
+
+Weak scaling, as data-parallel training is used: every rank trains on its own batch of `--batch`
+sequences, so the global batch grows with the ranks. Ranks are started by torchrun's launcher
+(elastic_launch); each calls torch.fl.distributed.init_process_group (backend and device from the
+description, preflight on) and wraps the model with torch.fl.distributed.wrap_ddp.
+
+    python benchmarks/ddp_scaling.py                        # 1 and 2 ranks on the CPU (gloo)
+    python benchmarks/ddp_scaling.py --nproc 1,2,4,8        # a node with 8 accelerators
+
+On the CPU every rank gets `--threads` torch threads (default 1), so that N ranks use N cores and the
+comparison is one core against N; do not ask for more ranks x threads than the machine has cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import torch
+
+TARGET_DEVICES, TARGET_SPEEDUP = 4, 3.2  # the article's distributed-scalability row
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+def train(steps: int, warmup: int, batch: int, threads: int, dim: int, layers: int) -> dict:
+    """One rank: `warmup` untimed steps, then `steps` timed ones."""
+    import torch.distributed as dist
+
+    import torch_fl  # noqa: F401  (installs torch.fl)
+
+    sys.path.insert(0, str(EXAMPLES))
+    import gpt
+
+    torch.set_num_threads(threads)
+    torch.fl.distributed.init_process_group()
+    device = torch.fl.distributed.device()
+    torch.manual_seed(0)
+    model = gpt.GPT(dim=dim, layers=layers)
+    ddp = torch.fl.distributed.wrap_ddp(model)
+    optimizer = torch.optim.AdamW(ddp.parameters(), lr=1e-3)
+    generator = torch.Generator().manual_seed(dist.get_rank())
+    tokens = torch.randint(0, 512, (warmup + steps, batch, 64), generator=generator).to(device)
+
+    def step(idx: torch.Tensor) -> None:
+        optimizer.zero_grad(set_to_none=True)
+        gpt.lm_loss(ddp(idx), idx).backward()
+        optimizer.step()
+
+    for i in range(warmup):
+        step(tokens[i])
+    torch.fl.synchronize(device)
+    dist.barrier()
+    began = time.perf_counter()
+    for i in range(warmup, warmup + steps):
+        step(tokens[i])
+    torch.fl.synchronize(device)
+    dist.barrier()
+    seconds = time.perf_counter() - began
+    result = {"seconds": seconds, "backend": dist.get_backend(), "device": str(device),
+              "world_size": dist.get_world_size(),
+              "parameters": sum(p.numel() for p in model.parameters())}
+    dist.destroy_process_group()
+    return result
+
+
+def run(nproc: int, args: argparse.Namespace) -> dict:
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=nproc, rdzv_backend="c10d",
+                          rdzv_endpoint="localhost:0", run_id=f"ddp-scaling-{uuid.uuid4().hex[:8]}",
+                          max_restarts=0, monitor_interval=0.1, start_method="spawn")
+    results = elastic_launch(config, train)(args.steps, args.warmup, args.batch, args.threads, args.dim,
+                                            args.layers)
+    return max(results.values(), key=lambda r: r["seconds"])  # the job is as fast as its slowest rank
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--nproc", default="1,2", help="rank counts to compare, the first is the baseline")
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--batch", type=int, default=8, help="sequences per rank and step")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads per rank (CPU)")
+    parser.add_argument("--dim", type=int, default=256)
+    parser.add_argument("--layers", type=int, default=4)
+    args = parser.parse_args()
+    logging.getLogger("torch.distributed.elastic").setLevel(logging.ERROR)
+
+    counts = [int(n) for n in args.nproc.split(",")]
+    rows = []
+    for n in counts:
+        r = run(n, args)
+        tokens = n * args.batch * 64 * args.steps
+        rows.append((n, r, tokens / r["seconds"]))
+    base_n, _, base_tps = rows[0]
+    print(f"GPT dim {args.dim}, {args.layers} layers, {rows[0][1]['parameters'] / 1e6:.2f} M parameters; "
+          f"{args.batch} x 64 tokens per rank and step; {args.steps} timed steps after {args.warmup}")
+    print(f"{'ranks':>5}  {'backend':8} {'device':8} {'global batch':>12}  {'step ms':>8}  {'tokens/s':>9}  "
+          f"{'speedup':>7}  {'efficiency':>10}")
+    for n, r, tps in rows:
+        speedup = tps / base_tps
+        efficiency = speedup / (n / base_n)
+        print(f"{n:>5}  {r['backend']:8} {r['device'].split(':')[0]:8} {n * args.batch:>12}  "
+              f"{r['seconds'] / args.steps * 1000:>8.1f}  {tps:>9.0f}  {speedup:>6.2f}x  {efficiency:>9.0%}")
+    print(f"article target (section 4.3): {TARGET_DEVICES} devices >= {TARGET_SPEEDUP}x one device "
+          f"({TARGET_SPEEDUP / TARGET_DEVICES:.0%} efficiency)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,80 @@
+"""`torchfl aot`: export a model and package it with AOTInductor, the fingerprint embedded; or check a
+package against this machine's stack. Exit status: 0 written / matches, 1 error or mismatch, 2 usage."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> None:
+    parser = sub.add_parser(
+        name, help=help_text,
+        description="Export MODEL with torch.export on its example inputs and compile it ahead of time "
+                    "with AOTInductor into a .pt2 package that records the fingerprint of this stack "
+                    "(torch, Python, torch-fl, description, plugin, runtime, compiler). "
+                    "torch.fl.load_aot(FILE) refuses the package on a stack with another fingerprint. "
+                    "With --check FILE, compare a package with this stack without loading it.",
+        epilog="Examples:\n  torchfl aot examples/gpt.py:factory --out gpt.pt2\n"
+               "  torchfl aot --check gpt.pt2\nDocs: docs/compile.md",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("model", metavar="MODEL", nargs="?",
+                        help="model entry point, path/to/file.py:factory or package.module:factory")
+    parser.add_argument("--out", metavar="FILE", help="the package to write (must end in .pt2)")
+    parser.add_argument("--check", metavar="FILE", help="check FILE's fingerprint against this stack")
+    parser.add_argument("--device", metavar="D", help="acc0, cuda:1, cpu, emu:NAME (default: "
+                                                      "torch.fl.device())")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.check:
+        if args.model or args.out:
+            return _usage("--check takes only a package (and --device)")
+        return _check(args.check, args.device)
+    if not args.model or not args.out:
+        return _usage("give MODEL and --out FILE (or --check FILE)")
+    import torch
+
+    from ..analysis.model import load_model
+    from ..analysis.report import progress
+    from ..compiler.aot import export_aot
+    from ..device import resolve
+
+    spec = load_model(args.model)
+    dev = resolve(args.device)
+    inputs = tuple(x.to(dev) if isinstance(x, torch.Tensor) else x for x in spec.inputs)
+    progress(f"exporting {spec.name} on {dev} and compiling it with AOTInductor")
+    result = export_aot(spec.model.to(dev).eval(), inputs, args.out, device=args.device, label=spec.name)
+    meta = result.metadata
+    print(f"wrote {result.path} ({result.size / 1e6:.1f} MB) in {result.seconds:.1f} s")
+    print(f"inputs: {', '.join(meta['inputs'])} (dynamic_shapes {meta['dynamic_shapes']})")
+    print(f"fingerprint {meta['fingerprint']} ({meta['description']}):")
+    _components(meta["components"])
+    return 0
+
+
+def _check(path: str, device: str | None) -> int:
+    from ..compiler.aot import check_package, read_package_fingerprint
+    from ..compiler.fingerprint import describe_change
+
+    meta = read_package_fingerprint(path)
+    print(f"{path}: {meta.get('model', '?')}, built {meta.get('created', '?')}, fingerprint "
+          f"{meta.get('fingerprint', '?')} ({meta.get('description', '?')})")
+    differences = check_package(path, device=device)
+    if differences:
+        print(f"MISMATCH: {describe_change(differences)}")
+        print("torch.fl.load_aot refuses this package here; rebuild it with `torchfl aot MODEL --out FILE`.")
+        return 1
+    print("matches this stack: torch.fl.load_aot will load it")
+    return 0
+
+
+def _components(components: dict[str, str]) -> None:
+    width = max(map(len, components))
+    for name, value in components.items():
+        print(f"  {name.ljust(width)}  {value}")
+
+
+def _usage(message: str) -> int:
+    print(f"torchfl aot: error: {message}", file=sys.stderr)
+    return 2

@@ -1,0 +1,171 @@
+"""`torchfl cache info | clear | verify`: the fingerprinted compile cache of a device's description.
+
+Exit status: 0; ``verify`` 1 when an entry is corrupt; ``clear`` 1 when an entry in use was skipped;
+2 on a usage error."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+
+def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> None:
+    parser = sub.add_parser(
+        name, help=help_text,
+        description="Inspect, verify or clear the compile cache: one entry per fingerprint of the "
+                    "stack (torch, Python, torch-fl, description, plugin, runtime, compiler) under the "
+                    "root FL_CACHE_DIR, else the description's compile.cache_dir.",
+        epilog="Examples:\n  torchfl cache info\n  torchfl cache verify\n  torchfl cache clear --stale\n"
+               "  torchfl cache clear --all\nDocs: docs/compile.md",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    info = actions.add_parser("info", help="the root, every entry with its size, and the current "
+                                           "fingerprint's components")
+    verify = actions.add_parser("verify", help="check every entry's manifest and re-hash its fingerprint; "
+                                               "exit 1 when one is corrupt")
+    clear = actions.add_parser("clear", help="remove this description's entries (--stale: only the "
+                                             "stale ones; --all: every entry under the root)")
+    which = clear.add_mutually_exclusive_group()
+    which.add_argument("--all", action="store_true", help="every entry under the root, of every description")
+    which.add_argument("--stale", action="store_true", help="only entries whose fingerprint is not current")
+    which.add_argument("--corrupt", action="store_true", help="only corrupt entries and leftovers of "
+                                                              "interrupted writes")
+    clear.add_argument("--force", action="store_true", help="also remove entries a running process uses")
+    for action in (info, verify, clear):
+        action.add_argument("--device", metavar="D", help="whose description's cache (acc0, cuda:1, "
+                                                          "emu:NAME; default: torch.fl.device())")
+    for action in (info, verify):
+        action.add_argument("--json", metavar="FILE", help="write the result as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..compiler import cache
+    from ..compiler.fingerprint import fingerprint
+    from ..compiler.target import description_of
+
+    desc = description_of(args.device)
+    root = cache.cache_root(desc)
+    current = fingerprint(desc)
+    entries = cache.scan(root)
+    if args.action == "clear":
+        return _clear(root, entries, current, args)
+    data = _data(root, desc, current, entries)
+    if args.json:
+        Path(args.json).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    if args.action == "info":
+        _print_info(data)
+        return 0
+    return _print_verify(data)
+
+
+def _data(root: Path, desc: Any, current: Any, entries: list) -> dict[str, Any]:
+    from .. import _env
+
+    rows = []
+    for e in entries:
+        row: dict[str, Any] = {"name": e.name, "status": e.status, "problem": e.problem, "size": e.size,
+                               "last_used": e.last_used, "in_use": e.in_use,
+                               "current": e.name == current.entry_name, "description": e.description}
+        if e.manifest:
+            row["components"] = e.manifest["components"]
+            row["created"] = e.manifest.get("created", "")
+            row["warmup"] = len(e.manifest.get("warmup", []))
+            if not row["current"] and e.description == desc.name:
+                row["differs"] = {k: list(v) for k, v in current.diff(e.manifest["components"]).items()}
+        rows.append(row)
+    source = "FL_CACHE_DIR" if _env.FL_CACHE_DIR.is_set() else f"the '{desc.name}' description"
+    return {"root": str(root), "root_source": source, "description": desc.name,
+            "current": current.entry_name, "components": current.components,
+            "current_exists": (root / current.entry_name).is_dir(), "entries": rows}
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return str(n)
+
+
+def _when(t: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(t)) if t else "-"
+
+
+def _print_info(data: dict[str, Any]) -> None:
+    from ..analysis.report import Table, render_table
+    from ..compiler.fingerprint import describe_change
+
+    print(f"compile cache root: {data['root']} (from {data['root_source']})")
+    state = "exists" if data["current_exists"] else "not created yet: the next compile creates it"
+    print(f"current entry:      {data['current']} ({state})")
+    rows = []
+    for row in data["entries"]:
+        if row["status"] == "leftover":
+            note = row["problem"]
+        elif row["status"] == "corrupt":
+            note = f"CORRUPT: {row['problem']}"
+        elif row["current"]:
+            note = "current"
+        elif "differs" in row:
+            note = "stale: " + describe_change({k: tuple(v) for k, v in row["differs"].items()})
+        else:
+            note = f"other description ({row['description']})"
+        if row["in_use"]:
+            note += " [in use]"
+        rows.append([("* " if row["current"] else "  ") + row["name"], _size(row["size"]),
+                     _when(row["last_used"]), row.get("warmup", "-"), note])
+    print()
+    if rows:
+        print(render_table(Table(["entry", "size", "last used", "warm-ups", "note"], rows), max_width=100))
+    else:
+        print("no entries")
+    print("\ncurrent fingerprint components:")
+    width = max(map(len, data["components"]))
+    for name, value in data["components"].items():
+        print(f"  {name.ljust(width)}  {value}")
+
+
+def _print_verify(data: dict[str, Any]) -> int:
+    corrupt = 0
+    for row in data["entries"]:
+        if row["status"] == "corrupt":
+            corrupt += 1
+            print(f"CORRUPT   {row['name']}: {row['problem']}")
+        elif row["status"] == "leftover":
+            print(f"leftover  {row['name']}: {row['problem']} (harmless; removed by the next writer or "
+                  f"`torchfl cache clear --corrupt`)")
+        else:
+            state = "current" if row["current"] else "stale" if "differs" in row else "other description"
+            extra = f"; {row['problem']}" if row["problem"] else ""
+            print(f"ok        {row['name']}: manifest valid, fingerprint re-hashes to its name ({state}{extra})")
+    entries = sum(1 for r in data["entries"] if r["status"] != "leftover")
+    print(f"{entries} entries under {data['root']}: {corrupt} corrupt")
+    if corrupt:
+        print("remove corrupt entries with `torchfl cache clear --corrupt` (the current entry is rebuilt "
+              "automatically when it is corrupt)")
+    return 1 if corrupt else 0
+
+
+def _clear(root: Path, entries: list, current: Any, args: argparse.Namespace) -> int:
+    from ..compiler import cache
+
+    if args.all:
+        names = [e.name for e in entries]
+    elif args.corrupt:
+        names = [e.name for e in entries if e.status in ("corrupt", "leftover")]
+    else:
+        mine = [e for e in entries if e.status == "ok" and e.description == current.description]
+        names = [e.name for e in mine if not (args.stale and e.name == current.entry_name)]
+    if not names:
+        print(f"nothing to remove under {root}")
+        return 0
+    removed, skipped = cache.remove(root, names, force=args.force)
+    for name in removed:
+        print(f"removed {root / name}")
+    for name in skipped:
+        print(f"skipped {root / name}: a running process uses it (--force removes it anyway)", file=sys.stderr)
+    return 1 if skipped else 0

@@ -1,0 +1,70 @@
+"""`torchfl grade`: the L0/L1/L2 level of a model on a device, from measurements.
+
+Exit status: 0 whenever grading ran, whatever level came out (the level is the result: in the report and
+the JSON); 2 on a usage error; 1, as for every torchfl error, when the model entry point or the device
+cannot be loaded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+USAGE = 2
+
+
+def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> None:
+    from ..analysis.grade import DEFAULT_STEPS, DEFAULT_WARMUP
+
+    parser = sub.add_parser(
+        name, help=help_text,
+        description="Grade MODEL on a device at L0, L1 or L2 (the article's levels) from measurements: "
+                    "torch.fl.distributed's preflight in two processes, a real training step, coverage of "
+                    "a traced training step, compare against a reference, a step under autocast, a "
+                    "second input shape, optionally torch.compile, and bench (alignment, memory over "
+                    "steps). Each criterion is PASS, FAIL or NOT "
+                    "MEASURED with its evidence; NOT MEASURED never counts as PASS.",
+        epilog="Thresholds (article 4.3): native calls >= 80%, alignment >= 0.9, 4-device scaling >= "
+               "3.2x, precision within the dtype's rtol/atol, memory flat over the run.\n"
+               "On an emulated chip (emu:NAME) alignment is not measured: it would time the emulation.\n"
+               "Examples:\n  torchfl grade examples/gpt.py:factory --device cpu\n"
+               "  torchfl grade examples/unusual.py:factory --device emu:minimal --steps 4\n"
+               "  torchfl grade examples/gpt.py:factory --device acc0 --compile --json g.json --html g.html\n"
+               "Exit status: 0 graded (any level), 2 usage error, 1 model or device cannot be loaded.\n"
+               "Docs: docs/analysis.md",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("model", metavar="MODEL", help="model entry point, path/to/file.py:factory or "
+                                                       "package.module:factory")
+    parser.add_argument("--device", required=True, metavar="D",
+                        help="device to grade: acc0, cuda:1, cpu, emu:NAME")
+    parser.add_argument("--reference", default="cpu", metavar="R",
+                        help="reference device for the precision check, routing off (default: cpu)")
+    parser.add_argument("--steps", type=int, default=DEFAULT_STEPS, metavar="N",
+                        help=f"bench: timed training steps per mode, for alignment and the memory run "
+                             f"(default {DEFAULT_STEPS}; 4 or more for a memory verdict)")
+    parser.add_argument("--warmup", type=int, default=DEFAULT_WARMUP, metavar="W",
+                        help=f"bench: untimed steps per mode first (default {DEFAULT_WARMUP})")
+    parser.add_argument("--compile", action="store_true",
+                        help="measure torch.compile with the description's backend (a cold compile takes "
+                             "tens of seconds); without it the compile criterion is NOT MEASURED")
+    parser.add_argument("--no-preflight", dest="preflight", action="store_false",
+                        help="do not run torch.fl.distributed's preflight in two spawned processes "
+                             "(the distributed criterion is then NOT MEASURED)")
+    parser.add_argument("--json", metavar="FILE", help="write the result as JSON (schema: docs/analysis.md)")
+    parser.add_argument("--html", metavar="FILE", help="write a self-contained HTML report")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..analysis.grade import grade
+    from ..analysis.model import load_model
+    from ..analysis.report import emit, progress
+
+    if args.steps < 1 or args.warmup < 0:
+        print("torchfl grade: error: --steps must be >= 1 and --warmup >= 0", file=sys.stderr)
+        return USAGE
+    progress(f"loading {args.model}")
+    spec = load_model(args.model)
+    report = grade(spec, args.device, args.reference, steps=args.steps, warmup=args.warmup,
+                   compile=args.compile, preflight=args.preflight)
+    emit(report, json_path=args.json, html_path=args.html)
+    return 0

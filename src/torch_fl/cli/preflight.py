@@ -1,0 +1,123 @@
+"""``torchfl preflight``: start N local ranks through torchrun's launcher and run the distributed
+preflight in each (torch.fl.distributed.init_process_group), then print one row per rank.
+
+The ranks are real processes started by ``torch.distributed.launcher.elastic_launch`` (torchrun's engine,
+c10d rendezvous on a free local port), so they see exactly the environment (RANK, LOCAL_RANK,
+WORLD_SIZE, MASTER_ADDR, agent store) that a training job started with torchrun sees.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+import uuid
+from typing import Any
+
+DEFAULT_TIMEOUT = 30.0
+
+
+def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> None:
+    parser = sub.add_parser(
+        name, help=help_text,
+        description="Start N local processes (ranks) with torchrun's launcher and run the torch-fl "
+                    "preflight in each: environment consistency across ranks, then a checked "
+                    "all_reduce, broadcast and barrier on every rank's device. Prints one row per rank; "
+                    "exits 1 when a rank fails, naming it.",
+        epilog="Examples:\n  torchfl preflight --nproc 2\n  torchfl preflight --nproc 8 --timeout 120\n"
+               "  torchfl preflight --nproc 4 --backend gloo --json",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--nproc", type=int, default=None, metavar="N",
+                        help="ranks to start (default: the node's device count, at least 2)")
+    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="S",
+                        help=f"seconds each preflight step may take (default {DEFAULT_TIMEOUT:g})")
+    parser.add_argument("--backend", help="force a torch.distributed backend (default: from the "
+                                          "descriptions of the ranks)")
+    parser.add_argument("--json", action="store_true", help="print the per-rank results as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    nproc = args.nproc or _default_nproc()
+    if nproc < 1:
+        print("torchfl preflight: error: --nproc must be at least 1", file=sys.stderr)
+        return 2
+    began = time.perf_counter()
+    results = launch(nproc, args.timeout, args.backend)
+    seconds = time.perf_counter() - began
+    if args.json:
+        print(json.dumps({"nproc": nproc, "seconds": seconds, "ranks": results}, indent=2))
+    else:
+        print(render(results, nproc, seconds))
+    return 0 if all("error" not in r for r in results) else 1
+
+
+def _default_nproc() -> int:
+    from ..device import device_map
+
+    return max(2, len(device_map()))
+
+
+def launch(nproc: int, timeout: float, backend: str | None) -> list[dict[str, Any]]:
+    """Run the preflight on `nproc` local ranks; one result per rank ('row' or 'error')."""
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=nproc, rdzv_backend="c10d",
+                          rdzv_endpoint="localhost:0", run_id=f"torchfl-preflight-{uuid.uuid4().hex[:8]}",
+                          max_restarts=0, monitor_interval=0.1, start_method="spawn")
+    elastic = logging.getLogger("torch.distributed.elastic")
+    level = elastic.level
+    elastic.setLevel(logging.ERROR)  # the agent's INFO/WARNING lines are about the launcher, not the ranks
+    try:
+        returned = elastic_launch(config, _worker)(timeout, backend)
+    except ChildFailedError as exc:
+        # A rank that died (the watchdog's exit, a crash) returns nothing; torchrun knows why.
+        return [{"rank": rank, "error": f"exited with code {failure.exitcode}: {_failure_text(failure)}"}
+                for rank, failure in sorted(exc.failures.items())]
+    finally:
+        elastic.setLevel(level)
+    return [returned[rank] for rank in sorted(returned)]
+
+
+def _failure_text(failure: Any) -> str:
+    message = failure.message
+    if isinstance(message, dict):
+        message = message.get("message", "")
+    return str(message) or "no error message"
+
+
+def _worker(timeout: float, backend: str | None) -> dict[str, Any]:
+    """One rank (runs in a process started by the launcher)."""
+    import torch.distributed as dist
+
+    from ..distributed import init_process_group
+    from ..errors import TorchFLError
+
+    rank = int(os.environ["RANK"])
+    try:
+        report = init_process_group(backend, preflight=True, preflight_timeout=timeout)
+    except TorchFLError as exc:
+        return {"rank": rank, "error": str(exc)}
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    assert report is not None
+    return {"rank": rank, "row": next(row for row in report.rows if row["rank"] == rank)}
+
+
+def render(results: list[dict[str, Any]], nproc: int, seconds: float) -> str:
+    from ..distributed.checks import Report
+
+    rows = [r["row"] for r in results if "row" in r]
+    failed = [r for r in results if "error" in r]
+    lines: list[str] = []
+    if rows:
+        lines.append(Report(nproc, rows[0]["backend"], rows).table())
+    for result in failed:
+        lines.append(f"rank {result['rank']}: FAILED: {result['error']}")
+    verdict = "passed" if not failed else f"FAILED on {len(failed)} of {nproc} ranks"
+    lines.append(f"preflight {verdict}: {nproc} local ranks, {seconds:.1f} s including process start-up")
+    return "\n".join(lines)

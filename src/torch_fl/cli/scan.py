@@ -1,0 +1,203 @@
+"""`torchfl scan`: find CUDA-coupled code and say how to make it portable.
+
+Output formats: ``text`` (``path:line:col: FL101 [*] message``, ruff-style, ``[*]`` marking what
+``torchfl fix`` rewrites), ``json`` (a list of objects) and ``sarif`` (SARIF 2.1.0 for code-scanning
+dashboards). Exit status: 0 nothing found, 1 findings or unscannable files, 2 usage error. The rules
+are documented in docs/migrate-rules.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+NO_FINDINGS, FINDINGS, USAGE = 0, 1, 2
+DOCS = "docs/migrate-rules.md"
+SARIF_SCHEMA = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
+
+
+def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> None:
+    parser = sub.add_parser(
+        name, help=help_text,
+        description="Scan Python files for code that only runs on CUDA: device strings, .cuda(),\n"
+                    "torch.cuda.*, AMP, NCCL, cuDNN flags, raw pointers, CUDA extensions and\n"
+                    "libraries, syncs hidden in loops. Each finding has a rule code documented in\n"
+                    f"{DOCS}. `# noqa: FL101` on a line silences it; [tool.torchfl] in\n"
+                    "pyproject.toml sets select, ignore and extend-exclude.",
+        epilog="Examples:\n  torchfl scan src/\n  torchfl scan train.py --select FL1,FL2 --ignore FL203\n"
+               "  torchfl scan . --format sarif --output torchfl.sarif --exit-zero\n"
+               "  torchfl scan . --statistics\n\n"
+               "Exit status: 0 no findings, 1 findings (or files that could not be scanned), "
+               "2 usage error.",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("paths", nargs="+", metavar="PATH", help="files or directories to scan")
+    parser.add_argument("--format", choices=("text", "json", "sarif"), default="text",
+                        help="output format (default: text)")
+    parser.add_argument("--select", action="append", metavar="CODES",
+                        help="only these rules: codes or prefixes, comma-separated (FL1,FL203); "
+                             "replaces the pyproject.toml selection")
+    parser.add_argument("--ignore", action="append", metavar="CODES",
+                        help="skip these rules: codes or prefixes, comma-separated")
+    parser.add_argument("--statistics", action="store_true",
+                        help="print the number of findings per rule instead of each finding")
+    parser.add_argument("--output", "-o", metavar="FILE", help="write the report to FILE")
+    parser.add_argument("--exit-zero", action="store_true", help="exit 0 even when there are findings")
+    parser.add_argument("--unsafe-fixes", action="store_true",
+                        help="count findings with an unsafe fix as fixable ([*])")
+
+
+def _codes(values: list[str] | None) -> list[str] | None:
+    if values is None:
+        return None
+    return [code.strip() for value in values for code in value.split(",") if code.strip()]
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..migrate.scan import ScanConfigError, scan_paths
+
+    missing = [p for p in args.paths if not Path(p).exists()]
+    if missing:
+        print(f"torchfl scan: error: no such file or directory: {', '.join(missing)}", file=sys.stderr)
+        return USAGE
+    if args.statistics and args.format == "sarif":
+        print("torchfl scan: error: --statistics works with --format text or json", file=sys.stderr)
+        return USAGE
+    try:
+        result = scan_paths(args.paths, _codes(args.select), _codes(args.ignore),
+                            unsafe_fixes=args.unsafe_fixes)
+    except ScanConfigError as exc:
+        print(f"torchfl scan: error: {exc}", file=sys.stderr)
+        return USAGE
+    if args.format == "sarif":
+        report = json.dumps(sarif(result), indent=2) + "\n"
+    elif args.format == "json":
+        report = json.dumps(statistics(result) if args.statistics else _items(result), indent=2) + "\n"
+    else:
+        report = text(result, args.statistics, args.unsafe_fixes)
+    if args.output:
+        try:
+            Path(args.output).write_text(report, encoding="utf-8")
+        except OSError as exc:
+            print(f"torchfl scan: error: cannot write {args.output}: {exc.strerror or exc}", file=sys.stderr)
+            return USAGE
+    else:
+        sys.stdout.write(report)
+    if args.exit_zero or not (result.findings or result.errors):
+        return NO_FINDINGS
+    return FINDINGS
+
+
+def _items(result: Any) -> list[dict[str, Any]]:
+    from ..migrate.scan import findings_json
+
+    return findings_json(result)
+
+
+# Text ---------------------------------------------------------------------------------------------
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
+def summary(result: Any, unsafe_fixes: bool = False) -> str:
+    """The last line of the text report."""
+    lines = []
+    findings = result.findings
+    if findings:
+        fixable = sum(f.fixable for f in findings)
+        hidden = 0 if unsafe_fixes else sum(f.safety == "unsafe" for f in findings)
+        command = "`torchfl fix --unsafe-fixes`" if unsafe_fixes else "`torchfl fix`"
+        more = f"; {hidden} more with `torchfl fix --unsafe-fixes`" if hidden else ""
+        lines.append(f"Found {_plural(len(findings), 'finding')} ({fixable} fixable with {command}{more}).")
+    else:
+        lines.append(f"All checks passed: {_plural(result.files, 'file')}, "
+                     f"{_plural(result.lines, 'line')} scanned.")
+    if result.errors:
+        lines.append(f"{_plural(len(result.errors), 'file')} could not be scanned (E999/E902 above).")
+    return "\n".join(lines)
+
+
+def text(result: Any, statistics_only: bool = False, unsafe_fixes: bool = False) -> str:
+    out = []
+    if statistics_only:
+        for row in statistics(result):
+            marker = "[*]" if row["fixable"] else "[ ]"
+            out.append(f"{row['count']:>5}\t{row['code']}\t{marker} {row['name']}")
+    else:
+        for item in _items(result):
+            marker = "[*] " if item["fixable"] else ""
+            out.append(f"{item['path']}:{item['line']}:{item['col']}: {item['code']} {marker}{item['message']}")
+    out.append(summary(result, unsafe_fixes))
+    return "\n".join(out) + "\n"
+
+
+def statistics(result: Any) -> list[dict[str, Any]]:
+    """Findings (and unscannable files) per code, most frequent first."""
+    counts = Counter(item["code"] for item in _items(result))
+    names = {item["code"]: item["name"] for item in _items(result)}
+    fixable = {f.code for f in result.findings if f.fixable}
+    return [{"code": code, "name": names[code], "count": count, "fixable": code in fixable}
+            for code, count in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
+
+
+# SARIF --------------------------------------------------------------------------------------------
+def _uri(path: str) -> str:
+    candidate = Path(path)
+    return candidate.as_uri() if candidate.is_absolute() else candidate.as_posix()
+
+
+def _region(line: int, col: int, end_line: int, end_col: int) -> dict[str, int]:
+    return {"startLine": line, "startColumn": col, "endLine": end_line, "endColumn": end_col}
+
+
+def sarif(result: Any) -> dict[str, Any]:
+    """A SARIF 2.1.0 log with one run: every rule in tool.driver.rules, one result per finding, and
+    files that could not be scanned as tool execution notifications."""
+    from .._version import __version__
+    from ..migrate.rules import RULES
+
+    index = {code: i for i, code in enumerate(RULES)}
+    rules = [{
+        "id": rule.code,
+        "name": rule.name,
+        "shortDescription": {"text": rule.summary},
+        "fullDescription": {"text": f"{rule.what} {rule.why}"},
+        "help": {"text": f"{rule.fix_safety_text()} See {DOCS}#{rule.anchor}."},
+        "helpUri": f"{DOCS}#{rule.anchor}",
+        "defaultConfiguration": {"level": rule.level},
+        "properties": {"family": rule.family, "fix": rule.fix or "none"},
+    } for rule in RULES.values()]
+    results = [{
+        "ruleId": f.code,
+        "ruleIndex": index[f.code],
+        "level": RULES[f.code].level,
+        "message": {"text": f"{f.message}. {f.fix_title}." if f.fix_title else f.message},
+        "locations": [{"physicalLocation": {
+            "artifactLocation": {"uri": _uri(f.path)},
+            "region": _region(f.line, f.col, f.end_line, f.end_col),
+        }}],
+        "properties": {"fixable": f.fixable, "fixSafety": f.safety or "none"},
+    } for f in result.findings]
+    notifications = [{
+        "level": "error",
+        "descriptor": {"id": e.code},
+        "message": {"text": e.message},
+        "locations": [{"physicalLocation": {
+            "artifactLocation": {"uri": _uri(e.path)},
+            "region": _region(e.line, e.col, e.line, e.col),
+        }}],
+    } for e in result.errors]
+    return {
+        "$schema": SARIF_SCHEMA,
+        "version": "2.1.0",
+        "runs": [{
+            "tool": {"driver": {"name": "torchfl", "version": __version__, "informationUri": DOCS,
+                                "rules": rules}},
+            "columnKind": "unicodeCodePoints",
+            "invocations": [{"executionSuccessful": True, "toolExecutionNotifications": notifications}],
+            "results": results,
+        }],
+    }

@@ -1,0 +1,43 @@
+"""`torchfl warmup`: fill the compile cache from representative inputs, per shape compile time and
+whether it hit the cache. Exit status: 0 warmed (or nothing to warm), 1 a torch-fl error, 2 usage."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> None:
+    parser = sub.add_parser(
+        name, help=help_text,
+        description="Run MODEL's example inputs, or inputs of each --shapes, through torch.fl.compile "
+                    "with the device description's backend and dynamic-shape policy, so that the "
+                    "fingerprinted compile cache holds the compiled code before the real job starts. "
+                    "Reports per shape the first-call time (compilation or cache load, plus one run), "
+                    "a second call's time, and whether Inductor's cache hit.",
+        epilog="Examples:\n  torchfl warmup examples/gpt.py:factory\n"
+               "  torchfl warmup examples/gpt.py:factory --shapes 8x64 4x32 1x16 --train\n"
+               "  FL_CACHE_DIR=/shared/fl-cache torchfl warmup examples/gpt.py:factory --device acc0\n"
+               "Docs: docs/compile.md",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("model", metavar="MODEL", help="model entry point, path/to/file.py:factory or "
+                                                       "package.module:factory")
+    parser.add_argument("--shapes", nargs="+", metavar="SHAPE",
+                        help="input shapes to warm, e.g. 8x64 4x32 (8x64,8x64 for two tensor inputs; "
+                             "default: the factory's example inputs). Under dynamic_shapes = 'static' "
+                             "each shape is its own graph; under 'jit' the second shape compiles a "
+                             "dynamic graph that later shapes reuse")
+    parser.add_argument("--device", metavar="D", help="acc0, cuda:1, cpu, emu:NAME (default: "
+                                                      "torch.fl.device())")
+    parser.add_argument("--train", action="store_true",
+                        help="warm a training step (forward and backward graphs) instead of inference")
+    parser.add_argument("--json", metavar="FILE", help="write the result as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..analysis.model import load_model
+    from ..analysis.report import emit
+    from ..compiler.warmup import warmup
+
+    spec = load_model(args.model)
+    emit(warmup(spec, args.device, args.shapes, train=args.train), json_path=args.json)
+    return 0

@@ -1,0 +1,38 @@
+"""``FL_CUDA_ALIAS=1 python train.py``: the CUDA alias for a script that never imports torch_fl.
+
+torch (>= 2.5) calls every ``torch.backends`` entry point while ``import torch`` runs
+(``torch._import_device_backends``; ``TORCH_DEVICE_BACKEND_AUTOLOAD=0`` turns that off); torch-fl
+registers :func:`autoload` there. Every process that imports torch calls it, so with the variable unset
+it returns at once, and this module imports nothing: its cost is importing the ``torch_fl`` package
+itself (measured in docs/migrate-runtime.md).
+"""
+
+from __future__ import annotations
+
+from .. import _env
+
+_ON = ("1", "true", "yes", "on")
+_OFF = ("", "0", "false", "no", "off")
+
+
+def autoload() -> None:
+    """Enable the CUDA alias for this process when FL_CUDA_ALIAS is set (torch.backends entry point)."""
+    value = _env.FL_CUDA_ALIAS.get().lower()
+    if value in _OFF:
+        return
+    if value not in _ON:
+        from ..errors import ConfigError
+
+        raise ConfigError(f"FL_CUDA_ALIAS='{value}': use 1 to run CUDA code on torch.fl.device(), or 0/unset "
+                          f"to leave it alone")
+    from ..device import _resolve
+    from .alias import active, cuda_alias
+
+    if active() is not None:
+        return
+    # Called halfway through `import torch`: resolving the target fully would activate operator
+    # routing before torch has registered its own kernels, so only the device type is looked up here
+    # (nothing to do on real CUDA) and the alias resolves, and routes, on the first CUDA request.
+    if _resolve(None).type == "cuda":
+        return
+    cuda_alias().enable(resolve_now=False)

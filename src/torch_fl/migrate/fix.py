@@ -1,0 +1,798 @@
+"""`torchfl fix`: rewrite CUDA-coupled code to the torch.fl API, keeping formatting and comments.
+
+The scanner decides *what* to fix: `scan_source` (``ast``, fast) runs first on every file, and only files
+with a fixable finding at the allowed safety level are parsed with libcst (~4x slower than ``ast``, see
+DESIGN.md "Parsing speed"). The rewriter then edits exactly the nodes those findings point at, so a
+``# noqa``'d finding is never fixed and, after a fix, the scanner reports no fixable finding left.
+
+Writes are atomic: a temp file in the same directory, fsync, ``os.replace``; a failure at any point
+leaves the original untouched and no temp file behind.
+"""
+
+from __future__ import annotations
+
+import difflib
+import io
+import os
+import re
+import stat
+import tempfile
+import tokenize
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import TorchFLError
+from .rules import Finding, selected
+from .scan import ScanConfigError, iter_files, load_config, scan_source
+
+if TYPE_CHECKING:
+    import libcst as cst
+
+__all__ = [
+    "LIBCST_MISSING", "TORCH_FL_IMPORT", "FileFix", "FixReport", "FixResult", "fix_paths", "fix_source", "have_libcst",
+    "write_atomic",
+]
+
+LIBCST_MISSING = "torchfl fix needs libcst: pip install 'torch-fl[migrate]'"
+TORCH_FL_IMPORT = "import torch_fl  # noqa: F401  (installs torch.fl)"
+
+# torch.cuda.X -> torch.fl.Y where the facade has the same call with the same arguments (FL201/FL202;
+# the scanner's RUNTIME_FIXES says which are safe).
+_RUNTIME_MAP = {
+    **{name: name for name in (
+        "is_available", "device_count", "set_device", "current_device", "empty_cache",
+        "memory_allocated", "max_memory_allocated", "reset_peak_memory_stats", "mem_get_info",
+        "manual_seed", "Stream", "Event", "stream", "synchronize")},
+    "manual_seed_all": "manual_seed",
+}
+# FL201 calls whose fix can change behaviour: get_device_name(x) -> get_device_properties(x).name.
+_RUNTIME_UNSAFE = {"get_device_name"}
+
+# torch.cuda.amp.autocast(enabled, dtype, cache_enabled): positional order differs from torch.autocast's
+# (device_type, dtype, enabled, cache_enabled), so positionals become keywords.
+_AUTOCAST_POSITIONAL = ("enabled", "dtype", "cache_enabled")
+
+_DEVICE_LITERAL = re.compile(r"cuda(?::(\d+))?")
+# Codes whose fix replaces a "cuda"/"cuda:N" string literal; the code says with what.
+_LITERAL_CODES = ("FL101", "FL104", "FL105", "FL303", "FL902")
+
+
+def have_libcst() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("libcst") is not None
+
+
+# ---------------------------------------------------------------------------------------------------
+# results
+
+
+@dataclass(frozen=True)
+class FixResult:
+    """What `fix_source` did. `applied` and `skipped_unsafe` are (code, line) pairs, line 1-based, in
+    the original source; `not_applied` lists fixable findings whose code shape the rewriter does not
+    handle (left as they were, so a later scan still reports them)."""
+
+    new_source: str
+    applied: list[tuple[str, int]] = field(default_factory=list)
+    skipped_unsafe: list[tuple[str, int]] = field(default_factory=list)
+    not_applied: list[tuple[str, int]] = field(default_factory=list)
+
+
+@dataclass
+class FileFix:
+    """One file's outcome in `fix_paths`: `changed` is True once written (or, with diff, when it would
+    change); `error` says why a file was skipped (does not parse, cannot be read or written)."""
+
+    path: Path
+    applied: list[tuple[str, int]] = field(default_factory=list)
+    skipped_unsafe: list[tuple[str, int]] = field(default_factory=list)
+    not_applied: list[tuple[str, int]] = field(default_factory=list)
+    changed: bool = False
+    diff: str = ""
+    error: str | None = None
+
+
+@dataclass
+class FixReport:
+    """What `fix_paths` did, file by file, with totals."""
+
+    files: list[FileFix] = field(default_factory=list)
+
+    @property
+    def applied(self) -> int:
+        return sum(len(f.applied) for f in self.files)
+
+    @property
+    def changed_files(self) -> list[FileFix]:
+        return [f for f in self.files if f.changed]
+
+    @property
+    def skipped_unsafe(self) -> int:
+        return sum(len(f.skipped_unsafe) for f in self.files)
+
+    @property
+    def errors(self) -> list[FileFix]:
+        return [f for f in self.files if f.error]
+
+    @property
+    def diff(self) -> str:
+        return "".join(f.diff for f in self.files)
+
+
+# ---------------------------------------------------------------------------------------------------
+# the rewriter (libcst)
+
+
+@dataclass
+class _Target:
+    """A finding to fix, with its range in libcst coordinates (1-based lines, 0-based columns)."""
+
+    finding: Finding
+    start: tuple[int, int]
+    end: tuple[int, int]
+    used: bool = False
+
+
+def _bindings(module: cst.Module) -> tuple[dict[str, str], bool]:
+    """Local name -> qualified name for every import in the module (scope-blind, as the scanner's),
+    and whether torch_fl is imported."""
+    import libcst as cst
+    from libcst.helpers import get_full_name_for_node
+
+    names: dict[str, str] = {}
+    has_torch_fl = False
+
+    class Collect(cst.CSTVisitor):
+        def visit_Import(self, node: cst.Import) -> bool:
+            nonlocal has_torch_fl
+            for alias in node.names:
+                full = get_full_name_for_node(alias.name) or ""
+                has_torch_fl |= full.split(".")[0] == "torch_fl"
+                if alias.asname is not None:
+                    names[get_full_name_for_node(alias.asname.name) or ""] = full
+                else:
+                    head = full.split(".")[0]
+                    names[head] = head
+            return False
+
+        def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
+            nonlocal has_torch_fl
+            if node.relative or node.module is None:
+                return False
+            module_name = get_full_name_for_node(node.module) or ""
+            has_torch_fl |= module_name.split(".")[0] == "torch_fl"
+            if isinstance(node.names, cst.ImportStar):
+                return False
+            for alias in node.names:
+                names[alias.evaluated_alias or alias.evaluated_name] = f"{module_name}.{alias.evaluated_name}"
+            return False
+
+    module.visit(Collect())
+    return names, has_torch_fl
+
+
+def _name_refs(node: cst.CSTNode) -> dict[str, int]:
+    """How often each bare name is used outside import statements."""
+    import libcst as cst
+
+    counts: dict[str, int] = {}
+
+    class Count(cst.CSTVisitor):
+        def visit_Import(self, node: cst.Import) -> bool:
+            return False
+
+        def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
+            return False
+
+        def visit_Attribute(self, node: cst.Attribute) -> bool:
+            # Only the head of a dotted name is a reference; `x.attr` does not use a name `attr`.
+            node.value.visit(self)
+            return False
+
+        def visit_Name(self, node: cst.Name) -> None:
+            counts[node.value] = counts.get(node.value, 0) + 1
+
+    node.visit(Count())
+    return counts
+
+
+def _make_rewriter() -> type:
+    """Built on first use so that importing this module does not need libcst."""
+    import libcst as cst
+    from libcst.metadata import PositionProvider
+
+    no_space = cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""),
+                               whitespace_after=cst.SimpleWhitespace(""))
+
+    class Rewriter(cst.CSTTransformer):
+        """Edits the nodes the findings point at. The scanner reports each fixable finding on exactly
+        one AST node (rules.Finding); the node here is the libcst node whose range contains it (libcst
+        counts a node's parentheses, ast does not) and is the closest such node."""
+
+        METADATA_DEPENDENCIES = (PositionProvider,)
+
+        def __init__(self, targets: list[_Target], names: dict[str, str], torch_name: str,
+                     quote: str) -> None:
+            super().__init__()
+            self.targets = targets
+            self.names = names
+            self.torch_name = torch_name
+            self.quote = quote
+            self.applied: list[_Target] = []
+
+        # -- matching findings to nodes -------------------------------------------------------------
+
+        def _match(self, codes: Iterable[str], node: cst.CSTNode) -> _Target | None:
+            pos = self.get_metadata(PositionProvider, node)
+            start = (pos.start.line, pos.start.column)
+            end = (pos.end.line, pos.end.column)
+            best: tuple[tuple[int, ...], _Target] | None = None
+            for target in self.targets:
+                if target.used or target.finding.code not in codes:
+                    continue
+                if not (start <= target.start and target.end <= end):
+                    continue
+                # The finding spanning most of the node is the node's own (the rest are inner nodes).
+                key = (target.start[0] - start[0], target.start[1] - start[1] if target.start[0] == start[0]
+                       else 0, end[0] - target.end[0], end[1] - target.end[1] if target.end[0] == end[0] else 0)
+                if best is None or key < best[0]:
+                    best = (key, target)
+            return None if best is None else best[1]
+
+        def _take(self, target: _Target) -> None:
+            target.used = True
+            self.applied.append(target)
+
+        def _qual(self, node: cst.BaseExpression) -> str | None:
+            if isinstance(node, cst.Name):
+                return self.names.get(node.value)
+            if isinstance(node, cst.Attribute):
+                head = self._qual(node.value)
+                return f"{head}.{node.attr.value}" if head else None
+            return None
+
+        # -- building torch.fl expressions --------------------------------------------------------
+
+        def _fl(self, attr: str) -> cst.Attribute:
+            return cst.Attribute(cst.Attribute(cst.Name(self.torch_name), cst.Name("fl")), cst.Name(attr))
+
+        def _fl_call(self, attr: str, *args: cst.BaseExpression) -> cst.Call:
+            return cst.Call(self._fl(attr), [cst.Arg(a) for a in args])
+
+        def _string(self, text: str, like: cst.BaseExpression | None) -> cst.SimpleString:
+            quote = like.quote if isinstance(like, cst.SimpleString) and len(like.quote) == 1 else self.quote
+            return cst.SimpleString(f"{quote}{text}{quote}")
+
+        def _device(self, index: int | None, like: cst.BaseExpression | None = None) -> cst.Call:
+            """torch.fl.device() for "cuda"; torch.fl.device("accN") for "cuda:N" / .cuda(N)."""
+            if index is None:
+                return self._fl_call("device")
+            return self._fl_call("device", self._string(f"acc{index}", like))
+
+        def _str_device(self, index: int, like: cst.BaseExpression) -> cst.Call:
+            return cst.Call(cst.Name("str"), [cst.Arg(self._device(index, like))])
+
+        # -- imports name modules, they are not uses ---------------------------------------------------
+
+        def visit_Import(self, node: cst.Import) -> bool:
+            return False
+
+        def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
+            return False
+
+        # -- string literals: FL101 FL104 FL105 FL303 FL501 FL902 ---------------------------------------
+
+        def leave_SimpleString(self, original: cst.SimpleString, updated: cst.SimpleString
+                               ) -> cst.BaseExpression:
+            value = original.evaluated_value
+            if not isinstance(value, str):
+                return updated
+            if value == "nccl":
+                target = self._match(("FL501",), original)
+                if target is None:
+                    return updated
+                self._take(target)
+                return self._fl_call("dist_backend")
+            match = _DEVICE_LITERAL.fullmatch(value)
+            if match is None:
+                return updated
+            target = self._match(_LITERAL_CODES, original)
+            if target is None:
+                return updated
+            self._take(target)
+            index = None if match.group(1) is None else int(match.group(1))
+            code = target.finding.code
+            if code == "FL303":
+                return self._fl_call("device_type")
+            if code in ("FL105", "FL902"):
+                # The literal names a device type ("cuda") or one device ("cuda:1"); the replacement is
+                # a string of the same kind, so string comparisons and f-strings keep working.
+                return self._fl_call("device_type") if index is None else self._str_device(index, original)
+            return self._device(index, original)  # FL101, FL104
+
+        # -- calls: FL101 (torch.device) FL102 FL201 FL202 FL301 FL302 -------------------------------
+
+        def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+            func = original.func
+            qual = self._qual(func)
+            if qual == "torch.device":
+                return self._torch_device(original, updated)
+            if qual and qual.startswith("torch.cuda."):
+                name = qual[len("torch.cuda."):]
+                if name in _RUNTIME_MAP:
+                    code = "FL202" if name == "synchronize" else "FL201"
+                    return self._fix(code, original, updated,
+                                     lambda: updated.with_changes(func=self._fl(_RUNTIME_MAP[name])))
+                if name in _RUNTIME_UNSAFE:  # get_device_name(x) -> get_device_properties(x).name
+                    return self._fix("FL201", original, updated, lambda: cst.Attribute(
+                        updated.with_changes(func=self._fl("get_device_properties")), cst.Name("name")))
+                if name == "amp.autocast":
+                    return self._fix("FL301", original, updated, lambda: self._autocast(updated))
+                if name == "amp.GradScaler":
+                    return self._fix("FL302", original, updated, lambda: updated.with_changes(
+                        func=cst.Attribute(cst.Attribute(cst.Name(self.torch_name), cst.Name("amp")),
+                                           cst.Name("GradScaler")),
+                        args=_commas([cst.Arg(self._fl_call("device_type")), *updated.args], updated)))
+            if isinstance(func, cst.Attribute) and func.attr.value == "cuda":
+                return self._fix("FL102", original, updated, lambda: self._cuda_method(updated))
+            return updated
+
+        def _fix(self, code: str, original: cst.Call, updated: cst.Call,
+                 build: Callable[[], cst.BaseExpression | None]) -> cst.BaseExpression:
+            target = self._match((code,), original)
+            if target is None:
+                return updated
+            replacement = build()
+            if replacement is None:  # a shape the rewrite does not handle: left for a human
+                return updated
+            self._take(target)
+            return replacement
+
+        def _torch_device(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+            # torch.device("cuda") / ("cuda:N") / ("cuda", N) / (type="cuda", index=N).
+            def build() -> cst.BaseExpression | None:
+                kinds: dict[str, cst.BaseExpression] = {}
+                for i, arg in enumerate(original.args):
+                    if arg.star:
+                        return None
+                    key = arg.keyword.value if arg.keyword is not None else ("type", "index")[min(i, 1)]
+                    kinds[key] = arg.value
+                literal = kinds.get("type")
+                if not isinstance(literal, cst.SimpleString):
+                    return None
+                match = _DEVICE_LITERAL.fullmatch(str(literal.evaluated_value))
+                if match is None:
+                    return None
+                index = kinds.get("index")
+                if index is None:
+                    return self._device(None if match.group(1) is None else int(match.group(1)), literal)
+                if match.group(1) is not None or not isinstance(index, cst.Integer):
+                    return None
+                return self._device(int(index.evaluated_value), literal)
+
+            return self._fix("FL101", original, updated, build)
+
+        def _cuda_method(self, call: cst.Call) -> cst.BaseExpression | None:
+            # .cuda(device=None, non_blocking=False, memory_format=...) -> .to(device, ...).
+            assert isinstance(call.func, cst.Attribute)
+            device: cst.Arg | None = None
+            rest: list[cst.Arg] = []
+            positional = 0
+            for arg in call.args:
+                if arg.star:
+                    return None
+                if arg.keyword is None:
+                    if positional == 0:
+                        device = arg
+                    elif positional == 1:
+                        rest.append(arg.with_changes(keyword=cst.Name("non_blocking"), equal=no_space))
+                    else:
+                        return None
+                    positional += 1
+                elif arg.keyword.value == "device":
+                    device = arg
+                else:
+                    rest.append(arg)
+            value = None if device is None else device.value
+            if value is None or (isinstance(value, cst.Name) and value.value == "None"):
+                new_device = self._device(None)
+            elif isinstance(value, cst.Integer):
+                new_device = self._device(int(value.evaluated_value))
+            else:
+                return None  # the scanner gives .cuda(expr) no fix: expr may be a rank, a device, ...
+            # The device goes first, as .to() takes it; it keeps its own comma and layout.
+            first = cst.Arg(new_device) if device is None else device.with_changes(
+                value=new_device, keyword=None, equal=cst.MaybeSentinel.DEFAULT)
+            return call.with_changes(func=call.func.with_changes(attr=cst.Name("to")),
+                                     args=_commas([first, *rest], call))
+
+        def _autocast(self, call: cst.Call) -> cst.BaseExpression | None:
+            # torch.cuda.amp.autocast(enabled, dtype, cache_enabled): torch.autocast takes
+            # (device_type, dtype, enabled, cache_enabled), so positionals become keywords.
+            args: list[cst.Arg] = [cst.Arg(self._fl_call("device_type"))]
+            positional = 0
+            for arg in call.args:
+                if arg.star:
+                    return None
+                if arg.keyword is None:
+                    if positional >= len(_AUTOCAST_POSITIONAL):
+                        return None
+                    arg = arg.with_changes(keyword=cst.Name(_AUTOCAST_POSITIONAL[positional]), equal=no_space)
+                    positional += 1
+                args.append(arg)
+            return call.with_changes(func=cst.Attribute(cst.Name(self.torch_name), cst.Name("autocast")),
+                                     args=_commas(args, call))
+
+    return Rewriter
+
+
+def _commas(args: list[cst.Arg], call: cst.Call) -> list[cst.Arg]:
+    """Commas between arguments: keep existing ones; an inserted argument gets ", ", or a line break
+    where the call puts its first argument on a line of its own (one argument per line)."""
+    import libcst as cst
+
+    layout = call.whitespace_before_args
+    after = layout if isinstance(layout, cst.ParenthesizedWhitespace) else cst.SimpleWhitespace(" ")
+    out: list[cst.Arg] = []
+    for i, arg in enumerate(args):
+        last = i == len(args) - 1
+        if not last and isinstance(arg.comma, cst.MaybeSentinel):
+            arg = arg.with_changes(comma=cst.Comma(whitespace_after=after))
+        elif last and not isinstance(arg.comma, cst.MaybeSentinel) and i > 0 and not _multiline(arg.comma):
+            # `f(a, )` -> `f(a)`: a trailing comma only survives in a one-argument-per-line layout.
+            arg = arg.with_changes(comma=cst.MaybeSentinel.DEFAULT)
+        out.append(arg)
+    return out
+
+
+def _multiline(comma: Any) -> bool:
+    import libcst as cst
+
+    return isinstance(comma, cst.Comma) and isinstance(comma.whitespace_after, cst.ParenthesizedWhitespace)
+
+
+_REWRITER: type | None = None
+
+
+def _rewriter() -> type:
+    global _REWRITER
+    if _REWRITER is None:
+        _REWRITER = _make_rewriter()
+    return _REWRITER
+
+
+def _quote_style(source: str) -> str:
+    return "'" if source.count("'") > source.count('"') else '"'
+
+
+def _drop_unused_imports(module: cst.Module, before: dict[str, int], after: dict[str, int],
+                         names: dict[str, str]) -> cst.Module:
+    """Remove imports of torch.cuda names that the fix left unused (`from torch.cuda.amp import
+    autocast` once every `autocast(...)` became torch.autocast(...))."""
+    import libcst as cst
+    from libcst.helpers import get_full_name_for_node
+
+    dead = {local for local, qual in names.items()
+            if (qual == "torch.cuda" or qual.startswith("torch.cuda.")) and before.get(local, 0) > 0
+            and after.get(local, 0) == 0}
+    if not dead:
+        return module
+
+    def keep(alias: cst.ImportAlias) -> bool:
+        if alias.asname is not None:
+            return get_full_name_for_node(alias.asname.name) not in dead
+        # `import torch.cuda` binds `torch`: never dead.
+        return isinstance(alias.name, cst.Attribute) or alias.evaluated_name not in dead
+
+    # Only top-level import lines: emptying an `if`/`try` body would leave invalid code.
+    body: list[cst.BaseStatement] = []
+    carried: list[cst.EmptyLine] = []  # comments above a removed line stay, on the next statement
+    for stmt in module.body:
+        if carried:
+            stmt = stmt.with_changes(leading_lines=[*carried, *stmt.leading_lines])
+            carried = []
+        if not _is_import(stmt):
+            body.append(stmt)
+            continue
+        assert isinstance(stmt, cst.SimpleStatementLine)
+        small: list[cst.BaseSmallStatement] = []
+        for imp in stmt.body:
+            assert isinstance(imp, (cst.Import, cst.ImportFrom))
+            if isinstance(imp.names, cst.ImportStar):
+                small.append(imp)
+                continue
+            kept = [a for a in imp.names if keep(a)]
+            if len(kept) == len(imp.names):
+                small.append(imp)
+            elif kept:
+                kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+                small.append(imp.with_changes(names=kept))
+        if small:
+            small[-1] = small[-1].with_changes(semicolon=cst.MaybeSentinel.DEFAULT)
+            body.append(stmt.with_changes(body=small))
+        else:
+            carried = [line for line in stmt.leading_lines if line.comment is not None]
+    return module.with_changes(body=body)
+
+
+def _add_imports(module: cst.Module, *, torch: bool, torch_fl: bool) -> cst.Module:
+    """Insert `import torch` and/or the torch_fl import after the last import at the top of the
+    module: before any other code runs, so module-level uses of torch.fl already find it. Where torch
+    itself is imported only after some code (a script that sets environment variables first), after
+    that import instead: importing torch_fl imports torch, and must not move torch's import ahead of
+    that code."""
+    import libcst as cst
+
+    body = list(module.body)
+    index = 0
+    noqa = ""
+    for i, stmt in enumerate(body):
+        if _is_import(stmt) or (i == 0 and _is_docstring(stmt)):
+            index = i + 1
+            continue
+        # Past the top-of-file imports: only a later `import torch` moves the insertion point.
+        later = next((j for j in range(i + 1, len(body))
+                      if _is_import(body[j]) and _imports_torch(body[j])), None)
+        if later is not None and not any(_imports_torch(b) for b in body[:index] if _is_import(b)):
+            index = later + 1
+            # Where the user silenced E402 on their late `import torch`, ours needs the same.
+            comment = body[later].trailing_whitespace.comment  # type: ignore[attr-defined]
+            noqa = "E402" if comment is not None and "E402" in comment.value else ""
+        break
+    lines = []
+    if torch:
+        lines.append(f"import torch  # noqa: {noqa}" if noqa else "import torch")
+    if torch_fl:
+        lines.append(TORCH_FL_IMPORT.replace("F401", f"{noqa}, F401") if noqa else TORCH_FL_IMPORT)
+    new = [cst.parse_statement(line + "\n") for line in lines]
+    if index == 0 and body:
+        # Before the first statement: a blank line keeps it apart from the code that follows.
+        first = body[0]
+        body[0] = first.with_changes(leading_lines=[cst.EmptyLine(), *first.leading_lines]) \
+            if not first.leading_lines else first
+    return module.with_changes(body=[*body[:index], *new, *body[index:]])
+
+
+def _is_import(stmt: cst.CSTNode) -> bool:
+    import libcst as cst
+
+    return isinstance(stmt, cst.SimpleStatementLine) and all(
+        isinstance(s, (cst.Import, cst.ImportFrom)) for s in stmt.body)
+
+
+def _imports_torch(stmt: cst.SimpleStatementLine) -> bool:
+    import libcst as cst
+    from libcst.helpers import get_full_name_for_node
+
+    for small in stmt.body:
+        if isinstance(small, cst.Import):
+            modules = [get_full_name_for_node(a.name) or "" for a in small.names]
+        elif isinstance(small, cst.ImportFrom) and small.module is not None and not small.relative:
+            modules = [get_full_name_for_node(small.module) or ""]
+        else:
+            continue
+        if any(m == "torch" or m.startswith("torch.") for m in modules):
+            return True
+    return False
+
+
+def _is_docstring(stmt: cst.CSTNode) -> bool:
+    import libcst as cst
+
+    return (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1
+            and isinstance(stmt.body[0], cst.Expr)
+            and isinstance(stmt.body[0].value, (cst.SimpleString, cst.ConcatenatedString)))
+
+
+def _rewrite(source: str, findings: list[Finding]) -> tuple[str, list[Finding]]:
+    """Apply the fixes of `findings` to `source` with libcst; returns the new source and the findings
+    that were applied."""
+    import libcst as cst
+    from libcst.metadata import MetadataWrapper
+
+    module = cst.parse_module(source)
+    names, has_torch_fl = _bindings(module)
+    torch_aliases = [local for local, qual in names.items() if qual == "torch"]
+    # As the scanner does, a bare `torch` with no import is torch (snippets, exported notebooks).
+    names.setdefault("torch", "torch")
+    torch_name = "torch" if "torch" in torch_aliases else (torch_aliases[0] if torch_aliases else "torch")
+    # Finding columns are 1-based characters, end exclusive; libcst's are 0-based, end exclusive.
+    targets = [_Target(f, (f.line, f.col - 1), (f.end_line, f.end_col - 1)) for f in findings]
+    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+    rewriter = _rewriter()(targets, names, torch_name, _quote_style(source))
+    new = wrapper.visit(rewriter)
+    if not rewriter.applied:
+        return source, []
+    new = _drop_unused_imports(new, _name_refs(module), _name_refs(new), names)
+    # Every fix names torch.fl.
+    if not torch_aliases or not has_torch_fl:
+        new = _add_imports(new, torch=not torch_aliases, torch_fl=not has_torch_fl)
+    return new.code, [t.finding for t in rewriter.applied]
+
+
+def _codes(select: Sequence[str] | None, ignore: Sequence[str] | None, config: Any = None) -> frozenset[str]:
+    layers = [] if config is None else [(config.select, config.ignore)]
+    try:
+        return selected(*layers, (None if select is None else list(select), list(ignore or ())))
+    except ValueError as exc:
+        raise ScanConfigError(str(exc)) from None
+
+
+def fix_source(source: str, *, unsafe: bool = False, select: Sequence[str] | None = None,
+               ignore: Sequence[str] | None = None, path: str | os.PathLike[str] = "<string>") -> FixResult:
+    """Rewrite `source`'s fixable findings to the torch.fl API.
+
+    `select`/`ignore` take codes or prefixes as ``torchfl scan`` does. Raises SyntaxError (or libcst's
+    ParserSyntaxError) when the source does not parse, ScanConfigError for a selector that names no
+    rule, and ModuleNotFoundError when there is something to fix and libcst is missing.
+
+    Example:
+        >>> fix_source("import torch\\nx = torch.zeros(1).cuda()\\n").new_source.splitlines()[-1]
+        'x = torch.zeros(1).to(torch.fl.device())'
+    """
+    return _fix_text(source, str(path), _codes(select, ignore), unsafe)
+
+
+def _fix_text(source: str, path: str, codes: frozenset[str], unsafe: bool) -> FixResult:
+    # The scanner is the pre-filter: a file without a fixable finding is never parsed by libcst.
+    findings = scan_source(source, path, select=sorted(codes))
+    fixable = [f for f in findings if f.safety in ("safe", "unsafe")]
+    skipped = [(f.code, f.line) for f in fixable if f.safety == "unsafe" and not unsafe]
+    wanted = [f for f in fixable if f.safety == "safe" or unsafe]
+    if not wanted:
+        return FixResult(source, [], skipped)
+    new_source, applied = _rewrite(source, wanted)
+    done = {id(f) for f in applied}
+    return FixResult(new_source, sorted((f.code, f.line) for f in applied), skipped,
+                     sorted((f.code, f.line) for f in wanted if id(f) not in done))
+
+
+# ---------------------------------------------------------------------------------------------------
+# files
+
+
+def _read(path: Path) -> tuple[str, str]:
+    """A file's text (newlines untouched) and its encoding (PEP 263)."""
+    data = path.read_bytes()
+    encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+    if encoding == "utf-8-sig":
+        # Keep the BOM out of the text (libcst and ast both reject it mid-stream) and put it back on write.
+        return data.decode("utf-8-sig"), encoding
+    return data.decode(encoding), encoding
+
+
+def write_atomic(path: Path, text: str, encoding: str = "utf-8") -> None:
+    """Replace `path`'s content with `text` so that readers see the old file or the new one, never a
+    mix: temp file in the same directory (same filesystem, so os.replace is atomic), fsync, replace.
+    The file's permission bits are kept; on any failure the temp file is removed."""
+    path = Path(os.path.realpath(path))  # a symlink keeps pointing at the file we rewrote
+    data = text.encode(encoding)
+    mode = stat.S_IMODE(path.stat().st_mode)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".torchfl-tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(directory: Path) -> None:
+    # The rename itself is durable only once the directory entry is on disk; not possible everywhere.
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _unified_diff(path: Path, old: str, new: str) -> str:
+    name = path.as_posix()
+    lines = difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
+                                 fromfile=f"a/{name}", tofile=f"b/{name}")
+    out = []
+    for line in lines:
+        out.append(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n")
+    return "".join(out)
+
+
+def _files(paths: Iterable[str | os.PathLike[str]], select: Sequence[str] | None,
+           ignore: Sequence[str] | None) -> Iterable[tuple[Path, frozenset[str]]]:
+    """The Python files `torchfl scan` would scan under `paths`, each with its enabled codes (the
+    nearest [tool.torchfl] table, then select/ignore), so that scan and fix see the same findings."""
+    seen: set[Path] = set()
+    for argument in paths:
+        root = Path(argument)
+        if not root.exists():
+            raise FileNotFoundError(f"{argument}: no such file or directory")
+        config = load_config(root)
+        codes = _codes(select, ignore, config)
+        for path in iter_files(root, config):
+            if path.name.endswith((".cu", ".cuh")):
+                continue  # FL702 has no fix
+            resolved = path.resolve()
+            if resolved not in seen:
+                seen.add(resolved)
+                yield path, codes
+
+
+def fix_paths(paths: Iterable[str | os.PathLike[str]], *, unsafe: bool = False, diff: bool = False,
+              select: Sequence[str] | None = None, ignore: Sequence[str] | None = None,
+              on_file: Callable[[FileFix], None] | None = None) -> FixReport:
+    """Fix every Python file under `paths` (directories walked as `torchfl scan` walks them, with the
+    same [tool.torchfl] configuration). With `diff`, nothing is written and each changed file's
+    unified diff is in its FileFix. Files that cannot be read, parsed or written are reported (their
+    FileFix has an `error`) and skipped.
+
+    Raises:
+        TorchFLError: a file has something to fix and libcst is not installed.
+        ScanConfigError: a selector that names no rule, or a bad [tool.torchfl] table.
+        FileNotFoundError: a path that does not exist.
+    """
+    report = FixReport()
+    for path, codes in _files(paths, select, ignore):
+        entry = FileFix(path)
+        report.files.append(entry)
+        try:
+            _fix_file(entry, codes, unsafe=unsafe, diff=diff)
+        finally:
+            _notify(on_file, entry)
+    return report
+
+
+def _fix_file(entry: FileFix, codes: frozenset[str], *, unsafe: bool, diff: bool) -> None:
+    path = entry.path
+    try:
+        source, encoding = _read(path)
+    except (OSError, UnicodeDecodeError, SyntaxError) as exc:  # SyntaxError: a bad coding cookie
+        entry.error = f"cannot read: {exc}"
+        return
+    try:
+        result = _fix_text(source, str(path), codes, unsafe)
+    except ModuleNotFoundError as exc:
+        if exc.name == "libcst":
+            raise TorchFLError(LIBCST_MISSING) from exc
+        raise
+    except SyntaxError as exc:
+        entry.error = f"syntax error, skipped: line {exc.lineno}: {exc.msg}"
+        return
+    except Exception as exc:
+        # libcst parses a little differently from ast (rare: newer syntax than the libcst build knows).
+        if type(exc).__name__ != "ParserSyntaxError":
+            raise
+        entry.error = f"syntax error, skipped: {str(exc).splitlines()[0]}"
+        return
+    entry.applied, entry.skipped_unsafe = result.applied, result.skipped_unsafe
+    entry.not_applied = result.not_applied
+    if result.new_source == source:
+        return
+    if diff:
+        entry.changed, entry.diff = True, _unified_diff(path, source, result.new_source)
+        return
+    try:
+        write_atomic(path, result.new_source, encoding)
+    except OSError as exc:
+        entry.error, entry.applied = f"cannot write: {exc}", []
+        return
+    entry.changed = True
+
+
+def _notify(callback: Callable[[FileFix], None] | None, entry: FileFix) -> None:
+    if callback is not None:
+        callback(entry)

@@ -1,0 +1,380 @@
+"""`torchfl grade`: honest levels from measurements, never from what was not measured."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from test_html import _run_chromium, console_errors
+
+from torch_fl.analysis import grade as grade_module
+from torch_fl.analysis.grade import (
+    FAIL,
+    LEVELS,
+    NOT_MEASURED,
+    PASS,
+    STATUSES,
+    achieved_level,
+    claim_check,
+    criteria,
+    grade,
+    halved_inputs,
+)
+from torch_fl.analysis.grade import _distributed_api as distributed_api
+from torch_fl.analysis.model import load_model
+from torch_fl.analysis.report import render_text
+from torch_fl.cli import main
+
+EXAMPLES = Path(__file__).parents[2] / "examples"
+
+# The shipped examples at small sizes, so that a grade (with bench) takes a second or two.
+MODELS = f'''
+import sys
+import torch
+
+sys.path.insert(0, {str(EXAMPLES)!r})
+import cnn, gpt, unusual
+
+
+def gpt_small():
+    torch.manual_seed(0)
+    model = gpt.GPT(vocab=64, dim=32, heads=2, layers=1, context=16)
+    return model, (torch.randint(0, 64, (2, 16)),), gpt.lm_loss
+
+
+def cnn_small():
+    return cnn.factory(batch=4, size=8)
+
+
+def unusual_small():
+    return unusual.factory(batch=8)
+
+
+class Tiny(torch.nn.Module):
+    # Not a Sequential: a compiled module without __len__ has no truth value, which grade must not need.
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = torch.nn.Linear(8, 8), torch.nn.Linear(8, 2)
+
+    def forward(self, x):
+        return self.b(torch.relu(self.a(x)))
+
+
+def tiny():
+    torch.manual_seed(0)
+    return Tiny(), (torch.randn(4, 8),)
+
+
+class Scale(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.ones(3))
+
+    def forward(self, x, k):
+        return self.w * x * k
+
+
+def scalar_input():
+    return Scale(), (torch.randn(3), torch.tensor(2.0))
+'''
+
+TOP_KEYS = {"model", "device", "reference", "description", "claimed_level", "level", "level_reason",
+            "claim_confirmed", "criteria", "thresholds", "measurements"}
+CRITERION_KEYS = {"id", "level", "name", "threshold", "measured", "status", "measurement", "evidence"}
+IDS = ["l0.train_step", "l0.unsupported_ops", "l1.native_share", "l1.alignment", "l1.autocast",
+       "l1.precision", "l2.distributed", "l2.scaling", "l2.dynamic_shapes", "l2.compile", "l2.memory"]
+RUNS_ON_DEVICE = ("l1.alignment", "l1.autocast", "l1.precision", "l2.dynamic_shapes", "l2.memory")
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    path = tmp_path_factory.mktemp("models") / "models.py"
+    path.write_text(MODELS)
+    return path
+
+
+def _grade_cli(models: Path, factory: str, device: str, tmp_path: Path, *extra: str,
+               preflight: bool = False) -> dict:
+    """grade through the CLI; the preflight (two spawned interpreters, seconds) only where asked."""
+    out = tmp_path / "grade.json"
+    assert main(["grade", f"{models}:{factory}", "--device", device, "--steps", "4", "--warmup", "1",
+                 "--json", str(out), *([] if preflight else ["--no-preflight"]), *extra]) == 0
+    return json.loads(out.read_text())
+
+
+def _by_id(data: dict) -> dict[str, dict]:
+    return {c["id"]: c for c in data["criteria"]}
+
+
+def _recomputed_level(data: dict) -> str:
+    """The level from the criteria alone: the highest whose criteria and those below all PASS."""
+    level = "none"
+    for name in LEVELS:
+        if any(c["status"] != PASS for c in data["criteria"] if c["level"] == name):
+            break
+        level = name
+    return level
+
+
+def _check_common(data: dict) -> None:
+    assert set(data) == TOP_KEYS
+    assert [c["id"] for c in data["criteria"]] == IDS
+    for c in data["criteria"]:
+        assert set(c) == CRITERION_KEYS
+        assert c["status"] in STATUSES and c["evidence"] and c["threshold"]
+        # Only a measurement has a value: NOT MEASURED carries none.
+        assert (c["measured"] is None) == (c["status"] == NOT_MEASURED), c
+    assert data["level"] == _recomputed_level(data)
+    # grade never times a multi-device training run, so L2 is never claimed.
+    rows = _by_id(data)
+    assert rows["l2.scaling"]["status"] == NOT_MEASURED
+    assert data["level"] != "L2"
+    assert {"native_calls_share", "alignment", "scaling", "precision", "memory", "source"} <= set(
+        data["thresholds"])
+    assert data["thresholds"]["native_calls_share"] == 0.8 and data["thresholds"]["alignment"] == 0.9
+    assert data["thresholds"]["scaling"] == {"devices": 4, "speedup": 3.2}
+
+
+def _check_alignment(row: dict) -> None:
+    # Bench on a shared 2-core machine is noisy: the status must follow the number, whatever it is.
+    assert isinstance(row["measured"], float)
+    assert row["status"] == (PASS if row["measured"] >= 0.9 else FAIL)
+
+
+# ----------------------------------------------------------------------------------------- the examples
+
+def test_gpt_on_cpu(models, tmp_path):
+    data = _grade_cli(models, "gpt_small", "cpu", tmp_path, preflight=True)
+    _check_common(data)
+    rows = _by_id(data)
+    for key in ("l0.train_step", "l0.unsupported_ops", "l1.native_share", "l1.autocast", "l1.precision",
+                "l2.dynamic_shapes", "l2.memory"):
+        assert rows[key]["status"] == PASS, rows[key]
+    _check_alignment(rows["l1.alignment"])
+    assert rows["l1.native_share"]["measured"] == 1.0
+    assert rows["l1.precision"]["measured"] == 0
+    assert "bfloat16" in rows["l1.autocast"]["evidence"]
+    assert "--compile" in rows["l2.compile"]["evidence"] and rows["l2.compile"]["status"] == NOT_MEASURED
+    distributed = rows["l2.distributed"]
+    if distributed_api()[0]:  # a real two-process preflight through torch.fl.distributed, gloo on the host
+        assert distributed["status"] == PASS, distributed
+        assert "2 ranks" in distributed["evidence"] and "gloo" in distributed["evidence"]
+        assert data["measurements"]["runs"]["preflight"]["world_size"] == 2
+    else:
+        assert distributed["status"] == NOT_MEASURED and "issue 7" in distributed["evidence"]
+    assert data["level"] == ("L1" if rows["l1.alignment"]["status"] == PASS else "L0")
+    assert data["claimed_level"] == "L2" and data["claim_confirmed"] is False
+    assert data["description"]["name"] == "cpu" and data["description"]["emulated"] is False
+    measurements = data["measurements"]
+    assert measurements["coverage"]["routes"]["unsupported"] == 0
+    assert measurements["compare"]["ok"] is True
+    assert measurements["bench"]["alignment"] == rows["l1.alignment"]["measured"]
+    assert measurements["runs"]["train_step"]["ok"] is True
+
+
+def test_gpt_on_emulated_chip(models):
+    report = grade(load_model(f"{models}:gpt_small"), "emu:minimal", steps=4, warmup=1)
+    data = report.data
+    _check_common(data)
+    rows = _by_id(data)
+    for key in ("l0.train_step", "l0.unsupported_ops", "l1.autocast", "l1.precision", "l2.dynamic_shapes"):
+        assert rows[key]["status"] == PASS, rows[key]
+    # AdamW's in-place updates and the SDPA math path translate on the minimal chip: about half native.
+    assert rows["l1.native_share"]["status"] == FAIL and rows["l1.native_share"]["measured"] < 0.8
+    # Timing an emulation says nothing about the chip: not measured, and the report says why.
+    alignment = rows["l1.alignment"]
+    assert alignment["status"] == NOT_MEASURED and "emulation" in alignment["evidence"]
+    assert "float16" in rows["l1.autocast"]["evidence"]
+    assert "disables JIT" in rows["l2.compile"]["evidence"]
+    assert rows["l2.distributed"]["status"] == NOT_MEASURED
+    assert rows["l2.memory"]["status"] in (PASS, FAIL) and rows["l2.memory"]["measured"] in ("flat", "leak")
+    assert data["level"] == "L0" and data["claimed_level"] == "none" and data["claim_confirmed"] is None
+    assert "native share of calls" in data["level_reason"] and "performance alignment" in data["level_reason"]
+    text = render_text(report)
+    assert "emulated chip" in text and "NOT MEASURED never counts as PASS" in text
+    assert "L0 (L1 not reached: 1 criterion failed (native share of calls)" in text
+
+
+def test_unusual_on_emulated_chip_fails_l0_naming_the_op(models, tmp_path):
+    data = _grade_cli(models, "unusual_small", "emu:minimal", tmp_path)
+    _check_common(data)
+    rows = _by_id(data)
+    run = rows["l0.train_step"]
+    assert run["status"] == FAIL and "UnsupportedOperatorError" in run["evidence"]
+    assert "abs" in run["evidence"] and "complex64" in run["evidence"]
+    trace = rows["l0.unsupported_ops"]
+    assert trace["status"] == FAIL and trace["measured"] >= 1
+    assert "aten::abs.default (complex64) called by spectral" in trace["evidence"]
+    for key in RUNS_ON_DEVICE:
+        assert rows[key]["status"] == NOT_MEASURED and "skipped" in rows[key]["evidence"]
+    assert data["level"] == "none" and data["level_reason"].startswith("L0 not reached: 2 criteria failed")
+
+
+@pytest.mark.parametrize("factory", ["cnn_small", "unusual_small"])
+def test_cnn_and_unusual_on_cpu(models, tmp_path, factory):
+    data = _grade_cli(models, factory, "cpu", tmp_path)
+    _check_common(data)
+    rows = _by_id(data)
+    for key in ("l0.train_step", "l0.unsupported_ops", "l1.native_share", "l1.autocast", "l1.precision",
+                "l2.dynamic_shapes"):
+        assert rows[key]["status"] == PASS, rows[key]
+    _check_alignment(rows["l1.alignment"])
+    assert data["level"] in ("L0", "L1")
+
+
+def test_cnn_on_emulated_chip(models, tmp_path):
+    # The CPU's batch-norm training kernel allocates an empty uint8 buffer, and the minimal chip has no
+    # uint8: the trace and the real run agree on the op.
+    data = _grade_cli(models, "cnn_small", "emu:minimal", tmp_path)
+    _check_common(data)
+    rows = _by_id(data)
+    assert rows["l0.train_step"]["status"] == FAIL and rows["l0.unsupported_ops"]["status"] == FAIL
+    op = "aten::empty.memory_format"
+    assert op in rows["l0.train_step"]["evidence"] and f"{op} (uint8)" in rows["l0.unsupported_ops"]["evidence"]
+    assert data["level"] == "none"
+
+
+def test_second_shape_needs_a_batch_dim(models, tmp_path):
+    data = _grade_cli(models, "scalar_input", "cpu", tmp_path)
+    row = _by_id(data)["l2.dynamic_shapes"]
+    assert row["status"] == NOT_MEASURED and "no dim 0" in row["evidence"]
+
+
+@pytest.mark.slow
+def test_compile_is_opt_in(models, tmp_path):
+    data = _grade_cli(models, "tiny", "cpu", tmp_path, "--compile")
+    rows = _by_id(data)
+    assert rows["l2.compile"]["status"] == PASS, rows["l2.compile"]
+    assert "inductor" in rows["l2.compile"]["evidence"]
+    assert rows["l2.dynamic_shapes"]["status"] == PASS
+    assert "ran eager and compiled" in rows["l2.dynamic_shapes"]["evidence"]
+    assert data["measurements"]["runs"]["compile"]["ok"] is True
+
+
+def test_distributed_preflight_is_never_faked(models, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch_fl.distributed", None)  # import raises ImportError
+    data = _grade_cli(models, "tiny", "cpu", tmp_path, preflight=True)
+    row = _by_id(data)["l2.distributed"]
+    assert row["status"] == NOT_MEASURED and "not available in this version: issue 7" in row["evidence"]
+    assert "preflight" not in data["measurements"]["runs"]
+
+
+def test_no_preflight_flag(models, tmp_path):
+    row = _by_id(_grade_cli(models, "tiny", "cpu", tmp_path))["l2.distributed"]
+    assert row["status"] == NOT_MEASURED
+    assert "--no-preflight" in row["evidence"] or "issue 7" in row["evidence"]
+
+
+def _ranks(tmp_path: Path, *codes: str) -> tuple[list, list[Path]]:
+    import subprocess
+
+    logs = [tmp_path / f"rank{i}.log" for i in range(len(codes))]
+    procs = []
+    for code, log in zip(codes, logs, strict=True):
+        with log.open("w") as handle:
+            procs.append(subprocess.Popen([sys.executable, "-c", code], stderr=handle))
+    return procs, logs
+
+
+def test_preflight_rank_failure_names_the_rank_and_error(tmp_path):
+    # Rank 0 would wait for the failed rank 1 forever: it is killed at once, not after the timeout.
+    procs, logs = _ranks(tmp_path, "import time; time.sleep(60)",
+                         "raise ValueError('ranks disagree:\\n  rank 1: torch 2.4')")
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match=r"rank 1 of 2 exited with status 1: ValueError: ranks disagree:"
+                                           r" rank 1: torch 2.4; killed rank\(s\) 0"):
+        grade_module._wait_ranks(procs, logs, 2)
+    assert time.monotonic() - start < 30 and procs[0].poll() is not None
+
+
+def test_hung_preflight_rank_is_killed(tmp_path, monkeypatch):
+    monkeypatch.setattr(grade_module, "PREFLIGHT_TIMEOUT_S", 1.0)
+    procs, logs = _ranks(tmp_path, "pass", "import time; time.sleep(60)")
+    with pytest.raises(TimeoutError, match=r"rank\(s\) 1 of 2 did not finish within 1 s"):
+        grade_module._wait_ranks(procs, logs, 2)
+    assert procs[1].poll() is not None  # killed, not left running
+
+
+# ----------------------------------------------------------------------------------------- level rules
+
+def _all(status: str) -> list:
+    rows = criteria(4, "rtol 1e-4")
+    for row in rows:
+        row.set(status, None if status == NOT_MEASURED else 1.0, "test")
+    return rows
+
+
+def test_not_measured_never_counts_as_pass():
+    rows = _all(PASS)
+    assert achieved_level(rows) == ("L2", "")
+    rows[-1].set(NOT_MEASURED, None, "not run")
+    level, why = achieved_level(rows)
+    assert level == "L1" and why == "L2 not reached: 1 criterion not measured (memory flat over steps)"
+    rows[0].set(NOT_MEASURED, None, "not run")
+    assert achieved_level(rows)[0] == "none"
+    assert achieved_level(_all(NOT_MEASURED))[0] == "none"
+
+
+def test_a_level_needs_every_level_below():
+    rows = _all(PASS)
+    next(r for r in rows if r.id == "l1.precision").set(FAIL, 3, "3 tensors outside tolerance")
+    level, why = achieved_level(rows)
+    assert level == "L0" and why == "L1 not reached: 1 criterion failed (precision vs reference)"
+
+
+def test_claim_check():
+    assert claim_check("none", "L1")[0] is None
+    assert claim_check("L1", "L1") == (True, "confirmed for this model: claims L1, measured L1")
+    assert claim_check("L1", "L2")[0] is True
+    assert claim_check("L2", "L1")[0] is False
+    assert claim_check("L0", "none")[0] is False
+
+
+def test_halved_inputs():
+    import torch
+
+    tokens, mask = torch.zeros(8, 64), torch.ones(8, 1)
+    halved = halved_inputs((tokens, mask, 3))
+    assert [t.shape[0] for t in halved[:2]] == [4, 4] and halved[2] == 3
+    assert halved_inputs((torch.tensor(1.0),)) is None
+    assert halved_inputs((torch.zeros(1, 5),)) is None
+    assert halved_inputs((7,)) is None
+
+
+# ----------------------------------------------------------------------------------------------- CLI
+
+def test_usage_errors(models, capsys):
+    assert main(["grade", f"{models}:tiny", "--device", "cpu", "--steps", "0"]) == 2
+    assert "--steps must be >= 1" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        main(["grade", f"{models}:tiny"])
+    assert exc.value.code == 2
+
+
+def test_html_report_renders_in_chromium(models, tmp_path):
+    page = tmp_path / "grade.html"
+    assert main(["grade", f"{models}:gpt_small", "--device", "emu:minimal", "--steps", "4", "--warmup", "1",
+                 "--html", str(page)]) == 0
+    result = _run_chromium(page, tmp_path, "--dump-dom")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert console_errors(result.stderr) == [], result.stderr[-4000:]
+    dom = result.stdout
+    # Routes bar chart and coverage's per-module chart, compare's per-module error, bench's memory.
+    assert dom.count("<svg") == 4
+    for title in ("Calls per route (coverage --train)", "Max relative error per module",
+                  "Memory after each step"):
+        assert title in dom
+    assert "NOT MEASURED" in dom and "L0: the model runs" in dom
+
+
+def test_noisy_alignment_is_flagged():
+    def mode(median: float, p90: float) -> dict:
+        return {"latency_ms": {"median": median, "p90": p90}}
+
+    assert grade_module.noisy_modes({"routed": mode(10, 12), "native": mode(10, 20)}) == ["native"]
+    assert grade_module.noisy_modes({"routed": mode(10, 14), "native": mode(10, 15)}) == []
+    assert grade_module.noisy_modes({"error": "stopped", "steps": 4}) == []
+    assert grade_module.noisy_modes(None) == []

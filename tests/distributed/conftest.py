@@ -1,0 +1,81 @@
+"""Multi-process tests: real ranks (subprocesses, gloo on the CPU, env:// like torchrun) with a hard
+timeout on every launch, so that a hang fails the test instead of stalling the suite."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+WORKERS = Path(__file__).with_name("workers.py")
+
+
+@dataclass
+class Rank:
+    rank: int
+    returncode: int
+    stdout: str
+    stderr: str
+    seconds: float
+
+    @property
+    def result(self) -> dict:
+        lines = [line for line in self.stdout.splitlines() if line.startswith("RESULT=")]
+        assert lines, f"rank {self.rank} printed no result (rc {self.returncode}):\n{self.stdout}\n{self.stderr}"
+        return json.loads(lines[-1].removeprefix("RESULT="))
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _launch(scenario: str, *args: str, nproc: int = 2, timeout: float = 60,
+           env: dict[str, str] | None = None, rank_env: dict[int, dict[str, str]] | None = None,
+           wait_for: set[int] | None = None) -> list[Rank]:
+    """Start `nproc` ranks of workers.py SCENARIO and wait at most `timeout` seconds for the ranks in
+    `wait_for` (default all); every rank still running after that is killed. A rank in `wait_for` that
+    is still running at the deadline fails the test."""
+    port = _free_port()
+    procs = []
+    began = time.monotonic()
+    for rank in range(nproc):
+        rank_vars = {"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(nproc),
+                     "LOCAL_WORLD_SIZE": str(nproc), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+                     "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+        child_env = {**os.environ, **(env or {}), **rank_vars, **(rank_env or {}).get(rank, {})}
+        procs.append(subprocess.Popen([sys.executable, str(WORKERS), scenario, *args], env=child_env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    waited = set(range(nproc)) if wait_for is None else wait_for
+    results: dict[int, Rank] = {}
+    hung = []
+    for rank in sorted(waited):
+        try:
+            out, err = procs[rank].communicate(timeout=max(0.1, timeout - (time.monotonic() - began)))
+        except subprocess.TimeoutExpired:
+            hung.append(rank)
+            continue
+        results[rank] = Rank(rank, procs[rank].returncode, out, err, time.monotonic() - began)
+    for rank, proc in enumerate(procs):
+        if proc.poll() is None:
+            proc.kill()
+        out, err = proc.communicate()
+        results.setdefault(rank, Rank(rank, proc.returncode, out, err, time.monotonic() - began))
+    if hung:
+        details = "\n".join(f"--- rank {r}\n{results[r].stdout}\n{results[r].stderr}" for r in hung)
+        pytest.fail(f"{', '.join(map(str, hung))} still running after {timeout} s (a hang):\n{details}")
+    return [results[r] for r in range(nproc)]
+
+
+@pytest.fixture
+def launch():
+    """The launcher: launch(SCENARIO, *ARGS, nproc=2, timeout=60, env=..., rank_env={1: {...}})."""
+    return _launch

@@ -1,0 +1,18 @@
+import torch
+import torch_fl  # noqa: F401  (installs torch.fl)
+
+
+def setup(local_rank: int) -> int:
+    if torch.fl.is_available():
+        torch.fl.set_device(local_rank)
+    torch.fl.manual_seed(0)
+    torch.fl.manual_seed(1)
+    torch.fl.empty_cache()
+    torch.fl.reset_peak_memory_stats()
+    used = torch.fl.memory_allocated() + torch.fl.max_memory_allocated(0)
+    free, total = torch.fl.mem_get_info()
+    side = torch.fl.Stream()
+    done = torch.fl.Event(enable_timing=True)
+    with torch.fl.stream(side):
+        done.record()
+    return torch.fl.device_count() + torch.fl.current_device() + used + free + total

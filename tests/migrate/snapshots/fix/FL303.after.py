@@ -1,0 +1,13 @@
+import torch
+import torch_fl  # noqa: F401  (installs torch.fl)
+
+
+def step(model, x):
+    with torch.autocast(torch.fl.device_type(), dtype=torch.bfloat16):
+        y = model(x)
+    with torch.autocast(device_type=torch.fl.device_type()):
+        z = model(y)
+    with torch.amp.autocast(torch.fl.device_type()):
+        w = model(z)
+    scaler = torch.amp.GradScaler(torch.fl.device_type())
+    return w, scaler
