@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 import time
 import uuid
@@ -94,6 +95,7 @@ def main() -> None:
     logging.getLogger("torch.distributed.elastic").setLevel(logging.ERROR)
 
     counts = [int(n) for n in args.nproc.split(",")]
+    load = os.getloadavg()[0]  # wall-clock throughput: other processes on the machine skew it
     rows = []
     for n in counts:
         r = run(n, args)
@@ -101,7 +103,8 @@ def main() -> None:
         rows.append((n, r, tokens / r["seconds"]))
     base_n, _, base_tps = rows[0]
     print(f"GPT dim {args.dim}, {args.layers} layers, {rows[0][1]['parameters'] / 1e6:.2f} M parameters; "
-          f"{args.batch} x 64 tokens per rank and step; {args.steps} timed steps after {args.warmup}")
+          f"{args.batch} x 64 tokens per rank and step; {args.steps} timed steps after {args.warmup}; "
+          f"{os.cpu_count()} cores, load average {load:.1f} at start")
     print(f"{'ranks':>5}  {'backend':8} {'device':8} {'global batch':>12}  {'step ms':>8}  {'tokens/s':>9}  "
           f"{'speedup':>7}  {'efficiency':>10}")
     for n, r, tps in rows:

@@ -25,13 +25,14 @@ def factory():
 
 @pytest.fixture(autouse=True)
 def compile_cache(monkeypatch, tmp_path):
-    from torch_fl.compiler import cache, jit
+    from torch_fl.compiler import cache, isa, jit
 
     root = tmp_path / "cache"
     monkeypatch.setenv("FL_CACHE_DIR", str(root))
     for var in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "CXX"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setattr(jit, "_pointed_at", None)
+    monkeypatch.setattr(isa, "_memo_path", None)  # a test's entry must not answer the next test's probes
     yield root
     cache.release()
     if "torch._dynamo" in sys.modules:  # importing it only to reset it costs seconds

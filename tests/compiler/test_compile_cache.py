@@ -164,3 +164,27 @@ def test_a_writer_killed_mid_write_leaves_a_valid_cache(stage, compile_cache, sp
     assert [r["model"] for r in entry.manifest()["warmup"]] == ["next"]
     assert not list(compile_cache.rglob("*.tmp-*"))
     assert [s.status for s in cache.scan(compile_cache)] == ["ok"]
+
+
+def test_the_cpu_isa_probe_is_answered_from_the_entry(monkeypatch, compile_cache):
+    from torch._inductor.cpu_vec_isa import VecISA
+
+    from torch_fl.compiler import isa
+
+    probes = []
+    monkeypatch.setattr(isa, "_original", lambda self, path: probes.append(path) or True)
+    monkeypatch.setattr(VecISA, "_probe_load", isa._memoized)  # restored after the test
+    entry = cache.open_entry(registry.get("cpu"))
+    isa.install(entry.path)
+    assert VecISA._probe_load(None, "/inductor/c1abc.so") is True
+    assert VecISA._probe_load(None, "/inductor/c1abc.so") is True  # a later process: no subprocess
+    assert probes == ["/inductor/c1abc.so"]
+    memo = json.loads((entry.path / isa.MEMO).read_text())
+    assert memo == {isa.cpu_signature(): {"c1abc.so": True}}
+    isa.cpu_signature.cache_clear()
+    monkeypatch.setattr(isa.platform, "machine", lambda: "another-cpu")
+    try:
+        VecISA._probe_load(None, "/inductor/c1abc.so")  # another CPU sharing the cache asks again
+    finally:
+        isa.cpu_signature.cache_clear()
+    assert len(probes) == 2

@@ -214,3 +214,17 @@ def test_the_watchdog_stops_with_the_process_group(one_rank):
 def test_initialising_twice_is_refused(one_rank):
     with pytest.raises(torch.fl.distributed.DistributedError, match="already initialised"):
         torch.fl.distributed.init_process_group()
+
+
+def test_torchfl_preflight_renders_failed_ranks_after_the_table():
+    from torch_fl.cli.preflight import render
+
+    row = {"rank": 0, "local_rank": 0, "host": "n0", "device": "cpu", "backend": "gloo", "torch": "2.13.0",
+           "torch_fl": "0.1.0", "plugin": "-", "description": "cpu@42a32a17247d", "all_reduce": 1.04,
+           "broadcast": 0.5, "barrier": 0.25, "seconds": 0.3}
+    text = render([{"rank": 0, "row": row}, {"rank": 1, "error": "rank 1: torch-fl preflight failed: x"}], 2, 4.2)
+    lines = text.splitlines()
+    assert lines[1].split() == ["0", "0", "n0", "cpu", "gloo", "2.13.0", "0.1.0", "-", "cpu@42a32a17247d",
+                                "1.0", "ms", "0.5", "ms", "0.2", "ms", "0.30", "s"]
+    assert lines[2] == "rank 1: FAILED: torch-fl preflight failed: x"
+    assert lines[3] == "preflight FAILED on 1 of 2 ranks: 2 local ranks, 4.2 s including process start-up"

@@ -101,6 +101,8 @@ def _worker(timeout: float, backend: str | None) -> dict[str, Any]:
         report = init_process_group(backend, preflight=True, preflight_timeout=timeout)
     except TorchFLError as exc:
         return {"rank": rank, "error": str(exc)}
+    except Exception as exc:  # torch's own errors (an unknown backend, a plugin that fails): per rank too
+        return {"rank": rank, "error": f"{type(exc).__name__}: {exc}"}
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
@@ -117,7 +119,8 @@ def render(results: list[dict[str, Any]], nproc: int, seconds: float) -> str:
     if rows:
         lines.append(Report(nproc, rows[0]["backend"], rows).table())
     for result in failed:
-        lines.append(f"rank {result['rank']}: FAILED: {result['error']}")
+        error = result["error"].removeprefix(f"rank {result['rank']}: ")  # torch-fl's errors name the rank
+        lines.append(f"rank {result['rank']}: FAILED: {error}")
     verdict = "passed" if not failed else f"FAILED on {len(failed)} of {nproc} ranks"
     lines.append(f"preflight {verdict}: {nproc} local ranks, {seconds:.1f} s including process start-up")
     return "\n".join(lines)

@@ -90,6 +90,9 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     if active() is not None:  # FL_CUDA_ALIAS=1 already enabled it when torch was imported
+        if args.device:
+            print(f"torchfl run: FL_CUDA_ALIAS is set: the alias targets torch.fl.device(), not "
+                  f"--device {args.device}", file=sys.stderr)
         return run_target(script, module, argv)
     with cuda_alias(args.device):
         return run_target(script, module, argv)

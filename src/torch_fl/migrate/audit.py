@@ -54,7 +54,7 @@ def audit_model(entry: str, *, train: bool = False) -> tuple[Report, BaseExcepti
 
     Returns the report and the exception that stopped the run, if any (the requests before it are
     in the report)."""
-    from ..analysis.model import load_model
+    from ..analysis.model import ModelSpecError, load_model
 
     audit = Audit()
     error: BaseException | None = None
@@ -64,6 +64,8 @@ def audit_model(entry: str, *, train: bool = False) -> tuple[Report, BaseExcepti
             output = spec.model(*spec.inputs)
             if train:
                 spec.loss(output).backward()
+        except ModelSpecError:
+            raise  # not a run that stopped: an entry point that does not load (no report to give)
         except Exception as exc:
             error = exc
     what = "forward and backward" if train else "forward"

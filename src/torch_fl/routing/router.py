@@ -222,7 +222,8 @@ def _write_back(original: torch.Tensor, host: torch.Tensor) -> None:
 def _alias_on_device(value: torch.Tensor, args: tuple, cpu_args: tuple) -> torch.Tensor:
     """The device tensor that `value` (a view computed on a geometry-preserving host copy) stands for:
     the same size, stride, offset and dtype over the original device storage, with its conj/neg bits."""
-    base = next(a for a, c in zip(args, cpu_args, strict=True) if isinstance(a, torch.Tensor)
+    # Host storage identity, compared on the CPU; no device address is used.
+    base = next(a for a, c in zip(args, cpu_args, strict=True) if isinstance(a, torch.Tensor)  # noqa: FL601
                 and c.untyped_storage().data_ptr() == value.untyped_storage().data_ptr())
     # set_ (not as_strided) so dtype-changing views (view_as_real, view.dtype) keep the result's dtype.
     alias = torch.empty(0, dtype=value.dtype, device=base.device).set_(
