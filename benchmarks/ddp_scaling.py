@@ -11,7 +11,9 @@ description, preflight on) and wraps the model with torch.fl.distributed.wrap_dd
     python benchmarks/ddp_scaling.py --nproc 1,2,4,8        # a node with 8 accelerators
 
 On the CPU every rank gets `--threads` torch threads (default 1), so that N ranks use N cores and the
-comparison is one core against N; do not ask for more ranks x threads than the machine has cores.
+comparison is one core against N; do not ask for more ranks x threads than the machine has cores. A
+control row (N independent processes without DDP) shows what the machine itself allows N processes,
+so that a low efficiency can be told apart from a slow collective path.
 """
 
 from __future__ import annotations
@@ -30,8 +32,10 @@ TARGET_DEVICES, TARGET_SPEEDUP = 4, 3.2  # the article's distributed-scalability
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
-def train(steps: int, warmup: int, batch: int, threads: int, dim: int, layers: int) -> dict:
-    """One rank: `warmup` untimed steps, then `steps` timed ones."""
+def train(steps: int, warmup: int, batch: int, threads: int, dim: int, layers: int,
+          independent: bool = False) -> dict:
+    """One rank: `warmup` untimed steps, then `steps` timed ones. `independent`: no process group and
+    no DDP, each process trains alone (the control: what the machine allows N processes at once)."""
     import torch.distributed as dist
 
     import torch_fl  # noqa: F401  (installs torch.fl)
@@ -40,14 +44,16 @@ def train(steps: int, warmup: int, batch: int, threads: int, dim: int, layers: i
     import gpt
 
     torch.set_num_threads(threads)
-    torch.fl.distributed.init_process_group()
+    if not independent:
+        torch.fl.distributed.init_process_group()
     device = torch.fl.distributed.device()
     torch.manual_seed(0)
     model = gpt.GPT(dim=dim, layers=layers)
-    ddp = torch.fl.distributed.wrap_ddp(model)
+    ddp = model.to(device) if independent else torch.fl.distributed.wrap_ddp(model)
     optimizer = torch.optim.AdamW(ddp.parameters(), lr=1e-3)
-    generator = torch.Generator().manual_seed(dist.get_rank())
+    generator = torch.Generator().manual_seed(int(os.environ["RANK"]))
     tokens = torch.randint(0, 512, (warmup + steps, batch, 64), generator=generator).to(device)
+    barrier = (lambda: None) if independent else dist.barrier
 
     def step(idx: torch.Tensor) -> None:
         optimizer.zero_grad(set_to_none=True)
@@ -57,28 +63,28 @@ def train(steps: int, warmup: int, batch: int, threads: int, dim: int, layers: i
     for i in range(warmup):
         step(tokens[i])
     torch.fl.synchronize(device)
-    dist.barrier()
+    barrier()
     began = time.perf_counter()
     for i in range(warmup, warmup + steps):
         step(tokens[i])
     torch.fl.synchronize(device)
-    dist.barrier()
+    barrier()
     seconds = time.perf_counter() - began
-    result = {"seconds": seconds, "backend": dist.get_backend(), "device": str(device),
-              "world_size": dist.get_world_size(),
-              "parameters": sum(p.numel() for p in model.parameters())}
-    dist.destroy_process_group()
+    result = {"seconds": seconds, "backend": "none" if independent else dist.get_backend(),
+              "device": str(device), "parameters": sum(p.numel() for p in model.parameters())}
+    if not independent:
+        dist.destroy_process_group()
     return result
 
 
-def run(nproc: int, args: argparse.Namespace) -> dict:
+def run(nproc: int, args: argparse.Namespace, independent: bool = False) -> dict:
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
     config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=nproc, rdzv_backend="c10d",
                           rdzv_endpoint="localhost:0", run_id=f"ddp-scaling-{uuid.uuid4().hex[:8]}",
                           max_restarts=0, monitor_interval=0.1, start_method="spawn")
     results = elastic_launch(config, train)(args.steps, args.warmup, args.batch, args.threads, args.dim,
-                                            args.layers)
+                                            args.layers, independent)
     return max(results.values(), key=lambda r: r["seconds"])  # the job is as fast as its slowest rank
 
 
@@ -91,6 +97,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch threads per rank (CPU)")
     parser.add_argument("--dim", type=int, default=256)
     parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--no-control", dest="control", action="store_false",
+                        help="skip the control row (the largest rank count as independent processes "
+                             "without DDP: the ceiling this machine allows)")
     args = parser.parse_args()
     logging.getLogger("torch.distributed.elastic").setLevel(logging.ERROR)
 
@@ -99,19 +108,25 @@ def main() -> None:
     rows = []
     for n in counts:
         r = run(n, args)
-        tokens = n * args.batch * 64 * args.steps
-        rows.append((n, r, tokens / r["seconds"]))
-    base_n, _, base_tps = rows[0]
-    print(f"GPT dim {args.dim}, {args.layers} layers, {rows[0][1]['parameters'] / 1e6:.2f} M parameters; "
+        rows.append((str(n), n, r, n * args.batch * 64 * args.steps / r["seconds"]))
+    if args.control and counts[-1] > 1:
+        n = counts[-1]
+        r = run(n, args, independent=True)
+        rows.append((f"{n}*", n, r, n * args.batch * 64 * args.steps / r["seconds"]))
+    _, base_n, _, base_tps = rows[0]
+    print(f"GPT dim {args.dim}, {args.layers} layers, {rows[0][2]['parameters'] / 1e6:.2f} M parameters; "
           f"{args.batch} x 64 tokens per rank and step; {args.steps} timed steps after {args.warmup}; "
           f"{os.cpu_count()} cores, load average {load:.1f} at start")
     print(f"{'ranks':>5}  {'backend':8} {'device':8} {'global batch':>12}  {'step ms':>8}  {'tokens/s':>9}  "
           f"{'speedup':>7}  {'efficiency':>10}")
-    for n, r, tps in rows:
+    for label, n, r, tps in rows:
         speedup = tps / base_tps
         efficiency = speedup / (n / base_n)
-        print(f"{n:>5}  {r['backend']:8} {r['device'].split(':')[0]:8} {n * args.batch:>12}  "
+        print(f"{label:>5}  {r['backend']:8} {r['device'].split(':')[0]:8} {n * args.batch:>12}  "
               f"{r['seconds'] / args.steps * 1000:>8.1f}  {tps:>9.0f}  {speedup:>6.2f}x  {efficiency:>9.0%}")
+    if args.control and counts[-1] > 1:
+        print(f"{counts[-1]}*: the control, {counts[-1]} independent processes without DDP: the most this "
+              "machine allows that many processes, whatever the communication")
     print(f"article target (section 4.3): {TARGET_DEVICES} devices >= {TARGET_SPEEDUP}x one device "
           f"({TARGET_SPEEDUP / TARGET_DEVICES:.0%} efficiency)")
 

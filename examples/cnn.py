@@ -31,6 +31,6 @@ def factory(batch: int = 8, size: int = 32, classes: int = 10):
     labels = torch.randint(0, classes, (batch,))
 
     def loss_fn(logits: torch.Tensor, images: torch.Tensor) -> torch.Tensor:
-        return F.cross_entropy(logits, labels)
+        return F.cross_entropy(logits, labels.to(logits.device))  # the labels live on the host
 
     return model, (images,), loss_fn

@@ -83,6 +83,6 @@ def factory(batch: int = 32, features: int = 16, classes: int = 4):
     labels = torch.randint(0, classes, (batch,))
 
     def loss_fn(logits: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        return F.cross_entropy(logits, labels)
+        return F.cross_entropy(logits, labels.to(logits.device))  # the labels live on the host
 
     return model, (x,), loss_fn

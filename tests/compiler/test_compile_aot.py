@@ -85,7 +85,16 @@ def test_a_real_package_round_trips_and_is_refused_after_an_upgrade(tmp_path, mo
     assert not list(tmp_path.glob(".*tmp*")), "no temporary package is left behind"
     loaded = torch.fl.load_aot(result.path)
     torch.testing.assert_close(loaded(x), model(x))
+    real_version = torch.__version__
     monkeypatch.setattr(torch, "__version__", "2.99.0")
     with pytest.raises(AOTFingerprintError, match=r"torch .* -> 2\.99\.0"):
         torch.fl.load_aot(result.path)
     torch.testing.assert_close(torch.fl.load_aot(result.path, ignore=["torch"])(x), model(x))
+    # The same package on a CPU without the vector ISA it was compiled for.
+    monkeypatch.setattr(torch, "__version__", real_version)
+    import torch._inductor.cpu_vec_isa as cpu_vec_isa
+
+    monkeypatch.setattr(cpu_vec_isa, "valid_vec_isa_list", lambda: [])
+    with pytest.raises(AOTFingerprintError, match=r"cpu_isa .* -> no vector ISA") as info:
+        torch.fl.load_aot(result.path)
+    assert list(info.value.differences) == ["cpu_isa"]

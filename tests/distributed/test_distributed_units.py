@@ -228,3 +228,18 @@ def test_torchfl_preflight_renders_failed_ranks_after_the_table():
                                 "1.0", "ms", "0.5", "ms", "0.2", "ms", "0.30", "s"]
     assert lines[2] == "rank 1: FAILED: torch-fl preflight failed: x"
     assert lines[3] == "preflight FAILED on 1 of 2 ranks: 2 local ranks, 4.2 s including process start-up"
+
+
+def test_the_preflight_checks_a_group_that_torch_created():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1,
+                            timeout=timedelta(seconds=40))
+    try:
+        report = torch.fl.distributed.preflight(timeout=10)
+        assert report.backend == "gloo" and [row["rank"] for row in report.rows] == [0]
+        # the group's own timeout, shortened during the checks, is back
+        assert dist.group.WORLD._get_backend(torch.device("cpu")).options._timeout == timedelta(seconds=40)
+    finally:
+        dist.destroy_process_group()

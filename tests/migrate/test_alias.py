@@ -349,6 +349,20 @@ def test_emulated_chip_target_routes_the_aliased_code(monkeypatch):
     assert torch.fl.route_stats()  # the emulated chip translated some of the aliased model's ops
 
 
+@pytest.mark.filterwarnings("ignore::UserWarning")  # Dynamo: graph breaks at the patched Tensor.to
+def test_torch_compile_of_aliased_code():
+    class WithCudaRequests(torch.nn.Module):
+        def forward(self, x):
+            return x + torch.arange(x.shape[-1], device="cuda") + torch.ones(1).to("cuda")
+
+    model = WithCudaRequests()
+    with cuda_alias("cpu"):
+        x = torch.randn(2, 4, device="cuda")
+        compiled = torch.compile(model, backend="eager")  # Dynamo's tracing, without Inductor's compile time
+        out = compiled(x)
+        assert out.device.type == "cpu" and torch.equal(out, model(x))
+
+
 # FL_CUDA_ALIAS ------------------------------------------------------------------------------------
 def test_autoload_hook(monkeypatch):
     assert autoload.autoload() is None and alias_mod.active() is None  # unset: nothing happens

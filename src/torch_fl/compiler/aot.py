@@ -145,13 +145,39 @@ def read_package_fingerprint(path: str | os.PathLike) -> dict[str, Any]:
 
 def check_package(path: str | os.PathLike, *, device: str | torch.device | None = None,
                   ignore: Iterable[str] = ()) -> dict[str, tuple[str, str]]:
-    """Components of this process's stack that differ from the package's: name -> (package, here)."""
+    """What differs between the package's stack and this process's: fingerprint components, and
+    ``cpu_isa`` for a CPU package whose vector ISA this CPU lacks. name -> (package, here)."""
     data = read_package_fingerprint(path)
-    unknown = set(ignore) - set(COMPONENTS)
+    ignore = set(ignore)
+    unknown = ignore - set(COMPONENTS) - {"cpu_isa"}
     if unknown:
-        raise ValueError(f"ignore: {sorted(unknown)} are not fingerprint components ({', '.join(COMPONENTS)})")
-    here = fingerprint(description_of(device))
-    return {name: change for name, change in here.diff(data["components"]).items() if name not in set(ignore)}
+        raise ValueError(f"ignore: {sorted(unknown)} are neither fingerprint components "
+                         f"({', '.join(COMPONENTS)}) nor cpu_isa")
+    desc = description_of(device)
+    differences = fingerprint(desc).diff(data["components"])
+    if not differences and "cpu_isa" not in ignore:
+        differences = _cpu_isa_difference(path, cache.open_entry(desc).path)
+    return {name: change for name, change in differences.items() if name not in ignore}
+
+
+def _cpu_isa_difference(path: str | os.PathLike, entry: Path) -> dict[str, tuple[str, str]]:
+    """A CPU package compiled for a vector ISA this CPU lacks would die of an illegal instruction (torch
+    only warns): compare the ISA AOTInductor recorded with the ones Inductor finds usable here."""
+    loader = getattr(getattr(torch._C, "_aoti", None), "AOTIModelPackageLoader", None)
+    if loader is None or not hasattr(loader, "load_metadata_from_package"):
+        return {}
+    try:
+        meta = loader.load_metadata_from_package(str(path), "model")
+    except RuntimeError:
+        return {}
+    built = str(meta.get("AOTI_CPU_ISA", "")).upper()
+    if meta.get("AOTI_DEVICE_KEY") != "cpu" or built in ("", "INVALID_VEC_ISA"):
+        return {}
+    from torch._inductor.cpu_vec_isa import valid_vec_isa_list
+
+    isa.install(entry)  # the probe behind valid_vec_isa_list, answered from the entry when known
+    usable = [str(i).upper() for i in valid_vec_isa_list()]
+    return {} if built in usable else {"cpu_isa": (built, ", ".join(usable) or "no vector ISA")}
 
 
 def load_aot(path: str | os.PathLike, *, device: str | torch.device | None = None,
@@ -162,10 +188,11 @@ def load_aot(path: str | os.PathLike, *, device: str | torch.device | None = Non
         path: a .pt2 file written by ``torchfl aot`` / ``torch.fl.export_aot``.
         device: whose description the package must match (default: the active one).
         ignore: fingerprint components not to compare (e.g. ``["cxx"]`` when you know a compiler
-            upgrade is harmless for a prebuilt package).
+            upgrade is harmless for a prebuilt package), or ``"cpu_isa"``.
         device_index: passed to ``torch._inductor.aoti_load_package``.
 
-    Raises AOTFingerprintError naming each component that differs (package value -> this process).
+    Raises AOTFingerprintError naming each component that differs (package value -> this process), and
+    ``cpu_isa`` when a CPU package needs a vector ISA this CPU lacks (AVX-512 code on an AVX2 host).
 
     Example::
 
@@ -178,8 +205,8 @@ def load_aot(path: str | os.PathLike, *, device: str | torch.device | None = Non
     if differences:
         names = ", ".join(differences)
         raise AOTFingerprintError(
-            f"{path} was built for another stack; these fingerprint components differ (package -> this "
-            f"process): {describe_change(differences)}. Rebuild it here with `torchfl aot MODEL --out "
+            f"{path} was built for another stack; what differs (package -> this process): "
+            f"{describe_change(differences)}. Rebuild it here with `torchfl aot MODEL --out "
             f"{Path(path).name}`, or, if you know the difference is harmless, pass ignore=[...] naming "
             f"them ({names}).", differences)
     _require_aoti()

@@ -199,8 +199,7 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
     space = _checks.namespace(store) if store is not None else None
     mine = fingerprint.collect(dev, desc, chosen, explicit=backend is not None, local_rank=local_rank)
     if checks and space is not None:
-        verdict, _ = _checks.exchange(space, rank, world_size, mine, step_timeout)
-        chosen = verdict.backend
+        chosen = _checks.exchange(space, rank, world_size, mine, step_timeout).backend
     if chosen == "flagcx":
         importlib.import_module("flagcx")  # its torch plugin registers the 'flagcx' backend
     if seconds:

@@ -77,16 +77,14 @@ def _absent(store: dist.Store, keys: Sequence[str]) -> list[int] | None:
 
 
 # Step 1: environment ------------------------------------------------------------------------------
-def exchange(store: dist.Store, rank: int, world_size: int, mine: Fingerprint,
-             timeout: float) -> tuple[Verdict, list[Fingerprint]]:
-    """Publish this rank's fingerprint and return rank 0's verdict (and, on rank 0, every fingerprint).
+def exchange(store: dist.Store, rank: int, world_size: int, mine: Fingerprint, timeout: float) -> Verdict:
+    """Publish this rank's fingerprint and return rank 0's verdict.
 
     Raises:
         PreflightError: ranks differ, or some never published within `timeout` seconds.
     """
     store.set(f"fingerprint/{rank}", json.dumps(mine))
     keys = [f"fingerprint/{r}" for r in range(world_size)]
-    prints: list[Fingerprint] = [mine]
     if rank == 0:
         try:
             store.wait(keys, timedelta(seconds=timeout))
@@ -96,8 +94,7 @@ def exchange(store: dist.Store, rank: int, world_size: int, mine: Fingerprint,
                                   f"{timeout:g} s of rank 0 ({len(keys) - len(missing)} of {world_size} "
                                   "did): check their logs for an earlier crash, or a much slower start")
         else:
-            prints = [json.loads(value) for value in _get_all(store, keys)]
-            verdict = decide(prints)
+            verdict = decide([json.loads(value) for value in _get_all(store, keys)])
         store.set("verdict", json.dumps(asdict(verdict)))
     else:
         try:
@@ -118,7 +115,7 @@ def exchange(store: dist.Store, rank: int, world_size: int, mine: Fingerprint,
         if rank == 0:
             _outlive_readers(store, world_size)
         raise PreflightError(f"rank {rank}: torch-fl preflight failed: {verdict.error}")
-    return verdict, prints
+    return verdict
 
 
 def _outlive_readers(store: dist.Store, world_size: int, timeout: float = 10.0) -> None:

@@ -59,8 +59,8 @@ not the mode: a factory with ``device="cuda"`` in a worker thread is not rewritt
 
 Not covered: ``torch.Generator(device="cuda")``, legacy ``torch.cuda.FloatTensor`` types,
 ``Tensor.type("torch.cuda...")``, ``torch.cuda.device(...)`` contexts, CUDA graphs, NVTX, custom CUDA
-extensions and libraries built for CUDA only. torch.compile of aliased code works but may break graphs
-at the patched entry points.
+extensions and libraries built for CUDA only. torch.compile of aliased code works; its graphs break at
+the patched Python entry points (``.to``, ``.cuda()``, ...), which Dynamo warns about.
 """
 
 from __future__ import annotations
@@ -196,6 +196,11 @@ class _DeviceMode(TorchFunctionMode):
         alias = self.alias
         if alias._recorder is None and not _has_cuda(args, kwargs):
             return func(*args, **kwargs)  # the hot path: nothing to rewrite, nothing to record
+        if torch.compiler.is_compiling():
+            # Dynamo traces this method into the graph: no frame inspection (it cannot trace it), no
+            # logging; the mapped device is a constant of the graph.
+            args, kwargs = alias._map_plain(args, kwargs)
+            return func(*args, **kwargs)
         if func in alias._wrappers:
             return func(*args, **kwargs)  # torch looked the method up on torch.Tensor: our patch, which maps
         if func is torch.device:  # device objects stay CUDA (module docstring); user-made ones are recorded
@@ -377,6 +382,16 @@ class CudaAlias:
             mapped = mapped or _Mapped(_CUDA, self.target.type, True)
         return args, kwargs, mapped
 
+    def _map_plain(self, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        """_map_args without caller, bypass or record: what torch.compile can trace."""
+        args = tuple(self.map_device(a) if _is_cuda(a) else a for a in args)
+        device = kwargs.get("device")
+        if device is not None and (_is_cuda(device) or _is_ordinal(device)):
+            kwargs = {**kwargs, "device": self.map_device(device)}
+        if kwargs.get("device_type") == _CUDA:
+            kwargs = {**kwargs, "device_type": self.target.type}
+        return args, kwargs
+
     def _host(self) -> bool:
         return description_for(self.target).section("memory")["allocator"] == "host"
 
@@ -489,6 +504,8 @@ def _install_tensor_and_module(alias: CudaAlias) -> None:
     tensor_cuda_, module_cuda_ = torch.Tensor.cuda, torch.nn.Module.cuda
 
     def to(tensor, *args, **kwargs):
+        if alias._recorder is None and not _has_cuda(args, kwargs):
+            return tensor_to(tensor, *args, **kwargs)
         caller = _caller(sys._getframe(1))
         args, kwargs, mapped = alias._map_args(args, kwargs, caller)
         if mapped is not None:

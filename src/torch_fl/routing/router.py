@@ -128,6 +128,10 @@ class Router:
                     out = fn(*args, **kwargs)
             else:
                 out = fn(*args, **kwargs)
+        except UnsupportedOperatorError as exc:
+            # Name the op the model called, not only the sub-op PyTorch's decomposition reached.
+            raise UnsupportedOperatorError(
+                f"{exc}\n  reached while translating {op} ({_describe_args(args, kwargs)})") from None
         finally:
             guard.depth[op] -= 1
         if out is NotImplemented:
