@@ -14,6 +14,8 @@ def clean_torch_fl(monkeypatch, tmp_path_factory):
         monkeypatch.delenv(var.name, raising=False)
     home = tmp_path_factory.mktemp("home")
     monkeypatch.setenv("XDG_CONFIG_HOME", str(home / ".config"))
+    # Compiles in tests go to a temporary cache, never the user's ~/.cache/torch_fl.
+    monkeypatch.setenv("FL_CACHE_DIR", str(home / "cache"))
     monkeypatch.chdir(tmp_path_factory.mktemp("project"))
     torch_fl.reset()
     torch_fl.reset_route_stats()

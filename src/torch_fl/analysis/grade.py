@@ -309,9 +309,10 @@ def compile_step(target: Target) -> tuple[Outcome, torch.nn.Module | None]:
     def run() -> dict[str, Any]:
         model, inputs = _device_copy(target)
         model.train()
-        # The description's dynamic-shape policy: 'static' means the device cannot take symbolic shapes.
-        compiled.append(torch.compile(model, backend=section["backend"],
-                                      dynamic=False if section["dynamic_shapes"] == "static" else None))
+        # torch.fl.compile: the description's backend and dynamic-shape policy, through the cache.
+        from ..compiler import compile as fl_compile
+
+        compiled.append(fl_compile(model, device=target.dev))
         with _routed(target):
             output = compiled[0](*inputs)
             loss = target.spec.loss(output, inputs)

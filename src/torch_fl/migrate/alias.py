@@ -47,6 +47,8 @@ Mechanism, and why:
   function answers for torch.fl only when called from outside torch and torch-fl: torch's own feature
   checks (``torch.cuda.is_available()`` in DataLoader, ``torch.manual_seed`` seeding CUDA) keep
   seeing the truth. Functions without a torch.fl counterpart run as they are (and are logged).
+- Requests torch-fl makes itself (directly or through torch) are left alone: its analyses name
+  devices on purpose (``FL_CUDA_ALIAS=1 torchfl coverage --device cuda`` must still mean CUDA).
 
 Never active when the target is real CUDA (device type ``cuda``, ROCm included): enabling is then a
 no-op, logged once. Each aliased call site is logged once at INFO on ``torch_fl.migrate``
