@@ -31,5 +31,17 @@ class _TorchFLAlias:
         module.__spec__ = self._spec
 
 
+def autoload():
+    """The ``torch.backends`` entry point: torch calls it during ``import torch``. It imports torch_fl
+    only when ``FL_CUDA_ALIAS`` asks for the CUDA alias (torch_fl.migrate.autoload)."""
+    import os
+
+    if os.environ.get("FL_CUDA_ALIAS", "").strip().lower() in ("", "0", "false", "no", "off"):
+        return
+    from torch_fl.migrate.autoload import autoload as enable
+
+    enable()
+
+
 if not any(isinstance(finder, _TorchFLAlias) for finder in sys.meta_path):
     sys.meta_path.append(_TorchFLAlias())

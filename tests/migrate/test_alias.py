@@ -381,14 +381,17 @@ def test_autoload_hook(monkeypatch):
 
 def test_autoload_entry_point_is_registered():
     names = {ep.value for ep in metadata.entry_points(group="torch.backends")}
-    assert "torch_fl.migrate.autoload:autoload" in names, "reinstall: pip install -e . --no-deps"
+    assert "_torch_fl_alias:autoload" in names, "reinstall: pip install -e . --no-deps"
 
 
-def test_autoload_without_the_variable_imports_no_alias_code():
-    code = "import sys, torch; print(sorted(m for m in sys.modules if m.startswith('torch_fl.migrate')))"
+def test_autoload_without_the_variable_imports_nothing_of_torch_fl():
+    # `import torch` runs the hook in every process: unset, it must not even import torch_fl, so a
+    # broken FL_* setting can never break `import torch`.
+    code = "import sys, torch; print(sorted(m for m in sys.modules if m.startswith('torch_fl')))"
     env = {k: v for k, v in os.environ.items() if k != "FL_CUDA_ALIAS"}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "['torch_fl.migrate', 'torch_fl.migrate.autoload']"
+    out = subprocess.run([sys.executable, "-c", code], env={**env, "FL_LOG": "dispatch=LOUD"},
+                         capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
 
 
 # End to end ---------------------------------------------------------------------------------------

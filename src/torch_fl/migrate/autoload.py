@@ -2,9 +2,8 @@
 
 torch (>= 2.5) calls every ``torch.backends`` entry point while ``import torch`` runs
 (``torch._import_device_backends``; ``TORCH_DEVICE_BACKEND_AUTOLOAD=0`` turns that off); torch-fl
-registers :func:`autoload` there. Every process that imports torch calls it, so with the variable unset
-it returns at once, and this module imports nothing: its cost is importing the ``torch_fl`` package
-itself (measured in docs/migrate-runtime.md).
+registers ``_torch_fl_alias.autoload`` there, which checks the variable and only then imports this
+module: with the variable unset, ``import torch`` does not import torch_fl at all.
 """
 
 from __future__ import annotations
