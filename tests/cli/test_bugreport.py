@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -15,17 +14,6 @@ HEADINGS = ("## Environment and versions", "## Error log (last", "## Expected vs
             "## Minimal reproduction")
 SECRETS = {"MY_API_KEY": "sk-live-0123456789", "HF_TOKEN": "hf_abcdefghijklmnop",
            "DB_PASSWORD": "correct-horse-battery"}
-
-
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
-    for name in [n for n in os.environ if n.startswith("FL_")]:
-        monkeypatch.delenv(name)
-    monkeypatch.setenv("FL_CONFIG", str(tmp_path / "no-user-config.toml"))
-    monkeypatch.chdir(tmp_path)
-    torch_fl.reset()
-    yield
-    torch_fl.reset()
 
 
 def _report(capsys: pytest.CaptureFixture[str], *argv: str) -> str:

@@ -30,18 +30,6 @@ visible_devices_env = "FAKEACC_VISIBLE_DEVICES"
 """
 
 
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
-    # No FL_* variable, user config or project config of the machine running the tests leaks in.
-    for name in [n for n in os.environ if n.startswith("FL_")]:
-        monkeypatch.delenv(name)
-    monkeypatch.setenv("FL_CONFIG", str(tmp_path / "no-user-config.toml"))
-    monkeypatch.chdir(tmp_path)
-    torch_fl.reset()
-    yield
-    torch_fl.reset()
-
-
 def _env(monkeypatch: pytest.MonkeyPatch, **extra: str) -> None:
     for name, value in extra.items():
         monkeypatch.setenv(name, value)

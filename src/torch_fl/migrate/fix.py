@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import TorchFLError
-from .rules import Finding, selected
-from .scan import ScanConfigError, iter_files, load_config, scan_source
+from .rules import Finding
+from .scan import enabled_codes, scan_source, targets
 
 if TYPE_CHECKING:
     import libcst as cst
@@ -613,14 +613,6 @@ def _rewrite(source: str, findings: list[Finding]) -> tuple[str, list[Finding]]:
     return new.code, [t.finding for t in rewriter.applied]
 
 
-def _codes(select: Sequence[str] | None, ignore: Sequence[str] | None, config: Any = None) -> frozenset[str]:
-    layers = [] if config is None else [(config.select, config.ignore)]
-    try:
-        return selected(*layers, (None if select is None else list(select), list(ignore or ())))
-    except ValueError as exc:
-        raise ScanConfigError(str(exc)) from None
-
-
 def fix_source(source: str, *, unsafe: bool = False, select: Sequence[str] | None = None,
                ignore: Sequence[str] | None = None, path: str | os.PathLike[str] = "<string>") -> FixResult:
     """Rewrite `source`'s fixable findings to the torch.fl API.
@@ -633,7 +625,7 @@ def fix_source(source: str, *, unsafe: bool = False, select: Sequence[str] | Non
         >>> fix_source("import torch\\nx = torch.zeros(1).cuda()\\n").new_source.splitlines()[-1]
         'x = torch.zeros(1).to(torch.fl.device())'
     """
-    return _fix_text(source, str(path), _codes(select, ignore), unsafe)
+    return _fix_text(source, str(path), enabled_codes(select, ignore), unsafe)
 
 
 def _fix_text(source: str, path: str, codes: frozenset[str], unsafe: bool) -> FixResult:
@@ -714,22 +706,11 @@ def _unified_diff(path: Path, old: str, new: str) -> str:
 
 def _files(paths: Iterable[str | os.PathLike[str]], select: Sequence[str] | None,
            ignore: Sequence[str] | None) -> Iterable[tuple[Path, frozenset[str]]]:
-    """The Python files `torchfl scan` would scan under `paths`, each with its enabled codes (the
-    nearest [tool.torchfl] table, then select/ignore), so that scan and fix see the same findings."""
-    seen: set[Path] = set()
-    for argument in paths:
-        root = Path(argument)
-        if not root.exists():
-            raise FileNotFoundError(f"{argument}: no such file or directory")
-        config = load_config(root)
-        codes = _codes(select, ignore, config)
-        for path in iter_files(root, config):
-            if path.name.endswith((".cu", ".cuh")):
-                continue  # FL702 has no fix
-            resolved = path.resolve()
-            if resolved not in seen:
-                seen.add(resolved)
-                yield path, codes
+    """The Python files `torchfl scan` would scan, with their enabled codes (FL702's CUDA sources
+    have no fix), so that scan and fix see the same findings."""
+    for path, codes in targets(paths, select, ignore):
+        if not path.name.endswith((".cu", ".cuh")):
+            yield path, codes
 
 
 def fix_paths(paths: Iterable[str | os.PathLike[str]], *, unsafe: bool = False, diff: bool = False,

@@ -1013,8 +1013,9 @@ def _scan_text(text: str, path: str, codes: frozenset[str], unsafe_fixes: bool) 
     return findings
 
 
-def _codes(select: Iterable[str] | None, ignore: Iterable[str] | None,
-           config: Config | None = None) -> frozenset[str]:
+def enabled_codes(select: Iterable[str] | None, ignore: Iterable[str] | None,
+                  config: Config | None = None) -> frozenset[str]:
+    """The rule codes in force: the [tool.torchfl] table, then select/ignore as on the command line."""
     try:
         layers = [] if config is None else [(config.select, config.ignore)]
         return selected(*layers, (None if select is None else list(select), list(ignore or ())))
@@ -1039,7 +1040,7 @@ def scan_source(source: str, path: str = "<string>", *, select: Iterable[str] | 
         >>> [f.code for f in scan_source('import torch\\nx = torch.zeros(3).cuda()\\n')]
         ['FL102']
     """
-    return _scan_text(source, path, _codes(select, ignore), unsafe_fixes)
+    return _scan_text(source, path, enabled_codes(select, ignore), unsafe_fixes)
 
 
 # Files, directories and configuration -------------------------------------------------------------
@@ -1176,6 +1177,22 @@ def scan_paths(paths: Sequence[str | os.PathLike[str]], select: Iterable[str] | 
         >>> result.findings[0].code, result.files, result.lines  # doctest: +SKIP
     """
     result = ScanResult()
+    for path, codes in targets(paths, select, ignore):
+        findings, error, lines = scan_file(path, codes, unsafe_fixes=unsafe_fixes)
+        result.files += 1
+        result.lines += lines
+        result.findings.extend(findings)
+        if error is not None:
+            result.errors.append(error)
+    result.findings.sort(key=lambda f: f.sort_key)
+    result.errors.sort(key=lambda e: (e.path, e.line, e.col))
+    return result
+
+
+def targets(paths: Iterable[str | os.PathLike[str]], select: Iterable[str] | None = None,
+            ignore: Iterable[str] | None = None) -> Iterator[tuple[Path, frozenset[str]]]:
+    """Every file under `paths` once, with the codes enabled for it (its nearest [tool.torchfl]
+    table plus select/ignore): what `torchfl scan` scans and `torchfl fix` fixes."""
     seen: set[Path] = set()
     select = None if select is None else list(select)
     ignore = list(ignore or ())
@@ -1184,21 +1201,12 @@ def scan_paths(paths: Sequence[str | os.PathLike[str]], select: Iterable[str] | 
         if not root.exists():
             raise FileNotFoundError(f"{argument}: no such file or directory")
         config = load_config(root)
-        codes = _codes(select, ignore, config)
+        codes = enabled_codes(select, ignore, config)
         for path in iter_files(root, config):
             resolved = path.resolve()
-            if resolved in seen:
-                continue
-            seen.add(resolved)
-            findings, error, lines = scan_file(path, codes, unsafe_fixes=unsafe_fixes)
-            result.files += 1
-            result.lines += lines
-            result.findings.extend(findings)
-            if error is not None:
-                result.errors.append(error)
-    result.findings.sort(key=lambda f: f.sort_key)
-    result.errors.sort(key=lambda e: (e.path, e.line, e.col))
-    return result
+            if resolved not in seen:
+                seen.add(resolved)
+                yield path, codes
 
 
 def findings_json(result: ScanResult) -> list[dict[str, Any]]:
@@ -1208,5 +1216,5 @@ def findings_json(result: ScanResult) -> list[dict[str, Any]]:
     return sorted(items, key=lambda i: (i["path"], i["line"], i["col"], i["code"]))
 
 
-__all__ = ["Config", "Finding", "ScanConfigError", "ScanError", "ScanResult", "findings_json",
-           "iter_files", "load_config", "scan_file", "scan_paths", "scan_source"]
+__all__ = ["Config", "Finding", "ScanConfigError", "ScanError", "ScanResult", "enabled_codes",
+           "findings_json", "iter_files", "load_config", "scan_file", "scan_paths", "scan_source", "targets"]
