@@ -169,16 +169,33 @@ def test_bad_fl_route(monkeypatch):
 
 @needs_get_kernel
 def test_deactivate_restores_the_dispatcher(monkeypatch):
-    before = {op: torch._C._dispatch_has_kernel_for_dispatch_key(op, "CPU")
-              for op in ("aten::_cudnn_rnn", "aten::gelu", "aten::mm")}
+    cpu = torch._C.DispatchKey.CPU
+
+    def state():
+        return ({op: torch._C._dispatch_has_kernel_for_dispatch_key(op, "CPU")
+                 for op in ("aten::_cudnn_rnn", "aten::gelu", "aten::mm")},
+                torch._C._dispatch_has_backend_fallback(cpu))
+
+    before = state()
     activate_with(monkeypatch, FL_ROUTE="aten::gelu=unsupported")
-    assert torch._C._dispatch_has_kernel_for_dispatch_key("aten::_cudnn_rnn", "CPU")
+    # gelu has a CPU kernel: a per-op router; ops without one share a single backend fallback
+    assert torch._C._dispatch_has_kernel_for_dispatch_key("aten::gelu", "CPU")
+    assert torch._C._dispatch_has_backend_fallback(cpu)
     with pytest.raises(UnsupportedOperatorError):
         torch.nn.functional.gelu(torch.randn(3))
     torch_fl.deactivate()
-    after = {op: torch._C._dispatch_has_kernel_for_dispatch_key(op, "CPU") for op in before}
-    assert after == before
+    assert state() == before
     torch.nn.functional.gelu(torch.randn(3))
+
+
+@pytest.mark.skipif(not hasattr(torch.library.Library, "fallback"), reason="torch without Library.fallback")
+def test_kernelless_ops_route_through_the_backend_fallback():
+    activation = torch_fl.activate()
+    assert "aten::_cudnn_rnn.default" in activation.installation.kernelless
+    x = torch.randn(4)
+    # no CPU kernel and no decomposition: the router's error, not PyTorch's "Could not run"
+    with pytest.raises(UnsupportedOperatorError, match=r"aten::_cudnn_rnn_flatten_weight\.default"):
+        torch.ops.aten._cudnn_rnn_flatten_weight.default([x], 4, 16, 1, 16, 0, 1, False, False)
 
 
 def test_activation_is_idempotent_and_thread_safe():

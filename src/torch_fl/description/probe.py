@@ -107,7 +107,7 @@ def all_aten_ops() -> list[str]:
 def probe_native_ops(dispatch_key: str) -> frozenset[str]:
     """The aten overloads with a kernel usable on ``dispatch_key`` (e.g. ``"CPU"``).
 
-    Uses the dispatcher's computed table, so composite kernels (which run on any backend) count.
+    The op's own kernels for the key and composite kernels (which run on any backend) count.
     So do torchgen's generated forwarders (autogen'd ``out=`` overloads, and the
     CompositeExplicitAutogradNonFunctional kernel of every structured functional op), which only
     work where their target has a kernel: a key whose backend this build lacks (``CUDA`` on a CPU
@@ -115,8 +115,22 @@ def probe_native_ops(dispatch_key: str) -> frozenset[str]:
     otherwise. A pass over the ~3,100 aten overloads takes about 10 ms, so there is no faster path
     to maintain; the result is memoised per key (see :func:`cache_clear`)."""
     _check_dispatch_key(dispatch_key)
-    has_kernel = torch._C._dispatch_has_computed_kernel_for_dispatch_key
-    return frozenset(op for op in all_aten_ops() if has_kernel(dispatcher_op_name(op), dispatch_key))
+    return frozenset(op for op in all_aten_ops() if has_native_kernel(dispatcher_op_name(op), dispatch_key))
+
+
+# Kernels registered for these keys run on every backend.
+_COMPOSITE_KEYS = ("CompositeImplicitAutograd", "CompositeExplicitAutograd",
+                   "CompositeExplicitAutogradNonFunctional")
+
+
+def has_native_kernel(name: str, dispatch_key: str) -> bool:
+    """Whether dispatcher op `name` has its own kernel for `dispatch_key`, or a composite one.
+
+    Asked key by key rather than through the computed table, because the computed table also counts a
+    backend fallback (torch-fl's router registers one while routing is active): that is not a kernel
+    of the op."""
+    has_kernel = torch._C._dispatch_has_kernel_for_dispatch_key
+    return has_kernel(name, dispatch_key) or any(has_kernel(name, key) for key in _COMPOSITE_KEYS)
 
 
 def _check_dispatch_key(dispatch_key: str) -> None:
