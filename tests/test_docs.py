@@ -37,3 +37,15 @@ def test_every_cli_command_is_documented():
     text = (DOCS / "cli.md").read_text()
     for command in COMMANDS:
         assert f"`torchfl {command}`" in text, command
+
+
+def test_troubleshooting_links_resolve():
+    import re
+
+    text = (DOCS / "troubleshooting.md").read_text()
+    for target in re.findall(r"\]\(([a-z-]+\.md)", text):
+        assert (DOCS / target).is_file(), target
+    from torch_fl.cli import COMMANDS
+
+    for command in re.findall(r"torchfl (\w+)", text):
+        assert command in COMMANDS, command
