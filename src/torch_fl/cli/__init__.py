@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 # command -> (module, one-line help). Listed here so `torchfl --help` needs no command imports.
@@ -58,6 +59,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # A reader that stops early (`torchfl describe cuda | head`) is not an error; point stdout at
+        # devnull so Python's flush at exit does not report the broken pipe again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except Exception as exc:
         from ..errors import TorchFLError
 

@@ -82,13 +82,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def emit(text: str) -> None:
-    """Write to stdout; a reader that stops early (`torchfl routes show | head`) is not an error."""
-    try:
-        sys.stdout.write(text)
-        sys.stdout.flush()
-    except BrokenPipeError:
-        # Python would report the broken pipe again when it flushes stdout at exit.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    """Write to stdout now (a broken pipe surfaces here and the CLI frame ends quietly)."""
+    sys.stdout.write(text)
+    sys.stdout.flush()
 
 
 # routes show --------------------------------------------------------------------------------------
