@@ -53,20 +53,25 @@ def test_dtype_outside_the_chip_is_unsupported():
     assert "float64" in str(info.value)
 
 
-def test_emulate_mps_falls_back_for_float64_and_runs_float32_natively():
+def test_emulate_mps_has_no_float64():
     # mps.toml: no float64, and ops.default = "translate-or-fallback" (like PYTORCH_ENABLE_MPS_FALLBACK)
     torch_fl.reset_route_stats()
     x = torch.randn(4, 4)
+    x64 = x.double()                    # made on the host, before the emulation
     with torch_fl.emulate("mps") as activation:
         assert activation.emulated and activation.description.name == "mps"
         y = x @ x
+        # converting to float64 on the chip fails where real MPS fails: the conversion itself
+        with pytest.raises(UnsupportedOperatorError, match="produces float64"):
+            x.double()
+        # a float64 op the chip cannot run falls back to the CPU, counted and warned
         with pytest.warns(torch_fl.errors.FallbackWarning, match=r"aten::mm.default \[float64\].*emu:mps"):
-            x.double() @ x.double()
+            x64 @ x64
     torch.testing.assert_close(y, x @ x)
     records = {(r["op"], r["dtype"], r["route"]) for r in torch_fl.route_stats()}
     assert ("aten::mm.default", "float64", "fallback") in records
     assert not any(dtype == "float32" for _, dtype, _ in records)
-    x.double().sum()   # the emulation ended with the block: no warning, no count
+    x.double().sum()   # the emulation ended with the block: no error, no count
     assert len(torch_fl.route_stats()) == len(records)
 
 

@@ -18,6 +18,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..description.probe import canonical_op_name
 from .router import Router, first_dtype
+from .table import Route, dtype_name
 
 
 class EmulationMode(TorchDispatchMode):
@@ -25,6 +26,7 @@ class EmulationMode(TorchDispatchMode):
         super().__init__()
         self.router = router
         self.table = router.table
+        self.dtypes = frozenset(router.table.description.dtypes)
         self._names: dict[Any, str] = {}
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -35,9 +37,20 @@ class EmulationMode(TorchDispatchMode):
         dtype = first_dtype(args, kwargs)
         route = self.table.route(op, dtype)
         if route.kind == "native":
-            return func(*args, **kwargs)
+            out = func(*args, **kwargs)
+            self._check_outputs(op, route, args, kwargs, out)
+            return out
         return self.router.call(op, func, route, dtype, args, kwargs,
                                 native=lambda a, k: func(*a, **k), reenter=self)
+
+    def _check_outputs(self, op: str, route: Route, args: tuple, kwargs: dict, out: Any) -> None:
+        """A native op can still produce a dtype the chip lacks (rfft: float32 in, complex64 out); on
+        the chip that fails here, not at the next op that happens to read the result."""
+        for value in out if isinstance(out, (tuple, list)) else (out,):
+            if isinstance(value, torch.Tensor) and dtype_name(value.dtype) not in self.dtypes:
+                raise self.router.error(
+                    op, args, kwargs, Route("unsupported", route.source),
+                    f"it produces {dtype_name(value.dtype)}, which is not in precision.dtypes")
 
 
 class Emulation:
