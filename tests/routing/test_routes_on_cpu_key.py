@@ -294,3 +294,11 @@ def test_a_kernel_may_call_its_own_op():
     finally:
         handle.remove()
     torch.testing.assert_close(wrapped, 2 * torch.nn.functional.gelu(x))
+
+
+def test_route_table_of_a_device_id_does_not_activate():
+    assert torch_fl.route_table("acc0").description.name == "cpu"
+    assert torch_fl.route_table("cuda:0").description.name == "cuda"
+    assert torch_fl.routing.active() is None
+    with pytest.raises(LookupError, match="Did you mean 'cuda'"):
+        torch_fl.route_table("cdua")

@@ -56,12 +56,23 @@ def active() -> Activation | None:
 def route_table(description: str | None = None) -> RouteTable:
     """The route table of a description (default: the active one, else torch.fl.device()'s)."""
     from ..description import registry
-    from ..device import EMULATION_PREFIX, description_for, resolve
+    from ..device import EMULATION_PREFIX, _resolve, description_for, resolve
+    from ..errors import UnknownDescriptionError
 
     if description is None and _active:
         return _active[-1].table
     name = description.removeprefix(EMULATION_PREFIX) if description else None
-    desc = registry.get(name) if name else description_for(resolve())
+    if not name:
+        desc = description_for(resolve())
+    else:
+        try:
+            desc = registry.get(name)
+        except UnknownDescriptionError as unknown:
+            # A device id (acc1, cuda:0): the description governing it, without activating routing.
+            try:
+                desc = description_for(_resolve(name))
+            except ValueError:
+                raise unknown from None
     return RouteTable(desc, _kernels)
 
 
