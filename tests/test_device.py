@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -109,3 +111,56 @@ def test_emulated_device_resolves_to_cpu_and_checks_the_name():
 def test_tensors_are_plain_native_tensors():
     x = torch.ones(3, device=torch_fl.device())
     assert type(x) is torch.Tensor and x.device.type == "cpu"
+
+
+def test_import_device_module_is_the_module_and_still_callable():
+    import types
+
+    import torch_fl.device as d
+    from torch_fl.device import resolve
+
+    assert isinstance(d, types.ModuleType) and d is torch_fl.device
+    assert d() == resolve() == torch.fl.device("acc0")
+    assert d.resolve_spec("acc0").device == torch.device("cpu")
+
+
+@pytest.mark.parametrize(("spec", "device", "description", "emulated", "source"), [
+    ("acc0", "cpu", "cpu", False, "auto-detected"),
+    ("cuda:1", "cuda:1", "cuda", False, "physical name"),
+    ("emu:minimal", None, "minimal", True, "emulation"),
+    (" emu:mps ", None, "mps", True, "emulation"),
+])
+def test_resolve_spec_is_one_pure_immutable_object(spec, device, description, emulated, source):
+    from torch_fl.device import resolve_spec
+
+    resolved = resolve_spec(spec)
+    assert resolved.description.name == description and resolved.emulated is emulated
+    assert resolved.source == source and resolved.origin == "argument"
+    if device is not None:
+        assert resolved.device == torch.device(device)
+    with pytest.raises(AttributeError):
+        resolved.spec = "acc1"  # frozen
+    assert torch_fl.routing.active() is None  # resolving activates nothing
+
+
+def test_resolve_spec_names_where_the_spec_and_the_map_came_from(monkeypatch):
+    from torch_fl.device import resolve_spec
+
+    monkeypatch.setenv("FL_DEVICE_MAP", "acc0=cpu,acc1=meta")
+    monkeypatch.setenv("FL_DEVICE", "acc1")
+    resolved = resolve_spec()
+    assert (resolved.spec, resolved.device, resolved.origin, resolved.source) == \
+        ("acc1", torch.device("meta"), "FL_DEVICE", "FL_DEVICE_MAP")
+
+
+def test_a_description_names_the_device_it_governs(tmp_path):
+    from torch_fl.device import governing, resolve_spec
+
+    chip = tmp_path / "chip.toml"
+    builtin = Path(torch_fl.description("cpu").path).read_text()
+    chip.write_text(builtin.replace('name = "cpu"', 'name = "mychip"'))
+    resolved = resolve_spec(str(chip))
+    assert resolved.device == torch.device("cpu") and resolved.description.name == "mychip"
+    assert governing("mps").name == "mps"          # a description, though this machine has no MPS
+    with pytest.raises(DeviceNotFoundError, match=r"describes a 'npu' chip.*use 'emu:npu'"):
+        resolve_spec("npu")

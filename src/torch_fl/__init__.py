@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from . import _logging
+# device is a callable module: torch.fl.device() resolves; `import torch_fl.device` gives the module
+from . import _logging, device
 from ._version import __version__
 from .device import backend, reset
-from .device import resolve as device
 from .errors import (
     DescriptionError,
     DeviceNotFoundError,
@@ -61,9 +61,8 @@ def device_type(device_id: str | None = None) -> str:
 def description(name: str | None = None) -> Description:
     """A device description by name or path; with no name, the description of torch.fl.device()."""
     from .description import registry
-    from .device import description_for
 
-    return registry.get(name) if name else description_for(device())
+    return registry.get(name) if name else device.governing()
 
 
 def descriptions() -> dict[str, Description]:

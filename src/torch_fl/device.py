@@ -9,9 +9,12 @@ auto-detection (``accN`` is the N-th device visible to the selected backend). Ph
 
 from __future__ import annotations
 
+import functools
 import re
+import sys
 import threading
-from dataclasses import dataclass
+import types
+from dataclasses import dataclass, field
 
 import torch
 
@@ -63,7 +66,7 @@ def reset() -> None:
 _auto_activated = False
 
 
-def _activate_once(device: str | None) -> None:
+def _activate_once(resolved: ResolvedDevice) -> None:
     """Routing is activated by the first device resolution (see torch_fl.routing)."""
     global _auto_activated
     if _auto_activated:
@@ -72,7 +75,7 @@ def _activate_once(device: str | None) -> None:
     from . import routing
 
     try:
-        routing.activate(device)
+        routing.activate(resolved)
     except Exception:
         _auto_activated = False
         raise
@@ -165,29 +168,46 @@ def _not_found(text: str, origin: str, mapping: dict[str, torch.device], why: st
         + (f" or check {env}" if env else "") + ".")
 
 
-def resolve(device: str | int | torch.device | None = None) -> torch.device:
-    """A real torch.device for a virtual id, physical name, emu:NAME, index or torch.device.
+@dataclass(frozen=True)
+class ResolvedDevice:
+    """One device spec, resolved once: what it names, the torch.device, and the governing description.
 
-    The first resolution in a process activates operator routing for the device (torch_fl.routing)."""
+    Resolving is pure (`resolve_spec`): nothing is activated. The facade (`torch.fl.device()`,
+    `torch.fl.activate`, `torch.fl.emulate`) activates routing for it as a separate step.
+    """
+
+    spec: str                 # the text resolved ('acc0', 'cuda:1', 'emu:minimal', './chip.toml')
+    device: torch.device      # the real torch.device tensors go to
+    emulated: bool            # an emulated chip (emu:NAME): the data lives in CPU memory
+    source: str               # where the mapping came from: 'FL_DEVICE_MAP', a config path,
+                              # 'auto-detected', 'physical name', 'emulation', 'description file'
+    origin: str = "argument"  # where the spec came from: 'argument', 'FL_DEVICE', a config path, 'default'
+    governed_by: Description | None = field(default=None, repr=False)
+
+    @property
+    def id(self) -> str:
+        """The spec as given ('acc0', 'emu:minimal', ...)."""
+        return self.spec
+
+    @functools.cached_property
+    def description(self) -> Description:
+        """The description that governs work on `device`. Looked up on first use: a physical name
+        needs no backend detection until then (the CUDA alias resolves one halfway through
+        `import torch`)."""
+        return self.governed_by if self.governed_by is not None else description_for(self.device)
+
+
+def resolve_spec(device: str | int | torch.device | None = None) -> ResolvedDevice:
+    """Resolve a device spec without side effects: a virtual id (acc1), a physical name (cuda:0),
+    an index, a torch.device, an emulated chip (emu:NAME or emu:./chip.toml), or a description (a name
+    like 'minimal' or a path like './chip.toml', governing this machine's device of its type).
+
+    Example:
+        >>> torch_fl.device.resolve_spec("emu:minimal").description.name  # doctest: +SKIP
+        'minimal'
+    """
     if isinstance(device, torch.device):
-        return device
-    resolved = _resolve(device)
-    if not _auto_activated and _drives(device, resolved):
-        _activate_once(device if isinstance(device, str) else None)
-    return resolved
-
-
-def _drives(device: str | int | None, resolved: torch.device) -> bool:
-    """Whether resolving `device` activates routing: the process's backend device or an emulated chip
-    (a physical name of another type, e.g. 'cuda:1' on a CPU machine, passes through untouched)."""
-    if isinstance(device, str) and device.strip().startswith(EMULATION_PREFIX):
-        return True
-    if device is None and _default_id()[0].startswith(EMULATION_PREFIX):
-        return True
-    return resolved.type == backend().description.device_type
-
-
-def _resolve(device: str | int | None) -> torch.device:
+        return _from_physical(device, str(device), "physical name", "argument")
     origin = "argument"
     if device is None:
         device, origin = _default_id()
@@ -197,18 +217,77 @@ def _resolve(device: str | int | None) -> torch.device:
         raise TypeError(f"torch.fl.device() takes a str, int or torch.device, not {type(device).__name__}")
     text = device.strip()
     if text.startswith(EMULATION_PREFIX):
-        registry.get(text[len(EMULATION_PREFIX):])  # validates the name ("did you mean" on typos)
-        return torch.device("cpu")
+        return _emulated(text, origin)
     if _VIRTUAL.match(text):
-        mapping = device_map()
+        explicit = explicit_map()
+        mapping = explicit[0] if explicit else device_map()
         if text not in mapping:
             raise _not_found(text, origin, mapping, "does not exist")
-        return mapping[text]
+        return _from_physical(mapping[text], text, explicit[1] if explicit else "auto-detected", origin)
     try:
-        return torch.device(text)
+        physical = torch.device(text)
     except (RuntimeError, ValueError):
-        raise _not_found(text, origin, device_map(),
-                         "is neither a virtual id (accN) nor a torch device") from None
+        physical = None
+    if physical is not None:
+        return _from_physical(physical, text, "physical name", origin)
+    if names_description(text):
+        return _described(text, origin)
+    raise _not_found(text, origin, device_map(), "is neither a virtual id (accN) nor a torch device")
+
+
+def _from_physical(dev: torch.device, spec: str, source: str, origin: str) -> ResolvedDevice:
+    return ResolvedDevice(spec, dev, False, source, origin)
+
+
+def _emulated(text: str, origin: str) -> ResolvedDevice:
+    desc = registry.get(text[len(EMULATION_PREFIX):])  # validates the name ("did you mean" on typos)
+    return ResolvedDevice(text, torch.device("cpu"), True, "emulation", origin, desc)
+
+
+def names_description(text: str) -> bool:
+    return text.endswith(".toml") or "/" in text or text in registry.descriptions()
+
+
+def _described(text: str, origin: str) -> ResolvedDevice:
+    """A description named as a device: it governs this machine's device of its type."""
+    desc = registry.get(text)
+    mapping = device_map()
+    dev = next((d for d in mapping.values() if d.type == desc.device_type), None)
+    if dev is None:
+        raise _not_found(text, origin, mapping,
+                         f"describes a '{desc.device_type}' chip, which this machine does not have (to "
+                         f"run it on the CPU as that chip use 'emu:{text}')")
+    return ResolvedDevice(text, dev, False, "description file" if desc.path else "description", origin, desc)
+
+
+def governing(device: str | int | torch.device | None = None) -> Description:
+    """The description that governs `device` (any spec resolve_spec accepts, or a description name
+    or path even when this machine has no device of its type); activates nothing."""
+    if isinstance(device, str) and names_description(device.strip()) and \
+            not device.strip().startswith(EMULATION_PREFIX):
+        return registry.get(device.strip())
+    return resolve_spec(device).description
+
+
+def resolve(device: str | int | torch.device | None = None) -> torch.device:
+    """A real torch.device for a virtual id, physical name, emu:NAME, index or torch.device
+    (this is ``torch.fl.device()``).
+
+    The first resolution in a process activates operator routing for the device (torch_fl.routing)."""
+    if isinstance(device, torch.device):
+        return device
+    resolved = resolve_spec(device)
+    if not _auto_activated and (resolved.emulated or resolved.device.type == backend().description.device_type):
+        # the process's backend device or an emulated chip; a physical name of another type (cuda:1 on
+        # a CPU machine) passes through untouched
+        _activate_once(resolved)
+    return resolved.device
+
+
+def _resolve(device: str | int | None) -> torch.device:
+    """The torch.device of a spec without activating routing (kept for older callers: use
+    resolve_spec)."""
+    return resolve_spec(device).device
 
 
 def description_for(dev: torch.device) -> Description:
@@ -221,3 +300,15 @@ def description_for(dev: torch.device) -> Description:
     if not matching:
         return registry.get("cpu") if dev.type in ("cpu", "meta") else selected
     return max(matching, key=lambda d: d.section("detect")["priority"])
+
+
+class _CallableModule(types.ModuleType):
+    """``torch.fl.device`` is this module and resolves when called, so ``torch.fl.device("acc1")`` and
+    ``import torch_fl.device as d; d.resolve_spec(...)`` both work (a function bound under the module's
+    name would shadow the module for ``import ... as``)."""
+
+    def __call__(self, device: str | int | torch.device | None = None) -> torch.device:
+        return resolve(device)
+
+
+sys.modules[__name__].__class__ = _CallableModule

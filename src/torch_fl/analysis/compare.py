@@ -264,12 +264,9 @@ def execute(spec: ModelSpec, model: torch.nn.Module, inputs: tuple, *, train: bo
 
 # The comparison ----------------------------------------------------------------------------------------
 def _description_of(device: str) -> Any:
-    from ..description import registry
-    from ..device import EMULATION_PREFIX, description_for, resolve
+    from ..device import governing
 
-    if device.startswith(EMULATION_PREFIX):
-        return registry.get(device[len(EMULATION_PREFIX):])
-    return description_for(resolve(device))
+    return governing(device)
 
 
 def _prepare(spec: ModelSpec, dtype: torch.dtype) -> tuple[torch.nn.Module, tuple]:

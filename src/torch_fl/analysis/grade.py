@@ -705,16 +705,11 @@ def _skip(rows: dict[str, Criterion], ids: tuple[str, ...], why: str) -> None:
 
 # The grade ---------------------------------------------------------------------------------------------
 def _target(spec: ModelSpec, device: str, reference: str) -> Target:
-    from ..description import registry
-    from ..device import EMULATION_PREFIX, description_for, resolve
-    from ..routing import deactivate
+    from ..device import resolve_spec
 
-    emulated = device.strip().startswith(EMULATION_PREFIX)
-    dev = resolve(device)
-    resolve(reference)  # a bad reference is a usage error before minutes of measuring
-    deactivate()  # the first resolution may have activated routing: each run sets its own
-    desc = registry.get(device.strip()[len(EMULATION_PREFIX):]) if emulated else description_for(dev)
-    return Target(spec, device, reference, desc, dev, emulated)
+    resolved = resolve_spec(device)  # activates nothing: each run sets its own routing
+    resolve_spec(reference)  # a bad reference is a usage error before minutes of measuring
+    return Target(spec, device, reference, resolved.description, resolved.device, resolved.emulated)
 
 
 def grade(spec: ModelSpec, device: str, reference: str = "cpu", *, steps: int = DEFAULT_STEPS,

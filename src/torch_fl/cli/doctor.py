@@ -28,9 +28,9 @@ from ..device import (
     EMULATION_PREFIX,
     _default_id,
     backend,
-    description_for,
     device_map,
     explicit_map,
+    governing,
     resolve,
 )
 from ..errors import DeviceNotFoundError, PluginImportError, TorchFLError
@@ -66,9 +66,9 @@ def collect(device: str | None = None) -> dict[str, Any]:
 def _governing(data: dict[str, Any], dev: torch.device | None, selected: Description) -> Description:
     """The description doctor reports: the emulated chip's for emu:NAME, else the device's."""
     requested = data["device"]["requested"] or ""
-    if requested.startswith(EMULATION_PREFIX):
-        return registry.get(requested.removeprefix(EMULATION_PREFIX))
-    return description_for(dev) if dev is not None else selected
+    if dev is None and not requested.startswith(EMULATION_PREFIX):
+        return selected
+    return governing(requested or None)
 
 
 def _skeleton() -> dict[str, Any]:

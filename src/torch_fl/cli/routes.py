@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -100,25 +99,16 @@ class Target:
 
 def governing(device: str | None) -> Target:
     """The description that governs `device` (see the --device help for the accepted forms)."""
-    from ..description import registry
-    from ..device import EMULATION_PREFIX, default_device_id, description_for
+    from ..device import EMULATION_PREFIX, default_device_id, governing, names_description
 
     text = (device or default_device_id()).strip()
+    # governing() activates nothing: showing routes must not install routers or arm an FL_ROUTE_LOG write
+    desc = governing(text)
     if text.startswith(EMULATION_PREFIX):
-        return Target(text, text, registry.get(text.removeprefix(EMULATION_PREFIX)))
-    if text.endswith(".toml") or os.sep in text or text in registry.descriptions():
-        desc = registry.get(text)
+        return Target(text, text, desc)
+    if names_description(text):
         return Target(desc.name, text, desc)
-    desc = description_for(_physical(text))
     return Target(text, desc.name, desc)
-
-
-def _physical(text: str):
-    # device._resolve, unlike device.resolve, does not activate routing: showing routes must not
-    # install routers or arm an FL_ROUTE_LOG write at exit.
-    from ..device import _resolve
-
-    return _resolve(text)
 
 
 def route_rows(target: Target, dtype: str | None, op_filter: str | None = None) -> list[dict[str, str]]:

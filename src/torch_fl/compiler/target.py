@@ -11,13 +11,11 @@ def description_of(device: str | torch.device | None = None) -> Description:
     """For ``emu:NAME``, that chip's description; with no device, the description routing is active
     for (resolving the default device activates it); otherwise the description of that device."""
     from .. import routing
-    from ..description import registry
-    from ..device import EMULATION_PREFIX, description_for, resolve
+    from ..device import governing, resolve
 
-    if isinstance(device, str) and device.strip().startswith(EMULATION_PREFIX):
-        return registry.get(device.strip()[len(EMULATION_PREFIX):])
-    dev = resolve(device)
-    active = routing.active()
-    if device is None and active is not None:
-        return active.description
-    return description_for(dev)
+    if device is None:
+        resolve()  # the default device activates routing
+        active = routing.active()
+        if active is not None:
+            return active.description
+    return governing(device)

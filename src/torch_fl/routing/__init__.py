@@ -12,7 +12,7 @@ import contextlib
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -20,6 +20,9 @@ from .. import _env
 from ..description.probe import canonical_op_name
 from .stats import reset_route_stats, route_log, route_stats, routed_seconds, write_route_log
 from .table import ROUTES, KernelEntry, Route, RouteTable
+
+if TYPE_CHECKING:
+    from ..device import ResolvedDevice
 
 __all__ = [
     "ROUTES", "Activation", "KernelHandle", "Route", "RouteTable", "activate", "activated", "active",
@@ -54,26 +57,13 @@ def active() -> Activation | None:
 
 
 def route_table(description: str | None = None) -> RouteTable:
-    """The route table of a description (default: the active one, else torch.fl.device()'s)."""
-    from ..description import registry
-    from ..device import EMULATION_PREFIX, _resolve, description_for, resolve
-    from ..errors import UnknownDescriptionError
+    """The route table of a description (a name, a path, emu:NAME or a device id such as acc1; default:
+    the active one, else torch.fl.device()'s). Activates nothing."""
+    from ..device import governing
 
     if description is None and _active:
         return _active[-1].table
-    name = description.removeprefix(EMULATION_PREFIX) if description else None
-    if not name:
-        desc = description_for(resolve())
-    else:
-        try:
-            desc = registry.get(name)
-        except UnknownDescriptionError as unknown:
-            # A device id (acc1, cuda:0): the description governing it, without activating routing.
-            try:
-                desc = description_for(_resolve(name))
-            except ValueError:
-                raise unknown from None
-    return RouteTable(desc, _kernels)
+    return RouteTable(governing(description), _kernels)
 
 
 def _activate(desc, device: torch.device, emulated: bool) -> Activation:
@@ -95,28 +85,24 @@ def _activate(desc, device: torch.device, emulated: bool) -> Activation:
     return activation
 
 
-def activate(device: str | torch.device | None = None) -> Activation:
-    """Install routing for `device` (default torch.fl.device()); idempotent and thread-safe.
+def activate(device: str | torch.device | ResolvedDevice | None = None) -> Activation:
+    """Install routing for `device` (a spec or a resolved device; default torch.fl.device());
+    idempotent and thread-safe.
 
     Example:
         >>> import torch, torch_fl
         >>> torch.fl.activate().description.name  # doctest: +SKIP
         'cpu'
     """
-    from ..description import registry
-    from ..device import EMULATION_PREFIX, default_device_id, description_for, resolve
+    from ..device import ResolvedDevice, resolve_spec
 
     with _lock:
-        text = device if isinstance(device, str) else None
-        if device is None:
-            text = default_device_id()
-        emulated = text is not None and text.startswith(EMULATION_PREFIX)
-        dev = resolve(device)
-        desc = registry.get(text.removeprefix(EMULATION_PREFIX)) if emulated else description_for(dev)
+        resolved = device if isinstance(device, ResolvedDevice) else resolve_spec(device)
+        desc, emulated = resolved.description, resolved.emulated
         for current in _active:
             if current.description.name == desc.name and current.emulated == emulated:
                 return current
-        return _activate(desc, dev, emulated)
+        return _activate(desc, resolved.device, emulated)
 
 
 def deactivate() -> None:
@@ -165,11 +151,13 @@ def emulate(name: str) -> Iterator[Activation]:
         >>> with torch.fl.emulate("mps"):  # doctest: +SKIP
         ...     model(x)   # float64 ops raise UnsupportedOperatorError, missing ops translate
     """
-    from ..description import registry
+    from ..device import EMULATION_PREFIX, resolve_spec
 
+    spec = name if name.startswith(EMULATION_PREFIX) else EMULATION_PREFIX + name
+    resolved = resolve_spec(spec)
     with _lock:
         before = len(_active)
-        activation = _activate(registry.get(name.removeprefix("emu:")), torch.device("cpu"), True)
+        activation = _activate(resolved.description, resolved.device, True)
     try:
         yield activation
     finally:
