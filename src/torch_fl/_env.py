@@ -1,63 +1,325 @@
-"""Every ``FL_*`` environment variable torch-fl reads, in one place.
+"""Every ``FL_*`` environment variable torch-fl reads, declared once: name, type, allowed values,
+default, doc, and the one parser that turns its text into a value.
 
-Values are read when asked for (not cached at import) so that tests and long-lived processes that
-change the environment see the change; the dispatch hot path never calls into this module.
+Callers ask a variable for its typed value (``FL_CACHE_KEEP.value()``); nothing else parses ``FL_*``
+text, so the API, ``torchfl doctor`` (``problems()``) and docs/env.md (generated from ``ALL``) agree.
+Values are read when asked for (not cached, never at import) so that tests and long-lived processes that
+change the environment see the change; the dispatch hot path never calls into this module. A bad value is
+a ``ConfigError`` naming the variable, the value, what is allowed and, when one is close, a did-you-mean.
 """
 
 from __future__ import annotations
 
+import functools
+import math
 import os
-from dataclasses import dataclass
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import ConfigError, did_you_mean
+
+# One vocabulary for booleans, case-insensitive; empty means "unset" (the default).
+TRUE = ("1", "true", "yes", "on")
+FALSE = ("0", "false", "no", "off")
+_VIRTUAL = re.compile(r"^acc(0|[1-9][0-9]*)$")
+_DOCS = "docs/env.md"
 
 
 @dataclass(frozen=True)
 class EnvVar:
     name: str
+    type: str  # how docs/env.md names the accepted shape ('bool', 'int >= 1', 'OP=ROUTE,...')
     default: str
     help: str
+    allowed: tuple[str, ...] = ()
+    see: str = ""  # the doc page with more (docs/env.md links it)
+    parser: Callable[[EnvVar, str, str], Any] | None = field(default=None, repr=False, compare=False)
+
+    def text(self) -> str:
+        """The raw text (stripped), the default when unset or empty; not validated."""
+        return os.environ.get(self.name, "").strip() or self.default
 
     def get(self) -> str:
-        return os.environ.get(self.name, self.default).strip()
+        """The text after validation (ConfigError when it does not parse). Prefer `value()`; this exists
+        so that a caller that still reads the text never silently accepts a bad value."""
+        text = self.text()
+        self.parse(text)
+        return text
 
     def is_set(self) -> bool:
         return bool(os.environ.get(self.name, "").strip())
 
+    def value(self) -> Any:
+        """The typed value of the current setting (ConfigError when the text is not valid)."""
+        return self.parse(self.text())
 
-FL_DEVICE = EnvVar("FL_DEVICE", "", "Device used by torch.fl.device() with no argument (default acc0). "
-                   "Accepts a virtual id (acc0), a physical name (cuda:1, cpu) or emu:NAME.")
-FL_DEVICE_MAP = EnvVar("FL_DEVICE_MAP", "", "Explicit virtual-to-physical map, e.g. "
-                       "'acc0=cuda:1,acc1=cpu'. Overrides config files and auto-detection.")
-FL_BACKEND = EnvVar("FL_BACKEND", "", "Force the backend (a description name: cpu, cuda, npu, ...) "
-                    "instead of auto-detection.")
-FL_DESCRIPTION = EnvVar("FL_DESCRIPTION", "", "Path of one description file to load last "
-                        "(it overrides a description of the same name).")
-FL_DESCRIPTION_PATH = EnvVar("FL_DESCRIPTION_PATH", "", "os.pathsep-separated directories searched "
-                             "for *.toml description files.")
-FL_CONFIG = EnvVar("FL_CONFIG", "", "Path of the user config file "
-                   "(default ~/.config/torch_fl/config.toml).")
-FL_LOG = EnvVar("FL_LOG", "", "Per-module log levels, e.g. 'dispatch=DEBUG,compile=INFO'; "
-                "a bare level ('DEBUG') applies to every torch_fl logger.")
-FL_ROUTE = EnvVar("FL_ROUTE", "", "Per-op route overrides, e.g. 'aten::gelu=translate,"
-                  "aten::bmm.default=fallback'; a bare name covers every overload.")
-FL_ROUTE_LOG = EnvVar("FL_ROUTE_LOG", "", "Write the non-native call counts as JSON to this path "
-                      "at exit.")
-FL_FALLBACK = EnvVar("FL_FALLBACK", "", "Set to 'error' to turn every CPU fallback into an error "
-                     "(strict mode for CI).")
-FL_CACHE_DIR = EnvVar("FL_CACHE_DIR", "", "Root of the compile cache; overrides the description's "
-                      "compile.cache_dir.")
-FL_CACHE_KEEP = EnvVar("FL_CACHE_KEEP", "3", "How many compile cache entries (fingerprints) to keep per "
-                       "description, the current one included; older ones are removed (default 3).")
-FL_CUDA_ALIAS = EnvVar("FL_CUDA_ALIAS", "", "Set to 1 to run CUDA-hard-coded code on torch.fl.device() "
-                       "in any process that imports torch (the torch.backends autoload hook), without "
-                       "importing torch_fl.")
-FL_PREFLIGHT = EnvVar("FL_PREFLIGHT", "1", "Set to 0 to skip the distributed preflight of "
-                      "torch.fl.distributed.init_process_group (rank consistency, checked collectives).")
-FL_COLLECTIVE_TIMEOUT = EnvVar("FL_COLLECTIVE_TIMEOUT", "600", "Seconds a collective may take before the "
-                               "watchdog ends the process with a diagnosis; 0 keeps torch's default "
-                               "timeout and turns the watchdog off.")
+    def parse(self, text: str, origin: str | None = None) -> Any:
+        """Parse `text` as this variable's type; `origin` names the source in errors (default: the
+        variable, e.g. a config file for the same syntax)."""
+        text = text.strip() or self.default  # empty means unset, everywhere
+        return self.parser(self, text, origin or self.name) if self.parser else text
+
+    def error(self, text: str, why: str, origin: str | None = None, *, candidates: tuple[str, ...] = (),
+              near: str | None = None) -> ConfigError:
+        """'FL_X: 'text' is <why>.' plus the allowed values, a did-you-mean and the fix."""
+        shown = text if len(text) <= 200 else text[:200] + f"... ({len(text)} characters)"
+        message = f"{origin or self.name}: {shown!r} is {why}."
+        if candidates:
+            message += _suggest(near if near is not None else text, candidates)
+        message += f" Fix: correct or unset {self.name} (see {_DOCS})."
+        return ConfigError(message)
+
+
+def _suggest(name: str, candidates: tuple[str, ...]) -> str:
+    # Swapped letters (gleu -> gelu) first: difflib alone prefers the shorter 'glu'.
+    swapped = [c for c in candidates if len(c) == len(name) and sorted(c) == sorted(name) and c != name]
+    return f" Did you mean '{swapped[0]}'?" if swapped else did_you_mean(name, candidates)
+
+
+# Parsers: (var, text, origin) -> value --------------------------------------------------------------
+def _text(var: EnvVar, text: str, origin: str) -> str:
+    return text
+
+
+def _bool(var: EnvVar, text: str, origin: str) -> bool:
+    lowered = text.lower()
+    if lowered in TRUE:
+        return True
+    if lowered in FALSE:
+        return False
+    raise var.error(text, f"neither on ({', '.join(TRUE)}) nor off ({', '.join(FALSE)})", origin,
+                    candidates=TRUE + FALSE, near=lowered)
+
+
+def _choice(var: EnvVar, text: str, origin: str) -> str:
+    lowered = text.lower()
+    if lowered in var.allowed:
+        return lowered
+    raise var.error(text, f"not one of: {', '.join(var.allowed)}", origin, candidates=var.allowed, near=lowered)
+
+
+def _positive_int(var: EnvVar, text: str, origin: str) -> int:
+    try:
+        number = int(text)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise var.error(text, f"not a whole number >= 1 (example: {var.default})", origin)
+    return number
+
+
+def _seconds(var: EnvVar, text: str, origin: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not math.isfinite(seconds) or seconds < 0:
+        raise var.error(text, f"not a number of seconds >= 0 (example: {var.default}; 0 keeps torch's default "
+                        "timeout and turns the watchdog off)", origin)
+    return seconds
+
+
+def _path(var: EnvVar, text: str, origin: str) -> Path | None:
+    return Path(text).expanduser() if text else None
+
+
+def _paths(var: EnvVar, text: str, origin: str) -> list[Path]:
+    return [Path(part.strip()).expanduser() for part in text.split(os.pathsep) if part.strip()]
+
+
+def _output_file(var: EnvVar, text: str, origin: str) -> Path | None:
+    """A file written later (at exit): its folder must exist now, so the output is not lost at the end."""
+    if not text:
+        return None
+    path = Path(text).expanduser()
+    if path.is_dir():
+        raise var.error(text, "a folder; name a file inside it (example: route-log.json)", origin)
+    if not path.parent.is_dir():
+        raise var.error(text, f"in a folder that does not exist ({path.parent}); create the folder first "
+                        f"(mkdir -p {path.parent}) or choose another path", origin)
+    return path
+
+
+def pairs(var: EnvVar, text: str, origin: str, example: str) -> dict[str, str]:
+    """'K=V,K=V' -> {K: V}; every item needs both sides and a key may appear once."""
+    found: dict[str, str] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, sep, value = (s.strip() for s in item.rpartition("="))
+        if not sep or not key or not value:
+            raise var.error(item, f"not of the form {example.split('=')[0]}=VALUE (example: "
+                            f"{var.name}='{example}')", origin)
+        if key in found:
+            raise var.error(text, f"setting '{key}' twice ('{found[key]}' and '{value}'); give each key "
+                            "once", origin)
+        found[key] = value
+    return found
+
+
+def _device_map(var: EnvVar, text: str, origin: str) -> dict[str, str]:
+    """'acc0=cuda:1,acc1=cpu' -> {'acc0': 'cuda:1', ...}; the physical names are checked by
+    torch_fl.device, which turns them into torch.devices."""
+    mapping = pairs(var, text, origin, "acc0=cuda:1,acc1=cpu")
+    for key in mapping:
+        if not _VIRTUAL.match(key):
+            raise var.error(key, "not a virtual id like acc0 (example: FL_DEVICE_MAP='acc0=cuda:1,acc1=cpu')",
+                            origin)
+    return mapping
+
+
+@functools.cache
+def _aten_names() -> tuple[frozenset[str], frozenset[str]]:
+    import torch
+
+    names = frozenset(n for n in torch._C._dispatch_get_all_op_names() if n.startswith("aten::"))
+    return names, frozenset(n.split(".", 1)[0] for n in names)
+
+
+def check_op(var: EnvVar, op: str, origin: str) -> str:
+    """An op name of the FL_ROUTE syntax, with 'aten::' added to a bare name. aten ops are checked against
+    the dispatcher (every aten op is registered when torch loads); other namespaces (custom ops) may be
+    registered later, so they are taken as written."""
+    name = op if "::" in op else f"aten::{op}"
+    namespace, _, rest = name.partition("::")
+    if not re.match(r"^[A-Za-z_]\w*$", namespace) or not re.match(r"^[A-Za-z_]\w*(\.\w+)?$", rest):
+        raise var.error(op, "not an operator name ('aten::name' for every overload, 'aten::name.overload' "
+                        "for one)", origin)
+    if namespace != "aten":
+        return name
+    full, bases = _aten_names()
+    base, _, overload = name.partition(".")
+    if base not in bases:
+        raise var.error(op, "not an aten operator of this torch", origin, candidates=tuple(sorted(bases)),
+                        near=base)
+    if overload and overload != "default" and name not in full:
+        overloads = tuple(sorted(n for n in full if n.startswith(base + ".")))
+        listing = ", ".join(n.split(".", 1)[1] for n in overloads) or "none besides default"
+        raise var.error(op, f"not an overload of {base} (its overloads: {listing})", origin,
+                        candidates=overloads, near=name)
+    return name
+
+
+def _routes(var: EnvVar, text: str, origin: str) -> dict[str, str]:
+    """'aten::gelu=translate,aten::bmm.default=fallback' -> {op: route}; ops checked by `check_op`."""
+    from .routing.table import ROUTES
+
+    routes: dict[str, str] = {}
+    for op, kind in pairs(var, text, origin, "aten::gelu=translate").items():
+        name = check_op(var, op, origin)
+        if name in routes:
+            raise var.error(text, f"setting {name} twice; give each operator once", origin)
+        if kind not in ROUTES:
+            raise var.error(kind, f"not a route (for {name}); routes: {', '.join(ROUTES)}", origin,
+                            candidates=ROUTES)
+        routes[name] = kind
+    return routes
+
+
+def _log_levels(var: EnvVar, text: str, origin: str) -> dict[str, int]:
+    """'dispatch=DEBUG,compile=INFO' -> {'torch_fl.dispatch': 10, ...}; a bare level sets every logger."""
+    import logging
+
+    from ._logging import LEVELS, LOGGERS, ROOT
+
+    levels: dict[str, int] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        module, _, level = (s.strip() for s in item.rpartition("="))
+        if level.upper() not in LEVELS:
+            raise var.error(level, f"not a log level; levels: {', '.join(LEVELS)}", origin, candidates=LEVELS,
+                            near=level.upper())
+        module = module.removeprefix(ROOT).lstrip(".")
+        if module and module.split(".")[0] not in LOGGERS:
+            raise var.error(module, f"not a torch_fl logger; loggers: {', '.join(LOGGERS)}", origin,
+                            candidates=LOGGERS)
+        name = f"{ROOT}.{module}" if module else ROOT
+        if name in levels:
+            raise var.error(text, f"setting '{module or ROOT}' twice; give each logger once", origin)
+        levels[name] = getattr(logging, level.upper())
+    return levels
+
+
+# The table ------------------------------------------------------------------------------------------
+FL_DEVICE = EnvVar("FL_DEVICE", "device", "", "Device used by torch.fl.device() with no argument (default "
+                   "acc0). Accepts a virtual id (acc0), a physical name (cuda:1, cpu) or emu:NAME.", parser=_text)
+FL_DEVICE_MAP = EnvVar("FL_DEVICE_MAP", "accN=DEVICE,...", "", "Explicit virtual-to-physical map, e.g. "
+                       "'acc0=cuda:1,acc1=cpu'. Overrides config files and auto-detection.", parser=_device_map)
+FL_BACKEND = EnvVar("FL_BACKEND", "description name", "", "Force the backend (a description name: cpu, "
+                    "cuda, npu, ...) instead of auto-detection.", parser=_text)
+FL_DESCRIPTION = EnvVar("FL_DESCRIPTION", "path", "", "Path of one description file to load last "
+                        "(it overrides a description of the same name).", see="descriptions.md", parser=_path)
+FL_DESCRIPTION_PATH = EnvVar("FL_DESCRIPTION_PATH", "paths", "", "os.pathsep-separated directories "
+                             "searched for *.toml description files.", see="descriptions.md", parser=_paths)
+FL_CONFIG = EnvVar("FL_CONFIG", "path", "", "Path of the user config file "
+                   "(default ~/.config/torch_fl/config.toml).", parser=_path)
+FL_LOG = EnvVar("FL_LOG", "[LOGGER=]LEVEL,...", "", "Per-module log levels, e.g. 'dispatch=DEBUG,"
+                "compile=INFO'; a bare level ('DEBUG') applies to every torch_fl logger. Applied when "
+                "torch_fl is imported; a bad value is a warning there (never an import error).",
+                parser=_log_levels)
+FL_ROUTE = EnvVar("FL_ROUTE", "OP=ROUTE,...", "", "Per-op route overrides, e.g. 'aten::gelu=translate,"
+                  "aten::bmm.default=fallback'; a bare name covers every overload. aten ops must exist in "
+                  "this torch.", see="routing.md", parser=_routes)
+FL_ROUTE_LOG = EnvVar("FL_ROUTE_LOG", "file path (its folder must exist)", "", "Write the non-native call counts as JSON to this path "
+                      "at exit. Its folder must exist when routing starts; if the write fails at exit, the "
+                      "log goes to stderr.", see="routing.md", parser=_output_file)
+FL_FALLBACK = EnvVar("FL_FALLBACK", "choice", "warn", "'error' turns every CPU fallback into an error "
+                     "(strict mode for CI); 'warn' (the default) runs it on the CPU with a warning.",
+                     allowed=("warn", "error"), see="routing.md", parser=_choice)
+FL_CACHE_DIR = EnvVar("FL_CACHE_DIR", "path", "", "Root of the compile cache; overrides the description's "
+                      "compile.cache_dir.", see="compile.md", parser=_path)
+FL_CACHE_KEEP = EnvVar("FL_CACHE_KEEP", "int >= 1", "3", "How many compile cache entries (fingerprints) to "
+                       "keep per description, the current one included; older ones are removed.",
+                       see="compile.md", parser=_positive_int)
+FL_CUDA_ALIAS = EnvVar("FL_CUDA_ALIAS", "bool", "0", "Set to 1 to run CUDA-hard-coded code on "
+                       "torch.fl.device() in any process that imports torch (the torch.backends autoload "
+                       "hook), without importing torch_fl.", see="migrate-runtime.md", parser=_bool)
+FL_PREFLIGHT = EnvVar("FL_PREFLIGHT", "bool", "1", "Set to 0 to skip the distributed preflight of "
+                      "torch.fl.distributed.init_process_group (rank consistency, checked collectives).",
+                      see="distributed.md", parser=_bool)
+FL_COLLECTIVE_TIMEOUT = EnvVar("FL_COLLECTIVE_TIMEOUT", "seconds >= 0", "600", "Seconds a collective may "
+                               "take before the watchdog ends the process with a diagnosis; 0 keeps torch's "
+                               "default timeout and turns the watchdog off.", see="distributed.md", parser=_seconds)
+FL_EMU_DEVICES = EnvVar("FL_EMU_DEVICES", "int >= 1", "1", "How many emulated devices FL_DEVICE=emu:NAME "
+                        "(or torch.fl.emulate) gives: acc0..accN-1 as emu:0..emu:N-1.", parser=_positive_int)
 
 ALL: tuple[EnvVar, ...] = (
     FL_DEVICE, FL_DEVICE_MAP, FL_BACKEND, FL_DESCRIPTION, FL_DESCRIPTION_PATH, FL_CONFIG, FL_LOG,
     FL_ROUTE, FL_ROUTE_LOG, FL_FALLBACK, FL_CACHE_DIR, FL_CACHE_KEEP,
-    FL_CUDA_ALIAS, FL_PREFLIGHT, FL_COLLECTIVE_TIMEOUT,
+    FL_CUDA_ALIAS, FL_PREFLIGHT, FL_COLLECTIVE_TIMEOUT, FL_EMU_DEVICES,
 )
+BY_NAME: dict[str, EnvVar] = {var.name: var for var in ALL}
+
+
+def markdown_table() -> str:
+    """The variable table of docs/env.md (tests/test_env.py checks the page contains exactly this)."""
+    rows = ["| variable | type | default | meaning |", "| --- | --- | --- | --- |"]
+    for var in ALL:
+        kind = f"one of {', '.join(var.allowed)}" if var.allowed else var.type
+        see = f" See [{var.see}]({var.see})." if var.see else ""
+        rows.append(f"| `{var.name}` | {kind} | {f'`{var.default}`' if var.default else '(unset)'} | "
+                    f"{var.help}{see} |")
+    return "\n".join(rows)
+
+
+# Validation (torchfl doctor) ------------------------------------------------------------------------
+def problems(environ: Mapping[str, str] | None = None) -> list[ConfigError]:
+    """The error of every FL_* variable that is set and does not parse, in table order."""
+    environ = os.environ if environ is None else environ
+    found = []
+    for var in ALL:
+        text = environ.get(var.name, "").strip()
+        if not text:
+            continue
+        try:
+            var.parse(text)
+        except ConfigError as exc:
+            found.append(exc)
+    return found
+
+
+def unknown(environ: Mapping[str, str] | None = None) -> list[str]:
+    """Set FL_* variables torch-fl does not read (typos), each with a did-you-mean when one is close."""
+    environ = os.environ if environ is None else environ
+    return [f"{name} is set but torch-fl reads no such variable.{did_you_mean(name, BY_NAME)}"
+            for name in sorted(environ) if name.startswith("FL_") and name not in BY_NAME]

@@ -1,7 +1,8 @@
 """torch_fl loggers: quiet by default (WARNING and above reach the user), per-module levels via FL_LOG.
 
 ``FL_LOG="dispatch=DEBUG,compile=INFO"`` sets ``torch_fl.dispatch`` and ``torch_fl.compile``;
-a bare level (``FL_LOG=DEBUG``) sets the whole ``torch_fl`` tree.
+a bare level (``FL_LOG=DEBUG``) sets the whole ``torch_fl`` tree. The syntax is parsed by
+``_env.FL_LOG`` (the one parser of FL_* values).
 """
 
 from __future__ import annotations
@@ -9,38 +10,46 @@ from __future__ import annotations
 import logging
 
 from . import _env
-from .errors import ConfigError, did_you_mean
+from .errors import ConfigError
 
 ROOT = "torch_fl"
 LEVELS = ("CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG")
+# Every logger under torch_fl (tests/test_env.py checks this against the getLogger calls in src/), so that
+# FL_LOG=dispach=DEBUG is an error with a did-you-mean instead of a silent no-op.
+LOGGERS = ("compile", "description", "device", "dispatch", "distributed", "migrate", "plugins", "runtime")
 _handler: logging.Handler | None = None
+_log = logging.getLogger(ROOT)
 
 
 def parse_levels(text: str) -> dict[str, int]:
     """'dispatch=DEBUG,compile=INFO' -> {'torch_fl.dispatch': 10, 'torch_fl.compile': 20}."""
-    levels: dict[str, int] = {}
-    for item in filter(None, (part.strip() for part in text.split(","))):
-        module, _, level = item.rpartition("=")
-        level = level.strip().upper()
-        if level not in LEVELS:
-            raise ConfigError(f"FL_LOG: '{level}' is not a log level; use one of {', '.join(LEVELS)}."
-                              + did_you_mean(level, LEVELS))
-        name = ROOT if not module.strip() else f"{ROOT}.{module.strip().removeprefix(ROOT + '.')}"
-        levels[name] = getattr(logging, level)
-    return levels
+    return _env.FL_LOG.parse(text)
 
 
-def configure(text: str | None = None) -> dict[str, int]:
-    """Apply FL_LOG (or `text`): a stderr handler on the torch_fl logger, levels per module."""
+def configure(text: str | None = None, *, strict: bool = False) -> dict[str, int]:
+    """Apply FL_LOG (or `text`): a stderr handler on the torch_fl logger, levels per module.
+
+    Runs at ``import torch_fl``, so a bad FL_LOG must not make the import (or ``torchfl --help``) fail:
+    unless `strict`, it is reported as one warning and ignored; `torchfl doctor` lists it as a problem."""
     global _handler
-    root = logging.getLogger(ROOT)
     if _handler is None:
         _handler = logging.StreamHandler()
         _handler.setFormatter(logging.Formatter("[%(name)s] %(levelname)s: %(message)s"))
-        root.addHandler(_handler)
-        root.propagate = False
-        root.setLevel(logging.WARNING)
-    levels = parse_levels(_env.FL_LOG.get() if text is None else text)
+        _log.addHandler(_handler)
+        _log.propagate = False
+        _log.setLevel(logging.WARNING)
+    try:
+        levels = parse_levels(_env.FL_LOG.text() if text is None else text)
+    except ConfigError as exc:
+        if strict:
+            raise
+        _log.warning("%s FL_LOG is ignored until then.", exc)
+        return {}
     for name, level in levels.items():
         logging.getLogger(name).setLevel(level)
     return levels
+
+
+def debugging() -> bool:
+    """Whether FL_LOG asks for DEBUG on the whole torch_fl tree (the CLI then shows tracebacks)."""
+    return _log.isEnabledFor(logging.DEBUG)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+from pathlib import Path
 from typing import Any
 
 if sys.version_info >= (3, 11):
@@ -16,6 +17,31 @@ TOMLDecodeError = tomllib.TOMLDecodeError
 loads = tomllib.loads
 
 _BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+_BOMS = {b"\xff\xfe\x00\x00": "UTF-32", b"\x00\x00\xfe\xff": "UTF-32", b"\xff\xfe": "UTF-16",
+         b"\xfe\xff": "UTF-16"}
+
+
+class TextDecodeError(ValueError):
+    """A file that is not UTF-8 text (binary, UTF-16, Latin-1); the message says which and the fix."""
+
+
+def read_text(path: str | Path) -> str:
+    """The UTF-8 text of a TOML file (a UTF-8 byte-order mark is dropped). OSError when it cannot be read,
+    TextDecodeError (no path in the message: callers add it) when it is not UTF-8 text."""
+    data = Path(path).read_bytes()
+    for bom, encoding in _BOMS.items():
+        if data.startswith(bom):
+            raise TextDecodeError(f"the file is {encoding}-encoded; TOML files must be UTF-8. Fix: save it "
+                                  f"as UTF-8 (e.g. iconv -f {encoding} -t UTF-8)")
+    if b"\x00" in data[:8192]:
+        raise TextDecodeError("the file is binary (it contains NUL bytes), not a TOML text file. Fix: point "
+                              "at the .toml file itself")
+    try:
+        return data.decode("utf-8").removeprefix("\ufeff")
+    except UnicodeDecodeError as exc:
+        line = data[:exc.start].count(b"\n") + 1
+        raise TextDecodeError(f"line {line}: byte 0x{data[exc.start]:02x} is not UTF-8; TOML files must be "
+                              "UTF-8 text. Fix: save the file as UTF-8") from None
 
 
 def _key(key: str) -> str:

@@ -53,8 +53,8 @@ def _validate(values: dict[str, Any], path: Path) -> dict[str, Any]:
 
 def _read(path: Path, table: str | None = None) -> ConfigFile:
     try:
-        data = _toml.loads(path.read_text(encoding="utf-8"))
-    except (OSError, _toml.TOMLDecodeError) as exc:
+        data = _toml.loads(_toml.read_text(path))
+    except (OSError, ValueError, RecursionError) as exc:  # TOMLDecodeError, TextDecodeError are ValueErrors
         raise ConfigError(f"{path}: cannot read the torch-fl config: {exc}") from None
     if table:
         data = data.get("tool", {}).get(table)
@@ -79,9 +79,9 @@ def project_config(start: Path | None = None) -> ConfigFile:
 
 
 def user_config_path() -> Path:
-    explicit = _env.FL_CONFIG.get()
-    if explicit:
-        return Path(explicit).expanduser()
+    explicit = _env.FL_CONFIG.value()
+    if explicit is not None:
+        return explicit
     base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
     return Path(base) / "torch_fl" / "config.toml"
 

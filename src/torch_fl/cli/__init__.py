@@ -36,6 +36,8 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
         prog="torchfl", description="torch-fl: one PyTorch codebase on every accelerator.",
         epilog="Run 'torchfl COMMAND --help' for a command's options. Docs: docs/cli.md")
     parser.add_argument("--version", action="version", version=f"torch-fl {__version__}")
+    parser.add_argument("--debug", action="store_true",
+                        help="show the Python traceback of an error (also with FL_LOG=DEBUG)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     wanted = next((a for a in argv if not a.startswith("-")), None)
     for name, (module, help_text) in COMMANDS.items():
@@ -53,8 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.command:
         parser.print_help()
         return 2
-    module = importlib.import_module(f"{__name__}.{COMMANDS[args.command][0]}")
     try:
+        module = importlib.import_module(f"{__name__}.{COMMANDS[args.command][0]}")
         return int(module.run(args) or 0)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
@@ -65,9 +67,68 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except Exception as exc:
-        from ..errors import TorchFLError
+        return report_error(f"torchfl {args.command}", exc, debug=args.debug)
 
-        if not isinstance(exc, TorchFLError):
-            raise
-        print(f"torchfl {args.command}: error: {exc}", file=sys.stderr)
+
+def user_error_text(exc: BaseException) -> str | None:
+    """The one-paragraph message of an error the user can fix (bad input, a file that cannot be read),
+    or None for anything else (a bug in torch-fl)."""
+    from .. import _toml
+    from ..errors import TorchFLError
+
+    if isinstance(exc, (TorchFLError, _toml.TextDecodeError)):
+        return str(exc)
+    if isinstance(exc, _toml.TOMLDecodeError):
+        return f"not valid TOML: {exc}"
+    if isinstance(exc, UnicodeDecodeError):
+        return (f"a file is not UTF-8 text: byte 0x{exc.object[exc.start]:02x} at offset {exc.start} is not "
+                f"{exc.encoding}. Fix: save it as UTF-8")
+    if isinstance(exc, OSError):
+        where = ": ".join(str(f) for f in (exc.filename, exc.filename2) if f is not None)
+        reason = exc.strerror or str(exc) or type(exc).__name__
+        return f"{where}: {reason}" if where else reason
+    return None
+
+
+def report_error(prog: str, exc: BaseException, *, debug: bool = False) -> int:
+    """Print `exc` as one message (rc 1): the traceback only with --debug or FL_LOG=DEBUG, and for an
+    error that is not the user's, a pointer to `torchfl bugreport`."""
+    import traceback
+
+    from .._logging import debugging
+
+    if debug or debugging():
+        traceback.print_exception(exc)
+    text = user_error_text(exc)
+    if text is not None:
+        print(f"{prog}: error: {text}", file=sys.stderr)
         return 1
+    print(f"{prog}: internal error: {type(exc).__name__}: {exc}\n"
+          f"This is a bug in torch-fl, not in your input. Please report it: rerun with 'torchfl --debug ...' "
+          f"for the traceback, and attach the output of 'torchfl bugreport'.", file=sys.stderr)
+    return 1
+
+
+# argparse types shared by the commands: a bad number is a usage error (rc 2) naming the option.
+def positive_int(text: str) -> int:
+    """A whole number >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got '{text}'")
+    return value
+
+
+def positive_seconds(text: str) -> float:
+    """A finite number of seconds > 0."""
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got '{text}'")
+    return value

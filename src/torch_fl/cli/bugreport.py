@@ -1,13 +1,20 @@
 """``torchfl bugreport``: a Markdown issue report with environment, versions, log tail and placeholders.
 
-Secrets stay out: values of environment variables whose names contain TOKEN, KEY, SECRET or
-PASSWORD are replaced by ``<redacted>``, in the variable list, in ``NAME=value`` assignments in the
-log, and wherever such a value appears verbatim in the report.
+Secrets stay out, by name and by shape (`redact`):
+- values of environment variables whose names contain TOKEN, KEY, SECRET, PASSWORD (or PASSWD, CREDENTIAL,
+  AUTH), in the variable list, in ``NAME=value`` assignments, and wherever such a value appears verbatim;
+- credentials in URLs (``postgres://user:pass@host``), ``Authorization:`` headers and ``Bearer`` tokens,
+  known token shapes (GitHub ``ghp_``/``github_pat_``, Hugging Face ``hf_``, OpenAI ``sk-``, AWS ``AKIA``,
+  Slack ``xox?-``, GitLab ``glpat-``), secret-like keys in JSON/YAML/TOML (``"password": "..."``,
+  ``api_key: ...``) and on command lines (``--password x``, ``--api-key=x``);
+- the home directory is written as ``~`` and the user name as ``<user>``.
+The report is always produced (rc 0), also when doctor finds problems: they are listed in it.
 """
 
 from __future__ import annotations
 
 import argparse
+import getpass
 import os
 import re
 import sys
@@ -18,16 +25,36 @@ from typing import Any
 
 from ..description import registry
 from ..errors import TorchFLError
-from . import doctor
+from . import doctor, positive_int
 
-SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD")
+SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH")
 REDACTED = "<redacted>"
+USER = "<user>"
 DEFAULT_LINES = 100
 # Always worth seeing: they decide which shared libraries and Python modules load.
 _FIXED_VARS = ("LD_LIBRARY_PATH", "PYTHONPATH")
 _ASSIGNMENT = re.compile(r"\b([A-Za-z_][A-Za-z0-9_]*)=(\"[^\"]*\"|'[^']*'|\S+)")
 # Shorter values ('1', 'true') are too common to replace wherever they occur.
 _MIN_VERBATIM = 6
+_SECRET_KEY = r"[\w.-]*(?:password|passwd|pwd|secret|token|api[_-]?key|access[_-]?key|private[_-]?key|credential)s?[\w.-]*"
+# (pattern, replacement) applied in order; each keeps enough context to show what was removed.
+_VALUE_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
+    # scheme://user:password@host -> scheme://<redacted>@host
+    (re.compile(r"\b([a-zA-Z][\w+.-]*://)[^\s/:@'\"]+:[^\s/@'\"]+@"), rf"\1{REDACTED}@"),
+    # Authorization: Bearer xyz / Authorization=Basic xyz / "Authorization": "token xyz"
+    (re.compile(r"(?i)(authorization[\"']?\s*[:=]\s*[\"']?)(?:(bearer|basic|token|digest)\s+)?[^\s\"',}]+"),
+     rf"\1\2 {REDACTED}"),
+    (re.compile(r"(?i)\b(bearer)\s+[A-Za-z0-9._~+/=-]{8,}"), rf"\1 {REDACTED}"),
+    (re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{16,}|github_pat_\w{20,}|hf_[A-Za-z0-9]{16,}|sk-[A-Za-z0-9_-]{16,}"
+                r"|(?:AKIA|ASIA)[0-9A-Z]{16}|xox[abposr]-[A-Za-z0-9-]{10,}|glpat-[\w-]{16,})"), REDACTED),
+    # "password": "x" / password: x / api_key = 'x' (JSON, YAML, TOML, INI)
+    (re.compile(rf"(?i)([\"']?\b{_SECRET_KEY}[\"']?\s*[:=]\s*)(\"[^\"]*\"|'[^']*'|[^\s,}}\]]+)"),
+     rf"\1{REDACTED}"),
+    # --password x / --api-key=x / -p? (only long options: short ones are too ambiguous)
+    (re.compile(rf"(?i)(--{_SECRET_KEY})(=|\s+)(\"[^\"]*\"|'[^']*'|\S+)"), rf"\1\2{REDACTED}"),
+)
+# Generic account names: replacing them as words would mangle ordinary text ('root' of a tree).
+_GENERIC_USERS = frozenset({"root", "user", "admin", "ubuntu", "runner", "nobody"})
 
 
 # Redaction ----------------------------------------------------------------------------------------
@@ -36,15 +63,42 @@ def is_secret(name: str) -> bool:
     return any(word in upper for word in SECRET_WORDS)
 
 
-def redact(text: str, environ: Mapping[str, str] | None = None) -> str:
-    """`text` with secret NAME=value assignments and verbatim secret environment values redacted."""
+def redact(text: str, environ: Mapping[str, str] | None = None, *, home: str | None = None,
+           user: str | None = None) -> str:
+    """`text` without secrets (by variable name and by value shape), home as ~ and the user as <user>."""
     environ = os.environ if environ is None else environ
     text = _ASSIGNMENT.sub(lambda m: f"{m.group(1)}={REDACTED}" if is_secret(m.group(1)) else m.group(0),
                            text)
+    for pattern, replacement in _VALUE_PATTERNS:
+        text = pattern.sub(replacement, text)
     secrets = sorted((v for k, v in environ.items() if is_secret(k) and len(v) >= _MIN_VERBATIM),
                      key=len, reverse=True)  # longest first, so a value containing another goes whole
     for value in secrets:
         text = text.replace(value, REDACTED)
+    return _anonymise(text, home if home is not None else _home(environ),
+                      user if user is not None else _user(environ))
+
+
+def _home(environ: Mapping[str, str]) -> str:
+    return environ.get("HOME") or os.path.expanduser("~")
+
+
+def _user(environ: Mapping[str, str]) -> str:
+    try:
+        return environ.get("USER") or environ.get("USERNAME") or getpass.getuser()
+    except Exception:  # no user name at all (a container with an unknown uid)
+        return ""
+
+
+def _anonymise(text: str, home: str, user: str) -> str:
+    home = home.rstrip("/\\")
+    if len(home) > 1:  # '/' as home would turn every absolute path into ~
+        text = re.sub(re.escape(home) + r"(?=[/\\\s'\":]|$)", "~", text)
+    if len(user) >= 2:
+        if user in _GENERIC_USERS:  # only where it is clearly the account: paths, user@host, USER=
+            text = re.sub(rf"(?<=[/\\]){re.escape(user)}(?=[/\\])|\b{re.escape(user)}(?=@)", USER, text)
+        else:
+            text = re.sub(rf"(?<![\w.-]){re.escape(user)}(?![\w-])", USER, text)
     return text
 
 
@@ -83,11 +137,16 @@ def _fence(text: str, lang: str = "") -> str:
 # Report -------------------------------------------------------------------------------------------
 def build_report(log: Path | None, lines: int, environ: Mapping[str, str] | None = None) -> str:
     environ = os.environ if environ is None else environ
-    data = doctor.collect()
+    try:
+        data = doctor.collect()
+    except Exception as exc:  # the report is how a broken setup gets reported: never let doctor stop it
+        data = doctor._skeleton()
+        data["errors"].append({"stage": "doctor", "type": type(exc).__name__, "message": str(exc)})
     sections = [
         "# torch-fl bug report",
-        "<!-- Generated by `torchfl bugreport`. Values of variables named *TOKEN*, *KEY*, *SECRET*, "
-        "*PASSWORD* are redacted; check the rest before posting. -->",
+        "<!-- Generated by `torchfl bugreport`. Secrets (variables named *TOKEN*, *KEY*, *SECRET*, "
+        "*PASSWORD*; URL credentials, bearer and API tokens, password-like keys) are redacted, the home "
+        "folder is ~ and the user name <user>; check the rest before posting. -->",
         "## Environment and versions", _environment(data, environ),
         f"## Error log (last {lines} lines)", _log_section(log, lines),
         "## Expected vs actual behaviour",
@@ -142,13 +201,6 @@ def _log_section(log: Path | None, lines: int) -> str:
 
 
 # Command ------------------------------------------------------------------------------------------
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
 def add_parser(subparsers: argparse._SubParsersAction, name: str, help_text: str) -> None:
     parser = subparsers.add_parser(
         name, help=help_text,
@@ -157,7 +209,7 @@ def add_parser(subparsers: argparse._SubParsersAction, name: str, help_text: str
                     "reproduction. Secret-looking environment values are redacted.")
     parser.add_argument("--log", metavar="FILE", type=Path, default=None,
                         help="error log whose last lines go into the report")
-    parser.add_argument("--lines", metavar="N", type=_positive, default=DEFAULT_LINES,
+    parser.add_argument("--lines", metavar="N", type=positive_int, default=DEFAULT_LINES,
                         help=f"how many log lines to include (default {DEFAULT_LINES})")
     parser.add_argument("-o", "--output", metavar="FILE", type=Path, default=None,
                         help="write the report to FILE instead of stdout")

@@ -51,6 +51,7 @@ _NEXT_STEP = {
 def collect(device: str | None = None) -> dict[str, Any]:
     """Everything doctor reports about `device` (default: torch.fl.device()), as JSON-ready data."""
     data = _skeleton()
+    _check_env(data)
     _requested(data, device)
     selected = _selected_backend(data)
     if selected is None:
@@ -68,7 +69,11 @@ def _governing(data: dict[str, Any], dev: torch.device | None, selected: Descrip
     requested = data["device"]["requested"] or ""
     if dev is None and not requested.startswith(EMULATION_PREFIX):
         return selected
-    return governing(requested or None)
+    try:
+        return governing(requested or None)
+    except TorchFLError as exc:  # emu:NAME with an unknown NAME: report it, describe the backend instead
+        _record(data, "description", exc)
+        return selected
 
 
 def _skeleton() -> dict[str, Any]:
@@ -91,12 +96,25 @@ def _skeleton() -> dict[str, Any]:
         "cache_dir": "",
         "self_check": {"ok": False, "ran": False, "detail": "not run: no device was resolved",
                        "seconds": None},
+        "unknown_variables": [], "shadowed_descriptions": {},
         "errors": [],
     }
 
 
 def _record(data: dict[str, Any], stage: str, exc: Exception) -> None:
     data["errors"].append({"stage": stage, "type": type(exc).__name__, "message": str(exc)})
+
+
+def _check_env(data: dict[str, Any]) -> None:
+    # The same parsers the API uses (torch_fl._env), so doctor never calls healthy what the API rejects.
+    for exc in _env.problems():
+        _record(data, "env", exc)
+    data["unknown_variables"] = _env.unknown()
+    try:
+        data["shadowed_descriptions"] = {name: f"{path} ({origin})"
+                                         for name, (path, origin) in registry.shadowed().items()}
+    except TorchFLError:
+        pass  # a broken description is reported by the stages that load it
 
 
 def _requested(data: dict[str, Any], device: str | None) -> None:
@@ -283,7 +301,14 @@ def cautions(data: dict[str, Any]) -> list[str]:
     desc = data["description"]
     return [f"{key} {c['have']} is outside the range {c['spec']} that the '{desc['name']}' description "
             f"({desc['path']}) was written for; if something misbehaves, try a {key} in that range"
-            for key, c in desc["compat"].items() if c["ok"] is False]
+            for key, c in desc["compat"].items() if c["ok"] is False] + [
+        *data["unknown_variables"],
+        *(shadowing_warning(name, where) for name, where in data["shadowed_descriptions"].items())]
+
+
+def shadowing_warning(name: str, where: str) -> str:
+    return (f"the built-in '{name}' description is replaced by {where}; that is allowed, but every "
+            f"'{name}' device now follows that file. If that is not intended, rename the file's 'name'")
 
 
 def _no_devices(data: dict[str, Any]) -> bool:
@@ -292,7 +317,11 @@ def _no_devices(data: dict[str, Any]) -> bool:
 
 
 def _covered(data: dict[str, Any], error: dict[str, str]) -> bool:
-    # With no devices at all, "device acc0 does not exist" restates the real problem less helpfully.
+    # With no devices at all, "device acc0 does not exist" restates the real problem less helpfully; a
+    # bad FL_* value fails later stages with the same message as the env check.
+    if error["stage"] != "env" and any(e["stage"] == "env" and e["message"] == error["message"]
+                                       for e in data["errors"]):
+        return True
     return error["type"] == DeviceNotFoundError.__name__ and _no_devices(data)
 
 
@@ -302,6 +331,8 @@ def _explain(data: dict[str, Any], error: dict[str, str]) -> str:
     if error["stage"] == "routes":
         return (f"computing the route summary failed: {error['type']}: {error['message']}. Next step: "
                 f"check the [ops] section of {data['description']['path']}.")
+    if error["stage"] == "env":  # the env layer's message already ends with the fix
+        return _sentence(error["message"])
     return _sentence(error["message"]) + _NEXT_STEP.get(error["type"], "")
 
 

@@ -12,10 +12,11 @@ import argparse
 import json
 import logging
 import os
-import sys
 import time
 import uuid
 from typing import Any
+
+from . import positive_int, positive_seconds
 
 DEFAULT_TIMEOUT = 30.0
 
@@ -30,9 +31,9 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> No
         epilog="Examples:\n  torchfl preflight --nproc 2\n  torchfl preflight --nproc 8 --timeout 120\n"
                "  torchfl preflight --nproc 4 --backend gloo --json",
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--nproc", type=int, default=None, metavar="N",
+    parser.add_argument("--nproc", type=positive_int, default=None, metavar="N",
                         help="ranks to start (default: the node's device count, at least 2)")
-    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="S",
+    parser.add_argument("--timeout", type=positive_seconds, default=DEFAULT_TIMEOUT, metavar="S",
                         help=f"seconds each preflight step may take (default {DEFAULT_TIMEOUT:g})")
     parser.add_argument("--backend", help="force a torch.distributed backend (default: from the "
                                           "descriptions of the ranks)")
@@ -41,9 +42,6 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> No
 
 def run(args: argparse.Namespace) -> int:
     nproc = args.nproc or _default_nproc()
-    if nproc < 1:
-        print("torchfl preflight: error: --nproc must be at least 1", file=sys.stderr)
-        return 2
     began = time.perf_counter()
     results = launch(nproc, args.timeout, args.backend)
     seconds = time.perf_counter() - began

@@ -169,6 +169,8 @@ def parse(text: str, path: str = "<string>", *, builtin: bool = False) -> Descri
         line = re.search(r"line (\d+)", str(exc))
         raise DescriptionError(f"not valid TOML: {exc}", path=path,
                                line=int(line.group(1)) if line else None) from None
+    except (ValueError, RecursionError) as exc:  # an integer over Python's digit limit, absurd nesting
+        raise DescriptionError(f"not a usable TOML file: {exc}", path=path) from None
     data = _Validator(text, path).validate(raw)
     digest = hashlib.sha256(text.encode()).hexdigest()
     return Description(data=data, path=path, sha256=digest, builtin=builtin)
@@ -178,7 +180,9 @@ def load(path: str | Path, *, builtin: bool = False) -> Description:
     """Load one description file."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = _toml.read_text(path)
     except OSError as exc:
-        raise DescriptionError(f"cannot read the file: {exc.strerror}", path=str(path)) from None
+        raise DescriptionError(f"cannot read the file: {exc.strerror or exc}", path=str(path)) from None
+    except _toml.TextDecodeError as exc:
+        raise DescriptionError(f"not a description file: {exc}", path=str(path)) from None
     return parse(text, str(path), builtin=builtin)

@@ -27,6 +27,7 @@ BUILTIN_DIR = Path(__file__).parent / "builtin"
 _log = logging.getLogger("torch_fl.description")
 _lock = threading.Lock()
 _state: dict[str, Description] | None = None
+_shadowed: dict[str, tuple[str, str]] = {}
 
 
 def _entry_point_paths() -> Iterable[tuple[str, Path]]:
@@ -47,16 +48,19 @@ def _sources() -> Iterable[tuple[str, Path, bool]]:
         yield "built-in", path, True
     for origin, path in _entry_point_paths():
         yield origin, path, False
-    for directory in filter(None, _env.FL_DESCRIPTION_PATH.get().split(os.pathsep)):
-        folder = Path(directory).expanduser()
+    for folder in _env.FL_DESCRIPTION_PATH.value():
         if not folder.is_dir():
             _log.warning("FL_DESCRIPTION_PATH entry %s is not a directory; skipped", folder)
             continue
+        if not os.access(folder, os.R_OK | os.X_OK):  # glob would find nothing in it, without a word
+            _log.warning("FL_DESCRIPTION_PATH entry %s cannot be read (permission denied); its descriptions "
+                         "are skipped. Fix: chmod u+rx %s, or remove it from FL_DESCRIPTION_PATH", folder, folder)
+            continue
         for path in sorted(folder.glob("*.toml")):
             yield "FL_DESCRIPTION_PATH", path, False
-    explicit = _env.FL_DESCRIPTION.get()
-    if explicit:
-        yield "FL_DESCRIPTION", Path(explicit).expanduser(), False
+    explicit = _env.FL_DESCRIPTION.value()
+    if explicit is not None:
+        yield "FL_DESCRIPTION", explicit, False
 
 
 def _discover() -> dict[str, Description]:
@@ -69,8 +73,17 @@ def _discover() -> dict[str, Description]:
         if desc.name in found:
             _log.debug("description %r from %s (%s) replaces the one from %s", desc.name, path, origin,
                        found[desc.name].path)
+            if found[desc.name].builtin and not builtin:
+                _shadowed[desc.name] = (str(path), origin)
         found[desc.name] = desc
     return found
+
+
+def shadowed() -> dict[str, tuple[str, str]]:
+    """Built-in descriptions replaced by a file of the same name (allowed: a site may refine its chip's
+    description), as name -> (path, origin); doctor and `describe --list` warn about each."""
+    descriptions()
+    return dict(_shadowed)
 
 
 def descriptions() -> dict[str, Description]:
@@ -88,6 +101,7 @@ def reload() -> None:
     global _state
     with _lock:
         _state = None
+        _shadowed.clear()
 
 
 def get(name_or_path: str) -> Description:

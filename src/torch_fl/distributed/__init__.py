@@ -40,7 +40,7 @@ from torch import nn
 from .. import _env
 from ..description.model import Description
 from ..device import description_for, device_map, resolve
-from ..errors import ConfigError, DeviceNotFoundError
+from ..errors import DeviceNotFoundError
 from . import checks as _checks
 from . import fingerprint
 from .checks import DistributedError, PreflightError, Report
@@ -57,7 +57,6 @@ _log = logging.getLogger("torch_fl.distributed")
 _TORCH_BACKEND = {"rccl": "nccl"}
 # Backends that do not rendezvous through a store (MPI is launched by mpirun; fake has no peers).
 _STORELESS = ("mpi", "fake")
-_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
 
 @dataclass
@@ -78,25 +77,12 @@ _state: _State | None = None
 # Settings -----------------------------------------------------------------------------------------
 def preflight_enabled() -> bool:
     """FL_PREFLIGHT: on unless set to 0/false/no/off."""
-    value = _env.FL_PREFLIGHT.get().lower()
-    if value in _TRUE:
-        return True
-    if value in _FALSE:
-        return False
-    raise ConfigError(f"FL_PREFLIGHT: '{value}' is neither on (1, true, yes, on) nor off (0, false, no, off).")
+    return _env.FL_PREFLIGHT.value()
 
 
 def collective_timeout() -> float:
     """FL_COLLECTIVE_TIMEOUT in seconds (0: torch's default timeout, no watchdog)."""
-    text = _env.FL_COLLECTIVE_TIMEOUT.get()
-    try:
-        seconds = float(text)
-    except ValueError:
-        seconds = -1.0
-    if seconds < 0:
-        raise ConfigError(f"FL_COLLECTIVE_TIMEOUT: '{text}' is not a number of seconds >= 0 (example: 600; "
-                          "0 keeps torch's default timeout and turns the watchdog off).")
-    return seconds
+    return _env.FL_COLLECTIVE_TIMEOUT.value()
 
 
 def _seconds(timeout: timedelta | float | None) -> float:

@@ -68,7 +68,7 @@ class Router:
         # On the CPU key and on emulated chips the "device" already is the CPU: a fallback runs the
         # op's own CPU kernel instead of copying.
         self.host_is_device = host_is_device
-        self.strict = _env.FL_FALLBACK.get().lower() == "error"
+        self.strict = _env.FL_FALLBACK.value() == "error"
         self._warned: set[str] = set()
 
     def call(self, op: str, ovl: torch._ops.OpOverload, route: Route, dtype: str | None,
