@@ -10,6 +10,7 @@ a ``ConfigError`` naming the variable, the value, what is allowed and, when one 
 
 from __future__ import annotations
 
+import difflib
 import functools
 import math
 import os
@@ -76,7 +77,10 @@ class EnvVar:
 def _suggest(name: str, candidates: tuple[str, ...]) -> str:
     # Swapped letters (gleu -> gelu) first: difflib alone prefers the shorter 'glu'.
     swapped = [c for c in candidates if len(c) == len(name) and sorted(c) == sorted(name) and c != name]
-    return f" Did you mean '{swapped[0]}'?" if swapped else did_you_mean(name, candidates)
+    if swapped:
+        return f" Did you mean '{swapped[0]}'?"
+    close = difflib.get_close_matches(name, candidates, n=1, cutoff=0.6)  # 0.5 offers 'yes' for 'maybe'
+    return f" Did you mean '{close[0]}'?" if close else ""
 
 
 # Parsers: (var, text, origin) -> value --------------------------------------------------------------

@@ -36,6 +36,14 @@ def _list() -> str:
                      for row in [header, *rows]) + "\n"
 
 
+def _warn_shadowed() -> None:
+    from ..description import registry
+    from .doctor import shadowing_warning
+
+    for name, (path, origin) in registry.shadowed().items():
+        print(f"torchfl describe: warning: {shadowing_warning(name, f'{path} ({origin})')}", file=sys.stderr)
+
+
 def probed_description(device: str | None = None):
     """A description of the live device: the governing description with the dispatcher's native op
     set and the dtypes the device accepts."""
@@ -62,6 +70,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.list:
         text = _list()
+        _warn_shadowed()
     elif args.probe:
         text = probed_description(args.device).to_toml()
     else:

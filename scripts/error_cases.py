@@ -1,0 +1,222 @@
+"""Bad inputs and the message each gives: the source of docs/errors.md.
+
+Each case runs in-process (the CLI's ``main`` or a Python snippet) in a fresh temporary folder with a clean
+FL_* environment; the message it prints goes into the doc. tests/test_env_errors_doc.py runs every case
+again, checks it against `expect`, and checks the doc is exactly what this script writes.
+
+    python scripts/error_cases.py            # print the page
+    python scripts/error_cases.py --write    # rewrite docs/errors.md
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DOC = ROOT / "docs" / "errors.md"
+PWD = "$PWD"
+
+
+@dataclass(frozen=True)
+class Case:
+    what: str                       # the bad input, in words
+    argv: tuple[str, ...] = ()      # torchfl arguments, or
+    code: str = ""                  # a Python snippet (after `import torch, torch_fl`)
+    env: dict[str, str] = field(default_factory=dict)
+    files: dict[str, bytes] = field(default_factory=dict)  # created in the working folder first
+    expect: str = ""                # the message must contain this
+    rc: int = 1
+    show: str = "stderr"            # where the message is: stderr, doctor (JSON problems/warnings), stdout
+    fresh: bool = False             # in a new process (what happens at `import torch_fl`)
+
+
+BINARY = bytes(range(256)) * 4
+UTF16_PYPROJECT = '[tool.torch_fl]\ndevice = "acc0"\n'.encode("utf-16")
+LATIN1 = 'schema = 1\nname = "caf\xe9"\n'.encode("latin-1")
+
+CASES: tuple[Case, ...] = (
+    # Environment variables (the typed layer, torch_fl/_env.py)
+    Case("`FL_LOG` with a value that is not a level: a warning, `--help` (and `import torch_fl`) still work",
+         ("--help",), env={"FL_LOG": "garbage"}, expect="FL_LOG: 'garbage' is not a log level", rc=0,
+         fresh=True),
+    Case("`FL_LOG` naming a logger that does not exist", ("doctor", "--json"),
+         env={"FL_LOG": "dispach=DEBUG"}, expect="Did you mean 'dispatch'?", show="doctor"),
+    Case("`FL_FALLBACK` misspelt (it used to turn strict mode off silently)", code="torch.fl.activate('cpu')",
+         env={"FL_FALLBACK": "eror"}, expect="FL_FALLBACK: 'eror' is not one of: warn, error. Did you mean 'error'?"),
+    Case("`FL_ROUTE` naming an operator that does not exist (it used to be ignored)", ("doctor", "--json"),
+         env={"FL_ROUTE": "aten::gleu=fallback"}, expect="Did you mean 'aten::gelu'?", show="doctor"),
+    Case("`FL_ROUTE` with an unknown route", code="torch.fl.route_table('cpu')",
+         env={"FL_ROUTE": "aten::gelu=fallbak"}, expect="Did you mean 'fallback'?"),
+    Case("`FL_ROUTE` setting one operator twice (it used to be 'last wins')", code="torch.fl.route_table('cpu')",
+         env={"FL_ROUTE": "aten::gelu=translate,gelu=fallback"}, expect="is setting aten::gelu twice"),
+    Case("`FL_DEVICE_MAP` setting one id twice", code="torch.fl.devices()",
+         env={"FL_DEVICE_MAP": "acc0=cpu,acc0=meta"}, expect="is setting 'acc0' twice"),
+    Case("`FL_CACHE_KEEP` not a number (doctor used to call it healthy)", ("doctor", "--json"),
+         env={"FL_CACHE_KEEP": "abc"}, expect="FL_CACHE_KEEP: 'abc' is not a whole number >= 1", show="doctor"),
+    Case("`FL_COLLECTIVE_TIMEOUT` not a number (doctor used to call it healthy)", ("doctor", "--json"),
+         env={"FL_COLLECTIVE_TIMEOUT": "abc"}, expect="FL_COLLECTIVE_TIMEOUT: 'abc' is not a number of seconds",
+         show="doctor"),
+    Case("`FL_COLLECTIVE_TIMEOUT=nan` (it used to be a raw ValueError)", code="torch.fl.distributed.collective_timeout()",
+         env={"FL_COLLECTIVE_TIMEOUT": "nan"}, expect="FL_COLLECTIVE_TIMEOUT: 'nan' is not a number of seconds >= 0"),
+    Case("`FL_COLLECTIVE_TIMEOUT=inf` (it used to be an OverflowError)", code="torch.fl.distributed.collective_timeout()",
+         env={"FL_COLLECTIVE_TIMEOUT": "inf"}, expect="FL_COLLECTIVE_TIMEOUT: 'inf' is not a number of seconds >= 0"),
+    Case("`FL_PREFLIGHT` not a boolean", code="torch.fl.distributed.preflight_enabled()",
+         env={"FL_PREFLIGHT": "maybe"}, expect="is neither on (1, true, yes, on) nor off (0, false, no, off)"),
+    Case("`FL_ROUTE_LOG` in a folder that does not exist (the log used to be lost at exit)",
+         code="torch.fl.activate('cpu')", env={"FL_ROUTE_LOG": "missing/route-log.json"},
+         expect="is in a folder that does not exist (missing); create the folder first"),
+    Case("A misspelt variable name", ("doctor", "--json"), env={"FL_DEVCE": "acc0"},
+         expect="FL_DEVCE is set but torch-fl reads no such variable. Did you mean 'FL_DEVICE'?", rc=0, show="doctor"),
+    Case("`FL_DEVICE=emu:NAME` with an unknown description", ("doctor", "--json"), env={"FL_DEVICE": "emu:nosuch"},
+         expect="no device description named 'nosuch'", show="doctor"),
+    # Files
+    Case("`FL_DESCRIPTION` naming a binary file (it used to be a UnicodeDecodeError traceback)", ("describe",),
+         env={"FL_DESCRIPTION": "blob.bin"}, files={"blob.bin": BINARY},
+         expect="blob.bin: not a description file: the file is binary"),
+    Case("`torchfl describe FILE` with a Latin-1 file", ("describe", "latin1.toml"), files={"latin1.toml": LATIN1},
+         expect="latin1.toml: not a description file: line 2: byte 0xe9 is not UTF-8"),
+    Case("A binary `torch_fl.toml` in the working folder", ("describe",), files={"torch_fl.toml": BINARY},
+         expect="torch_fl.toml: cannot read the torch-fl config: the file is binary"),
+    Case("A UTF-16 `pyproject.toml` in the working folder", ("describe",), files={"pyproject.toml": UTF16_PYPROJECT},
+         expect="pyproject.toml: cannot read the torch-fl config: the file is UTF-16-encoded"),
+    Case("`torchfl describe -o` into a folder that does not exist", ("describe", "cpu", "-o", "nowhere/cpu.toml"),
+         expect="nowhere/cpu.toml: No such file or directory"),
+    Case("A description file named like a built-in (allowed; `describe --list` and doctor warn)",
+         ("describe", "--list"), env={"FL_DESCRIPTION": "cpu.toml"}, files={"cpu.toml": b"@builtin-cpu"},
+         expect="the built-in 'cpu' description is replaced by cpu.toml (FL_DESCRIPTION)", rc=0),
+    Case("An unknown description name", ("describe", "cdua"), expect="no device description named 'cdua'. Did you mean 'cuda'?"),
+    # Arguments
+    Case("`torchfl preflight --nproc 0` (it used to start 2 ranks)", ("preflight", "--nproc", "0"),
+         expect="argument --nproc: must be a whole number >= 1, got '0'", rc=2),
+    Case("`torchfl preflight --timeout -1` (it used to blame firewalls)", ("preflight", "--timeout", "-1"),
+         expect="argument --timeout: must be a number of seconds > 0, got '-1'", rc=2),
+    Case("`torchfl bugreport --log` with a file that does not exist", ("bugreport", "--log", "nope.log"),
+         expect="--log nope.log: no such file"),
+    Case("`torchfl bugreport` with an unknown `FL_DEVICE`: still a report (rc 0) that lists the problem",
+         ("bugreport",), env={"FL_DEVICE": "nosuch"}, expect="1. device 'nosuch' (from FL_DEVICE)", rc=0,
+         show="stdout"),
+)
+
+
+def _builtin_cpu() -> bytes:
+    from torch_fl.description import registry
+
+    return (registry.BUILTIN_DIR / "cpu.toml").read_bytes().replace(b'summary = "', b'summary = "site copy: ', 1)
+
+
+def run(case: Case) -> tuple[int, str]:
+    """(exit code, the message) of one case, run in a fresh temporary folder."""
+    import torch_fl
+    from torch_fl import _env
+    from torch_fl.description import registry
+
+    saved_env, saved_cwd = dict(os.environ), os.getcwd()
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            for name in list(os.environ):
+                if name.startswith("FL_"):
+                    del os.environ[name]
+            os.environ.update({"HOME": tmp, "XDG_CONFIG_HOME": f"{tmp}/.config",
+                               "FL_CACHE_DIR": f"{tmp}/cache", **case.env})
+            os.chdir(tmp)
+            for name, data in case.files.items():
+                Path(tmp, name).write_bytes(_builtin_cpu() if data == b"@builtin-cpu" else data)
+            torch_fl.reset()
+            registry.reload()
+            rc, out, err = _execute(case)
+        finally:
+            os.chdir(saved_cwd)
+            os.environ.clear()
+            os.environ.update(saved_env)
+            torch_fl.reset()
+            registry.reload()
+        assert _env  # the layer under test
+        return rc, _message(case, out, err).replace(tmp + "/", "").replace(tmp, PWD)
+
+
+def _execute(case: Case) -> tuple[int, str, str]:
+    from torch_fl.cli import main
+
+    if case.fresh:
+        done = subprocess.run([sys.executable, "-m", "torch_fl", *case.argv], capture_output=True, text=True,
+                              timeout=300)
+        return done.returncode, done.stdout, done.stderr
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            if case.argv:
+                rc = main(list(case.argv))
+            else:
+                import torch
+
+                import torch_fl
+
+                exec(case.code, {"torch": torch, "torch_fl": torch_fl})
+                rc = 0
+        except SystemExit as exc:  # argparse
+            rc = exc.code if isinstance(exc.code, int) else 1
+        except Exception as exc:  # the API raises: the message is what a user's traceback ends with
+            print(f"{type(exc).__name__}: {exc}", file=err)
+            rc = 1
+    return rc, out.getvalue(), err.getvalue()
+
+
+def _message(case: Case, out: str, err: str) -> str:
+    if case.show == "doctor":
+        data = json.loads(out)
+        return "\n".join(item for item in [*data["problems"], *data["warnings"]] if case.expect in item)
+    if case.show == "stdout":
+        return next((line for line in out.splitlines() if case.expect in line), out[-400:])
+    lines = [line for line in err.splitlines() if line.strip() and not line.startswith("usage:")
+             and not line.startswith(" ")]
+    return next((line for line in lines if case.expect in line), "\n".join(lines[-2:]))
+
+
+def _command(case: Case) -> str:
+    env = " ".join(f"{k}={shlex.quote(v)}" for k, v in case.env.items())
+    if case.argv:
+        command = "torchfl " + shlex.join(case.argv)
+    else:
+        command = "python -c " + shlex.quote(f"import torch, torch_fl; {case.code}")
+    files = ", ".join(f"`{name}`" for name in case.files)
+    return f"`{(env + ' ' + command).strip()}`" + (f" (with {files})" if files else "")
+
+
+def render() -> str:
+    lines = [
+        "# Bad inputs and the errors they give",
+        "",
+        "torch-fl answers a bad input with one message that says what is wrong, what is allowed and how to fix "
+        "it, never with a Python traceback (add `--debug`, or set `FL_LOG=DEBUG`, to see one). An error that "
+        "is not the user's ends with a pointer to `torchfl bugreport`. Exit codes: 0 ok (warnings may be "
+        "printed), 1 an error, 2 a usage error (bad command-line arguments).",
+        "",
+        "Generated by `python scripts/error_cases.py --write`; `tests/test_env_errors_doc.py` runs every case "
+        "again and fails when a message changes. `$PWD` stands for the working folder. See also "
+        "[env.md](env.md) (every variable and its type) and [troubleshooting.md](troubleshooting.md).",
+        "",
+    ]
+    for case in CASES:
+        rc, message = run(case)
+        lines += [f"### {case.what}", "", _command(case) + f" → exit code {rc}", "", "```text",
+                  message, "```", ""]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    text = render()
+    if "--write" in sys.argv:
+        DOC.write_text(text, encoding="utf-8")
+        print(f"wrote {DOC}")
+    else:
+        sys.stdout.write(text)
