@@ -93,7 +93,7 @@ def _user(environ: Mapping[str, str]) -> str:
 def _anonymise(text: str, home: str, user: str) -> str:
     home = home.rstrip("/\\")
     if len(home) > 1:  # '/' as home would turn every absolute path into ~
-        text = re.sub(re.escape(home) + r"(?=[/\\\s'\":]|$)", "~", text)
+        text = re.sub(r"(?<![\w.-])" + re.escape(home) + r"(?=[/\\\s'\":]|$)", "~", text)
     if len(user) >= 2:
         if user in _GENERIC_USERS:  # only where it is clearly the account: paths, user@host, USER=
             text = re.sub(rf"(?<=[/\\]){re.escape(user)}(?=[/\\])|\b{re.escape(user)}(?=@)", USER, text)
