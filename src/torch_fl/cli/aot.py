@@ -1,5 +1,6 @@
-"""`torchfl aot`: export a model and package it with AOTInductor, the fingerprint embedded; or check a
-package against this machine's stack. Exit status: 0 written / matches, 1 error or mismatch, 2 usage."""
+"""`torchfl aot`: export a model and package it with AOTInductor, the fingerprint, artifact hashes and
+identity embedded; or check a package (integrity, identity, stack) without loading it.
+Exit status: 0 written / matches, 1 error, altered package or mismatch, 2 usage."""
 
 from __future__ import annotations
 
@@ -13,15 +14,20 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> No
         description="Export MODEL with torch.export on its example inputs and compile it ahead of time "
                     "with AOTInductor into a .pt2 package that records the fingerprint of this stack "
                     "(torch, Python, torch-fl, description, plugin, runtime, compiler). "
-                    "torch.fl.load_aot(FILE) refuses the package on a stack with another fingerprint. "
-                    "With --check FILE, compare a package with this stack without loading it.",
+                    "and the sha256 of every file in it. torch.fl.load_aot(FILE) refuses a package whose "
+                    "files were altered, or built on a stack with another fingerprint. With --check FILE, "
+                    "check a package's files and compare it with this stack without loading it.",
         epilog="Examples:\n  torchfl aot examples/gpt.py:factory --out gpt.pt2\n"
-               "  torchfl aot --check gpt.pt2\nDocs: docs/compile.md",
+               "  torchfl aot --check gpt.pt2\n  torchfl aot --check gpt.pt2 --sha256 HEX\n"
+               "Docs: docs/compile.md",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model", metavar="MODEL", nargs="?",
                         help="model entry point, path/to/file.py:factory or package.module:factory")
     parser.add_argument("--out", metavar="FILE", help="the package to write (must end in .pt2)")
-    parser.add_argument("--check", metavar="FILE", help="check FILE's fingerprint against this stack")
+    parser.add_argument("--check", metavar="FILE", help="check FILE's files against their recorded sha256 "
+                                                        "and its fingerprint against this stack")
+    parser.add_argument("--sha256", metavar="HEX", help="with --check: the sha256 the whole package must "
+                                                       "have (from a channel you trust)")
     parser.add_argument("--device", metavar="D", help="acc0, cuda:1, cpu, emu:NAME (default: "
                                                       "torch.fl.device())")
 
@@ -29,8 +35,10 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> No
 def run(args: argparse.Namespace) -> int:
     if args.check:
         if args.model or args.out:
-            return _usage("--check takes only a package (and --device)")
-        return _check(args.check, args.device)
+            return _usage("--check takes only a package (and --device, --sha256)")
+        return _check(args.check, args.device, args.sha256)
+    if args.sha256:
+        return _usage("--sha256 goes with --check FILE")
     if not args.model or not args.out:
         return _usage("give MODEL and --out FILE (or --check FILE)")
     import torch
@@ -50,17 +58,30 @@ def run(args: argparse.Namespace) -> int:
     print(f"inputs: {', '.join(meta['inputs'])} (dynamic_shapes {meta['dynamic_shapes']})")
     print(f"fingerprint {meta['fingerprint']} ({meta['description']}):")
     _components(meta["components"])
+    print(f"sha256 {meta['sha256']} (pin it where the package is shared: torchfl aot --check FILE --sha256 HEX)")
+    print("identity (torch.fl.load_aot(FILE, expect={...}) refuses another model):")
+    _components(meta["identity"])
     return 0
 
 
-def _check(path: str, device: str | None) -> int:
-    from ..compiler.aot import check_package, read_package_fingerprint
+def _check(path: str, device: str | None, sha256: str | None) -> int:
+    from ..compiler.aot import AOTIntegrityError, check_package, read_package_fingerprint, verify_package
     from ..compiler.fingerprint import describe_change
 
     meta = read_package_fingerprint(path)
     print(f"{path}: {meta.get('model', '?')}, built {meta.get('created', '?')}, fingerprint "
           f"{meta.get('fingerprint', '?')} ({meta.get('description', '?')})")
-    differences = check_package(path, device=device)
+    try:
+        verify_package(path, sha256=sha256)
+    except AOTIntegrityError as exc:
+        for problem in exc.problems:
+            print(f"ALTERED: {problem}")
+        print("torch.fl.load_aot refuses this package: do not use it; rebuild it with `torchfl aot MODEL "
+              "--out FILE` or fetch it again from where it was built.")
+        return 1
+    print(f"integrity: the {len(meta['artifacts'])} files match their recorded sha256"
+          + (" and the package its pinned sha256" if sha256 else ""))
+    differences = check_package(path, device=device, record=meta)
     if differences:
         print(f"MISMATCH: {describe_change(differences)}")
         print("torch.fl.load_aot refuses this package here; rebuild it with `torchfl aot MODEL --out FILE`.")

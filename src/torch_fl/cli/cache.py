@@ -1,7 +1,8 @@
 """`torchfl cache info | clear | verify`: the fingerprinted compile cache of a device's description.
 
-Exit status: 0; ``verify`` 1 when an entry is corrupt; ``clear`` 1 when an entry in use was skipped;
-2 on a usage error."""
+Exit status: 0; ``verify`` 1 when the root is refused or an entry is corrupt (an artifact differs from
+its recorded sha256) or untrusted (not this user's alone); ``clear`` 1 when an entry in use was
+skipped; 2 on a usage error."""
 
 from __future__ import annotations
 
@@ -25,15 +26,16 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> No
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     info = actions.add_parser("info", help="the root, every entry with its size, and the current "
                                            "fingerprint's components")
-    verify = actions.add_parser("verify", help="check every entry's manifest and re-hash its fingerprint; "
-                                               "exit 1 when one is corrupt")
+    verify = actions.add_parser("verify", help="check who owns the root and every entry, every manifest, "
+                                               "and the sha256 of every artifact; exit 1 naming what is "
+                                               "altered or untrusted")
     clear = actions.add_parser("clear", help="remove this description's entries (--stale: only the "
                                              "stale ones; --all: every entry under the root)")
     which = clear.add_mutually_exclusive_group()
     which.add_argument("--all", action="store_true", help="every entry under the root, of every description")
     which.add_argument("--stale", action="store_true", help="only entries whose fingerprint is not current")
-    which.add_argument("--corrupt", action="store_true", help="only corrupt entries and leftovers of "
-                                                              "interrupted writes")
+    which.add_argument("--corrupt", action="store_true", help="only corrupt, untrusted and quarantined "
+                                                              "entries and leftovers of interrupted writes")
     clear.add_argument("--force", action="store_true", help="also remove entries a running process uses")
     for action in (info, verify, clear):
         action.add_argument("--device", metavar="D", help="whose description's cache (acc0, cuda:1, "
@@ -43,17 +45,23 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> No
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..compiler import cache
+    from ..compiler import cache, trust
     from ..compiler.fingerprint import fingerprint
     from ..compiler.target import description_of
 
     desc = description_of(args.device)
     root = cache.cache_root(desc)
+    refusal = trust.root_refusal(root, cache.root_source(desc)) if root.is_dir() else ""
+    if refusal and args.action != "info":
+        # Nothing under a root another user can write is worth reading or removing as this user.
+        print(f"REFUSED   {refusal}")
+        return 1
     current = fingerprint(desc)
-    entries = cache.scan(root)
+    entries = cache.scan(root, full=args.action == "verify")
     if args.action == "clear":
         return _clear(root, entries, current, args)
     data = _data(root, desc, current, entries)
+    data["refused"] = refusal
     if args.json:
         Path(args.json).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
     if args.action == "info":
@@ -69,7 +77,8 @@ def _data(root: Path, desc: Any, current: Any, entries: list) -> dict[str, Any]:
     for e in entries:
         row: dict[str, Any] = {"name": e.name, "status": e.status, "problem": e.problem, "size": e.size,
                                "last_used": e.last_used, "in_use": e.in_use,
-                               "current": e.name == current.entry_name, "description": e.description}
+                               "current": e.name == current.entry_name, "description": e.description,
+                               "altered": e.altered, "artifacts": e.artifacts, "unrecorded": e.unrecorded}
         if e.manifest:
             row["components"] = e.manifest["components"]
             row["created"] = e.manifest.get("created", "")
@@ -100,14 +109,18 @@ def _print_info(data: dict[str, Any]) -> None:
     from ..compiler.fingerprint import describe_change
 
     print(f"compile cache root: {data['root']} (from {data['root_source']})")
+    if data["refused"]:
+        print(f"REFUSED: {data['refused']}")
     state = "exists" if data["current_exists"] else "not created yet: the next compile creates it"
     print(f"current entry:      {data['current']} ({state})")
     rows = []
     for row in data["entries"]:
         if row["status"] == "leftover":
             note = row["problem"]
-        elif row["status"] == "corrupt":
-            note = f"CORRUPT: {row['problem']}"
+        elif row["status"] in ("corrupt", "untrusted"):
+            note = f"{row['status'].upper()}: {row['problem']}"
+        elif row["status"] == "quarantined":
+            note = row["problem"]
         elif row["current"]:
             note = "current"
         elif "differs" in row:
@@ -132,21 +145,28 @@ def _print_info(data: dict[str, Any]) -> None:
 def _print_verify(data: dict[str, Any]) -> int:
     corrupt = 0
     for row in data["entries"]:
-        if row["status"] == "corrupt":
+        if row["status"] in ("corrupt", "untrusted"):
             corrupt += 1
-            print(f"CORRUPT   {row['name']}: {row['problem']}")
+            print(f"{row['status'].upper():<9} {row['name']}: {row['problem']}")
+            for altered in row["altered"]:
+                print(f"  ALTERED {altered}")
+        elif row["status"] == "quarantined":
+            print(f"quarantine {row['name']}: {row['problem']} (`torchfl cache clear --corrupt` removes it)")
         elif row["status"] == "leftover":
             print(f"leftover  {row['name']}: {row['problem']} (harmless; removed by the next writer or "
                   f"`torchfl cache clear --corrupt`)")
         else:
             state = "current" if row["current"] else "stale" if "differs" in row else "other description"
             extra = f"; {row['problem']}" if row["problem"] else ""
-            print(f"ok        {row['name']}: manifest valid, fingerprint re-hashes to its name ({state}{extra})")
-    entries = sum(1 for r in data["entries"] if r["status"] != "leftover")
-    print(f"{entries} entries under {data['root']}: {corrupt} corrupt")
+            unrecorded = (f", {row['unrecorded']} not recorded yet (a compile in progress or killed)"
+                          if row["unrecorded"] else "")
+            print(f"ok        {row['name']}: manifest valid, fingerprint re-hashes to its name, "
+                  f"{row['artifacts']} artifacts match their sha256{unrecorded} ({state}{extra})")
+    entries = sum(1 for r in data["entries"] if r["status"] not in ("leftover", "quarantined"))
+    print(f"{entries} entries under {data['root']}: {corrupt} corrupt or untrusted")
     if corrupt:
-        print("remove corrupt entries with `torchfl cache clear --corrupt` (the current entry is rebuilt "
-              "automatically when it is corrupt)")
+        print("remove them with `torchfl cache clear --corrupt` (the current entry is moved aside and "
+              "rebuilt automatically at its next use)")
     return 1 if corrupt else 0
 
 
@@ -156,7 +176,7 @@ def _clear(root: Path, entries: list, current: Any, args: argparse.Namespace) ->
     if args.all:
         names = [e.name for e in entries]
     elif args.corrupt:
-        names = [e.name for e in entries if e.status in ("corrupt", "leftover")]
+        names = [e.name for e in entries if e.status in ("corrupt", "untrusted", "quarantined", "leftover")]
     else:
         mine = [e for e in entries if e.status == "ok" and e.description == current.description]
         names = [e.name for e in mine if not (args.stale and e.name == current.entry_name)]

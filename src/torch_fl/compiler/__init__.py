@@ -8,14 +8,15 @@ shadow the module of the same name.)
 
 from __future__ import annotations
 
-from .aot import AOTFingerprintError, export_aot, load_aot, read_package_fingerprint
+from .aot import AOTFingerprintError, AOTIntegrityError, export_aot, load_aot, read_package_fingerprint
 from .cache import Entry, cache_root, open_entry
 from .fingerprint import COMPONENTS, Fingerprint
 from .jit import CompileStats, compile, compile_stats
 from .target import description_of
+from .trust import CacheTrustError
 
 __all__ = [
-    "COMPONENTS", "AOTFingerprintError", "CompileStats", "Entry", "Fingerprint", "cache_root", "compile",
+    "COMPONENTS", "AOTFingerprintError", "AOTIntegrityError", "CacheTrustError", "CompileStats", "Entry", "Fingerprint", "cache_root", "compile",
     "compile_stats", "description_of", "export_aot", "load_aot", "open_entry",
     "read_package_fingerprint",
 ]

@@ -2,13 +2,20 @@
 
 Layout (see docs/compile.md)::
 
-    <root>/                              FL_CACHE_DIR, else the description's compile.cache_dir
+    <root>/                              FL_CACHE_DIR, else the description's compile.cache_dir (0700)
       .lock                              exclusive lock of writers (creating, updating, removing)
-      cpu-3f9a1c0d2b7e4a55/              one entry: '<description>-<fingerprint digest>'
-        manifest.json                    format, fingerprint, components, created, warm-up records
+      cpu-3f9a1c0d2b7e4a55/              one entry: '<description>-<fingerprint digest>' (0700)
+        manifest.json                    format, fingerprint, components, artifact hashes, warm-up records
         .inuse                           shared-locked by every process using the entry
         inductor/                        TORCHINDUCTOR_CACHE_DIR while the entry is in use
         triton/                          TRITON_CACHE_DIR
+      .quarantine-cpu-...-<pid>-<ns>/    an entry refused as untrusted or altered (kept for inspection)
+
+Trust (trust.py): the root must be this user's alone, else it is refused; an entry owned by someone else,
+writable by others, or holding another user's files is never loaded: it is moved aside and rebuilt.
+Integrity (integrity.py): the manifest records the sha256 of every artifact; each start checks size and
+mtime, the first start after a write and ``torchfl cache verify`` check the hashes; an altered entry is
+moved aside and rebuilt.
 
 Safety: an entry is built in a hidden ``.tmp-*`` directory and renamed into place, so a reader sees
 either no entry or a complete one; manifest updates are written to a temporary file and renamed over
@@ -32,13 +39,12 @@ from typing import Any
 
 from .. import _env
 from ..description.model import Description
-from ..errors import ConfigError
-from . import locks
+from . import integrity, locks, trust
 from .fingerprint import COMPONENTS, Fingerprint, describe_change, digest, entry_name, fingerprint
 
 _log = logging.getLogger("torch_fl.compile")
 
-FORMAT = 1
+FORMAT = 2  # 2: artifact hashes (format-1 entries, written before them, are rebuilt)
 MANIFEST = "manifest.json"
 LOCK = ".lock"
 INUSE = ".inuse"
@@ -46,10 +52,15 @@ SUBDIRS = ("inductor", "triton")
 DEFAULT_ROOT = Path("~/.cache/torch_fl")
 _TMP = ".tmp-"
 _TRASH = ".trash-"
+QUARANTINE = ".quarantine-"
 _WARMUP_RECORDS = 50  # the manifest keeps the latest warm-up records only
 
 # Entries this process uses: path -> fd of its shared .inuse lock (held until exit).
 _held: dict[Path, int] = {}
+
+
+class EntryRefused(Exception):
+    """An entry that must not be loaded (untrusted or altered); the message says why."""
 
 
 @dataclass
@@ -62,6 +73,7 @@ class Entry:
     created: bool = False  # this process created it (the compile cache starts empty)
     replaced: dict[str, tuple[str, str]] = field(default_factory=dict)  # what changed vs the last entry
     removed: list[str] = field(default_factory=list)  # stale entries removed when this one was created
+    quarantined: list[str] = field(default_factory=list)  # why an earlier entry of this name was refused
 
     @property
     def inductor_dir(self) -> Path:
@@ -78,23 +90,26 @@ class Entry:
 # Root and keep ------------------------------------------------------------------------------------
 def cache_root(desc: Description) -> Path:
     """FL_CACHE_DIR, else the description's compile.cache_dir, else ~/.cache/torch_fl."""
-    if _env.FL_CACHE_DIR.is_set():
-        return Path(_env.FL_CACHE_DIR.get()).expanduser()
+    explicit = _env.FL_CACHE_DIR.value()
+    if explicit is not None:
+        return explicit
     if desc.section("compile")["cache_dir"].strip():
         return desc.cache_dir()
     return DEFAULT_ROOT.expanduser()
 
 
+def root_source(desc: Description) -> str:
+    """Where cache_root's answer comes from, for messages."""
+    if _env.FL_CACHE_DIR.is_set():
+        return "FL_CACHE_DIR"
+    if desc.section("compile")["cache_dir"].strip():
+        return f"compile.cache_dir of the '{desc.name}' description"
+    return "the default"
+
+
 def keep_count() -> int:
-    text = _env.FL_CACHE_KEEP.get()
-    try:
-        keep = int(text)
-    except ValueError:
-        keep = 0
-    if keep < 1:
-        raise ConfigError(f"FL_CACHE_KEEP: '{text}' is not a whole number >= 1 (how many compile cache "
-                          f"entries to keep per description, the current one included; default 3)")
-    return keep
+    """FL_CACHE_KEEP: entries kept per description, the current one included."""
+    return _env.FL_CACHE_KEEP.value()
 
 
 # Manifest -----------------------------------------------------------------------------------------
@@ -109,6 +124,9 @@ def read_manifest(entry: Path) -> dict[str, Any]:
 
 def manifest_problem(name: str, data: Any) -> str:
     """Why `data` is not a valid manifest of an entry directory called `name` ('' when it is)."""
+    if isinstance(data, dict) and isinstance(data.get("format"), int) and data["format"] < FORMAT:
+        return (f"written by an older torch-fl (manifest format {data['format']}, without artifact "
+                f"hashes); it is rebuilt on next use")
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         return f"not a format-{FORMAT} manifest"
     components = data.get("components")
@@ -121,6 +139,11 @@ def manifest_problem(name: str, data: Any) -> str:
         return f"recorded fingerprint {data.get('fingerprint')} != {actual}, the hash of its components"
     if entry_name(str(data.get("description", "")), actual) != name:
         return f"directory name does not match the fingerprint {entry_name(str(data.get('description')), actual)}"
+    problem = integrity.records_problem(data.get("artifacts"))
+    if problem:
+        return problem
+    if not isinstance(data.get("generation"), int) or not isinstance(data.get("verified"), int):
+        return "generation / verified counters missing"
     return ""
 
 
@@ -129,9 +152,11 @@ def timestamp() -> str:
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON so that readers see the old file or the new one, never a part (temp file + rename)."""
+    """Write JSON so that readers see the old file or the new one, never a part (temp file + rename);
+    the file is 0600 whatever the umask."""
     tmp = path.with_name(f"{path.name}{_TMP}{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as f:
+    fd = trust.open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0))
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
         json.dump(data, f, indent=2)
         f.write("\n")
         f.flush()
@@ -142,28 +167,42 @@ def write_json_atomic(path: Path, data: Any) -> None:
 # Opening an entry ---------------------------------------------------------------------------------
 def open_entry(desc: Description) -> Entry:
     """The cache entry of this process's fingerprint for `desc`, created (and stale entries of the same
-    description removed, keeping FL_CACHE_KEEP) when it does not exist yet."""
+    description removed, keeping FL_CACHE_KEEP) when it does not exist yet.
+
+    Raises trust.CacheTrustError when the root is not this user's alone. An existing entry that is not
+    (or whose artifacts were altered) is moved aside with a warning and rebuilt."""
     fp = fingerprint(desc)
     root = cache_root(desc)
     path = root / fp.entry_name
-    if path in _held or _claim(path):
+    if path in _held:
         _touch(path)
         return Entry(root, path, fp)
+    trust.require_private_root(root, root_source(desc))
+    refused = ""
+    with contextlib.suppress(EntryRefused):
+        if _use(path, locked=False):
+            return Entry(root, path, fp)
     keep = keep_count()  # a bad FL_CACHE_KEEP fails before anything is written
     trash: list[Path] = []
     with locks.exclusive(root / LOCK):
         _sweep_leftovers(root)
-        if _claim(path):  # another process created it while this one waited for the lock
-            _touch(path)
-            return Entry(root, path, fp)
-        if path.exists():
+        try:
+            if _use(path, locked=True):  # another process created it while this one waited for the lock
+                return Entry(root, path, fp)
+        except EntryRefused as exc:
+            refused = str(exc)
+        if refused:
+            kept = _quarantine(path)
+            _log.warning("compile cache entry %s is not used: %s. It was moved to %s for inspection "
+                         "(`torchfl cache clear --corrupt` removes it) and is rebuilt.", path, refused, kept)
+        elif path.exists() or path.is_symlink():
             _log.warning("compile cache entry %s is corrupt (%s); replacing it", path,
                          _problem_of(path) or "unreadable")
             trash.append(_to_trash(path))
         _create(path, fp)
         if not _claim(path):
             raise OSError(f"the compile cache entry {path} vanished right after it was created")
-        entry = Entry(root, path, fp, created=True)
+        entry = Entry(root, path, fp, created=True, quarantined=[refused] if refused else [])
         trash += _remove_stale(entry, keep)
     for directory in trash:
         shutil.rmtree(directory, ignore_errors=True)
@@ -171,9 +210,53 @@ def open_entry(desc: Description) -> Entry:
     return entry
 
 
+def _use(path: Path, *, locked: bool) -> bool:
+    """Use an existing, valid entry after checking who owns it and that its artifacts are intact; False
+    when there is none, EntryRefused when there is one that must not be loaded."""
+    if not os.path.lexists(path):
+        return False
+    problem = trust.entry_problem(path)
+    if problem:
+        raise EntryRefused(f"another user could have written it: {problem}")
+    if not _claim(path):
+        return False
+    try:
+        manifest = read_manifest(path)
+        _check_artifacts(path, manifest, locked=locked)
+    except EntryRefused:
+        _drop(path)
+        raise
+    except (OSError, ValueError):
+        _drop(path)
+        return False
+    _touch(path)
+    return True
+
+
+def _check_artifacts(path: Path, manifest: dict[str, Any], *, locked: bool) -> None:
+    """The hot-path check (size + mtime), or the full one on the first use after a write. `locked`:
+    the caller holds the writer lock already (flock is per open file: taking it again would wait)."""
+    full = manifest["verified"] < manifest["generation"]
+    result = integrity.check(path, manifest["artifacts"], full=full)
+    if not result.ok:
+        raise EntryRefused("its artifacts changed after they were recorded: " + "; ".join(result.problems()))
+    if full or result.moved:
+        with contextlib.nullcontext() if locked else locks.exclusive(path.parent / LOCK), \
+                contextlib.suppress(OSError, ValueError):
+                current = read_manifest(path)
+                if current["generation"] == manifest["generation"]:
+                    current["artifacts"].update(result.moved)
+                    if full:
+                        current["verified"] = current["generation"]
+                    write_json_atomic(path / MANIFEST, current)
+        if full:
+            _log.info("compile cache: verified the sha256 of %d artifacts of %s (first use after a write)",
+                      len(manifest["artifacts"]), path.name)
+
+
 def _claim(path: Path) -> bool:
-    """Use an existing, valid entry: hold its shared in-use lock, then check the manifest (an entry
-    renamed away between the two steps fails the check)."""
+    """Hold the entry's shared in-use lock, then check the manifest (an entry renamed away between the
+    two steps fails the check)."""
     fd = locks.hold_shared(path / INUSE)
     if fd is None:
         return False
@@ -187,6 +270,12 @@ def _claim(path: Path) -> bool:
         os.close(previous)
     _held[path] = fd
     return True
+
+
+def _drop(path: Path) -> None:
+    fd = _held.pop(path, None)
+    if fd is not None:
+        os.close(fd)
 
 
 def release() -> None:
@@ -205,9 +294,10 @@ def _create(path: Path, fp: Fingerprint) -> None:
     tmp = path.parent / f"{_TMP}{path.name}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     for sub in SUBDIRS:
-        (tmp / sub).mkdir(parents=True)
+        trust.make_private_dirs(tmp / sub)
     manifest = {"format": FORMAT, "fingerprint": fp.digest, "description": fp.description,
-                "components": fp.components, "created": timestamp(), "warmup": []}
+                "components": fp.components, "created": timestamp(), "artifacts": {}, "generation": 0,
+                "verified": 0, "warmup": []}
     write_json_atomic(tmp / MANIFEST, manifest)
     os.rename(tmp, path)  # the entry appears complete or not at all
 
@@ -218,12 +308,20 @@ def _to_trash(path: Path) -> Path:
     return target
 
 
+def _quarantine(path: Path) -> Path:
+    """Move a refused entry out of the way (kept: what was planted or altered is evidence)."""
+    target = path.parent / f"{QUARANTINE}{path.name}-{os.getpid()}-{time.monotonic_ns()}"
+    os.rename(path, target)
+    _drop(path)
+    return target
+
+
 def _sweep_leftovers(root: Path) -> None:
     """Remove what killed writers left. Called under the writer lock: no writer is mid-write."""
     for child in root.iterdir():
         if child.name.startswith((_TMP, _TRASH)):
             shutil.rmtree(child, ignore_errors=True)
-        elif child.is_dir():
+        elif child.is_dir() and not child.is_symlink() and not child.name.startswith("."):
             for leftover in child.glob(f"{MANIFEST}{_TMP}*"):
                 leftover.unlink(missing_ok=True)
 
@@ -287,17 +385,45 @@ def _last_used(path: Path) -> float:
 # Manifest updates ---------------------------------------------------------------------------------
 def record_warmup(entry: Entry, records: list[dict[str, Any]]) -> None:
     """Append warm-up records to the entry's manifest (read-modify-write under the writer lock)."""
+    _update_manifest(entry, lambda m: m.__setitem__("warmup", (m.get("warmup", []) + records)[-_WARMUP_RECORDS:]),
+                     "recording the warm-up")
+
+
+def seal(entry: Entry) -> list[str]:
+    """Record the sha256 of every artifact now in the entry (new and changed ones are hashed) and make
+    the entry's files 0600 and directories 0700. Called after each compilation of this process and at
+    exit. Returns the artifacts whose recorded content changed (rewritten by this process's compile)."""
+    trust.tighten(entry.path)
+    changed: list[str] = []
+
+    def apply(manifest: dict[str, Any]) -> None:
+        records, diff = integrity.update(entry.path, manifest["artifacts"])
+        if records != manifest["artifacts"]:
+            manifest["artifacts"] = records
+            manifest["generation"] += 1
+        changed.extend(diff)
+
+    _update_manifest(entry, apply, "recording artifact hashes")
+    if changed:
+        _log.info("compile cache: re-recorded %d artifact(s) rewritten by this process: %s", len(changed),
+                  ", ".join(changed[:5]))
+    return changed
+
+
+def _update_manifest(entry: Entry, change: Any, what: str) -> None:
     with locks.exclusive(entry.root / LOCK):
         for leftover in entry.path.glob(f"{MANIFEST}{_TMP}*"):
             leftover.unlink(missing_ok=True)
         try:
             manifest = read_manifest(entry.path)
         except (OSError, ValueError) as exc:
-            # The compiled code is in place either way; the records are only informational.
-            _log.warning("compile cache: not recording the warm-up in %s: %s", entry.path, exc)
+            # The compiled code is in place either way; the next start checks (and rebuilds) the entry.
+            _log.warning("compile cache: %s in %s failed: %s", what, entry.path, exc)
             return
-        manifest["warmup"] = (manifest.get("warmup", []) + records)[-_WARMUP_RECORDS:]
-        write_json_atomic(entry.path / MANIFEST, manifest)
+        before = json.dumps(manifest, sort_keys=True)
+        change(manifest)
+        if json.dumps(manifest, sort_keys=True) != before:
+            write_json_atomic(entry.path / MANIFEST, manifest)
 
 
 # Inspection (torchfl cache info / verify / clear) -------------------------------------------------
@@ -305,47 +431,74 @@ def record_warmup(entry: Entry, records: list[dict[str, Any]]) -> None:
 class EntryStatus:
     name: str
     path: Path
-    status: str  # ok | corrupt | leftover
+    status: str  # ok | corrupt | untrusted | leftover | quarantined
     problem: str = ""
     manifest: dict[str, Any] | None = None
     size: int = 0
     last_used: float = 0.0
     in_use: bool = False
+    altered: list[str] = field(default_factory=list)  # artifacts that differ from their records
+    artifacts: int = 0
+    unrecorded: int = 0
 
     @property
     def description(self) -> str:
         return str((self.manifest or {}).get("description", ""))
 
 
-def scan(root: Path) -> list[EntryStatus]:
+def scan(root: Path, *, full: bool = False) -> list[EntryStatus]:
     """Every directory under `root` with its status: ok (valid manifest whose fingerprint re-hashes to
-    the directory name), corrupt, or leftover (hidden debris of an interrupted write; harmless)."""
+    the directory name, this user's alone, artifacts matching their records), corrupt, untrusted,
+    quarantined (refused earlier, kept for inspection) or leftover (debris of an interrupted write).
+    `full`: hash every artifact (otherwise size and mtime)."""
     statuses: list[EntryStatus] = []
     if not root.is_dir():
         return statuses
     for child in sorted(root.iterdir()):
-        if not child.is_dir():
+        if not child.is_dir() or child.is_symlink():
+            if child.is_symlink():
+                statuses.append(EntryStatus(child.name, child, "untrusted",
+                                            f"a symbolic link (to {os.readlink(child)}), not an entry"))
             continue
         if child.name.startswith("."):
             if child.name.startswith((_TMP, _TRASH)):
                 statuses.append(EntryStatus(child.name, child, "leftover",
                                             "debris of an interrupted write or removal",
                                             size=_size(child)))
+            elif child.name.startswith(QUARANTINE):
+                statuses.append(EntryStatus(child.name, child, "quarantined",
+                                            "an entry refused as untrusted or altered, kept for inspection",
+                                            size=_size(child)))
             continue
-        status = EntryStatus(child.name, child, "ok", size=_size(child), last_used=_last_used(child))
-        try:
-            status.manifest = read_manifest(child)
-        except FileNotFoundError:
-            status.status, status.problem = "corrupt", "no manifest.json"
-        except (OSError, ValueError) as exc:
-            status.status, status.problem = "corrupt", f"manifest.json: {exc}"
-        partial = sorted(p.name for p in child.glob(f"{MANIFEST}{_TMP}*"))
-        if partial and status.status == "ok":
-            status.problem = f"leftover partial write {', '.join(partial)} (harmless; the manifest is intact)"
-        with locks.exclusive_if_free(child / INUSE) as free:
-            status.in_use = not free and child not in _held
-        statuses.append(status)
+        statuses.append(_status(child, full))
     return statuses
+
+
+def _status(child: Path, full: bool) -> EntryStatus:
+    status = EntryStatus(child.name, child, "ok", size=_size(child), last_used=_last_used(child))
+    problem = trust.entry_problem(child)
+    if problem:
+        status.status, status.problem = "untrusted", problem
+        return status  # nothing in it is opened, not even the manifest
+    try:
+        status.manifest = read_manifest(child)
+    except FileNotFoundError:
+        status.status, status.problem = "corrupt", "no manifest.json"
+    except (OSError, ValueError) as exc:
+        status.status, status.problem = "corrupt", f"manifest.json: {exc}"
+    if status.manifest is not None:
+        result = integrity.check(child, status.manifest["artifacts"], full=full)
+        status.artifacts, status.unrecorded = len(status.manifest["artifacts"]), len(result.unrecorded)
+        if not result.ok:
+            status.altered = result.problems()
+            status.status = "corrupt"
+            status.problem = f"{len(status.altered)} artifact(s) differ from their recorded sha256"
+    partial = sorted(p.name for p in child.glob(f"{MANIFEST}{_TMP}*"))
+    if partial and status.status == "ok":
+        status.problem = f"leftover partial write {', '.join(partial)} (harmless; the manifest is intact)"
+    with locks.exclusive_if_free(child / INUSE) as free:
+        status.in_use = not free and child not in _held
+    return status
 
 
 def _size(path: Path) -> int:
@@ -364,9 +517,9 @@ def remove(root: Path, names: list[str], *, force: bool = False) -> tuple[list[s
     with locks.exclusive(root / LOCK):
         for name in names:
             path = root / name
-            if not path.exists():
+            if not os.path.lexists(path):
                 continue
-            if name.startswith("."):
+            if name.startswith(".") or path.is_symlink():
                 trash.append(path)
                 removed.append(name)
                 continue
@@ -376,9 +529,10 @@ def remove(root: Path, names: list[str], *, force: bool = False) -> tuple[list[s
                     continue
                 trash.append(_to_trash(path))
                 removed.append(name)
-            fd = _held.pop(path, None)
-            if fd is not None:
-                os.close(fd)
+            _drop(path)
     for directory in trash:
-        shutil.rmtree(directory, ignore_errors=True)
+        if directory.is_symlink():
+            directory.unlink()
+        else:
+            shutil.rmtree(directory, ignore_errors=True)
     return removed, skipped

@@ -12,6 +12,7 @@ Policies (``[compile] dynamic_shapes``):
 
 from __future__ import annotations
 
+import atexit
 import functools
 import logging
 import os
@@ -101,7 +102,7 @@ def compile(model: Callable | None = None, *, device: str | torch.device | None 
     inner = _backend(backend, kwargs.pop("mode", None), options or None, dynamic)
     stats = CompileStats(getattr(model, "__name__", type(model).__name__), desc.name,
                          getattr(inner, "compiler_name", str(backend)), policy, dynamic, str(entry.path))
-    compiled = torch.compile(model, backend=_CountingBackend(inner, stats), dynamic=dynamic,
+    compiled = torch.compile(model, backend=_CountingBackend(inner, stats, entry), dynamic=dynamic,
                              options=own or None, **kwargs)
     _stats[compiled] = stats
     return compiled
@@ -128,16 +129,22 @@ def _backend(backend: str | Callable, mode: str | None, options: dict | None, dy
 class _CountingBackend:
     """Records each graph Dynamo hands to the backend, then compiles it with the real backend."""
 
-    def __init__(self, inner: Any, stats: CompileStats):
+    def __init__(self, inner: Any, stats: CompileStats, entry: cache.Entry | None = None):
         self.inner = inner
         self.stats = stats
+        self.entry = entry
         self.compiler_name = stats.backend
         self._compiles: set[tuple[int, int]] = set()  # (frame, its compilation number)
         self._frames: set[int] = set()
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: list, **kwargs: Any) -> Any:
         self._record(gm, example_inputs)
-        return self.inner(gm, example_inputs, **kwargs)
+        compiled = self.inner(gm, example_inputs, **kwargs)
+        if self.entry is not None:
+            # Inductor and AOTAutograd have written this graph's artifacts: record their hashes now, so
+            # that the next process can check them before loading them.
+            cache.seal(self.entry)
+        return compiled
 
     def __getattr__(self, name: str) -> Any:
         # Dynamo asks backends for optional hooks (backend_ctx_ctor, reset, ...): answer as the real one.
@@ -203,9 +210,18 @@ def use_entry(entry: cache.Entry) -> None:
         _warn_if_user_set()
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(entry.inductor_dir)
     os.environ["TRITON_CACHE_DIR"] = str(entry.triton_dir)
+    # Graphs compiled after the last record (a lazily compiled backward) are recorded at exit.
+    atexit.register(_seal_quietly, entry)
     if _pointed_at is not None:
         _log.info("compile: this process now compiles into %s (was %s)", entry.path, _pointed_at)
     _pointed_at = entry.path
+
+
+def _seal_quietly(entry: cache.Entry) -> None:
+    try:
+        cache.seal(entry)
+    except Exception as exc:  # at exit: the artifacts stay unrecorded until the next record
+        _log.debug("compile: recording the artifacts of %s at exit failed: %s", entry.path, exc)
 
 
 def _warn_if_user_set() -> None:

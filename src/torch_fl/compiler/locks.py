@@ -20,11 +20,15 @@ except ImportError:  # Windows
     fcntl = None  # type: ignore[assignment]
 
 from ..errors import TorchFLError
+from . import trust
 
 _log = logging.getLogger("torch_fl.compile")
 TIMEOUT_S = 600.0  # a writer holds the lock for milliseconds; minutes mean a hung holder
 _ANNOUNCE_S = 5.0
 _POLL_S = 0.05
+# Lock files are created 0600 and never through a symbolic link (one planted in a directory another user
+# could write would otherwise make this process create or truncate a file of its choosing).
+_FLAGS = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
 
 
 class CacheLockTimeout(TorchFLError, TimeoutError):
@@ -34,8 +38,8 @@ class CacheLockTimeout(TorchFLError, TimeoutError):
 @contextlib.contextmanager
 def exclusive(path: Path, timeout: float = TIMEOUT_S) -> Iterator[None]:
     """Hold an exclusive lock on `path` (created if missing) for the block; waits up to `timeout` s."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    trust.make_private_dirs(path.parent)
+    fd = trust.open_private(path, _FLAGS)
     try:
         _wait_exclusive(fd, path, timeout)
         # Who holds it, for the message of a waiter that times out (informational only).
@@ -79,7 +83,7 @@ def hold_shared(path: Path) -> int | None:
     """A shared lock on `path` (created if missing) taken without waiting, as an open fd: the lock lasts
     until the fd is closed. None when the file cannot be created or someone holds it exclusively."""
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        fd = trust.open_private(path, _FLAGS)
     except OSError:  # its directory is gone (the entry was just removed)
         return None
     if fcntl is not None:
@@ -96,7 +100,7 @@ def exclusive_if_free(path: Path) -> Iterator[bool]:
     """Yield True while holding an exclusive lock on `path` (or when `path` does not exist: nobody can
     hold it), False without waiting when another process holds any lock on it."""
     try:
-        fd = os.open(path, os.O_RDWR)
+        fd = os.open(path, os.O_RDWR | getattr(os, "O_NOFOLLOW", 0))
     except FileNotFoundError:
         yield True
         return

@@ -158,6 +158,7 @@ def warmup(spec: ModelSpec, device: str | None = None, shapes: list[str] | None 
     report.sections.append(Section("Shapes", tables=[Table(
         ["shape", "first call s", "next call s", "compilations", "cache"],
         [[r.shape, round(r.first_s, 3), round(r.next_s, 4), r.compilations, r.cache] for r in results])]))
+    cache.seal(entry)
     cache.record_warmup(entry, [{"model": spec.name, "shape": r.shape, "cache": r.cache,
                                  "first_s": round(r.first_s, 3), "train": train, "pid": os.getpid(),
                                  "at": cache.timestamp()} for r in results])
