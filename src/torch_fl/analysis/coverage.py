@@ -1,10 +1,13 @@
 """Operator coverage of a model on a device: the route every traced (op, dtype) takes there.
 
 The model is traced without compute (trace.py), so any described device can be checked from any
-machine: ``cuda``, ``mps``, ``emu:minimal``, ``cpu``, a vendor's .toml. Routes come from the device's
-route table (torch_fl.routing.table), as ``torchfl routes show`` prints them, with one addition: an op
-whose dtype is not in the description's ``precision.dtypes`` cannot run there at all, so a translation
-(which computes in the same dtype) does not help; it is reported as unsupported.
+machine: ``cuda``, ``mps``, ``emu:minimal``, ``cpu``, a vendor's .toml. The trace routes every call with
+the router's own route table (torch_fl.routing.table) and runs translations as the router does, so a
+translated op expands into the ops its translation calls, each with its own route (chains.py): the
+verdict of a translated op is the worst route in its chain, and ``--strict`` fails when any call, at any
+depth, has no route. Where PyTorch picks kernels by backend (attention, oneDNN, dropout) the trace makes
+the device's choice (fidelity.py). When fake tensors meet Python code that branches on values, the step
+is recorded from a real CPU run of the example inputs instead, and the report says so.
 """
 
 from __future__ import annotations
@@ -13,25 +16,17 @@ from collections import Counter, defaultdict
 from typing import Any
 
 from ..routing import route_table
-from ..routing.table import ROUTES, Route, RouteTable
+from ..routing.table import ROUTES, RouteTable
+from .fidelity import DeviceKernels, device_kernels
 from .model import ModelSpec
 from .report import Chart, Report, Section, Table, progress
-from .trace import MODEL, OPTIMIZER, OpRecord, trace
+from .trace import MODEL, OPTIMIZER, OpRecord, TraceResult, trace_step
 
 NATIVE_CALLS_WARNING = 0.8  # below this native share of calls a model is far from ready
 # The order in which non-native routes are listed: what stops a run first, what is slow next.
-_SEVERITY = ("unsupported", "fallback", "translate", "kernel")
+_SEVERITY = ("unsupported", "fallback", "translate", "kernel", "native")
 _SDPA_PREFIX = "aten::_scaled_dot_product_"
-
-
-def classify(table: RouteTable, record: OpRecord) -> Route:
-    """The route of one traced (op, dtype) on the table's device."""
-    route = table.route(record.op, record.dtype)
-    desc = table.description
-    if route.kind == "translate" and record.dtype is not None and record.dtype not in desc.dtypes:
-        return Route("unsupported", f"description '{desc.name}' ({desc.path}) precision.dtypes: no "
-                                    f"{record.dtype} on this device, so a translation cannot run either")
-    return route
+_EMULATION_PREFIX = "emu:"
 
 
 def coverage(spec: ModelSpec, device: str, train: bool = False, amp: bool = False) -> Report:
@@ -50,62 +45,119 @@ def coverage(spec: ModelSpec, device: str, train: bool = False, amp: bool = Fals
         >>> from torch_fl.analysis.model import load_model
         >>> spec = load_model("examples/gpt.py:factory")  # doctest: +SKIP
         >>> report = coverage(spec, "emu:minimal", train=True)  # doctest: +SKIP
-        >>> report.data["summary"]["native_calls_share"]  # doctest: +SKIP
-        0.88
+        >>> report.data["summary"]["unsupported_calls"]  # doctest: +SKIP
+        0
     """
-    table = route_table(device)
+    emulated = device.startswith(_EMULATION_PREFIX)
+    # The description alone: resolving emu:NAME as a device would register the emulated backend.
+    table = route_table(device.removeprefix(_EMULATION_PREFIX))
     desc = table.description
-    fused = desc.section("ops")["fused_attention"]
-    # The CPU's fused attention kernels exist on the CPU only: on another device type the trace takes
-    # the math path, what every device can run and what SDPA falls back to when no fused kernel fits.
-    math_attention = not fused or desc.device_type != "cpu"
+    kernels = device_kernels(desc, emulated=emulated)
     what = "a training step (forward, loss, backward, AdamW step)" if train else "a forward pass"
-    progress(f"tracing {what} of {spec.name} on fake tensors"
+    progress(f"tracing {what} of {spec.name} on fake tensors with the routes of '{desc.name}'"
              + (f" under autocast({desc.autocast_dtype})" if amp else ""))
-    records = trace(spec, train=train, amp=amp, amp_dtype=desc.autocast_dtype,
-                    math_attention=math_attention)
-    progress(f"classifying {len(records)} (op, dtype) pairs with the routes of '{desc.name}'")
-    routes = [classify(table, record) for record in records]
-    data = _data(spec, desc.name, records, routes)
-    data["notes"] = _notes(desc, records, train=train, amp=amp, fused=fused, math_attention=math_attention)
-    return _report(spec, device, data, what + (f" under autocast({desc.autocast_dtype})" if amp else ""))
+    result = trace_step(spec, train=train, amp=amp, amp_dtype=desc.autocast_dtype, table=table,
+                        kernels=kernels, device=_trace_device(kernels), real_fallback=True)
+    if result.real_run:
+        progress(f"fake tensors could not follow the model ({result.real_run}); recorded a real CPU run "
+                 f"of the example inputs instead")
+    data = _data(spec, desc.name, result)
+    data["notes"] = _notes(table, result, kernels, train=train, amp=amp)
+    traced = what + (f" under autocast({desc.autocast_dtype})" if amp else "")
+    traced += ", recorded from a real CPU run" if result.real_run else ", on fake tensors"
+    return _report(spec, device, data, traced)
 
 
-def _data(spec: ModelSpec, device: str, records: list[OpRecord], routes: list[Route]) -> dict[str, Any]:
-    calls = sum(r.calls for r in records)
+def _trace_device(kernels: DeviceKernels) -> str:
+    """Where the trace puts the model's tensors: the host's CPU, the emulated backend itself (so that
+    PyTorch makes its kernel choices exactly as under emulation), else meta (a device apart from the
+    host, with the device's choices steered by fidelity.py)."""
+    if kernels.host:
+        return "cpu"
+    if kernels.emulated:
+        try:
+            from ..device import emulated_devices
+        except ImportError:  # a torch-fl without the emulated backend
+            return "meta"
+        devices = emulated_devices(create=True)
+        if devices:
+            return str(devices[0])
+    return "meta"
+
+
+def _verdicts(records: list[OpRecord]) -> dict[tuple[tuple[str, str | None], ...], str]:
+    """The worst route in the chain below each translated call, keyed by its chain (via + op)."""
+    worst: dict[tuple[tuple[str, str | None], ...], str] = {}
+    for record in records:
+        route = record.route or "native"
+        for depth in range(len(record.via)):
+            chain = record.via[:depth + 1]
+            if _SEVERITY.index(route) < _SEVERITY.index(worst.get(chain, "native")):
+                worst[chain] = route
+    return worst
+
+
+def _data(spec: ModelSpec, device: str, result: TraceResult) -> dict[str, Any]:
+    records = result.records
+    top = [r for r in records if not r.via]
+    calls = sum(r.calls for r in top)
     per_route = dict.fromkeys(ROUTES, 0)
-    for record, route in zip(records, routes, strict=True):
-        per_route[route.kind] += record.calls
-    native_ops = sum(route.kind == "native" for route in routes)
+    reached = dict.fromkeys(ROUTES, 0)
+    for record in records:
+        (reached if record.via else per_route)[record.route or "native"] += record.calls
+    native_ops = sum(r.route == "native" for r in top)
+    verdicts = _verdicts(records)
+    unsupported_calls = per_route["unsupported"] + reached["unsupported"]
     return {
         "device": device,
         "model": spec.name,
         "summary": {
-            "native_ops_share": native_ops / len(records) if records else 1.0,
+            "native_ops_share": native_ops / len(top) if top else 1.0,
             "native_calls_share": per_route["native"] / calls if calls else 1.0,
-            "ops": len(records),
+            "ops": len(top),
             "calls": calls,
             "routes": per_route,
+            "in_translations": reached,
+            "unsupported_calls": unsupported_calls,
+            "traced_on": "real CPU run" if result.real_run else "fake tensors",
         },
-        "ops": [{"op": record.op, "dtype": record.dtype, "route": route.kind, "source": route.source,
-                 "calls": record.calls,
-                 "modules": [{"module": name, "calls": n} for name, n in record.modules.items()]}
-                for record, route in zip(records, routes, strict=True)],
+        "ops": [{"op": r.op, "dtype": r.dtype, "route": r.route, "source": r.source, "calls": r.calls,
+                 "via": [{"op": op, "dtype": dtype} for op, dtype in r.via],
+                 "verdict": verdicts.get((*r.via, (r.op, r.dtype)), r.route) if r.route == "translate"
+                 else r.route,
+                 "modules": [{"module": name, "calls": n} for name, n in r.modules.items()]}
+                for r in records],
+        "real_run": result.real_run or None,
     }
 
 
-def _notes(desc: Any, records: list[OpRecord], *, train: bool, amp: bool, fused: bool,
-           math_attention: bool) -> list[str]:
-    notes = [
-        "Traced on fake CPU tensors (no data, no compute): where a device chooses a device-specific "
-        "kernel at run time (SDPA's fused attention, cuDNN convolution and batch norm) the trace "
-        "shows the CPU's choice, so the op names of those calls can differ on the real device.",
-        "Ops are counted below autograd, as a backend sees them: CompositeImplicitAutograd ops "
-        "appear as the ops they decompose into.",
-    ]
-    attention = _attention_note(desc, records, fused=fused, math_attention=math_attention)
+def _notes(table: RouteTable, result: TraceResult, kernels: DeviceKernels, *, train: bool,
+           amp: bool) -> list[str]:
+    desc = table.description
+    records = result.records
+    if result.real_run:
+        notes = [f"Recorded from a real CPU run of the example inputs, not on fake tensors: {result.real_run}. "
+                 f"Every part of the step (forward, loss, backward, optimizer) comes from that run; its "
+                 f"ops are those of these inputs, routed and translated as the router does."]
+    else:
+        notes = ["Traced on fake CPU tensors (no data, no compute) for every part of the step; the "
+                 "router's decisions were replayed on them (translations ran, their ops are listed "
+                 "with the op they were reached through)."]
+    notes.append("Ops are counted below autograd, as a backend sees them: CompositeImplicitAutograd ops "
+                 "appear as the ops they decompose into.")
+    if any(r.via for r in records):
+        notes.append("A translated op runs PyTorch's decomposition, whose ops the device must run too: "
+                     "they are listed with 'via' (the translated ops they were reached through, outermost "
+                     "first), and a translated op's verdict is the worst route in its chain.")
+    attention = _attention_note(desc, records, kernels)
     if attention:
         notes.append(attention)
+    if not kernels.host:
+        notes.append(f"'{desc.name}' is not the host CPU: the trace ran without the CPU's own kernels "
+                     f"(oneDNN's mkldnn_*, *_for_cpu), so RNNs appear as the generic cell ops"
+                     + (" and training-mode dropout as native_dropout" if kernels.fused_dropout else "")
+                     + f", as PyTorch runs them on a {kernels.backend} backend. Dropout and RNNs inside "
+                     f"C++ code (nn.LSTM's inter-layer dropout) still take the CPU's path.")
     if train:
         notes.append("The training step is one forward pass, the loss, one backward pass and one "
                      "AdamW step with foreach=False (per-parameter ops); optimizer calls are listed "
@@ -122,25 +174,30 @@ def _notes(desc: Any, records: list[OpRecord], *, train: bool, amp: bool, fused:
     return notes
 
 
-def _attention_note(desc: Any, records: list[OpRecord], *, fused: bool, math_attention: bool) -> str:
+def _attention_note(desc: Any, records: list[OpRecord], kernels: DeviceKernels) -> str:
     sdpa = sorted({r.op for r in records if r.op.startswith(_SDPA_PREFIX)})
     # scaled_dot_product_attention itself is CompositeImplicitAutograd, so no dispatch mode sees the
     # call; its kernels (_scaled_dot_product_*) or, on the math path, _safe_softmax (which only SDPA's
     # math path calls) show that it ran.
     if not sdpa and not any(r.op == "aten::_safe_softmax.default" for r in records):
         return ""
-    if not fused:
+    if not desc.section("ops")["fused_attention"]:
         return (f"'{desc.name}' sets ops.fused_attention = false: scaled_dot_product_attention was traced "
                 f"on its math path (bmm, softmax), as torch-fl runs it there.")
-    if math_attention:
-        kernels = sorted(op for op in desc.native_ops()
-                         if op.startswith(_SDPA_PREFIX) and op.endswith(".default")
-                         and not op.endswith(("_backward.default", "_math.default")))
-        return ("scaled_dot_product_attention was traced on its math path (bmm, softmax), which every "
-                f"device can run: at run time PyTorch picks a fused kernel of '{desc.name}' when one fits "
-                f"the inputs" + (f" (native here: {', '.join(kernels)})." if kernels else "."))
-    return (f"scaled_dot_product_attention ran as {', '.join(sdpa)}, the kernel PyTorch picks on the CPU "
-            f"for these inputs.")
+    if kernels.host:
+        return (f"scaled_dot_product_attention ran as {', '.join(sdpa)}, the kernel PyTorch picks on the "
+                f"CPU for these inputs.")
+    fused = sorted(op for op in desc.native_ops() if op.startswith(_SDPA_PREFIX) and op.endswith(".default")
+                   and not op.endswith(("_backward.default", "_math.default")))
+    if kernels.attention:
+        recorded = [k.op for k in kernels.attention if k.op in sdpa]
+        return ("scaled_dot_product_attention was recorded as the fused kernel PyTorch picks on "
+                f"'{desc.name}' for these inputs ({', '.join(recorded) or 'none fitted: math path'}); "
+                f"its order of preference: {', '.join(k.op for k in kernels.attention)}, else the math path.")
+    how = "as the emulator computes it on the CPU" if kernels.emulated else "no fused kernel of it is native"
+    return (f"scaled_dot_product_attention was traced on its math path (bmm, softmax), {how}; the chip "
+            f"itself picks a fused kernel of '{desc.name}' when one fits "
+            f"the inputs" + (f" (native here: {', '.join(fused)})." if fused else "."))
 
 
 def _report(spec: ModelSpec, device: str, data: dict[str, Any], traced: str) -> Report:
@@ -158,6 +215,9 @@ def _report(spec: ModelSpec, device: str, data: dict[str, Any], traced: str) -> 
             ("native", f"{summary['native_ops_share']:.1%} of ops, {summary['native_calls_share']:.1%} "
                        f"of calls"),
             ("calls per route", routes_text or "none"),
+            ("inside translations", ", ".join(f"{kind} {n}" for kind, n in summary["in_translations"].items()
+                                              if n) or "none"),
+            ("unsupported calls", f"{summary['unsupported_calls']} (any depth; --strict fails above 0)"),
         ],
     )
     report.sections.append(_not_native_section(data))
@@ -168,19 +228,29 @@ def _report(spec: ModelSpec, device: str, data: dict[str, Any], traced: str) -> 
 
 
 def _not_native_section(data: dict[str, Any]) -> Section:
-    ops = [op for op in data["ops"] if op["route"] != "native"]
+    ops = [op for op in data["ops"] if op["route"] != "native" or op["verdict"] != "native"]
     section = Section(f"Ops that are not native on {data['device']}")
     if not ops:
         section.text.append(f"Every traced op is native on {data['device']}.")
         return section
-    ops.sort(key=lambda op: (_SEVERITY.index(op["route"]), -op["calls"], op["op"]))
-    rows = [[op["route"], op["op"], op["dtype"] or "-", op["calls"],
+    ops.sort(key=lambda op: (_SEVERITY.index(op["verdict"]), _SEVERITY.index(op["route"]), -op["calls"],
+                             op["op"], _via_text(op["via"])))
+    rows = [[op["route"] if op["verdict"] == op["route"] else f"{op['route']} -> {op['verdict']}",
+             op["op"], op["dtype"] or "-", op["calls"],
+             _via_text(op["via"]) or "-",
              ", ".join(f"{m['module']} ×{m['calls']}" for m in op["modules"][:3])
              + (f", +{len(op['modules']) - 3} more" if len(op["modules"]) > 3 else ""),
              _short_source(op["source"], data["device"])]
             for op in ops]
-    section.tables.append(Table(["route", "op", "dtype", "calls", "called by", "decided by"], rows))
+    section.tables.append(Table(["route", "op", "dtype", "calls", "via translation of", "called by",
+                                 "decided by"], rows))
+    section.text.append("'translate -> X': the translation runs, but the worst route in its chain is X. "
+                        "Rows with 'via' are reached inside translations (outermost first).")
     return section
+
+
+def _via_text(via: list[dict[str, Any]]) -> str:
+    return " > ".join(link["op"].removeprefix("aten::").removesuffix(".default") for link in via)
 
 
 def _short_source(source: str, device: str) -> str:
@@ -198,6 +268,8 @@ def _top_level(module: str) -> str:
 def _module_section(spec: ModelSpec, data: dict[str, Any]) -> Section:
     per_module: dict[str, Counter[str]] = defaultdict(Counter)
     for op in data["ops"]:
+        if op["via"]:
+            continue  # counted in the translated op the model called
         for caller in op["modules"]:
             per_module[_top_level(caller["module"])][op["route"]] += caller["calls"]
     order = [name for name, _ in spec.model.named_children()] + [MODEL, OPTIMIZER]
@@ -219,7 +291,9 @@ def _warnings(data: dict[str, Any]) -> list[str]:
                         f"ops table above lists what to add to the description or provide kernels for.")
     unsupported = [op for op in data["ops"] if op["route"] == "unsupported"]
     if unsupported:
-        names = ", ".join(f"{op['op']} ({op['dtype'] or 'any dtype'})" for op in unsupported[:5])
+        names = ", ".join(f"{op['op']} ({op['dtype'] or 'any dtype'})"
+                          + (f" reached via {_via_text(op['via'])}" if op["via"] else "")
+                          for op in unsupported[:5])
         more = f" and {len(unsupported) - 5} more" if len(unsupported) > 5 else ""
         count = ("1 (op, dtype) pair has" if len(unsupported) == 1
                  else f"{len(unsupported)} (op, dtype) pairs have")

@@ -30,7 +30,7 @@ import copy
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -38,7 +38,12 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from ..description.probe import canonical_op_name
 from ..errors import TorchFLError
 from ..routing.router import first_dtype
+from .chains import CallKey, Replay
 from .model import ModelSpec
+
+if TYPE_CHECKING:
+    from ..routing.table import RouteTable
+    from .fidelity import DeviceKernels
 
 MODEL = "<model>"
 OPTIMIZER = "<optimizer>"
@@ -63,6 +68,19 @@ class OpRecord:
     dtype: str | None        # the dtype that decides the route (torch_fl.routing.router.first_dtype)
     calls: int = 0
     modules: dict[str, int] = field(default_factory=dict)  # qualified module name -> calls, most first
+    # With a route table (coverage): the translated ops this call was reached through, outermost
+    # first (() for a call the model makes itself), and the route the router would take.
+    via: tuple[tuple[str, str | None], ...] = ()  # (op, dtype) of each translated call
+    route: str | None = None
+    source: str = ""
+
+
+@dataclass
+class TraceResult:
+    """A trace and how it was obtained."""
+
+    records: list[OpRecord]
+    real_run: str = ""  # why the step was recorded from a real CPU run instead of fake tensors ("": it was not)
 
 
 def make_optimizer(params: Any) -> torch.optim.Optimizer:
@@ -148,22 +166,36 @@ class _Attribution:
 
 
 class _Recorder(TorchDispatchMode):
-    """Counts (op, dtype, module) of every call that reaches the dispatcher's Python key."""
+    """Counts (op, dtype, module) of every device call that reaches the dispatcher's Python key; with
+    a Replay, routes each call as the router would and expands translations (chains.py)."""
 
-    def __init__(self, attribution: _Attribution):
+    def __init__(self, attribution: _Attribution, replay: Replay | None = None,
+                 side: _DeviceSide | None = None):
         super().__init__()
         self.attribution = attribution
-        self.calls: Counter[tuple[Any, str | None, str]] = Counter()
-        self._skip: dict[Any, bool] = {}
+        self.replay = replay
+        self.side = side or _DeviceSide("all")
+        self.calls: Counter[CallKey] = Counter() if replay is None else replay.calls
+        self._names: dict[Any, str | None] = {}  # None: bookkeeping, not recorded
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        skip = self._skip.get(func)
-        if skip is None:
-            skip = self._skip[func] = _is_bookkeeping(func)
-        if not skip:
-            self.calls[func, first_dtype(args, kwargs), self.attribution.module()] += 1
-        return func(*args, **kwargs)
+        op = self._names.get(func, "")
+        if op == "":
+            op = self._names[func] = None if _is_bookkeeping(func) else canonical_op_name(func)
+        if op is None:
+            return func(*args, **kwargs)
+        module = self.attribution.module()
+        if not self.side.has(args, kwargs, module == OPTIMIZER):
+            return func(*args, **kwargs)  # host work
+        dtype = first_dtype(args, kwargs)
+        if self.replay is not None:
+            out = self.replay.call(self, func, op, dtype, module, args, kwargs)
+        else:
+            self.calls[op, dtype, module, (), "", ""] += 1
+            out = func(*args, **kwargs)
+        self.side.mark(out)
+        return out
 
 
 def _is_bookkeeping(func: Any) -> bool:
@@ -180,28 +212,29 @@ def _fake_mode():
     return FakeTensorMode(allow_non_fake_inputs=True, shape_env=ShapeEnv())
 
 
-def _to_fake(mode: Any, tensor: torch.Tensor) -> torch.Tensor:
+def _to_fake(mode: Any, tensor: torch.Tensor, device: str = "cpu") -> torch.Tensor:
     from torch._subclasses.fake_tensor import FakeTensor
 
-    if tensor.device.type == "cpu" and not isinstance(tensor, FakeTensor):
+    if device == "cpu" and tensor.device.type == "cpu" and not isinstance(tensor, FakeTensor):
         return mode.from_tensor(tensor, static_shapes=True)  # keeps strides and storage sharing
     # Meta tensors, tensors of another fake mode or of another device: only the metadata matters.
     with mode:
-        return torch.empty_strided(tensor.shape, tensor.stride(), dtype=tensor.dtype, device="cpu")
+        return torch.empty_strided(tensor.shape, tensor.stride(), dtype=tensor.dtype, device=device)
 
 
-def _fake_model(model: torch.nn.Module, mode: Any) -> torch.nn.Module:
-    """A copy of `model` whose parameters and buffers are fake CPU tensors; the model is untouched.
+def _fake_model(model: torch.nn.Module, mode: Any, device: str = "cpu") -> torch.nn.Module:
+    """A copy of `model` whose parameters and buffers are fake tensors on `device`; the model is
+    untouched.
 
     Deep-copying with the parameters and buffers already in the memo copies the module structure only
     (no tensor data), and a parameter shared by two modules (tied embeddings) stays shared."""
     memo: dict[int, Any] = {}
     for param in model.parameters():
         if id(param) not in memo:
-            memo[id(param)] = torch.nn.Parameter(_to_fake(mode, param.detach()), param.requires_grad)
+            memo[id(param)] = torch.nn.Parameter(_to_fake(mode, param.detach(), device), param.requires_grad)
     for buffer in model.buffers():
         if id(buffer) not in memo:
-            memo[id(buffer)] = _to_fake(mode, buffer)
+            memo[id(buffer)] = _to_fake(mode, buffer, device)
     try:
         return copy.deepcopy(model, memo)
     except Exception as exc:
@@ -210,10 +243,55 @@ def _fake_model(model: torch.nn.Module, mode: Any) -> torch.nn.Module:
                          f"(no open files, locks or generators in its attributes).") from exc
 
 
-def _fake_inputs(inputs: tuple, mode: Any) -> tuple:
+def _fake_inputs(inputs: tuple, mode: Any, device: str = "cpu") -> tuple:
     from torch.utils._pytree import tree_map
 
-    return tree_map(lambda v: _to_fake(mode, v) if isinstance(v, torch.Tensor) else v, inputs)
+    return tree_map(lambda v: _to_fake(mode, v, device) if isinstance(v, torch.Tensor) else v, inputs)
+
+
+class _DeviceSide:
+    """Which calls run on the traced device rather than on the host (host work: an optimizer's step
+    counter, inputs sampled with a CPU generator, is never the chip's, and the emulator does not route
+    it either).
+
+    On fake tensors the device's tensors live on a device of their own (meta, or the emulated backend;
+    host tensors stay fake CPU tensors), so a device call is one that touches such a tensor or creates
+    one, and a tensor the code forgot to move fails as it would on the chip. In a real CPU run every tensor is a CPU tensor: the model's
+    parameters, buffers and inputs are the device's, and so is whatever is computed from them or
+    created by the model's own code (the optimizer's fresh tensors are host state)."""
+
+    def __init__(self, kind: str, seeds: list[torch.Tensor] = ()):  # all | tracked | a device type
+        self.kind = kind
+        if kind == "tracked":
+            from torch.utils.weak import WeakTensorKeyDictionary
+
+            self.tensors = WeakTensorKeyDictionary()
+            for tensor in seeds:
+                self.tensors[tensor] = True
+
+    def has(self, args: tuple, kwargs: dict, in_optimizer: bool) -> bool:
+        if self.kind == "all":
+            return True
+        seen = False
+        for value in (*args, *kwargs.values()):
+            for t in value if isinstance(value, (list, tuple)) else (value,):
+                if isinstance(t, torch.Tensor):
+                    seen = True
+                    if t in self.tensors if self.kind == "tracked" else t.device.type == self.kind:
+                        return True
+        if seen:
+            return False
+        if self.kind != "tracked":
+            device = kwargs.get("device")
+            return device is not None and torch.device(device).type == self.kind
+        return not in_optimizer  # a factory call of the model's own code
+
+    def mark(self, out: Any) -> None:
+        if self.kind != "tracked":
+            return
+        for t in out if isinstance(out, (list, tuple)) else (out,):
+            if isinstance(t, torch.Tensor):
+                self.tensors[t] = True
 
 
 @contextlib.contextmanager
@@ -230,15 +308,19 @@ def _phase(what: str, attribution: _Attribution) -> Iterator[None]:
                          f"{first_line}{_hint(exc)}") from exc
 
 
-def _hint(exc: Exception) -> str:
+def _data_dependent(exc: BaseException | None) -> bool:
     from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException
     from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
 
-    data_dependent = (GuardOnDataDependentSymNode, DataDependentOutputException, DynamicOutputShapeException)
-    if isinstance(exc, data_dependent):
-        return (". The trace computes no values, so Python code that branches on a tensor's values (or "
-                "on a size that depends on them) cannot be followed. Write the branch with tensor ops "
-                "(torch.where, masking) or give the factory inputs that do not reach it.")
+    return isinstance(exc, (GuardOnDataDependentSymNode, DataDependentOutputException,
+                            DynamicOutputShapeException))
+
+
+def _hint(exc: Exception) -> str:
+    if _data_dependent(exc):
+        return (". Fake tensors hold no values, so Python code that branches on a tensor's values (or on "
+                "a size that depends on them) cannot be followed; trace(..., real_fallback=True) (what "
+                "`torchfl coverage` does) records a real CPU run of the example inputs instead.")
     return ""
 
 
@@ -263,23 +345,92 @@ def trace(spec: ModelSpec, *, train: bool = False, step: bool = True, amp: bool 
         >>> records = trace(load_model("examples/gpt.py:factory"), train=True)  # doctest: +SKIP
         >>> next(r for r in records if r.op == "aten::gelu_backward.default")  # doctest: +SKIP
         OpRecord(op='aten::gelu_backward.default', dtype='float32', calls=2,
-                 modules={'blocks.0.mlp.1': 1, 'blocks.1.mlp.1': 1})
+                 modules={'blocks.0.mlp.1': 1, 'blocks.1.mlp.1': 1}, via=(), route=None, source='')
     """
-    mode = _fake_mode()
-    model = _fake_model(spec.model, mode)
-    model.train(train)
-    inputs = _fake_inputs(spec.inputs, mode)
-    attribution = _Attribution(model)
-    recorder = _Recorder(attribution)
+    kernels = None
+    if math_attention:
+        from .fidelity import DeviceKernels
+
+        kernels = DeviceKernels("CPU", host=False, attention=(), math_attention=True)
+    return trace_step(spec, train=train, step=step, amp=amp, amp_dtype=amp_dtype, kernels=kernels,
+                      cpu_kernels=True).records
+
+
+def trace_step(spec: ModelSpec, *, train: bool = False, step: bool = True, amp: bool = False,
+               amp_dtype: str | torch.dtype = torch.bfloat16, table: RouteTable | None = None,
+               kernels: DeviceKernels | None = None, device: str = "cpu", cpu_kernels: bool = False,
+               real_fallback: bool = False) -> TraceResult:
+    """:func:`trace`, with the router's decisions and the device's kernel choices.
+
+    Args:
+        table: route every call as the router of this table would, expanding translations into the
+            calls they make (chains.py); records then carry ``via``, ``route`` and ``source``.
+        kernels: the device's kernel choices (fidelity.device_kernels), made on the trace's tensors
+            where PyTorch would make the CPU's; None: the CPU's.
+        device: where the model's tensors live in the trace: ``cpu`` (the host: every call counts),
+            ``meta`` (a device apart from the host: only calls on meta tensors count, host work such as
+            an optimizer's step counter does not), or an emulated device such as ``emu:0`` (fake tensors
+            of that backend: PyTorch makes the emulated backend's own kernel choices).
+        cpu_kernels: keep the CPU's oneDNN kernels even though `kernels` is not the host
+            (trace(math_attention=True) only changes attention).
+        real_fallback: when fake tensors meet Python code that branches on tensor values
+            (PyTorch's own ``_detect_is_causal_mask`` does), record a real run of the example inputs
+            (on the emulated device, else on the CPU) instead of failing; ``TraceResult.real_run`` then
+            says why.
+    """
     if isinstance(amp_dtype, str):
         amp_dtype = getattr(torch, amp_dtype)
+    options = dict(train=train, step=step, amp=amp, amp_dtype=amp_dtype, table=table, kernels=kernels,
+                   device=device, cpu_kernels=cpu_kernels)
+    try:
+        return TraceResult(_trace(spec, fake=True, **options))
+    except TraceError as exc:
+        if not real_fallback or not _data_dependent(exc.__cause__):
+            raise
+        reason = str(exc).split(". Fake tensors hold no values")[0]
+    if any(t.device.type == "meta" for t in (*spec.model.parameters(), *spec.model.buffers())):
+        raise TraceError(f"{reason}. A real run of the example inputs would follow that branch, but the "
+                         f"model is on the meta device (no values): build it on the CPU to check it.")
+    from ..routing import suspended
+
+    # Plain PyTorch underneath (an active emulation must not check this run a second time), and
+    # dropout and friends leave the caller's RNG untouched.
+    with suspended(), torch.random.fork_rng(devices=[]):
+        records = _trace(spec, fake=False, **options)
+    return TraceResult(records, real_run=reason)
+
+
+def _trace(spec: ModelSpec, *, fake: bool, train: bool, step: bool, amp: bool, amp_dtype: torch.dtype,
+           table: RouteTable | None, kernels: DeviceKernels | None, device: str,
+           cpu_kernels: bool) -> list[OpRecord]:
+    backend = torch.device(device).type
+    # On the emulated backend PyTorch makes that backend's kernel choices itself; elsewhere they are
+    # steered (fidelity.py). A real run of a non-emulated device computes on the CPU.
+    steer = kernels is not None and backend != "emu"
+    if fake:
+        mode = _fake_mode()
+        model = _fake_model(spec.model, mode, device)
+        inputs = _fake_inputs(spec.inputs, mode, device)
+        side = _DeviceSide("all") if backend == "cpu" else _DeviceSide(backend)
+    elif backend == "emu":
+        mode, model = contextlib.nullcontext(), _real_copy(spec.model).to(device)
+        inputs = tuple(v.to(device) if isinstance(v, torch.Tensor) else v for v in spec.inputs)
+        side = _DeviceSide(backend)
+    else:
+        mode, model, inputs = contextlib.nullcontext(), _real_copy(spec.model), spec.inputs
+        seeds = [*model.parameters(), *model.buffers()]
+        seeds += [t for t in _leaves(inputs) if isinstance(t, torch.Tensor)]
+        side = _DeviceSide("tracked", seeds) if backend != "cpu" else _DeviceSide("all")
+    model.train(train)
+    attribution = _Attribution(model)
+    recorder = _Recorder(attribution, Replay(table) if table is not None else None, side)
     try:
         with contextlib.ExitStack() as stack:
             stack.enter_context(mode)
-            if math_attention:
-                from torch.nn.attention import SDPBackend, sdpa_kernel
+            if steer:
+                from .fidelity import kernel_choices
 
-                stack.enter_context(sdpa_kernel([SDPBackend.MATH]))
+                stack.enter_context(kernel_choices(kernels, cpu_kernels=cpu_kernels))
             optimizer = make_optimizer(model.parameters()) if train and step else None
             stack.enter_context(recorder)
             with _phase("forward pass", attribution), torch.set_grad_enabled(train), \
@@ -299,19 +450,35 @@ def trace(spec: ModelSpec, *, train: bool = False, step: bool = True, amp: bool 
     return _records(recorder.calls)
 
 
-def _records(calls: Counter[tuple[Any, str | None, str]]) -> list[OpRecord]:
-    names: dict[Any, str] = {}
-    records: dict[tuple[str, str | None], OpRecord] = {}
-    for (func, dtype, module), count in calls.items():
-        op = names.get(func) or names.setdefault(func, canonical_op_name(func))
-        record = records.get((op, dtype))
+def _leaves(value: Any) -> list[Any]:
+    from torch.utils._pytree import tree_leaves
+
+    return tree_leaves(value)
+
+
+def _real_copy(model: torch.nn.Module) -> torch.nn.Module:
+    try:
+        return copy.deepcopy(model)
+    except Exception as exc:
+        raise TraceError(f"cannot copy {type(model).__name__} to run it ({type(exc).__name__}: {exc}); "
+                         f"the analysis never runs the user's model itself. Make the model deep-copyable "
+                         f"(no open files, locks or generators in its attributes).") from exc
+
+
+def _records(calls: Counter[CallKey]) -> list[OpRecord]:
+    records: dict[tuple[str, str | None, tuple[tuple[str, str | None], ...], str], OpRecord] = {}
+    for (op, dtype, module, via, route, source), count in calls.items():
+        record = records.get((op, dtype, via, route))
         if record is None:
-            record = records[op, dtype] = OpRecord(op, dtype)
+            record = records[op, dtype, via, route] = OpRecord(op, dtype, via=via, route=route or None,
+                                                               source=source)
         record.calls += count
         record.modules[module] = record.modules.get(module, 0) + count
     for record in records.values():
         record.modules = dict(sorted(record.modules.items(), key=lambda kv: (-kv[1], kv[0])))
-    return sorted(records.values(), key=lambda r: (r.op, r.dtype or ""))
+    return sorted(records.values(), key=lambda r: (r.op, r.dtype or "", [(o, d or "") for o, d in r.via],
+                                                   r.route or ""))
 
 
-__all__ = ["MODEL", "OPTIMIZER", "OpRecord", "TraceError", "make_optimizer", "trace"]
+__all__ = ["MODEL", "OPTIMIZER", "OpRecord", "TraceError", "TraceResult", "make_optimizer", "trace",
+           "trace_step"]

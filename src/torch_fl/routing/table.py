@@ -198,6 +198,24 @@ class RouteTable:
         why = "" if self._policy == "error" else " and no generic (decomposed) implementation exists"
         return Route("unsupported", source + f": not native{why}")
 
+    def untranslatable(self, route: Route, why: str) -> Route:
+        """Where a call routed to 'translate' goes when its translation cannot run for it (there is
+        none, it keeps calling the op itself, or it returns NotImplemented for these inputs): the CPU
+        under ``ops.default = 'translate-or-fallback'``, else an error. The router and coverage's
+        chains (torch_fl.analysis.chains) both decide it here."""
+        if self._policy == "translate-or-fallback":
+            return Route("fallback", f"{route.source}; translation failed: {why}")
+        return Route("unsupported", f"{route.source}: cannot translate: {why}")
+
+    def creation(self, op: str, dtype: str | None) -> Route | None:
+        """The route of a factory call (no tensor argument) that the description decides before its
+        op's route: a tensor of a dtype outside ``precision.dtypes`` cannot exist on the device, so
+        its creation fails. None: route it as usual."""
+        if dtype is not None and dtype not in self._dtypes:
+            return Route("unsupported", f"{self._where} precision.dtypes: {op} creates a {dtype} tensor, "
+                                        f"which this device cannot hold")
+        return None
+
     def summary(self, dtype: str | None = None) -> dict[str, int]:
         """How many aten overloads this process's dispatcher knows take each route (for `dtype`)."""
         from ..description.probe import all_aten_ops
@@ -224,6 +242,13 @@ class RouteTable:
         if _lookup(self._op_dtypes, op) is not None:
             return True
         return any(e.dtypes is not None for n in (op, op.rsplit(".", 1)[0]) for e in self.kernels.get(n, []))
+
+
+def placeholder(ovl: torch._ops.OpOverload, args: tuple) -> bool:
+    """A factory call for a tensor of no elements (batch norm's uint8 reserve of size 0): no device
+    needs a kernel or a dtype for it, so it is neither routed nor counted."""
+    size = args[0] if args and ovl._schema.arguments and ovl._schema.arguments[0].name == "size" else None
+    return isinstance(size, (list, tuple)) and 0 in size
 
 
 def is_composite_implicit(op: str) -> bool:

@@ -1,0 +1,133 @@
+"""The router's decisions replayed inside a trace: every call gets the route the runtime would give it,
+and a translated call expands into the calls its translation makes, recursively.
+
+Coverage must not pass a model that then stops on the chip. A translation is PyTorch code that calls
+other aten ops (``empty_like`` becomes ``empty_permuted``; ``_safe_softmax`` calls ``all``, ``sum`` and
+``rsub``), and the chip must run those too. So a translated call is not a leaf: the trace runs the same
+translation function the router runs (torch_fl.routing.translate.translation) on the same (fake or real)
+tensors, with the recording mode re-entered, exactly as the emulator re-enters its own checks, and each
+sub-call is classified with its own route (RouteTable.route, the router's table) and remembers the chain
+of translated ops it was reached through. The rest mirrors torch_fl.routing.router.Router:
+
+- factory calls (no tensor argument): a placeholder of no elements is native whatever its dtype, and
+  a tensor of a dtype outside ``precision.dtypes`` fails at its creation (RouteTable.creation);
+- native: the op runs; an output dtype outside ``precision.dtypes`` is unsupported (rfft on a chip
+  without complex64), as the emulator checks;
+- translate: counted as translate, then the translation runs; when there is none, it keeps calling
+  the op itself, or it returns NotImplemented, RouteTable.untranslatable decides (fallback or error);
+- fallback: counted; unsupported when ``FL_FALLBACK=error``;
+- kernel: counted; the kernel itself is not run (it may need the device), the op's CPU semantics give
+  the shapes to go on with;
+- unsupported: counted, and the op still runs on the trace's tensors so the rest of the model is
+  reported too.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import torch
+
+from .. import _env
+from ..routing.table import Route, RouteTable, dtype_name, placeholder
+from ..routing.translate import guard, translation
+
+# A translated call a sub-call was reached through: (op, dtype).
+Link = tuple[str, str | None]
+# A call as recorded: (op, dtype, module, chain of translated calls outermost first, route kind, source).
+CallKey = tuple[str, str | None, str, tuple[Link, ...], str, str]
+
+
+_PLACEHOLDER = Route("native", "a placeholder of no elements: no device needs a kernel or a dtype for it")
+
+
+class Replay:
+    """Routes calls for a recording dispatch mode the way the router would, and counts them."""
+
+    def __init__(self, table: RouteTable):
+        self.table = table
+        self.dtypes = frozenset(table.description.dtypes)
+        self.strict_fallback = _env.FL_FALLBACK.get().lower() == "error"
+        self.calls: Counter[CallKey] = Counter()
+        self.via: list[Link] = []
+
+    def call(self, mode: Any, func: Any, op: str, dtype: str | None, module: str,
+             args: tuple, kwargs: dict) -> Any:
+        """Run one call that reached `mode` (already popped, as inside ``__torch_dispatch__``)."""
+        if _factory(args, kwargs):
+            created = _PLACEHOLDER if placeholder(func, args) else self.table.creation(op, dtype)
+            if created is not None:
+                out = func(*args, **kwargs)
+                self._count(op, dtype, module, created)
+                return out
+        route = self.table.route(op, dtype)
+        kind = route.kind
+        if kind == "translate":
+            return self._translate(mode, func, op, dtype, module, route, args, kwargs)
+        if kind == "fallback" and self.strict_fallback:
+            route = Route("unsupported", f"{route.source}; FL_FALLBACK=error forbids running it on the CPU")
+        out = func(*args, **kwargs)
+        if kind == "native":
+            produced = _foreign_dtype(out, self.dtypes)
+            if produced is not None:
+                route = Route("unsupported", f"{route.source}; it produces {produced}, which is not in "
+                                             f"precision.dtypes")
+        self._count(op, dtype, module, route)
+        return out
+
+    def _count(self, op: str, dtype: str | None, module: str, route: Route) -> None:
+        self.calls[op, dtype, module, tuple(self.via), route.kind, route.source] += 1
+
+    def _translate(self, mode: Any, func: Any, op: str, dtype: str | None, module: str, route: Route,
+                   args: tuple, kwargs: dict) -> Any:
+        fn = translation(op)
+        if fn is None:
+            return self._untranslatable(func, op, dtype, module, route, args, kwargs,
+                                        "no generic (decomposed) implementation exists")
+        if guard.depth[op] >= guard.LIMIT:
+            return self._untranslatable(func, op, dtype, module, route, args, kwargs,
+                                        f"its decomposition keeps calling {op} itself "
+                                        f"({guard.LIMIT} levels deep)")
+        self._count(op, dtype, module, route)  # the router counts the call before translating it
+        guard.depth[op] += 1
+        self.via.append((op, dtype))
+        try:
+            with mode:  # the translation's own calls are recorded and routed too
+                out = fn(*args, **kwargs)
+        finally:
+            self.via.pop()
+            guard.depth[op] -= 1
+        if out is NotImplemented:
+            return self._untranslatable(func, op, dtype, module, route, args, kwargs,
+                                        "its decomposition does not cover these inputs")
+        return out
+
+    def _untranslatable(self, func: Any, op: str, dtype: str | None, module: str, route: Route,
+                        args: tuple, kwargs: dict, why: str) -> Any:
+        instead = self.table.untranslatable(route, why)
+        if instead.kind == "fallback" and self.strict_fallback:
+            instead = Route("unsupported", f"{instead.source}; FL_FALLBACK=error forbids running it on "
+                                           f"the CPU")
+        self._count(op, dtype, module, instead)
+        return func(*args, **kwargs)
+
+
+def _factory(args: tuple, kwargs: dict) -> bool:
+    for value in (*args, *kwargs.values()):
+        if isinstance(value, torch.Tensor) or (isinstance(value, (list, tuple)) and value
+                                               and isinstance(value[0], torch.Tensor)):
+            return False
+    return True
+
+
+def _foreign_dtype(out: Any, dtypes: frozenset[str]) -> str | None:
+    for value in out if isinstance(out, (tuple, list)) else (out,):
+        if isinstance(value, torch.Tensor):
+            name = dtype_name(value.dtype)
+            if name not in dtypes:
+                return name
+    return None
+
+
+__all__ = ["CallKey", "Link", "Replay"]

@@ -1,0 +1,100 @@
+"""Small models of the public patterns that coverage got wrong (issue 12), as model entry points.
+
+Each ``name()`` follows the factory contract of torch_fl.analysis.model: ``(model, inputs[, loss_fn])``.
+The patterns, and where they come from:
+
+- dropout:       nn.Dropout in training (every transformer: minGPT, nanoGPT, pytorch/examples'
+                 word_language_model); on the CPU it runs as empty_like + bernoulli_ + div_ + mul.
+- empty_like:    a model calling torch.empty_like itself (its translation calls empty_permuted).
+- encoder:       nn.TransformerEncoder with a causal mask (word_language_model's TransformerModel):
+                 PyTorch's own _detect_is_causal_mask branches on the mask's values.
+- lstm:          a two-layer nn.LSTM language model with dropout (word_language_model's RNNModel).
+- sampled_gpt:   a GPT whose batch is sampled on the host with a CPU generator (nanoGPT's get_batch).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+
+class _Dropout(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1, self.drop, self.fc2 = nn.Linear(16, 32), nn.Dropout(0.1), nn.Linear(32, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(self.drop(F.relu(self.fc1(x))))
+
+
+def dropout():
+    torch.manual_seed(0)
+    return _Dropout(), (torch.randn(8, 16),)
+
+
+class _EmptyLike(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(16, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        buffer = torch.empty_like(x)
+        buffer.copy_(x)
+        return self.fc(buffer)
+
+
+def empty_like():
+    torch.manual_seed(0)
+    return _EmptyLike(), (torch.randn(8, 16),)
+
+
+class _Encoder(nn.Module):
+    def __init__(self, dim: int = 32) -> None:
+        super().__init__()
+        layer = nn.TransformerEncoderLayer(dim, 4, 64, dropout=0.1, batch_first=True)
+        self.encoder = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+        self.head = nn.Linear(dim, 5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        mask = nn.Transformer.generate_square_subsequent_mask(x.shape[1], device=x.device)
+        return self.head(self.encoder(x, mask=mask))
+
+
+def encoder():
+    torch.manual_seed(0)
+    return _Encoder(), (torch.randn(2, 7, 32),)
+
+
+class _LSTM(nn.Module):
+    def __init__(self, vocab: int = 50) -> None:
+        super().__init__()
+        self.embed, self.drop = nn.Embedding(vocab, 16), nn.Dropout(0.2)
+        self.rnn = nn.LSTM(16, 32, 2, dropout=0.2)
+        self.decoder = nn.Linear(32, vocab)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out, _ = self.rnn(self.drop(self.embed(x)))
+        return self.decoder(self.drop(out))
+
+
+def lstm():
+    torch.manual_seed(0)
+    return _LSTM(), (torch.randint(0, 50, (6, 3)),)
+
+
+def sampled_gpt():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+    try:
+        from gpt import GPT, lm_loss
+    finally:
+        sys.path.pop(0)
+    generator = torch.Generator().manual_seed(0)
+    data = torch.randint(0, 256, (2048,), generator=generator)  # a tokenised corpus, on the host
+    starts = torch.randint(len(data) - 33, (4,), generator=generator)
+    batch = torch.stack([data[i:i + 32] for i in starts.tolist()])
+    torch.manual_seed(0)
+    return GPT(vocab=256, dim=64, heads=4, layers=2, context=32), (batch,), lm_loss
