@@ -127,18 +127,24 @@ def _seconds(var: EnvVar, text: str, origin: str) -> float:
 
 
 def _path(var: EnvVar, text: str, origin: str) -> Path | None:
-    return Path(text).expanduser() if text else None
+    if not text:
+        return None
+    # The OS would answer with "File name too long" from deep inside whatever first touches the path.
+    longest = max(len(os.fsencode(part)) for part in Path(text).parts)
+    if longest > 255 or len(os.fsencode(text)) > 4096:
+        raise var.error(text, "too long to be a path (at most 255 bytes per name, 4096 in all)", origin)
+    return Path(text).expanduser()
 
 
 def _paths(var: EnvVar, text: str, origin: str) -> list[Path]:
-    return [Path(part.strip()).expanduser() for part in text.split(os.pathsep) if part.strip()]
+    return [_path(var, part.strip(), origin) for part in text.split(os.pathsep) if part.strip()]
 
 
 def _output_file(var: EnvVar, text: str, origin: str) -> Path | None:
     """A file written later (at exit): its folder must exist now, so the output is not lost at the end."""
-    if not text:
+    path = _path(var, text, origin)
+    if path is None:
         return None
-    path = Path(text).expanduser()
     if path.is_dir():
         raise var.error(text, "a folder; name a file inside it (example: route-log.json)", origin)
     if not path.parent.is_dir():
