@@ -1,14 +1,25 @@
 """Time to first result of the example transformer (examples/gpt.py) on the CPU, in fresh processes:
-JIT (torch.fl.compile) with an empty compile cache vs a warm one (target: at least 5x), and an AOT
-package (torch.fl.load_aot) vs JIT with a warm cache.
+torch.fl.compile with an empty compile cache vs a warm one (target: at least 5x), for one inference
+forward and one training step (forward + backward), and optionally an AOT package (torch.fl.load_aot).
 
-"Time to first result" runs from the first line of the child script (before `import torch`) to the
-first output of the compiled model, and so includes importing torch and torch-fl, building the model,
-compiling (or loading from the cache) and one forward pass. Cold and warm runs alternate, each cold
-run in a new empty cache directory, so that machine load affects both alike. Each child also reports
-Inductor's cache counters, so a "warm" run that did not hit the cache shows up.
+Each child times itself from its first line (before `import torch`) to the first result and splits that
+time into:
 
-    python benchmarks/compile_cache.py [--rounds 2] [--train] [--model examples/gpt.py:factory]
+``import``  importing torch and torch-fl, then Dynamo and Inductor (imported explicitly, so that the
+            import is not counted as tracing)
+``trace``   Dynamo: tracing the model's bytecode into a graph and building guards (its compile time
+            minus the backend's)
+``load``    the backend: AOTAutograd and Inductor compiling the graph (empty cache) or loading it from
+            the cache (warm), plus torch.fl.compile's own work (fingerprint, trust and integrity checks)
+``run``     the rest of the first call: running the compiled code (and, for a training step, the loss
+            and the backward pass)
+``model``   building the model and the eager reference (not part of the ratio's interest, shown apart)
+
+Cold and warm runs alternate, each cold run in a new empty cache, so that the load of the machine
+affects both alike; the load average is printed at the start and the end. Each child also reports
+Inductor's and AOTAutograd's cache counters, so a "warm" run that missed shows up.
+
+    python benchmarks/compile_cache.py [--rounds 3] [--model examples/gpt.py:factory] [--aot] [--json F]
 """
 
 from __future__ import annotations
@@ -20,6 +31,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,6 +43,7 @@ import json, sys
 import torch, torch_fl
 from torch_fl.analysis.model import load_model
 
+imported = time.perf_counter()
 mode, model_entry, train, package = sys.argv[1], sys.argv[2], sys.argv[3] == "1", sys.argv[4]
 spec = load_model(model_entry)
 model, inputs = spec.model, spec.inputs
@@ -39,9 +52,12 @@ with torch.no_grad():
     reference = model(*inputs)
 built = time.perf_counter()
 if mode == "jit":
-    run = torch.fl.compile(model)
+    import torch._dynamo, torch._inductor.compile_fx  # noqa: F401  (what torch.compile imports)
 else:
-    run = torch.fl.load_aot(package)
+    import torch._inductor  # noqa: F401
+imported_compiler = time.perf_counter()
+run = torch.fl.compile(model) if mode == "jit" else torch.fl.load_aot(package)
+wrapped = time.perf_counter()
 if train:
     output = run(*inputs)
     spec.loss(output, inputs).backward()
@@ -49,13 +65,26 @@ else:
     with torch.no_grad():
         output = run(*inputs)
 first = time.perf_counter()
-from torch._dynamo.utils import counters
-print("RESULT " + json.dumps({
-    "to_first_result": first - start, "import_and_build": built - start, "compile_and_call": first - built,
-    "fxgraph_hit": counters["inductor"]["fxgraph_cache_hit"],
-    "fxgraph_miss": counters["inductor"]["fxgraph_cache_miss"],
-    "max_abs_diff": float((output.detach() - reference).abs().max()) if not train else None,
-}))
+result = {"total": first - start, "import": (imported - start) + (imported_compiler - built),
+          "model": built - imported, "fl_compile": wrapped - imported_compiler,
+          "max_abs_diff": float((output.detach() - reference).abs().max()) if not train else None}
+if mode == "jit":
+    from torch._dynamo.utils import counters, get_compilation_metrics
+
+    def total_s(field):
+        return sum(getattr(m, field) or 0 for m in get_compilation_metrics()) / 1e6
+
+    dynamo = total_s("dynamo_cumulative_compile_time_us")
+    backend = total_s("aot_autograd_cumulative_compile_time_us")
+    backward = total_s("backward_cumulative_compile_time_us")
+    result.update(trace=dynamo - backend, load=backend + backward + result["fl_compile"],
+                  run=(first - wrapped) - dynamo - backward,
+                  counters={k: counters[g][k] for g, k in (
+                      ("inductor", "fxgraph_cache_hit"), ("inductor", "fxgraph_cache_miss"),
+                      ("aot_autograd", "autograd_cache_hit"), ("aot_autograd", "autograd_cache_miss"))})
+else:
+    result.update(trace=0.0, load=wrapped - imported_compiler, run=first - wrapped, counters={})
+print("RESULT " + json.dumps(result))
 """
 
 BUILD = r"""
@@ -67,63 +96,90 @@ result = export_aot(spec.model.eval(), spec.inputs, sys.argv[2], label=sys.argv[
 print(f"RESULT {result.seconds}")
 """
 
+PARTS = ("import", "trace", "load", "run")
+
 
 def child(cache_dir: str, *args: str, script: str = CHILD) -> dict | float:
-    env = {**os.environ, "FL_CACHE_DIR": cache_dir, "FL_BACKEND": "cpu"}
+    env = {**os.environ, "FL_CACHE_DIR": cache_dir, "FL_DEVICE": "cpu"}
     env.pop("TORCHINDUCTOR_CACHE_DIR", None)
     env.pop("TRITON_CACHE_DIR", None)
+    begin = time.perf_counter()
     proc = subprocess.run([sys.executable, "-c", script, *args], env=env, cwd=ROOT, capture_output=True,
                           text=True)
+    wall = time.perf_counter() - begin
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     if proc.returncode or not lines:
         sys.exit(f"child failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
-    return json.loads(lines[-1][len("RESULT "):])
+    result = json.loads(lines[-1][len("RESULT "):])
+    if isinstance(result, dict):
+        result["wall"] = wall  # with the interpreter's start and exit
+    return result
 
 
-def row(name: str, samples: list[dict]) -> tuple[str, float]:
-    first = statistics.median(s["to_first_result"] for s in samples)
-    compile_ = statistics.median(s["compile_and_call"] for s in samples)
-    hits = "/".join(f"{s['fxgraph_hit']}h{s['fxgraph_miss']}m" for s in samples)
-    diffs = [s["max_abs_diff"] for s in samples if s["max_abs_diff"] is not None]
-    diff = f"{max(diffs):.1e}" if diffs else "-"  # training: the output is a loss step, not compared
-    print(f"{name:<26} {first:8.2f} s {compile_:10.2f} s   {hits:<14} {diff}")
-    return name, first
+def median(samples: list[dict], key: str) -> float:
+    return statistics.median(s[key] for s in samples)
+
+
+def show(name: str, samples: list[dict]) -> float:
+    counters = "/".join(
+        f"{s['counters'].get('autograd_cache_hit', 0)}h{s['counters'].get('autograd_cache_miss', 0)}m"
+        for s in samples) or "-"
+    parts = " ".join(f"{median(samples, p):7.2f}" for p in PARTS)
+    print(f"{name:<24} {median(samples, 'total'):7.2f} {median(samples, 'wall'):7.2f}   {parts}   "
+          f"{median(samples, 'model'):5.2f}   {counters}")
+    return median(samples, "total")
+
+
+def load_text() -> str:
+    one, five, _ = os.getloadavg()
+    return f"{one:.1f} (1 min), {five:.1f} (5 min)"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=2, help="fresh processes per kind (default 2)")
+    parser.add_argument("--rounds", type=int, default=3, help="fresh processes per kind (default 3)")
     parser.add_argument("--model", default="examples/gpt.py:factory")
-    parser.add_argument("--train", action="store_true", help="first result = one training step "
-                                                              "(forward + backward); AOT is skipped")
+    parser.add_argument("--aot", action="store_true", help="also time an AOT package (inference)")
+    parser.add_argument("--only", choices=("inference", "train"), help="time one of the two only")
+    parser.add_argument("--json", metavar="FILE", help="write every sample as JSON")
     args = parser.parse_args()
-    train = "1" if args.train else "0"
-    cold, warm, aot = [], [], []
+    kinds = [k for k in ("inference", "train") if args.only in (None, k)]
+    samples: dict[str, list[dict]] = {f"{k} {w}": [] for k in kinds for w in ("cold", "warm")}
+    samples["aot"] = []
+    load_start = load_text()
     with tempfile.TemporaryDirectory(prefix="fl-compile-bench-") as tmp:
         for i in range(args.rounds):
-            cache_dir = str(Path(tmp) / f"cache{i}")  # empty: a cold start
-            print(f"round {i + 1}/{args.rounds}: cold", file=sys.stderr, flush=True)
-            cold.append(child(cache_dir, "jit", args.model, train, ""))
-            print(f"round {i + 1}/{args.rounds}: warm", file=sys.stderr, flush=True)
-            warm.append(child(cache_dir, "jit", args.model, train, ""))
-        if not args.train:
+            for kind in kinds:
+                cache_dir = str(Path(tmp) / f"{kind}{i}")  # empty: a cold start
+                for when in ("cold", "warm"):
+                    print(f"round {i + 1}/{args.rounds}: {kind} {when}", file=sys.stderr, flush=True)
+                    samples[f"{kind} {when}"].append(
+                        child(cache_dir, "jit", args.model, "1" if kind == "train" else "0", ""))
+        if args.aot:
             package = str(Path(tmp) / "model.pt2")
             print("building the AOT package", file=sys.stderr, flush=True)
             build_s = child(str(Path(tmp) / "aot-cache"), args.model, package, script=BUILD)
             for i in range(args.rounds):
                 print(f"round {i + 1}/{args.rounds}: aot load", file=sys.stderr, flush=True)
-                aot.append(child(str(Path(tmp) / "aot-cache"), "aot", args.model, train, package))
-    what = "one training step" if args.train else "one inference forward"
-    print(f"\n{args.model} on CPU, time to first result ({what}), median of {args.rounds} fresh processes")
-    print(f"({os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.1f} at the end of the run)")
-    print(f"{'':<26} {'to first':>10} {'compile+call':>12}   {'inductor cache':<14} max|diff|")
-    _, t_cold = row("JIT, empty cache", cold)
-    _, t_warm = row("JIT, warm cache", warm)
-    print(f"\nempty / warm cache: {t_cold / t_warm:.1f}x (target >= 5x)")
-    if aot:
-        _, t_aot = row("AOT load + first run", aot)
+                samples["aot"].append(child(str(Path(tmp) / "aot-cache"), "aot", args.model, "0", package))
+    print(f"\n{args.model} on CPU, time to first result, median of {args.rounds} fresh processes per row")
+    print(f"({os.cpu_count()} CPUs; load average {load_start} at the start, {load_text()} at the end)")
+    print(f"{'':<24} {'total':>7} {'wall':>7}   {'import':>7} {'trace':>7} {'load':>7} {'run':>7}   "
+          f"{'model':>5}   AOTAutograd cache")
+    ratios = {}
+    for kind in kinds:
+        cold = show(f"{kind}, empty cache", samples[f"{kind} cold"])
+        warm = show(f"{kind}, warm cache", samples[f"{kind} warm"])
+        ratios[kind] = cold / warm
+    if samples["aot"]:
+        show("inference, AOT package", samples["aot"])
         print(f"AOT package build (once): {build_s:.1f} s")
-        print(f"JIT warm / AOT: {t_warm / t_aot:.1f}x")
+    print()
+    for kind, ratio in ratios.items():
+        print(f"{kind}: empty / warm cache {ratio:.1f}x (target >= 5x)")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"load_start": load_start, "load_end": load_text(),
+                                               "samples": samples, "ratios": ratios}, indent=2))
 
 
 if __name__ == "__main__":
