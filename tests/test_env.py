@@ -237,3 +237,42 @@ def test_unknown_fl_variables_are_doctor_warnings(monkeypatch):
     assert "FL_DEVCE is set but torch-fl reads no such variable. Did you mean 'FL_DEVICE'?" in \
         doctor.cautions(doctor.collect())
 
+
+
+@pytest.mark.parametrize("kwargs", [{"preflight_timeout": -1.0}, {"preflight_timeout": float("nan")},
+                                    {"timeout": -5.0}, {"timeout": float("inf")}])
+def test_init_process_group_rejects_bad_waits_before_blaming_the_network(kwargs):
+    from torch_fl import distributed
+
+    with pytest.raises(ValueError, match=r"is not a number of seconds"):
+        distributed.init_process_group("gloo", world_size=1, rank=0, **kwargs)
+
+
+def test_nothing_that_can_fail_is_parsed_when_the_cli_starts(tmp_path):
+    env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("FL_")}
+    env.update(BAD_VALUES)
+    env["FL_LOG"] = "garbage"
+    # FL_CUDA_ALIAS acts while `import torch` runs (the alias entry point, tests/migrate/test_alias.py)
+    del env["FL_CUDA_ALIAS"]
+    for argv in (["--help"], ["--version"], ["doctor", "--help"]):
+        done = subprocess.run([sys.executable, "-m", "torch_fl", *argv], env=env, capture_output=True,
+                              text=True, timeout=120, cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        assert "Traceback" not in done.stderr
+
+
+# Found by tests/test_env_fuzz.py ------------------------------------------------------------------------
+def test_over_long_path_is_a_config_error_not_an_oserror(monkeypatch):
+    assert "is too long to be a path (at most 255 bytes per name" in _error("FL_DESCRIPTION", "a" * 300)
+    monkeypatch.setenv("FL_DESCRIPTION", "a" * 100_000)
+    with pytest.raises(ConfigError, match=r"FL_DESCRIPTION: 'a+\.\.\. \(100000 characters\)' is too long"):
+        torch_fl.device()
+
+
+@pytest.mark.parametrize("text", [".", "./", "/"])
+def test_path_without_a_name_does_not_crash_doctor(text, monkeypatch):
+    from torch_fl.cli import doctor
+
+    monkeypatch.setenv("FL_DESCRIPTION", text)
+    data = doctor.collect()  # a folder is not a description file: reported, not raised
+    assert data["errors"] and "description" in str(data["errors"]).lower()

@@ -130,7 +130,7 @@ def _path(var: EnvVar, text: str, origin: str) -> Path | None:
     if not text:
         return None
     # The OS would answer with "File name too long" from deep inside whatever first touches the path.
-    longest = max(len(os.fsencode(part)) for part in Path(text).parts)
+    longest = max((len(os.fsencode(part)) for part in Path(text).parts), default=0)
     if longest > 255 or len(os.fsencode(text)) > 4096:
         raise var.error(text, "too long to be a path (at most 255 bytes per name, 4096 in all)", origin)
     return Path(text).expanduser()

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import math
 import os
 import time
 from dataclasses import dataclass
@@ -168,6 +169,12 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
         _state.watchdog.stop()  # the group it watched is gone; a new one gets a new watchdog
     began = time.perf_counter()
     seconds = _seconds(timeout)
+    # A negative or NaN wait would fail the first check as "the ranks cannot reach each other".
+    if not (math.isfinite(seconds) and seconds >= 0):
+        raise ValueError(f"init_process_group: timeout={timeout!r} is not a number of seconds >= 0")
+    if preflight_timeout is not None and not (math.isfinite(preflight_timeout) and preflight_timeout > 0):
+        raise ValueError(f"init_process_group: preflight_timeout={preflight_timeout!r} is not a number of "
+                         "seconds > 0")
     checks = preflight_enabled() if preflight is None else preflight
     step_timeout = preflight_timeout or min(_checks.DEFAULT_TIMEOUT, seconds or _checks.DEFAULT_TIMEOUT)
     torch_timeout = timedelta(seconds=seconds + grace(seconds)) if seconds else None
