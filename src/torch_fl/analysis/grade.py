@@ -486,7 +486,9 @@ def measure_coverage(target: Target, found: Measurements) -> None:
     found.coverage = {**summary,
                       "unsupported": [{"op": op["op"], "dtype": op["dtype"], "calls": op["calls"],
                                        "modules": [m["module"] for m in op["modules"]]}
-                                      for op in report.data["ops"] if op["route"] == "unsupported"],
+                                      # the model's own calls whose translation chain stops somewhere
+                                      for op in report.data["ops"]
+                                      if op["verdict"] == "unsupported" and not op["via"]],
                       "notes": report.data["notes"]}
 
 
