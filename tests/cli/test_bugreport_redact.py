@@ -31,6 +31,9 @@ def _r(text: str) -> str:
     ("client_secret = 'abc123'", "abc123", "client_secret = <redacted>"),
     ("python train.py --password hunter4 --lr 0.1", "hunter4", "--password <redacted> --lr 0.1"),
     ("python train.py --api-key=xyz987 --lr 0.1", "xyz987", "--api-key=<redacted> --lr 0.1"),
+    ("login(hf_token='abcd1234')", "abcd1234", "hf_token=<redacted>"),
+    ('{"accessToken": "tok-123456"}', "tok-123456", '"accessToken": <redacted>'),
+    ("WANDB_API_KEY=0123456789abcdef", "0123456789abcdef", "WANDB_API_KEY=<redacted>"),
 ])
 def test_secrets_are_redacted_by_value_shape(text, secret, kept):
     out = _r(text)
@@ -40,6 +43,11 @@ def test_secrets_are_redacted_by_value_shape(text, secret, kept):
 @pytest.mark.parametrize("text", [
     "scikit-learn sk-learn", "https://example.com/path@v1", "--lr 0.1 --batch-size 32",
     "the token count is 42", "RuntimeError: CUDA error: device-side assert",
+    # traceback lines of real ML code (pytorch/examples, nanoGPT, timm) that a name-only rule mangled
+    "results = sorted(results, key=lambda x: x[sort_key], reverse=True)", "class_token=False, global_pool='avg'",
+    "self.cls_token = nn.Parameter(torch.zeros(1, embed_dim))", "src_tokenizer = get_tokenizer('spacy', lang)",
+    "python sample.py --num_samples=5 --max_new_tokens=100", "input_key=args.input_key,",
+    "flops_per_token = 6*N + 12*L*H*Q*T", "token: ${{ secrets.GITHUB_TOKEN }}", "id-token: write",
 ])
 def test_ordinary_text_is_left_alone(text):
     assert _r(text) == text

@@ -33,10 +33,21 @@ USER = "<user>"
 DEFAULT_LINES = 100
 # Always worth seeing: they decide which shared libraries and Python modules load.
 _FIXED_VARS = ("LD_LIBRARY_PATH", "PYTHONPATH")
-_ASSIGNMENT = re.compile(r"\b([A-Za-z_][A-Za-z0-9_]*)=(\"[^\"]*\"|'[^']*'|\S+)")
 # Shorter values ('1', 'true') are too common to replace wherever they occur.
 _MIN_VERBATIM = 6
-_SECRET_KEY = r"[\w.-]*(?:password|passwd|pwd|secret|token|api[_-]?key|access[_-]?key|private[_-]?key|credential)s?[\w.-]*"
+# Names whose value is a secret in any spelling (db_password, apiKey, client-secret) ...
+_STRONG = frozenset({"password", "passwd", "pwd", "passphrase", "secret", "credential", "credentials", "apikey",
+                     "accesstoken", "authtoken", "apitoken", "privatekey", "accesskey", "secretkey"})
+# ... and 'key' or 'token' as the last word after a qualifier (hf_token, api_key, accessToken): bare ones
+# (cls_token, class_token, sort_key, key=lambda) fill the tracebacks of ordinary ML code.
+_QUALIFIERS = frozenset({"api", "access", "secret", "private", "auth", "aws", "ssh", "signing", "encryption",
+                         "license", "client", "master", "hf", "hub", "github", "gh", "gitlab", "refresh",
+                         "session", "oauth", "bearer", "personal", "wandb", "slack", "bot", "openai", "jwt"})
+_NAME = r"[A-Za-z_][\w.-]*"
+_VALUE = r"(\"[^\"]*\"|'[^']*'|[^\s,;}\]]+)"
+_ASSIGNMENT = re.compile(rf"(?<![\w.-])({_NAME})=(\"[^\"]*\"|'[^']*'|\S+)")
+_KEY_VALUE = re.compile(rf"([\"']?)(?<![\w.-])({_NAME})\1(\s*[:=]\s*){_VALUE}")
+_OPTION = re.compile(rf"(--{_NAME})(=|\s+){_VALUE}")
 # (pattern, replacement) applied in order; each keeps enough context to show what was removed.
 _VALUE_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
     # scheme://user:password@host -> scheme://<redacted>@host
@@ -47,11 +58,6 @@ _VALUE_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"(?i)\b(bearer)\s+[A-Za-z0-9._~+/=-]{8,}"), rf"\1 {REDACTED}"),
     (re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{16,}|github_pat_\w{20,}|hf_[A-Za-z0-9]{16,}|sk-[A-Za-z0-9_-]{16,}"
                 r"|(?:AKIA|ASIA)[0-9A-Z]{16}|xox[abposr]-[A-Za-z0-9-]{10,}|glpat-[\w-]{16,})"), REDACTED),
-    # "password": "x" / password: x / api_key = 'x' (JSON, YAML, TOML, INI)
-    (re.compile(rf"(?i)([\"']?\b{_SECRET_KEY}[\"']?\s*[:=]\s*)(\"[^\"]*\"|'[^']*'|[^\s,}}\]]+)"),
-     rf"\1{REDACTED}"),
-    # --password x / --api-key=x / -p? (only long options: short ones are too ambiguous)
-    (re.compile(rf"(?i)(--{_SECRET_KEY})(=|\s+)(\"[^\"]*\"|'[^']*'|\S+)"), rf"\1\2{REDACTED}"),
 )
 # Generic account names: replacing them as words would mangle ordinary text ('root' of a tree).
 _GENERIC_USERS = frozenset({"root", "user", "admin", "ubuntu", "runner", "nobody"})
@@ -59,18 +65,42 @@ _GENERIC_USERS = frozenset({"root", "user", "admin", "ubuntu", "runner", "nobody
 
 # Redaction ----------------------------------------------------------------------------------------
 def is_secret(name: str) -> bool:
+    """An environment variable name that holds a secret (any of SECRET_WORDS inside it)."""
     upper = name.upper()
     return any(word in upper for word in SECRET_WORDS)
+
+
+def secret_name(name: str) -> bool:
+    """A key, option or assignment name in text whose value is a secret: an env-style UPPER_CASE name as
+    in `is_secret`; otherwise a strong word (password, secret, apiKey) or a last word 'key'/'token' after
+    a qualifier (api_key, hf_token, access-key)."""
+    if name.isupper():
+        return is_secret(name)
+    words = [w for w in re.split(r"[_.\-]+", re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name).lower()) if w]
+    if not words:
+        return False
+    if any(w in _STRONG for w in words):
+        return True
+    return words[-1] in ("key", "token") and len(words) > 1 and words[-2] in _QUALIFIERS
+
+
+def _keep_value(value: str) -> bool:
+    # references to secrets are not secrets: ${{ secrets.X }}, $TOKEN, {token}, <redacted>
+    return value.strip("\"'").startswith(("$", "{", "<", "%"))
 
 
 def redact(text: str, environ: Mapping[str, str] | None = None, *, home: str | None = None,
            user: str | None = None) -> str:
     """`text` without secrets (by variable name and by value shape), home as ~ and the user as <user>."""
     environ = os.environ if environ is None else environ
-    text = _ASSIGNMENT.sub(lambda m: f"{m.group(1)}={REDACTED}" if is_secret(m.group(1)) else m.group(0),
-                           text)
     for pattern, replacement in _VALUE_PATTERNS:
         text = pattern.sub(replacement, text)
+    text = _ASSIGNMENT.sub(lambda m: f"{m.group(1)}={REDACTED}" if secret_name(m.group(1))
+                           and not _keep_value(m.group(2)) else m.group(0), text)
+    text = _KEY_VALUE.sub(lambda m: f"{m.group(1)}{m.group(2)}{m.group(1)}{m.group(3)}{REDACTED}"
+                          if secret_name(m.group(2)) and not _keep_value(m.group(4)) else m.group(0), text)
+    text = _OPTION.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}"
+                       if secret_name(m.group(1)[2:]) and not _keep_value(m.group(3)) else m.group(0), text)
     secrets = sorted((v for k, v in environ.items() if is_secret(k) and len(v) >= _MIN_VERBATIM),
                      key=len, reverse=True)  # longest first, so a value containing another goes whole
     for value in secrets:
