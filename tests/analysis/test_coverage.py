@@ -276,3 +276,107 @@ def test_cli_strict_exits_1_on_unsupported_ops(capsys: pytest.CaptureFixture[str
 def test_cli_unknown_device_is_an_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["coverage", f"{EXAMPLES / 'cnn.py'}:factory", "--device", "cdua"]) == 1
     assert "Did you mean" in capsys.readouterr().err
+
+
+# Translation chains, host work, real-run fallback, device fidelity (issue 12) ---------------------
+FIXTURES = Path(__file__).resolve().parent / "coverage_fixtures.py"
+
+
+def _fixture(name: str) -> ModelSpec:
+    return load_model(f"{FIXTURES}:{name}")
+
+
+def test_a_translation_chain_reaches_an_unsupported_op_and_strict_fails() -> None:
+    data = coverage(_fixture("empty_like"), "emu:minimal", train=True).data
+    top = next(op for op in data["ops"] if op["op"] == "aten::empty_like.default" and not op["via"])
+    assert top["route"] == "translate" and top["verdict"] == "unsupported"
+    leaf = next(op for op in data["ops"] if op["op"] == "aten::empty_permuted.default")
+    assert leaf["route"] == "unsupported" and leaf["modules"] == [{"module": MODEL, "calls": 1}]
+    assert leaf["via"] == [{"op": "aten::empty_like.default", "dtype": "float32"}]
+    assert data["summary"]["routes"]["unsupported"] == 0 and data["summary"]["unsupported_calls"] == 1
+    entry = f"{FIXTURES}:empty_like"
+    assert main(["coverage", entry, "--device", "emu:minimal", "--strict"]) == 1
+    assert main(["coverage", entry, "--device", "emu:minimal"]) == 0
+
+
+def test_sub_ops_of_translations_are_counted_as_the_router_counts_them() -> None:
+    # The route log of a real emulated step of this model (tests/analysis/test_coverage_agreement.py):
+    # transpose 73 = 28 called by the model + 45 inside the translation of t.
+    data = coverage(_spec("gpt"), "emu:minimal", train=True).data
+    calls = Counter()
+    for op in data["ops"]:
+        if op["route"] == "translate":
+            calls[op["op"], op["dtype"]] += op["calls"]
+    assert calls["aten::transpose.int", "float32"] == 73
+    assert calls["aten::new_full.default", "float32"] == 28  # AdamW's lerp_ translates into new_full
+    assert calls["aten::all.dim", "bool"] == 2  # _safe_softmax's translation
+    via_t = next(op for op in data["ops"] if op["op"] == "aten::transpose.int" and op["via"])
+    assert via_t["via"] == [{"op": "aten::t.default", "dtype": "float32"}] and via_t["calls"] == 45
+
+
+def test_host_work_is_not_the_chips() -> None:
+    # AdamW's step counter is a CPU tensor (step_t += 1): host work, never routed on a chip; on the
+    # host CPU itself every call counts.
+    on_chip = coverage(_spec("gpt"), "emu:minimal", train=True).data
+    adds = sum(op["calls"] for op in on_chip["ops"] if op["op"] == "aten::add_.Tensor" and not op["via"])
+    assert adds == 28  # one per parameter: exp_avg_sq's addcmul_ ... the step counters are not here
+    on_cpu = coverage(_spec("gpt"), "cpu", train=True).data
+    assert sum(op["calls"] for op in on_cpu["ops"] if op["op"] == "aten::add_.Tensor") == 56
+
+
+def test_data_dependent_guard_falls_back_to_a_real_run_and_says_so() -> None:
+    # nn.TransformerEncoder with a mask: PyTorch's _detect_is_causal_mask compares the mask's values.
+    spec = _fixture("encoder")
+    state = torch.random.get_rng_state()
+    report = coverage(spec, "emu:minimal", train=True)
+    data = report.data
+    assert "GuardOnDataDependentSymNode" in data["real_run"]
+    assert data["summary"]["traced_on"] == "real CPU run"
+    assert data["notes"][0].startswith("Recorded from a real CPU run of the example inputs")
+    assert any("recorded from a real CPU run" in value for _, value in report.summary)
+    assert torch.equal(torch.random.get_rng_state(), state)  # dropout ran on a forked generator
+    assert data["summary"]["calls"] > 100 and data["summary"]["unsupported_calls"] == 0
+    # without the fallback, the error says what happened and does not ask to edit PyTorch
+    with pytest.raises(TraceError, match="records a real CPU run") as info:
+        trace(spec, train=True)
+    assert "Write the branch" not in str(info.value)
+
+
+def test_a_meta_model_that_needs_a_real_run_is_a_clear_error() -> None:
+    spec = _fixture("encoder")
+    with torch.device("meta"):
+        model = copy.deepcopy(spec.model).to("meta")
+    meta = ModelSpec("meta-encoder", model, (spec.inputs[0].to("meta"),), None)
+    with pytest.raises(TraceError, match="build it on the CPU"):
+        coverage(meta, "emu:minimal", train=True)
+
+
+def test_cuda_records_the_fused_attention_kernel_it_would_pick() -> None:
+    data = coverage(_spec("gpt"), "cuda", train=True).data
+    ops = {op["op"] for op in data["ops"]}
+    # float32 without a mask: memory-efficient attention (flash takes float16/bfloat16 only)
+    assert "aten::_scaled_dot_product_efficient_attention.default" in ops
+    assert "aten::_scaled_dot_product_efficient_attention_backward.default" in ops
+    assert "aten::_safe_softmax.default" not in ops and not any(op.endswith("_for_cpu.default") for op in ops)
+    assert any("_scaled_dot_product_efficient_attention.default" in note for note in data["notes"])
+    amp = {op["op"] for op in coverage(_spec("gpt"), "cuda", train=True, amp=True).data["ops"]}
+    assert "aten::_scaled_dot_product_flash_attention.default" in amp  # float16 under autocast
+
+
+def test_emulated_cuda_takes_the_math_path_the_emulator_computes() -> None:
+    data = coverage(_spec("gpt"), "emu:cuda", train=True).data
+    ops = {op["op"] for op in data["ops"]}
+    assert "aten::_safe_softmax.default" in ops and not any("efficient" in op for op in ops)
+    assert any("as the emulator computes it on the CPU" in note for note in data["notes"])
+
+
+def test_cpu_only_kernels_are_not_a_chips() -> None:
+    # On the CPU an LSTM runs through oneDNN (mkldnn_rnn_layer); no other backend calls it.
+    cpu = {op["op"] for op in coverage(_fixture("lstm"), "cpu", train=True).data["ops"]}
+    assert any(op.startswith("aten::mkldnn_rnn_layer") for op in cpu)
+    mps = {op["op"] for op in coverage(_fixture("lstm"), "mps", train=True).data["ops"]}
+    assert not any("mkldnn" in op for op in mps)
+    # Training-mode dropout is one native_dropout call on a CUDA backend, the bernoulli_ path on MPS.
+    cuda = {op["op"] for op in coverage(_fixture("dropout"), "cuda", train=True).data["ops"]}
+    assert "aten::native_dropout.default" in cuda and "aten::bernoulli_.float" not in cuda
+    assert "aten::bernoulli_.float" in {op["op"] for op in coverage(_fixture("dropout"), "mps", train=True).data["ops"]}

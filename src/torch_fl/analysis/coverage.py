@@ -56,23 +56,27 @@ def coverage(spec: ModelSpec, device: str, train: bool = False, amp: bool = Fals
     what = "a training step (forward, loss, backward, AdamW step)" if train else "a forward pass"
     progress(f"tracing {what} of {spec.name} on fake tensors with the routes of '{desc.name}'"
              + (f" under autocast({desc.autocast_dtype})" if amp else ""))
+    device_tensors = _trace_device(kernels, amp)
     result = trace_step(spec, train=train, amp=amp, amp_dtype=desc.autocast_dtype, table=table,
-                        kernels=kernels, device=_trace_device(kernels), real_fallback=True)
+                        kernels=kernels, device=device_tensors, real_fallback=True)
     if result.real_run:
         progress(f"fake tensors could not follow the model ({result.real_run}); recorded a real CPU run "
                  f"of the example inputs instead")
     data = _data(spec, desc.name, result)
-    data["notes"] = _notes(table, result, kernels, train=train, amp=amp)
+    data["notes"] = _notes(table, result, kernels, device_tensors, train=train, amp=amp)
     traced = what + (f" under autocast({desc.autocast_dtype})" if amp else "")
     traced += ", recorded from a real CPU run" if result.real_run else ", on fake tensors"
     return _report(spec, device, data, traced)
 
 
-def _trace_device(kernels: DeviceKernels) -> str:
+def _trace_device(kernels: DeviceKernels, amp: bool) -> str:
     """Where the trace puts the model's tensors: the host's CPU, the emulated backend itself (so that
-    PyTorch makes its kernel choices exactly as under emulation), else meta (a device apart from the
-    host, with the device's choices steered by fidelity.py)."""
+    PyTorch makes its kernel choices, autocast's included, exactly as under emulation), else meta (a
+    device apart from the host, with the device's choices steered by fidelity.py). Autocast has no
+    meta backend, so an AMP trace of a real device stays on the CPU, its device tensors tracked."""
     if kernels.host:
+        return "cpu"
+    if amp and not kernels.emulated:
         return "cpu"
     if kernels.emulated:
         try:
@@ -131,8 +135,8 @@ def _data(spec: ModelSpec, device: str, result: TraceResult) -> dict[str, Any]:
     }
 
 
-def _notes(table: RouteTable, result: TraceResult, kernels: DeviceKernels, *, train: bool,
-           amp: bool) -> list[str]:
+def _notes(table: RouteTable, result: TraceResult, kernels: DeviceKernels, device_tensors: str, *,
+           train: bool, amp: bool) -> list[str]:
     desc = table.description
     records = result.records
     if result.real_run:
@@ -140,9 +144,13 @@ def _notes(table: RouteTable, result: TraceResult, kernels: DeviceKernels, *, tr
                  f"Every part of the step (forward, loss, backward, optimizer) comes from that run; its "
                  f"ops are those of these inputs, routed and translated as the router does."]
     else:
-        notes = ["Traced on fake CPU tensors (no data, no compute) for every part of the step; the "
-                 "router's decisions were replayed on them (translations ran, their ops are listed "
-                 "with the op they were reached through)."]
+        where = {"cpu": "CPU tensors", "meta": "meta tensors (the device's; host tensors stay on the CPU)"}
+        notes = [f"Traced on fake {where.get(device_tensors.split(':')[0], device_tensors + ' tensors')} "
+                 f"(no data, no compute) for every part of the step; the router's decisions were replayed "
+                 f"on them (translations ran, their ops are listed with the op they were reached through)."]
+    if device_tensors != "cpu" or not kernels.host:
+        notes.append("Only device work is counted: host tensors (an optimizer's step counter, inputs "
+                     "sampled on the CPU) are not the chip's, as under emulation.")
     notes.append("Ops are counted below autograd, as a backend sees them: CompositeImplicitAutograd ops "
                  "appear as the ops they decompose into.")
     if any(r.via for r in records):
@@ -163,10 +171,13 @@ def _notes(table: RouteTable, result: TraceResult, kernels: DeviceKernels, *, tr
                      "AdamW step with foreach=False (per-parameter ops); optimizer calls are listed "
                      f"under {OPTIMIZER}, the loss and the top-level module's own code under {MODEL}.")
     if amp:
-        notes.append(f"AMP: the forward pass and the loss ran under torch.autocast('cpu', "
+        backend = device_tensors.split(":")[0]
+        lists = ("the emulated device's autocast op lists (PyTorch's CUDA lists, as under emulation)"
+                 if backend == "emu" else "the CPU's autocast op lists")
+        notes.append(f"AMP: the forward pass and the loss ran under torch.autocast('{backend}', "
                      f"dtype={desc.autocast_dtype}) ({desc.autocast_dtype} is precision.autocast_dtype "
-                     f"of '{desc.name}'); the CPU's autocast op lists decided which ops ran in "
-                     f"{desc.autocast_dtype}, and '{desc.name}''s lists may differ.")
+                     f"of '{desc.name}'); {lists} decided which ops ran in {desc.autocast_dtype}"
+                     + ("." if backend == "emu" else f", and '{desc.name}''s lists may differ."))
     if desc.native_source == "probe" and desc.dispatch_key != "CPU":
         notes.append(f"'{desc.name}' takes its native op set from probing the {desc.dispatch_key} "
                      f"dispatch key of this process; without its plugin loaded that set is incomplete "

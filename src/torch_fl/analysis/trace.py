@@ -411,7 +411,14 @@ def _trace(spec: ModelSpec, *, fake: bool, train: bool, step: bool, amp: bool, a
         mode = _fake_mode()
         model = _fake_model(spec.model, mode, device)
         inputs = _fake_inputs(spec.inputs, mode, device)
-        side = _DeviceSide("all") if backend == "cpu" else _DeviceSide(backend)
+        if backend != "cpu":
+            side = _DeviceSide(backend)
+        elif steer and not kernels.host and not cpu_kernels:
+            seeds = [*model.parameters(), *model.buffers()] + [t for t in _leaves(inputs)
+                                                               if isinstance(t, torch.Tensor)]
+            side = _DeviceSide("tracked", seeds)
+        else:
+            side = _DeviceSide("all")
     elif backend == "emu":
         mode, model = contextlib.nullcontext(), _real_copy(spec.model).to(device)
         inputs = tuple(v.to(device) if isinstance(v, torch.Tensor) else v for v in spec.inputs)
@@ -434,7 +441,7 @@ def _trace(spec: ModelSpec, *, fake: bool, train: bool, step: bool, amp: bool, a
             optimizer = make_optimizer(model.parameters()) if train and step else None
             stack.enter_context(recorder)
             with _phase("forward pass", attribution), torch.set_grad_enabled(train), \
-                    torch.autocast("cpu", dtype=amp_dtype, enabled=amp):
+                    torch.autocast(_autocast_type(backend), dtype=amp_dtype, enabled=amp):
                 output = model(*inputs)
                 loss = spec.loss(output, inputs) if train else None
             if loss is not None:
@@ -448,6 +455,11 @@ def _trace(spec: ModelSpec, *, fake: bool, train: bool, step: bool, amp: bool, a
     finally:
         attribution.remove()
     return _records(recorder.calls)
+
+
+def _autocast_type(backend: str) -> str:
+    """The autocast device type of the trace's device tensors (meta has none: nothing to cast)."""
+    return "cpu" if backend == "meta" else backend
 
 
 def _leaves(value: Any) -> list[Any]:
