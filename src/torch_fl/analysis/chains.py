@@ -48,7 +48,7 @@ class Replay:
     def __init__(self, table: RouteTable):
         self.table = table
         self.dtypes = frozenset(table.description.dtypes)
-        self.strict_fallback = _env.FL_FALLBACK.get().lower() == "error"
+        self.strict_fallback = _env.FL_FALLBACK.value() == "error"
         self.calls: Counter[CallKey] = Counter()
         self.via: list[Link] = []
 

@@ -39,18 +39,6 @@ class Route:
     kernel: Callable | None = None
 
 
-def parse_route_spec(text: str, origin: str) -> dict[str, str]:
-    """'aten::gelu=translate,aten::bmm.default=fallback' -> {op: route}."""
-    routes: dict[str, str] = {}
-    for item in filter(None, (part.strip() for part in text.split(","))):
-        op, sep, kind = (s.strip() for s in item.rpartition("="))
-        if not sep or not op:
-            raise ConfigError(f"{origin}: '{item}' is not of the form OP=ROUTE "
-                              f"(example: FL_ROUTE='aten::gelu=translate,aten::bmm.default=fallback')")
-        routes[_route_key(op, origin)] = _check_kind(kind, origin, op)
-    return routes
-
-
 def _route_key(op: str, origin: str) -> str:
     """A bare 'aten::gelu' stays bare (every overload); anything with an overload is canonicalised."""
     name = op if "::" in op else f"aten::{op}"
@@ -110,7 +98,8 @@ class RouteTable:
         self._where = where
 
     def _load_overrides(self) -> None:
-        self._env_routes = parse_route_spec(_env.FL_ROUTE.get(), "FL_ROUTE")
+        # FL_ROUTE is parsed (ops checked against the dispatcher, kinds, duplicates) by the env layer
+        self._env_routes = {_route_key(op, "FL_ROUTE"): kind for op, kind in _env.FL_ROUTE.value().items()}
         self._config_routes: dict[str, tuple[str, str]] = {}
         for cfg in (config.user_config(), config.project_config()):  # project overrides user
             for op, kind in (cfg.get("routes") or {}).items():
