@@ -58,6 +58,16 @@ def device_type(device_id: str | None = None) -> str:
     return device(device_id).type
 
 
+def is_accelerator(device_id: str | None = None) -> bool:
+    """Whether `device_id` (default torch.fl.device()) is an accelerator rather than the host CPU.
+
+    False on a CPU-only host, True on CUDA, NPU, MLU, XPU, MPS and emulated accelerators: what CUDA-era
+    code means by ``torch.cuda.is_available()`` and ``device_type == "cuda"`` (``torchfl fix`` rewrites
+    those to this, so a CPU run keeps its CPU behaviour).
+    """
+    return device(device_id).type != "cpu"
+
+
 def description(name: str | None = None) -> Description:
     """A device description by name or path; with no name, the description of torch.fl.device()."""
     from .description import registry
@@ -90,7 +100,7 @@ def __dir__() -> list[str]:
 __all__ = [
     "DescriptionError", "DeviceNotFoundError", "PluginImportError", "TorchFLError",
     "UnknownDescriptionError", "__version__", "backend", "description", "descriptions", "device",
-    "device_type", "devices", "reset", *sorted(_LAZY),
+    "device_type", "devices", "is_accelerator", "reset", *sorted(_LAZY),
 ]
 
 _logging.configure()
