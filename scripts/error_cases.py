@@ -82,6 +82,8 @@ CASES: tuple[Case, ...] = (
     Case("`FL_DESCRIPTION` naming a binary file (it used to be a UnicodeDecodeError traceback)", ("describe",),
          env={"FL_DESCRIPTION": "blob.bin"}, files={"blob.bin": BINARY},
          expect="blob.bin: not a description file: the file is binary"),
+    Case("`FL_DESCRIPTION` naming a folder", ("describe",), env={"FL_DESCRIPTION": "."},
+         expect="FL_DESCRIPTION names a folder, not a description file"),
     Case("`torchfl describe FILE` with a Latin-1 file", ("describe", "latin1.toml"), files={"latin1.toml": LATIN1},
          expect="latin1.toml: not a description file: line 2: byte 0xe9 is not UTF-8"),
     Case("A binary `torch_fl.toml` in the working folder", ("describe",), files={"torch_fl.toml": BINARY},

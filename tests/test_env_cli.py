@@ -97,3 +97,13 @@ def test_shadowed_builtin_is_allowed_and_doctor_warns(monkeypatch, tmp_path):
     warnings = doctor.cautions(doctor.collect())
     assert any(w.startswith(f"the built-in 'cpu' description is replaced by {site} (FL_DESCRIPTION)")
                for w in warnings), warnings
+
+
+def test_a_command_module_that_fails_to_import_is_reported_not_raised(monkeypatch, capsys):
+    from torch_fl import cli
+
+    monkeypatch.setitem(cli.COMMANDS, "broken", ("nosuch_command_module", "a command whose module is missing"))
+    assert main(["broken"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("torchfl: internal error: ModuleNotFoundError: No module named")
+    assert "Traceback" not in err

@@ -50,7 +50,10 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    parser = build_parser(argv)
+    try:
+        parser = build_parser(argv)  # imports the wanted command's module (and what it needs)
+    except Exception as exc:
+        return report_error("torchfl", exc, debug="--debug" in argv)
     args = parser.parse_args(argv)
     if not args.command:
         parser.print_help()

@@ -67,8 +67,8 @@ def _discover() -> dict[str, Description]:
     found: dict[str, Description] = {}
     for origin, path, builtin in _sources():
         if not builtin and not path.is_file():
-            raise DescriptionError(f"{origin} names a description file that does not exist",
-                                   path=str(path))
+            what = "a folder, not a description file" if path.is_dir() else "a description file that does not exist"
+            raise DescriptionError(f"{origin} names {what}", path=str(path))
         desc = load(path, builtin=builtin)
         if desc.name in found:
             _log.debug("description %r from %s (%s) replaces the one from %s", desc.name, path, origin,
