@@ -7,6 +7,7 @@ import contextlib
 import logging
 import os
 import stat
+import tempfile
 
 import pytest
 
@@ -152,3 +153,19 @@ def test_problem_allows_root_owned_and_sticky_ancestors():
     st = os.stat("/")
     assert trust.problem(st, ancestor=True) == ""
     assert trust.problem(os.stat("/tmp"), ancestor=True) == ""  # 1777
+
+
+def test_inductor_precompiled_headers_move_into_the_private_entry(compile_cache, monkeypatch):
+    import torch
+    import torch._inductor.codecache as codecache
+
+    import torch_fl  # noqa: F401  (torch.fl)
+
+    # Restored after the test: other tests' entries must not inherit this one's header directory.
+    monkeypatch.setattr(codecache, "_HEADER_DIR", codecache._HEADER_DIR)
+    monkeypatch.setattr(codecache, "_HEADER_LOCK_DIR", codecache._HEADER_LOCK_DIR)
+    assert codecache._HEADER_DIR.startswith(tempfile.gettempdir()), "Inductor's default: shared /tmp"
+    torch.fl.compile(torch.nn.Linear(2, 2), backend="inductor")
+    entry = cache.open_entry(registry.get("cpu"))
+    assert str(entry.inductor_dir / "precompiled_headers") == codecache._HEADER_DIR
+    assert str(entry.inductor_dir / "precompiled_headers" / "locks") == codecache._HEADER_LOCK_DIR

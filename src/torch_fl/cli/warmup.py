@@ -16,7 +16,7 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> No
                     "a second call's time, and whether Inductor's cache hit.",
         epilog="Examples:\n  torchfl warmup examples/gpt.py:factory\n"
                "  torchfl warmup examples/gpt.py:factory --shapes 8x64 4x32 1x16 --train\n"
-               "  FL_CACHE_DIR=/shared/fl-cache torchfl warmup examples/gpt.py:factory --device acc0\n"
+               "  FL_CACHE_DIR=/shared/fl-cache/$USER torchfl warmup examples/gpt.py:factory --device acc0\n"
                "Docs: docs/compile.md",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model", metavar="MODEL", help="model entry point, path/to/file.py:factory or "

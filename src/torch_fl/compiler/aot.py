@@ -98,6 +98,7 @@ def export_aot(model: torch.nn.Module, example_inputs: Sequence[Any], out: str |
     entry = cache.open_entry(desc)
     jit.use_entry(entry)  # AOTInductor's intermediate files go to the entry too
     isa.install(entry.path)
+    jit.private_headers(entry)
     inputs = tuple(example_inputs)
     dynamic = section["dynamic_shapes"] == "dynamic"
     start = time.perf_counter()

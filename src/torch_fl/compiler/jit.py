@@ -99,6 +99,7 @@ def compile(model: Callable | None = None, *, device: str | torch.device | None 
     own = {k: options.pop(k) for k in ("guard_filter_fn",) if k in options}
     if backend == "inductor":
         isa.install(entry.path)
+        private_headers(entry)
     inner = _backend(backend, kwargs.pop("mode", None), options or None, dynamic)
     stats = CompileStats(getattr(model, "__name__", type(model).__name__), desc.name,
                          getattr(inner, "compiler_name", str(backend)), policy, dynamic, str(entry.path))
@@ -215,6 +216,23 @@ def use_entry(entry: cache.Entry) -> None:
     if _pointed_at is not None:
         _log.info("compile: this process now compiles into %s (was %s)", entry.path, _pointed_at)
     _pointed_at = entry.path
+
+
+def private_headers(entry: cache.Entry) -> None:
+    """Move Inductor's precompiled headers into the entry.
+
+    Inductor keeps them in ``<tmp>/torchinductor_<user>/precompiled_headers`` whatever
+    TORCHINDUCTOR_CACHE_DIR says: a predictable path in a world-writable directory, where another user
+    can create the directory first and plant a ``.gch`` that g++ then compiles into every kernel. In the
+    entry they are private and recorded like every other artifact. (torch 2.13 reads the module
+    constants ``_HEADER_DIR`` / ``_HEADER_LOCK_DIR`` at each use; a torch without them has nothing to move.)"""
+    import torch._inductor.codecache as codecache
+
+    if not hasattr(codecache, "_HEADER_DIR"):
+        return
+    headers = entry.inductor_dir / "precompiled_headers"
+    codecache._HEADER_DIR = str(headers)
+    codecache._HEADER_LOCK_DIR = str(headers / "locks")
 
 
 def _seal_quietly(entry: cache.Entry) -> None:
