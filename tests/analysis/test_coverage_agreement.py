@@ -32,9 +32,8 @@ NON_NATIVE = ("translate", "fallback", "kernel")
 
 
 def _one(entry: str) -> dict:
-    import copy
-
     import torch
+    from torch.utils._pytree import tree_map
 
     from torch_fl.analysis.coverage import coverage
     from torch_fl.analysis.model import load_model
@@ -51,9 +50,9 @@ def _one(entry: str) -> dict:
             planned[f"{op['op']} {op['dtype'] or '-'} {op['route']}"] += op["calls"]
 
     device = torch.fl.device()
-    model = copy.deepcopy(spec.model).to(device)
+    model = spec.model.to(device)  # as a user does: no copy (closures over submodules follow)
     model.train(True)
-    inputs = tuple(v.to(device) if isinstance(v, torch.Tensor) else v for v in spec.inputs)
+    inputs = tree_map(lambda v: v.to(device) if isinstance(v, torch.Tensor) else v, spec.inputs)
     optimizer = make_optimizer(model.parameters())
     reset_route_stats()
     error = ""

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import bisect
 import contextlib
-import copy
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -222,25 +221,43 @@ def _to_fake(mode: Any, tensor: torch.Tensor, device: str = "cpu") -> torch.Tens
         return torch.empty_strided(tensor.shape, tensor.stride(), dtype=tensor.dtype, device=device)
 
 
-def _fake_model(model: torch.nn.Module, mode: Any, device: str = "cpu") -> torch.nn.Module:
-    """A copy of `model` whose parameters and buffers are fake tensors on `device`; the model is
-    untouched.
+def _stand_ins(model: torch.nn.Module, make: Any) -> dict[str, torch.Tensor]:
+    """Stand-ins for `model`'s parameters and buffers (``make(tensor)`` each; parameters stay
+    parameters, so autograd and the optimizer treat them as the model's). Keyed by name, one per
+    tensor: a parameter shared by two modules (tied embeddings) stays shared."""
+    out: dict[str, torch.Tensor] = {}
+    for name, param in model.named_parameters():
+        out[name] = torch.nn.Parameter(make(param.detach()), param.requires_grad)
+    for name, buffer in model.named_buffers():
+        out[name] = make(buffer)
+    return out
 
-    Deep-copying with the parameters and buffers already in the memo copies the module structure only
-    (no tensor data), and a parameter shared by two modules (tied embeddings) stays shared."""
-    memo: dict[int, Any] = {}
-    for param in model.parameters():
-        if id(param) not in memo:
-            memo[id(param)] = torch.nn.Parameter(_to_fake(mode, param.detach(), device), param.requires_grad)
-    for buffer in model.buffers():
-        if id(buffer) not in memo:
-            memo[id(buffer)] = _to_fake(mode, buffer, device)
+
+_MISSING = object()
+
+
+@contextlib.contextmanager
+def _borrowed(model: torch.nn.Module, tensors: dict[str, torch.Tensor], train: bool) -> Iterator[Any]:
+    """`model` itself, with `tensors` in place of its parameters and buffers and in `train` mode, for
+    the block; everything is put back after it (the model's values, gradients, modes and attributes
+    are never touched). The model is not copied: code that reaches its modules through a closure (minGPT's
+    ``self.mlpf = lambda x: m.c_proj(...)``) sees the stand-ins too, which a copy would not."""
+    from torch.nn.utils.stateless import _reparametrize_module
+
+    # Modules' own attributes, restored after the block: code that caches a tensor on the module
+    # (word_language_model's ``self.src_mask = mask``) would otherwise keep one of the trace's.
+    saved = [(module, dict(module.__dict__)) for module in model.modules()]
     try:
-        return copy.deepcopy(model, memo)
-    except Exception as exc:
-        raise TraceError(f"cannot copy {type(model).__name__} to trace it ({type(exc).__name__}: {exc}); "
-                         f"the trace never runs the user's model itself. Make the model deep-copyable "
-                         f"(no open files, locks or generators in its attributes).") from exc
+        with _reparametrize_module(model, tensors, tie_weights=True, strict=False):
+            model.train(train)
+            yield model
+    finally:
+        for module, before in saved:
+            for key in [key for key in module.__dict__ if key not in before]:
+                del module.__dict__[key]
+            for key, value in before.items():
+                if module.__dict__.get(key, _MISSING) is not value:
+                    module.__dict__[key] = value
 
 
 def _fake_inputs(inputs: tuple, mode: Any, device: str = "cpu") -> tuple:
@@ -403,38 +420,44 @@ def trace_step(spec: ModelSpec, *, train: bool = False, step: bool = True, amp: 
 def _trace(spec: ModelSpec, *, fake: bool, train: bool, step: bool, amp: bool, amp_dtype: torch.dtype,
            table: RouteTable | None, kernels: DeviceKernels | None, device: str,
            cpu_kernels: bool) -> list[OpRecord]:
+    # A device apart from the host: its work is told apart from host work (_DeviceSide).
+    apart = device != "cpu" or (kernels is not None and not kernels.host and not cpu_kernels)
+    if not fake and device == "meta":
+        device = "cpu"  # a real run of a non-emulated device computes on the CPU
     backend = torch.device(device).type
     # On the emulated backend PyTorch makes that backend's kernel choices itself; elsewhere they are
-    # steered (fidelity.py). A real run of a non-emulated device computes on the CPU.
+    # steered (fidelity.py).
     steer = kernels is not None and backend != "emu"
     if fake:
         mode = _fake_mode()
-        model = _fake_model(spec.model, mode, device)
+        tensors = _stand_ins(spec.model, lambda t: _to_fake(mode, t, device))
         inputs = _fake_inputs(spec.inputs, mode, device)
-        if backend != "cpu":
-            side = _DeviceSide(backend)
-        elif steer and not kernels.host and not cpu_kernels:
-            seeds = [*model.parameters(), *model.buffers()] + [t for t in _leaves(inputs)
-                                                               if isinstance(t, torch.Tensor)]
-            side = _DeviceSide("tracked", seeds)
-        else:
-            side = _DeviceSide("all")
-    elif backend == "emu":
-        mode, model = contextlib.nullcontext(), _real_copy(spec.model).to(device)
-        inputs = tuple(v.to(device) if isinstance(v, torch.Tensor) else v for v in spec.inputs)
-        side = _DeviceSide(backend)
     else:
-        mode, model, inputs = contextlib.nullcontext(), _real_copy(spec.model), spec.inputs
-        seeds = [*model.parameters(), *model.buffers()]
-        seeds += [t for t in _leaves(inputs) if isinstance(t, torch.Tensor)]
-        side = _DeviceSide("tracked", seeds) if backend != "cpu" else _DeviceSide("all")
-    model.train(train)
+        mode = contextlib.nullcontext()
+        tensors = _stand_ins(spec.model, lambda t: t.detach().clone().to(device))
+        inputs = _moved(spec.inputs, device)
+    if backend != "cpu":
+        side = _DeviceSide(backend)
+    elif apart:
+        seeds = [*tensors.values(), *(t for t in _leaves(inputs) if isinstance(t, torch.Tensor))]
+        side = _DeviceSide("tracked", seeds)
+    else:
+        side = _DeviceSide("all")
+    with _borrowed(spec.model, tensors, train) as model:
+        return _run(spec, model, inputs, mode, side, train=train, step=step, amp=amp, amp_dtype=amp_dtype,
+                    table=table, kernels=kernels if steer else None, cpu_kernels=cpu_kernels,
+                    backend=backend)
+
+
+def _run(spec: ModelSpec, model: torch.nn.Module, inputs: tuple, mode: Any, side: _DeviceSide, *,
+         train: bool, step: bool, amp: bool, amp_dtype: torch.dtype, table: RouteTable | None,
+         kernels: DeviceKernels | None, cpu_kernels: bool, backend: str) -> list[OpRecord]:
     attribution = _Attribution(model)
     recorder = _Recorder(attribution, Replay(table) if table is not None else None, side)
     try:
         with contextlib.ExitStack() as stack:
             stack.enter_context(mode)
-            if steer:
+            if kernels is not None:
                 from .fidelity import kernel_choices
 
                 stack.enter_context(kernel_choices(kernels, cpu_kernels=cpu_kernels))
@@ -457,6 +480,12 @@ def _trace(spec: ModelSpec, *, fake: bool, train: bool, step: bool, amp: bool, a
     return _records(recorder.calls)
 
 
+def _moved(inputs: tuple, device: str) -> tuple:
+    from torch.utils._pytree import tree_map
+
+    return tree_map(lambda v: v.to(device) if isinstance(v, torch.Tensor) else v, inputs)
+
+
 def _autocast_type(backend: str) -> str:
     """The autocast device type of the trace's device tensors (meta has none: nothing to cast)."""
     return "cpu" if backend == "meta" else backend
@@ -466,15 +495,6 @@ def _leaves(value: Any) -> list[Any]:
     from torch.utils._pytree import tree_leaves
 
     return tree_leaves(value)
-
-
-def _real_copy(model: torch.nn.Module) -> torch.nn.Module:
-    try:
-        return copy.deepcopy(model)
-    except Exception as exc:
-        raise TraceError(f"cannot copy {type(model).__name__} to run it ({type(exc).__name__}: {exc}); "
-                         f"the analysis never runs the user's model itself. Make the model deep-copyable "
-                         f"(no open files, locks or generators in its attributes).") from exc
 
 
 def _records(calls: Counter[CallKey]) -> list[OpRecord]:
