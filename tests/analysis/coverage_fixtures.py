@@ -10,6 +10,12 @@ The patterns, and where they come from:
                  PyTorch's own _detect_is_causal_mask branches on the mask's values.
 - lstm:          a two-layer nn.LSTM language model with dropout (word_language_model's RNNModel).
 - sampled_gpt:   a GPT whose batch is sampled on the host with a CPU generator (nanoGPT's get_batch).
+- closure_mlp:   a block that reaches its submodules through a lambda (minGPT's
+                 ``self.mlpf = lambda x: m.c_proj(m.dropout(m.act(m.c_fc(x))))``): a copy of the model
+                 would keep calling the original's parameters.
+- cached_mask:   a transformer that caches its mask on the module after moving it
+                 (word_language_model's ``self.src_mask = mask``): the trace must leave no tensor behind.
+- lstm_hidden:   an LSTM whose initial state is a tuple argument (word_language_model's init_hidden).
 """
 
 from __future__ import annotations
@@ -98,3 +104,55 @@ def sampled_gpt():
     batch = torch.stack([data[i:i + 32] for i in starts.tolist()])
     torch.manual_seed(0)
     return GPT(vocab=256, dim=64, heads=4, layers=2, context=32), (batch,), lm_loss
+
+
+class _ClosureMLP(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.mlp = nn.ModuleDict({"fc": nn.Linear(16, 64), "act": nn.GELU(), "proj": nn.Linear(64, 16),
+                                  "drop": nn.Dropout(0.1)})
+        m = self.mlp
+        self.mlpf = lambda x: m.drop(m.proj(m.act(m.fc(x))))
+        self.ln = nn.LayerNorm(16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.mlpf(self.ln(x))
+
+
+def closure_mlp():
+    torch.manual_seed(0)
+    return _ClosureMLP(), (torch.randn(4, 8, 16),)
+
+
+class _CachedMask(nn.Module):
+    def __init__(self, dim: int = 32) -> None:
+        super().__init__()
+        layer = nn.TransformerEncoderLayer(dim, 2, 64, dropout=0.1)
+        self.encoder = nn.TransformerEncoder(layer, 1, enable_nested_tensor=False)
+        self.src_mask: torch.Tensor | None = None
+
+    def forward(self, src: torch.Tensor) -> torch.Tensor:
+        if self.src_mask is None or self.src_mask.size(0) != len(src):
+            mask = torch.log(torch.tril(torch.ones(len(src), len(src))))  # built on the host, then moved
+            self.src_mask = mask.to(src.device)
+        return self.encoder(src, mask=self.src_mask)
+
+
+def cached_mask():
+    torch.manual_seed(0)
+    return _CachedMask(), (torch.randn(7, 3, 32),)
+
+
+class _LSTMHidden(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.rnn, self.decoder = nn.LSTM(8, 16, 1), nn.Linear(16, 8)
+
+    def forward(self, x: torch.Tensor, hidden: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        out, _ = self.rnn(x, hidden)
+        return self.decoder(out)
+
+
+def lstm_hidden():
+    torch.manual_seed(0)
+    return _LSTMHidden(), (torch.randn(5, 2, 8), (torch.zeros(1, 2, 16), torch.zeros(1, 2, 16)))

@@ -380,3 +380,16 @@ def test_cpu_only_kernels_are_not_a_chips() -> None:
     cuda = {op["op"] for op in coverage(_fixture("dropout"), "cuda", train=True).data["ops"]}
     assert "aten::native_dropout.default" in cuda and "aten::bernoulli_.float" not in cuda
     assert "aten::bernoulli_.float" in {op["op"] for op in coverage(_fixture("dropout"), "mps", train=True).data["ops"]}
+
+
+def test_closures_over_submodules_and_cached_attributes() -> None:
+    # minGPT reaches its MLP through a lambda over the ModuleDict: the trace must see its own tensors
+    # there too (a copied model would compute with the original's real CPU parameters).
+    spec = _fixture("closure_mlp")
+    data = coverage(spec, "emu:minimal", train=True).data
+    assert {m["module"] for op in data["ops"] for m in op["modules"]} >= {"mlp.fc", "mlp.proj"}
+    assert all(p.grad is None for p in spec.model.parameters())
+    # word_language_model caches its mask on the module: nothing of the trace stays behind.
+    spec = _fixture("cached_mask")
+    coverage(spec, "emu:minimal", train=True)
+    assert spec.model.src_mask is None and spec.model.training

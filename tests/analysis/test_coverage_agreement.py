@@ -26,7 +26,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = Path(__file__).resolve().parent / "coverage_fixtures.py"
 MODELS = [f"{ROOT / 'examples' / name}.py:factory" for name in ("gpt", "cnn", "unusual")] + [
-    f"{FIXTURES}:{name}" for name in ("dropout", "empty_like", "encoder", "lstm", "sampled_gpt")]
+    f"{FIXTURES}:{name}" for name in ("dropout", "empty_like", "encoder", "lstm", "sampled_gpt", "closure_mlp",
+                                      "cached_mask", "lstm_hidden")]
 DEVICES = ("emu:minimal", "emu:mps", "emu:cuda")
 NON_NATIVE = ("translate", "fallback", "kernel")
 
@@ -81,7 +82,8 @@ def _run(device: str, entries: list[str]) -> list[dict]:
 # The emulator itself cannot run these steps (not a coverage question): cuda's and mps's op tables list
 # _thnn_fused_lstm_cell as native, the emulated backend makes PyTorch call it, and the CPU has no kernel
 # for it, so the step dies with NotImplementedError. Coverage reports it native, as the chip runs it.
-KNOWN_EMULATOR_CRASHES = {("lstm", "emu:mps"): "_thnn_fused_lstm_cell", ("lstm", "emu:cuda"): "_thnn_fused_lstm_cell"}
+KNOWN_EMULATOR_CRASHES = {(name, device): "_thnn_fused_lstm_cell" for name in ("lstm", "lstm_hidden")
+                          for device in ("emu:mps", "emu:cuda")}
 
 
 def _check(result: dict, device: str) -> None:
