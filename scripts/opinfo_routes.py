@@ -25,8 +25,9 @@ raises, samples of random ops whose decomposition draws its numbers differently,
 inputs, and OpInfos flagged ``has_nondeterministic_output`` are skipped and counted with the reason.
 
 Usage:
-    opinfo_routes.py [--ops NAME,...] [--mode translate|fallback|both] [--samples N] [--limit N]
-                     [--variants function,inplace,out] [--fallback-all] [--json FILE] [--quiet]
+    opinfo_routes.py [--ops NAME,...] [--mode translate|fallback|both|device] [--samples N] [--limit N]
+                     [--variants function,inplace,out] [--fallback-all] [--device-chip NAME]
+                     [--json FILE] [--quiet]
 
 Exit status: 0 when every failure is a documented known failure (KNOWN_FAILURES; docs/opinfo.md),
 1 otherwise. Progress goes to stderr, the report to stdout.
@@ -56,11 +57,15 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import torch_fl
 from torch_fl.description.probe import canonical_op_name
-from torch_fl.routing import suspended
+from torch_fl.routing import emu_device, suspended
 from torch_fl.routing.router import cpu_fallback
 from torch_fl.routing.translate import translation
 
 MODES = ("translate", "fallback")
+# `device` mode: each sample moved to an emulated chip (emu:cuda by default), with no route forced; the
+# chip's own routes decide (native ops run the CPU kernel on the device tensor's data).
+ALL_MODES = (*MODES, "device")
+DEVICE_CHIP = "cuda"
 VARIANTS = ("function", "inplace", "out")
 SEED = 1234
 DEFAULT_RTOL, DEFAULT_ATOL = 1.3e-6, 1e-5  # assert_close's float32 defaults
@@ -131,6 +136,43 @@ KNOWN_FAILURES: dict[tuple[str, str], Known] = {
     ("translate", "nn.functional.adaptive_max_pool1d"): _ADAPTIVE_MAX_POOL,
     ("translate", "nn.functional.adaptive_max_pool2d"): _ADAPTIVE_MAX_POOL,
     ("translate", "nn.functional.adaptive_max_pool3d"): _ADAPTIVE_MAX_POOL,
+    ("translate", "native_batch_norm"): Known(
+        "expected torch.float32 (0,), got torch.float32 (",
+        "PyTorch: in eval mode the native_batch_norm decomposition returns save_mean/save_invstd of "
+        "size C on any device but the CPU (as CUDA's kernel does) and empty ones on the CPU; samples run on "
+        "an emulated device, which is not the CPU, so they get the accelerator's shapes"),
+    # device mode (emu:cuda): what a CUDA device does differently from the CPU reference, and what moving a
+    # CPU sample with .to(device) changes
+    ("device", "histogram"): Known(
+        "is not supported on emu:cuda",
+        "PyTorch: histogram has no CUDA kernel (torch.histogram is CPU-only); the emulated CUDA says so as "
+        "a real one does"),
+    ("device", "histogramdd"): Known(
+        "is not supported on emu:cuda",
+        "PyTorch: histogramdd has no CUDA kernel (CPU-only), as for histogram"),
+    ("device", "hash_tensor"): Known(
+        "is not supported on emu:cuda",
+        "torch-fl: cuda's op table (description/builtin/tables, generated from native_functions.yaml of "
+        "an older torch) predates aten::hash_tensor; regenerate it with scripts/gen_op_tables.py"),
+    ("device", "tensor_split"): Known(
+        "expected tensor_indices_or_sections to be on cpu",
+        "harness: the sample's indices tensor must stay on the CPU (tensor_split requires it on every "
+        "device); moving every sample tensor to the device moves it too"),
+    ("device", "as_strided.partial_views"): Known(
+        "",
+        "harness: the sample is a view whose as_strided reaches storage outside the view; .to(device) "
+        "copies the view alone (as on any accelerator), so that storage is not there"),
+    ("device", "ravel"): Known(
+        "aliases an input",
+        "harness: .to(device) makes the non-contiguous sample contiguous, and ravel of a contiguous "
+        "tensor is a view; on the CPU the sample stays non-contiguous and ravel copies"),
+    ("device", "to_sparse"): Known(
+        "SparseTensorImpl",
+        "torch-fl: the emulated device holds strided tensors only; sparse layouts are not emulated"),
+    ("device", "nn.functional.dropout3d"): Known(
+        "elements differ",
+        "PyTorch: on a non-CPU device feature dropout draws its mask through another op sequence, so the "
+        "same seed gives another mask (a random op: only its structure is comparable)"),
     ("translate", "take"): Known(
         "aliases an input",
         "PyTorch: the take decomposition, self.reshape(-1)[index], returns a view of self when index "
@@ -409,12 +451,34 @@ class Case:
     fn: Callable
     inputs: tuple[tuple, dict]
 
-    def run(self, within: contextlib.AbstractContextManager | None = None) -> tuple[Any, tuple[tuple, dict]]:
-        """(output, the inputs afterwards); only the call itself runs inside `within`."""
+    def run(self, within: contextlib.AbstractContextManager | None = None,
+            device: torch.device | None = None) -> tuple[Any, tuple[tuple, dict]]:
+        """(output, the inputs afterwards); only the call itself runs inside `within`. With `device` (an
+        emulated one) the inputs are moved there first, and the results come back as the CPU tensors
+        holding the device data, aliasing intact (a view on the device is a view of the same data)."""
         args, kwargs = exact_clone(self.inputs)
+        host_inputs = (args, kwargs)
+        if device is not None:
+            args, kwargs = pytree.tree_map(lambda t: _to_device(t, device), (args, kwargs))
         torch.manual_seed(SEED)  # random ops draw the same numbers in every run
         with within or contextlib.nullcontext():
-            return self.fn(*args, **kwargs), (args, kwargs)
+            out = self.fn(*args, **kwargs)
+        if device is None:
+            return out, (args, kwargs)
+        out, after = emu_device.to_host((out, (args, kwargs)))
+        # the device= arguments went to the device; the comparison wants the sample's own back
+        return out, pytree.tree_map(lambda moved, own: own if isinstance(moved, torch.device) else moved,
+                                    after, host_inputs)
+
+
+def _to_device(value: Any, device: torch.device) -> Any:
+    """A sample's tensors and its device="cpu" arguments (factory OpInfos pass one) on `device`."""
+    if (isinstance(value, torch.device) and value.type == "cpu") or (isinstance(value, str) and value == "cpu"):
+        return device
+    if not isinstance(value, torch.Tensor):
+        return value
+    moved = value.detach().to(device)
+    return moved.requires_grad_(True) if value.requires_grad else moved
 
 
 def _out_like(result: Any) -> Any:
@@ -455,20 +519,20 @@ def make_cases(op: Any, samples: int, variants: Sequence[str]) -> Iterator[Case]
 
 # Routing under test -------------------------------------------------------------------------------------
 @contextlib.contextmanager
-def forced_routes(chip: str, ops: Iterable[str], route: str) -> Iterator[None]:
+def forced_routes(chip: str, ops: Iterable[str], route: str) -> Iterator[Any]:
     """Emulate `chip` with `ops` forced to `route` through FL_ROUTE, the highest-precedence override.
     FL_ROUTE is read when the route table is built, so it is restored as soon as emulation is entered."""
     with contextlib.ExitStack() as stack:
         saved = os.environ.get("FL_ROUTE")
         os.environ["FL_ROUTE"] = ",".join(f"{op}={route}" for op in ops)
         try:
-            stack.enter_context(torch.fl.emulate(chip))
+            activation = stack.enter_context(torch.fl.emulate(chip))
         finally:
             if saved is None:
                 del os.environ["FL_ROUTE"]
             else:
                 os.environ["FL_ROUTE"] = saved
-        yield
+        yield activation
 
 
 def write_chip(directory: str | Path) -> str:
@@ -553,8 +617,11 @@ class Settings:
     # False: only overloads with a decomposition are forced to fallback (the issue's scope); True:
     # every aten overload a sample reaches, which also tests cpu_fallback on ops without one.
     fallback_all: bool = False
+    device_chip: str = DEVICE_CHIP  # the description `device` mode emulates
 
     def forces(self, mode: str, name: str) -> bool:
+        if mode == "device":
+            return name.startswith("aten::")  # every sample is tested; nothing is forced
         if mode == "fallback" and self.fallback_all:
             return name.startswith("aten::")
         return has_decomposition(name)
@@ -639,8 +706,8 @@ def _check_case(case: Case, chip: str, settings: Settings, rtol: float, atol: fl
                 for name in forced:
                     m_rtol = max(m_rtol, DECOMP_TOLERANCES.get(name, (0, 0))[0])
                     m_atol = max(m_atol, DECOMP_TOLERANCES.get(name, (0, 0))[1])
-            reason = _routed_run(case, chip, forced, mode, m_rtol, m_atol, expected, expected_inputs,
-                                 expected_aliases)
+            reason = _routed_run(case, settings.device_chip if mode == "device" else chip, forced, mode,
+                                 m_rtol, m_atol, expected, expected_inputs, expected_aliases)
             if reason is None and mode == "fallback":
                 for call in recorder.calls:
                     reason = check_fallback_call(call, rtol, atol)
@@ -659,10 +726,15 @@ def _routed_run(case: Case, chip: str, forced: list[str], mode: str, rtol: float
                 expected: Any, expected_inputs: Any, expected_aliases: list[tuple[int, ...]]) -> str | None:
     torch.fl.reset_route_stats()
     try:
-        actual, actual_inputs = case.run(forced_routes(chip, forced, mode))
+        if mode == "device":
+            with torch.fl.emulate(chip) as activation:
+                actual, actual_inputs = case.run(device=activation.device)
+        else:
+            with forced_routes(chip, forced, mode) as activation:
+                actual, actual_inputs = case.run(device=activation.device)
     except Exception as exc:
         return describe(exc)
-    if not _route_taken(mode, forced):
+    if mode != "device" and not _route_taken(mode, forced):
         return f"no call took the forced {mode} route (forced: {', '.join(forced)})"
     reason = compare(expected, actual, rtol, atol) or \
         compare(expected_inputs, actual_inputs, rtol, atol, "inputs afterwards")
@@ -780,7 +852,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ops", help="comma-separated OpInfo names ('max' or 'max.reduction_with_dim')")
-    parser.add_argument("--mode", choices=(*MODES, "both"), default="both")
+    parser.add_argument("--mode", choices=(*ALL_MODES, "both"), default="both",
+                        help="translate, fallback, both (the two), or device: samples moved to an emulated "
+                             "chip (--device-chip) with its own routes")
+    parser.add_argument("--device-chip", default=DEVICE_CHIP,
+                        help=f"description emulated in device mode (default {DEVICE_CHIP})")
     parser.add_argument("--samples", type=int, default=3, help="float32 samples per OpInfo (default 3)")
     parser.add_argument("--limit", type=int, help="only the first N selected OpInfos")
     parser.add_argument("--variants", default=",".join(VARIANTS),
@@ -795,7 +871,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown variant(s) {', '.join(sorted(unknown))}; choose from {', '.join(VARIANTS)}")
     settings = Settings(MODES if args.mode == "both" else (args.mode,), args.samples, variants,
-                        args.fallback_all)
+                        args.fallback_all, args.device_chip)
 
     started = time.perf_counter()
     ops = select_ops(load_op_db(), args.ops.split(",") if args.ops else None, args.limit)

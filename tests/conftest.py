@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 import torch_fl
 from torch_fl import _env
+from torch_fl.device import emulated_devices
+
+# The emulated device exists before any test runs a backward pass: PyTorch's autograd engine fixes its
+# devices at the first backward of the process (FL_DEVICE=emu:NAME does this at import). Tests that play a
+# vendor plugin owning PrivateUse1 run in a process without it (TORCH_FL_TEST_NO_EMU=1).
+if not os.environ.get("TORCH_FL_TEST_NO_EMU"):
+    emulated_devices(create=True)
 
 
 @pytest.fixture(autouse=True)

@@ -15,8 +15,21 @@ def test_import_installs_torch_fl():
     import torch.fl as alias
 
     assert torch.fl is torch_fl and alias is torch_fl
-    # never a PrivateUse1 rename: vendor plugins own that slot
-    assert torch._C._get_privateuse1_backend_name() == "privateuseone"
+
+
+@pytest.mark.parametrize(("fl_device", "name"), [("", "privateuseone"), ("emu:minimal", "emu")])
+def test_privateuse1_is_borrowed_only_for_emulation(fl_device, name):
+    # never at import otherwise: vendor plugins own that slot. (This session's conftest borrows it for
+    # the emulation tests, hence a fresh process.)
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "FL_DEVICE": fl_device}
+    out = subprocess.run([sys.executable, "-c", "import torch_fl, torch; "
+                          "print(torch._C._get_privateuse1_backend_name())"],
+                         env=env, capture_output=True, text=True, timeout=120, check=True).stdout
+    assert out.split() == [name]
 
 
 def test_default_is_acc0_on_cpu():
@@ -102,10 +115,22 @@ def test_bad_fl_device_names_its_source(monkeypatch):
         torch_fl.device()
 
 
-def test_emulated_device_resolves_to_cpu_and_checks_the_name():
-    assert torch_fl.device("emu:cuda") == torch.device("cpu")
+def test_emulated_device_is_a_device_of_its_own_and_checks_the_name():
+    assert torch_fl.device("emu:cuda") == torch.device("emu", 0)
+    assert torch_fl.device("emu:0") == torch.device("emu", 0)
     with pytest.raises(LookupError, match="Did you mean 'cuda'"):
         torch_fl.device("emu:cdua")
+
+
+def test_emulated_virtual_ids(monkeypatch):
+    from torch_fl.device import resolve_spec
+
+    monkeypatch.setenv("FL_DEVICE", "emu:mps")
+    monkeypatch.setenv("FL_EMU_DEVICES", "2")
+    resolved = resolve_spec("acc1")
+    assert resolved.device == torch.device("emu", 1) and resolved.emulated
+    assert resolved.description.name == "mps" and resolved.source == "emulation"
+    assert torch_fl.description().name == "mps"
 
 
 def test_tensors_are_plain_native_tensors():

@@ -10,6 +10,7 @@ auto-detection (``accN`` is the N-th device visible to the selected backend). Ph
 from __future__ import annotations
 
 import functools
+import logging
 import re
 import sys
 import threading
@@ -23,8 +24,11 @@ from .description import registry
 from .description.model import Description
 from .errors import ConfigError, DeviceNotFoundError, did_you_mean
 
+_log = logging.getLogger("torch_fl.device")
+
 _VIRTUAL = re.compile(r"^acc(\d+)$")
 EMULATION_PREFIX = "emu:"
+EMULATED_TYPE = "emu"  # the torch device type of emulated chips (routing/emu_device.py)
 
 
 @dataclass(frozen=True)
@@ -124,6 +128,10 @@ def device_map() -> dict[str, torch.device]:
     explicit = explicit_map()
     if explicit:
         return explicit[0]
+    if emulating() is not None:
+        devices = emulated_devices(create=True)
+        if devices:
+            return {f"acc{i}": dev for i, dev in enumerate(devices)}
     desc = backend().description
     if desc.device_type == "cpu":
         return {"acc0": torch.device("cpu")}
@@ -236,12 +244,70 @@ def resolve_spec(device: str | int | torch.device | None = None) -> ResolvedDevi
 
 
 def _from_physical(dev: torch.device, spec: str, source: str, origin: str) -> ResolvedDevice:
-    return ResolvedDevice(spec, dev, False, source, origin)
+    emulated = dev.type == EMULATED_TYPE
+    return ResolvedDevice(spec, dev, emulated, "emulation" if emulated and source == "auto-detected" else source,
+                          origin)
 
 
 def _emulated(text: str, origin: str) -> ResolvedDevice:
-    desc = registry.get(text[len(EMULATION_PREFIX):])  # validates the name ("did you mean" on typos)
-    return ResolvedDevice(text, torch.device("cpu"), True, "emulation", origin, desc)
+    name = text[len(EMULATION_PREFIX):]
+    if name.isdigit() and emulated_devices():
+        # emu:1, a physical name of the emulated backend
+        index = int(name)
+        if index >= len(emulated_devices()):
+            raise _not_found(text, origin, device_map(), "does not exist")
+        return ResolvedDevice(text, emulated_devices()[index], True, "physical name", origin)
+    desc = registry.get(name)  # validates the name ("did you mean" on typos)
+    devices = emulated_devices(create=True)
+    # Where PrivateUse1 belongs to a vendor plugin, the emulated chip is the CPU under a dispatch mode.
+    return ResolvedDevice(text, devices[0] if devices else torch.device("cpu"), True, "emulation", origin, desc)
+
+
+def emulated_devices(create: bool = False) -> list[torch.device]:
+    """The emulated devices (emu:0..emu:N-1, N = FL_EMU_DEVICES); `create` registers the emu backend
+    (PyTorch's PrivateUse1 slot) on first use. Empty when it is not registered, or when a vendor plugin
+    owns PrivateUse1."""
+    from .routing import emu_device
+
+    if create and emu_device.available():
+        emu_device.ensure(_emu_count())
+    if not emu_device.available():
+        if create and emu_device.unavailable_reason() not in _warned:
+            _warned.add(emu_device.unavailable_reason())
+            _log.warning("emulated chips run on the CPU under a dispatch mode (host work is checked too, and "
+                         "a forgotten .to(device) goes unnoticed): the emu device is unavailable, because %s.",
+                         emu_device.unavailable_reason())
+        return []
+    return [emu_device.device(i) for i in range(emu_device.state.count)]
+
+
+_warned: set[str] = set()
+
+
+def register_emulated_early() -> None:
+    """With FL_DEVICE=emu:NAME set before the process starts, register the emu device at import: PyTorch's
+    autograd engine fixes its devices at the first backward pass, which may come before the first
+    torch.fl.device() call."""
+    if _env.FL_DEVICE.get().startswith(EMULATION_PREFIX):
+        emulated_devices(create=True)
+
+
+def _emu_count() -> int:
+    return int(_env.FL_EMU_DEVICES.value())
+
+
+def emulating() -> Description | None:
+    """The emulated chip this process runs as: the default device's (FL_DEVICE or config emu:NAME), else
+    the active torch.fl.emulate(); None when it runs on real devices."""
+    from . import routing
+
+    active = routing.active()
+    if active is not None and active.emulated:
+        return active.description
+    text = _default_id()[0].strip()
+    if text.startswith(EMULATION_PREFIX) and not text[len(EMULATION_PREFIX):].isdigit():
+        return registry.get(text[len(EMULATION_PREFIX):])
+    return None
 
 
 def names_description(text: str) -> bool:
@@ -266,7 +332,13 @@ def governing(device: str | int | torch.device | None = None) -> Description:
     if isinstance(device, str) and names_description(device.strip()) and \
             not device.strip().startswith(EMULATION_PREFIX):
         return registry.get(device.strip())
-    return resolve_spec(device).description
+    try:
+        return resolve_spec(device).description
+    except DeviceNotFoundError:
+        if not isinstance(device, str) or _VIRTUAL.match(device.strip()):
+            raise
+        registry.get(device.strip())  # neither a device nor a description: "did you mean" on names
+        raise
 
 
 def resolve(device: str | int | torch.device | None = None) -> torch.device:
@@ -293,6 +365,8 @@ def _resolve(device: str | int | None) -> torch.device:
 def description_for(dev: torch.device) -> Description:
     """The description that governs a physical device: the selected backend when its type matches,
     else the highest-priority description of that device type."""
+    if dev.type == EMULATED_TYPE:
+        return emulating() or _last_emulated() or registry.get("cpu")
     selected = backend().description
     if selected.device_type == dev.type:
         return selected
@@ -312,3 +386,14 @@ class _CallableModule(types.ModuleType):
 
 
 sys.modules[__name__].__class__ = _CallableModule
+
+
+def _last_emulated() -> Description | None:
+    from .routing import emu_device
+
+    return emu_device.state.description
+
+try:
+    register_emulated_early()
+except ConfigError:
+    pass  # a bad FL_EMU_DEVICES is reported, with its fix, at the first torch.fl.device() call

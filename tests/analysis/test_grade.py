@@ -227,15 +227,14 @@ def test_cnn_and_unusual_on_cpu(models, tmp_path, factory):
 
 
 def test_cnn_on_emulated_chip(models, tmp_path):
-    # The CPU's batch-norm training kernel allocates an empty uint8 buffer, and the minimal chip has no
-    # uint8: the trace and the real run agree on the op.
+    # Batch norm's empty uint8 reserve buffer (size 0) holds no uint8 data: the emulated device does not
+    # flag it although minimal has no uint8, and the trace agrees; the step runs on emu:minimal.
     data = _grade_cli(models, "cnn_small", "emu:minimal", tmp_path)
     _check_common(data)
     rows = _by_id(data)
-    assert rows["l0.train_step"]["status"] == FAIL and rows["l0.unsupported_ops"]["status"] == FAIL
-    op = "aten::empty.memory_format"
-    assert op in rows["l0.train_step"]["evidence"] and f"{op} (uint8)" in rows["l0.unsupported_ops"]["evidence"]
-    assert data["level"] == "none"
+    assert rows["l0.train_step"]["status"] == PASS and rows["l0.unsupported_ops"]["status"] == PASS
+    assert "emu:minimal" in rows["l0.train_step"]["evidence"]
+    assert data["level"] in ("L0", "L1")
 
 
 def test_second_shape_needs_a_batch_dim(models, tmp_path):

@@ -19,10 +19,10 @@ from torch_fl.routing.table import ROUTES
 TINY_MODEL = """\
 import torch, torch_fl
 torch.manual_seed(0)
-torch.fl.device()  # activates routing: the emulated chip of FL_DEVICE
+dev = torch.fl.device()  # activates routing: the emulated chip of FL_DEVICE (only its tensors are checked)
 model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.LayerNorm(16),
-                            torch.nn.Linear(16, 4))
-x = torch.randn(4, 8)
+                            torch.nn.Linear(16, 4)).to(dev)
+x = torch.randn(4, 8, device=dev)
 for _ in range(3):
     model(x).sum().backward()
 """

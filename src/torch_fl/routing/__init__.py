@@ -68,14 +68,25 @@ def route_table(description: str | None = None) -> RouteTable:
 
 def _activate(desc, device: torch.device, emulated: bool) -> Activation:
     from . import stats
-    from .emulation import Emulation
-    from .install import KeyInstallation
     from .router import Router
 
     table = RouteTable(desc, _kernels)
-    label = f"emu:{desc.name} (on cpu)" if emulated else str(device)
+    on_device = emulated and device.type != "cpu"  # the emu backend; else the dispatch-mode fallback
+    label = f"emu:{desc.name} ({device})" if on_device else \
+        f"emu:{desc.name} (on cpu)" if emulated else str(device)
     router = Router(table, label, host_is_device=emulated or device.type == "cpu")
-    installation = (Emulation(router) if emulated else KeyInstallation(router)).install()
+    if on_device:
+        from .emu_device import DeviceEmulation
+
+        installation = DeviceEmulation(router).install()
+    elif emulated:
+        from .emulation import Emulation
+
+        installation = Emulation(router).install()
+    else:
+        from .install import KeyInstallation
+
+        installation = KeyInstallation(router).install()
     stats.set_context(label, desc.name)
     log_path = _env.FL_ROUTE_LOG.get()
     if log_path:

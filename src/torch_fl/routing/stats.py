@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import json
 import logging
+import sys
 import threading
 from collections import Counter
 from pathlib import Path
@@ -38,8 +39,33 @@ def routed_seconds() -> dict[str, float]:
     return dict(_top_level)
 
 
-def route_stats() -> list[dict[str, object]]:
-    """Non-native calls so far: [{'op', 'dtype', 'route', 'calls'}], most calls first.
+class RouteStats(list):
+    """The list of route_stats() records; ``stats["transfers"]`` (or ``.transfers``) adds the copies
+    between host and emulated device and the syncs (see `transfers`)."""
+
+    def __init__(self, records: list[dict[str, object]], transfers: dict[str, int]) -> None:
+        super().__init__(records)
+        self.transfers = transfers
+
+    def __getitem__(self, key):  # type: ignore[override]
+        if key == "transfers":
+            return self.transfers
+        return super().__getitem__(key)
+
+
+def transfers() -> dict[str, int]:
+    """Copies between host and emulated device (bytes and calls each way) and syncs (.item(), .cpu(),
+    .tolist(), printing a device tensor) so far. Real devices are not counted (zeros): only an emulated
+    device sees every copy without slowing it down."""
+    emu = sys.modules.get("torch_fl.routing.emu_device")
+    if emu is None:
+        return {"h2d_bytes": 0, "h2d_calls": 0, "d2h_bytes": 0, "d2h_calls": 0, "syncs": 0}
+    return emu.transfers()
+
+
+def route_stats() -> RouteStats:
+    """Non-native calls so far: [{'op', 'dtype', 'route', 'calls'}], most calls first; the copies and
+    syncs of emulated devices are ``route_stats()["transfers"]``.
 
     Example:
         >>> import torch, torch_fl
@@ -51,9 +77,10 @@ def route_stats() -> list[dict[str, object]]:
     """
     with _lock:
         items = list(_counts.items())
-    return [{"op": op, "dtype": dtype, "route": route, "calls": calls,
-             "seconds": round(_seconds.get((op, dtype, route), 0.0), 6)}
-            for (op, dtype, route), calls in sorted(items, key=lambda kv: (-kv[1], kv[0]))]
+    return RouteStats([{"op": op, "dtype": dtype, "route": route, "calls": calls,
+                        "seconds": round(_seconds.get((op, dtype, route), 0.0), 6)}
+                       for (op, dtype, route), calls in sorted(items, key=lambda kv: (-kv[1], kv[0]))],
+                      transfers())
 
 
 def reset_route_stats() -> None:
@@ -61,6 +88,9 @@ def reset_route_stats() -> None:
         _counts.clear()
         _seconds.clear()
         _top_level.clear()
+    emu = sys.modules.get("torch_fl.routing.emu_device")
+    if emu is not None:
+        emu.reset_transfers()
 
 
 def set_context(device: str, description: str) -> None:
@@ -68,7 +98,8 @@ def set_context(device: str, description: str) -> None:
 
 
 def route_log() -> dict[str, object]:
-    return {**_context, "records": route_stats()}
+    stats = route_stats()
+    return {**_context, "records": list(stats), "transfers": stats.transfers}
 
 
 def write_route_log(path: str | Path) -> None:
@@ -78,5 +109,18 @@ def write_route_log(path: str | Path) -> None:
 def write_at_exit(path: str) -> None:
     """Write the route log to `path` when the process exits (FL_ROUTE_LOG); registered once."""
     if not _log_path:
-        atexit.register(lambda: write_route_log(_log_path[-1]))
+        atexit.register(_write_at_exit)
     _log_path.append(path)
+
+
+def _write_at_exit() -> None:
+    # FL_ROUTE_LOG's folder was checked when routing started; if the write still fails (folder removed,
+    # disk full), the log goes to stderr instead of being lost behind a traceback at exit.
+    path = _log_path[-1]
+    try:
+        write_route_log(path)
+    except OSError as exc:
+        import sys
+
+        print(f"torch-fl: could not write the route log to {path} (FL_ROUTE_LOG): {exc.strerror or exc}; "
+              f"here it is instead:\n{json.dumps(route_log(), indent=2)}", file=sys.stderr)
