@@ -96,6 +96,9 @@ CASES: tuple[Case, ...] = (
          ("describe", "--list"), env={"FL_DESCRIPTION": "cpu.toml"}, files={"cpu.toml": b"@builtin-cpu"},
          expect="the built-in 'cpu' description is replaced by cpu.toml (FL_DESCRIPTION)", rc=0),
     Case("An unknown description name", ("describe", "cdua"), expect="no device description named 'cdua'. Did you mean 'cuda'?"),
+    Case("A model factory that raises (the user's code, not a torch-fl bug)", ("warmup", "model.py:factory"),
+         files={"model.py": b"def factory():\n    raise ValueError('my model is broken')\n"},
+         expect="error in your code (model.py, line 2): ValueError: my model is broken"),
     # Arguments
     Case("`torchfl preflight --nproc 0` (it used to start 2 ranks)", ("preflight", "--nproc", "0"),
          expect="argument --nproc: must be a whole number >= 1, got '0'", rc=2),
@@ -142,7 +145,8 @@ def run(case: Case) -> tuple[int, str]:
             torch_fl.reset()
             registry.reload()
         assert _env  # the layer under test
-        return rc, _message(case, out, err).replace(tmp + "/", "").replace(tmp, PWD)
+        out, err = (text.replace(tmp + "/", "").replace(tmp, PWD) for text in (out, err))
+        return rc, _message(case, out, err)
 
 
 def _execute(case: Case) -> tuple[int, str, str]:

@@ -41,10 +41,10 @@ def test_user_errors_are_one_line_without_traceback(exc, text, monkeypatch, caps
 
 
 def test_a_bug_says_so_and_points_at_bugreport(monkeypatch, capsys):
-    monkeypatch.setattr(describe_cmd, "run", _boom(TypeError("unsupported operand")))
+    monkeypatch.setattr(describe_cmd, "run", lambda args: _toml.dumps({"x": object()}))  # raises in torch_fl
     assert main(["describe"]) == 1
     err = capsys.readouterr().err
-    assert "torchfl describe: internal error: TypeError: unsupported operand" in err
+    assert "torchfl describe: internal error: TypeError: cannot write object as TOML" in err
     assert "This is a bug in torch-fl" in err and "torchfl bugreport" in err and "torchfl --debug" in err
     assert "Traceback" not in err
 
@@ -107,3 +107,15 @@ def test_a_command_module_that_fails_to_import_is_reported_not_raised(monkeypatc
     err = capsys.readouterr().err
     assert err.startswith("torchfl: internal error: ModuleNotFoundError: No module named")
     assert "Traceback" not in err
+
+
+def test_an_error_in_the_users_code_is_not_called_a_torch_fl_bug(monkeypatch, capsys, tmp_path):
+    model = tmp_path / "model.py"
+    model.write_text("def factory():\n    raise ValueError('my model is broken')\n")
+    assert main(["warmup", f"{model}:factory"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"torchfl warmup: error in your code ({model}, line 2): ValueError: my model is broken")
+    assert "bug in torch-fl" not in err and "Traceback" not in err
+    model.write_text("def factory(:\n")
+    assert main(["warmup", f"{model}:factory"]) == 1
+    assert f"error in your code ({model}, line 1): SyntaxError" in capsys.readouterr().err

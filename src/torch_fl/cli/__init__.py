@@ -93,6 +93,27 @@ def user_error_text(exc: BaseException) -> str | None:
     return None
 
 
+def user_code_location(exc: BaseException) -> str | None:
+    """'file.py, line N' when `exc` comes from the user's code (a model or script the command ran), i.e.
+    the innermost frame outside Python's and installed libraries is not torch-fl's; else None."""
+    import sysconfig
+    import traceback
+
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    libraries = tuple(os.path.abspath(p) for p in {sysconfig.get_paths()[k] for k in ("stdlib", "purelib",
+                                                                                        "platlib")})
+    if isinstance(exc, SyntaxError) and exc.filename and os.path.isfile(exc.filename):
+        frames = [(exc.filename, exc.lineno)]
+    else:
+        frames = [(f.filename, f.lineno) for f in reversed(traceback.extract_tb(exc.__traceback__))]
+    for filename, line in frames:
+        path = os.path.abspath(filename)
+        if filename.startswith("<") or path.startswith(libraries):
+            continue  # torch, the standard library: whoever called them decides
+        return None if path.startswith(package + os.sep) else f"{filename}, line {line}"
+    return None
+
+
 def report_error(prog: str, exc: BaseException, *, debug: bool = False) -> int:
     """Print `exc` as one message (rc 1): the traceback only with --debug or FL_LOG=DEBUG, and for an
     error that is not the user's, a pointer to `torchfl bugreport`."""
@@ -105,6 +126,11 @@ def report_error(prog: str, exc: BaseException, *, debug: bool = False) -> int:
     text = user_error_text(exc)
     if text is not None:
         print(f"{prog}: error: {text}", file=sys.stderr)
+        return 1
+    where = user_code_location(exc)
+    if where is not None:  # the user's model or script raised: their bug, not ours
+        print(f"{prog}: error in your code ({where}): {type(exc).__name__}: {exc}\n"
+              f"Rerun with 'torchfl --debug ...' for the full traceback.", file=sys.stderr)
         return 1
     print(f"{prog}: internal error: {type(exc).__name__}: {exc}\n"
           f"This is a bug in torch-fl, not in your input. Please report it: rerun with 'torchfl --debug ...' "
