@@ -276,3 +276,12 @@ def test_path_without_a_name_does_not_crash_doctor(text, monkeypatch):
     monkeypatch.setenv("FL_DESCRIPTION", text)
     data = doctor.collect()  # a folder is not a description file: reported, not raised
     assert data["errors"] and "description" in str(data["errors"]).lower()
+
+
+def test_absurd_device_values_stop_in_the_env_layer(monkeypatch):
+    from torch_fl.cli import doctor
+
+    assert "is not a device (a virtual id such as acc0" in _error("FL_DEVICE", "9" * 5000)
+    monkeypatch.setenv("FL_DEVICE", "acc" + "9" * 5000)  # int() of it used to be a ValueError traceback
+    problems = doctor.diagnose(doctor.collect())
+    assert any("is not a device" in p for p in problems), problems

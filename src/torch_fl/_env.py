@@ -88,6 +88,15 @@ def _text(var: EnvVar, text: str, origin: str) -> str:
     return text
 
 
+def _device(var: EnvVar, text: str, origin: str) -> str:
+    """A device spec (acc0, cuda:1, emu:NAME); what it names is resolved by torch_fl.device. Absurd
+    values stop here: no device index has 10 digits."""
+    if len(text) > 200 or re.search(r"\d{10,}", text):
+        raise var.error(text, "not a device (a virtual id such as acc0, a torch device such as cuda:1, or "
+                        "emu:NAME)", origin)
+    return text
+
+
 def _bool(var: EnvVar, text: str, origin: str) -> bool:
     lowered = text.lower()
     if lowered in TRUE:
@@ -252,7 +261,7 @@ def _log_levels(var: EnvVar, text: str, origin: str) -> dict[str, int]:
 
 # The table ------------------------------------------------------------------------------------------
 FL_DEVICE = EnvVar("FL_DEVICE", "device", "", "Device used by torch.fl.device() with no argument (default "
-                   "acc0). Accepts a virtual id (acc0), a physical name (cuda:1, cpu) or emu:NAME.", parser=_text)
+                   "acc0). Accepts a virtual id (acc0), a physical name (cuda:1, cpu) or emu:NAME.", parser=_device)
 FL_DEVICE_MAP = EnvVar("FL_DEVICE_MAP", "accN=DEVICE,...", "", "Explicit virtual-to-physical map, e.g. "
                        "'acc0=cuda:1,acc1=cpu'. Overrides config files and auto-detection.", parser=_device_map)
 FL_BACKEND = EnvVar("FL_BACKEND", "description name", "", "Force the backend (a description name: cpu, "
