@@ -254,3 +254,15 @@ def test_vendor_owned_privateuse1_tests_run_without_the_emulated_device():
                          env=env, capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert run.returncode == 0, run.stdout[-3000:]
     assert "skipped" not in run.stdout.splitlines()[-1], run.stdout[-500:]
+
+
+def test_doctor_says_which_emulator_is_active(monkeypatch):
+    from torch_fl.cli.doctor import collect, render_text
+
+    monkeypatch.setenv("FL_DEVICE", "emu:minimal")
+    torch_fl.reset()
+    data = collect()
+    assert data["device"]["resolved"] == "emu:0"
+    emulation = data["emulation"]
+    assert emulation["emulator"] == "device" and emulation["borrowed"] and emulation["privateuse1"] == "emu"
+    assert "PrivateUse1 slot is borrowed as 'emu'" in render_text(data, [], [])

@@ -61,7 +61,14 @@ def collect(device: str | None = None) -> dict[str, Any]:
     _describe(data, _governing(data, dev, selected), dev)
     if dev is not None:
         data["self_check"] = self_check(dev)
+    data["emulation"] = _emulation()
     return data
+
+
+def _emulation() -> dict[str, Any]:
+    from ..routing import emu_device
+
+    return emu_device.status()
 
 
 def _governing(data: dict[str, Any], dev: torch.device | None, selected: Description) -> Description:
@@ -97,6 +104,8 @@ def _skeleton() -> dict[str, Any]:
         "self_check": {"ok": False, "ran": False, "detail": "not run: no device was resolved",
                        "seconds": None},
         "unknown_variables": [], "shadowed_descriptions": {},
+        "emulation": {"active": False, "emulator": "", "privateuse1": "", "borrowed": False, "devices": 0,
+                      "chip": "", "detail": ""},
         "errors": [],
     }
 
@@ -445,7 +454,8 @@ def _sections(data: dict[str, Any]) -> list[tuple[str, list[tuple[str, str]]]]:
             ("type", data["device_type"] or "?"), ("vendor", data["vendor"] or "?"),
             ("backend", f"{data['backend']['name'] or '?'} ({data['backend']['source'] or 'not loaded'})"),
             ("device map", f"{map_text(data['device_map'])} ({data['device_map_source'] or 'not built'})"),
-            ("visible devices", _visible_text(visible))]),
+            ("visible devices", _visible_text(visible)),
+            ("emulation", _emulation_text(data["emulation"]))]),
         ("Description", [
             ("name", desc["name"] or "?"), ("path", desc["path"] or "?"), ("sha256", desc["sha256"] or "?"),
             ("level", desc["level"] or "?"),
@@ -456,6 +466,12 @@ def _sections(data: dict[str, Any]) -> list[tuple[str, list[tuple[str, str]]]]:
         ("Self-check", [("result", _check_text(data["self_check"])),
                         ("detail", data["self_check"]["detail"])]),
     ]
+
+
+def _emulation_text(emulation: dict[str, Any]) -> str:
+    if not emulation["emulator"]:
+        return "(none)"
+    return f"{emulation['emulator']} emulator of '{emulation['chip'] or '?'}': {emulation['detail']}"
 
 
 def _route_rows(data: dict[str, Any]) -> list[tuple[str, str]]:

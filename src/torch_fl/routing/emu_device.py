@@ -102,6 +102,24 @@ def _vendor_kernels() -> bool:
     return torch._C._dispatch_has_kernel_for_dispatch_key("aten::empty.memory_format", "PrivateUse1")
 
 
+def status() -> dict[str, Any]:
+    """Which emulator this process uses, for `torchfl doctor`: the emulated device ('device': PrivateUse1
+    borrowed as 'emu'), the dispatch-mode fallback ('dispatch mode', and why), or none."""
+    emulating = state.router is not None or state.count > 0
+    reason = unavailable_reason()
+    if state.count and not reason:
+        kind = "device"
+        detail = (f"PyTorch's PrivateUse1 slot is borrowed as '{NAME}' ({state.count} device(s): "
+                  + ", ".join(f"{NAME}:{i}" for i in range(state.count)) + "); host tensors are never checked")
+    elif reason:
+        kind = "dispatch mode"
+        detail = f"the emulated device is unavailable because {reason}; every CPU op of an emulated block is checked"
+    else:
+        kind, detail = "", "no emulated chip in this process"
+    return {"active": emulating, "emulator": kind, "privateuse1": owner(), "borrowed": borrowed(),
+            "devices": state.count, "chip": getattr(state.description, "name", ""), "detail": detail}
+
+
 def ensure(count: int) -> None:
     """Register the ``emu`` backend with `count` devices (idempotent; the count can only grow, since
     PyTorch cannot unregister a backend)."""
