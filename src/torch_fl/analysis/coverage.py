@@ -160,12 +160,17 @@ def _notes(table: RouteTable, result: TraceResult, kernels: DeviceKernels, devic
     attention = _attention_note(desc, records, kernels)
     if attention:
         notes.append(attention)
-    if not kernels.host:
+    if device_tensors.startswith("emu"):
+        notes.append(f"The model's tensors were tensors of the emulated backend ({device_tensors}), so "
+                     f"PyTorch made that backend's kernel choices (fused dropout and LSTM cells, no "
+                     f"oneDNN or *_for_cpu kernels, SDPA's math path) exactly as under emulation.")
+    elif not kernels.host:
         notes.append(f"'{desc.name}' is not the host CPU: the trace ran without the CPU's own kernels "
                      f"(oneDNN's mkldnn_*, *_for_cpu), so RNNs appear as the generic cell ops"
                      + (" and training-mode dropout as native_dropout" if kernels.fused_dropout else "")
-                     + f", as PyTorch runs them on a {kernels.backend} backend. Dropout and RNNs inside "
-                     f"C++ code (nn.LSTM's inter-layer dropout) still take the CPU's path.")
+                     + f", as PyTorch runs them on a {kernels.backend} backend. Dropout and RNN cells inside "
+                     f"PyTorch's C++ code (nn.LSTM's inter-layer dropout) still take the generic path, "
+                     f"and the device's own fused RNN kernels (cuDNN, _lstm_mps) are not shown.")
     if train:
         notes.append("The training step is one forward pass, the loss, one backward pass and one "
                      "AdamW step with foreach=False (per-parameter ops); optimizer calls are listed "
