@@ -93,15 +93,9 @@ def _parse_physical(text: str, origin: str) -> torch.device:
 
 
 def parse_device_map(text: str, origin: str = "FL_DEVICE_MAP") -> dict[str, torch.device]:
-    """Parse 'acc0=cuda:1,acc1=cpu'."""
-    mapping: dict[str, torch.device] = {}
-    for item in filter(None, (part.strip() for part in text.split(","))):
-        virtual, sep, physical = (s.strip() for s in item.partition("="))
-        if not sep or not _VIRTUAL.match(virtual):
-            raise ConfigError(f"{origin}: '{item}' is not of the form accN=DEVICE "
-                              f"(example: FL_DEVICE_MAP='acc0=cuda:1,acc1=cpu')")
-        mapping[virtual] = _parse_physical(physical, origin)
-    return _ordered(mapping)
+    """Parse 'acc0=cuda:1,acc1=cpu' (the syntax, accN keys and duplicates are the env layer's)."""
+    pairs = _env.FL_DEVICE_MAP.parse(text, origin)
+    return _ordered({virtual: _parse_physical(physical, origin) for virtual, physical in pairs.items()})
 
 
 def _ordered(mapping: dict[str, torch.device]) -> dict[str, torch.device]:
@@ -110,7 +104,7 @@ def _ordered(mapping: dict[str, torch.device]) -> dict[str, torch.device]:
 
 def explicit_map() -> tuple[dict[str, torch.device], str] | None:
     """The explicit map and where it came from, or None when the map is auto-detected."""
-    text = _env.FL_DEVICE_MAP.get()
+    text = _env.FL_DEVICE_MAP.text()
     if text:
         return parse_device_map(text), "FL_DEVICE_MAP"
     found = config.lookup("device_map")
@@ -155,7 +149,7 @@ def _default_id() -> tuple[str, str]:
 
 def _not_found(text: str, origin: str, mapping: dict[str, torch.device], why: str) -> DeviceNotFoundError:
     listing = ", ".join(f"{k} -> {v}" for k, v in mapping.items()) or "none"
-    index = re.search(r"(\d+)$", text)
+    index = re.search(r"(\d{1,9})$", text)  # (a 5000-digit index is over int()'s limit)
     # 'gpu:1', 'npu1', 'device1': the user wants the N-th accelerator, whatever the spelling.
     if index and f"acc{int(index.group(1))}" in mapping and not _VIRTUAL.match(text):
         hint = f" Did you mean 'acc{int(index.group(1))}'?"

@@ -88,9 +88,9 @@ def _activate(desc, device: torch.device, emulated: bool) -> Activation:
 
         installation = KeyInstallation(router).install()
     stats.set_context(label, desc.name)
-    log_path = _env.FL_ROUTE_LOG.get()
-    if log_path:
-        stats.write_at_exit(log_path)
+    log_path = _env.FL_ROUTE_LOG.value()  # its folder is checked now, so the log is not lost at exit
+    if log_path is not None:
+        stats.write_at_exit(str(log_path))
     activation = Activation(table, device, emulated, installation)
     _active.append(activation)
     return activation
