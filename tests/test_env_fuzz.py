@@ -206,7 +206,7 @@ _WORDS = st.sampled_from([
     "--list", "--probe", "--json", "--device", "acc0", "emu:cuda", "emu:nosuch", "cpu", "cuda", "-o",
     "out.toml", "missing/out.toml", "--log", "nope.log", "--lines", "0", "-5", "abc", "--nproc", "--timeout",
     "nan", "info", "verify", "--format", "sarif", "json", "x.py", ".", "--", "-", "--help", "--select", "FL001",
-    "--diff", "a.json", "b.json", "--since",
+    "--diff", "a.json", "b.json", "--since", "acc" + "9" * 5000, "emu:" + "x" * 300, "cuda:99999999999",
 ])
 
 
