@@ -266,3 +266,13 @@ def test_doctor_says_which_emulator_is_active(monkeypatch):
     emulation = data["emulation"]
     assert emulation["emulator"] == "device" and emulation["borrowed"] and emulation["privateuse1"] == "emu"
     assert "PrivateUse1 slot is borrowed as 'emu'" in render_text(data, [], [])
+
+
+def test_dataloader_pin_memory_with_the_emulated_device():
+    # minGPT's Trainer: DataLoader(pin_memory=True). With PrivateUse1 the current accelerator, PyTorch
+    # pins for it, which needs an allocator a Python backend cannot register; host memory stands in.
+    data = torch.utils.data.TensorDataset(torch.arange(8.0).reshape(4, 2))
+    with torch_fl.emulate("cuda") as activation:
+        batches = list(torch.utils.data.DataLoader(data, batch_size=2, pin_memory=True))
+        assert [b[0].to(activation.device, non_blocking=True).device for b in batches] == [activation.device] * 2
+    assert torch.ones(2).pin_memory().is_pinned() is False

@@ -155,20 +155,32 @@ def suspended() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def emulate(name: str) -> Iterator[Activation]:
-    """Run the block on the CPU as if on the chip described by `name` (a description name or path).
+def emulate(name: str, *, host: bool = False) -> Iterator[Activation]:
+    """Run the block as if on the chip described by `name` (a description name or path): its device is
+    ``activation.device`` (``emu:0``), checked against the description; host tensors are not checked.
+
+    Args:
+        name: a description name or path, with or without ``emu:``.
+        host: use the dispatch-mode emulator instead: the device is the CPU and every CPU op in the
+            block is checked (host work included). It is what runs when a vendor plugin owns
+            PrivateUse1, and what route checks on host tensors use (scripts/opinfo_routes.py).
 
     Example:
-        >>> with torch.fl.emulate("mps"):  # doctest: +SKIP
-        ...     model(x)   # float64 ops raise UnsupportedOperatorError, missing ops translate
+        >>> with torch.fl.emulate("mps") as chip:  # doctest: +SKIP
+        ...     model.to(chip.device)(x.to(chip.device))  # float64 raises, missing ops translate
     """
+    from ..description import registry
     from ..device import EMULATION_PREFIX, resolve_spec
 
     spec = name if name.startswith(EMULATION_PREFIX) else EMULATION_PREFIX + name
-    resolved = resolve_spec(spec)
+    if host:
+        desc, device = registry.get(spec[len(EMULATION_PREFIX):]), torch.device("cpu")
+    else:
+        resolved = resolve_spec(spec)
+        desc, device = resolved.description, resolved.device
     with _lock:
         before = len(_active)
-        activation = _activate(resolved.description, resolved.device, True)
+        activation = _activate(desc, device, True)
     try:
         yield activation
     finally:

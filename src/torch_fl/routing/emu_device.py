@@ -657,7 +657,27 @@ def _register_factories() -> None:
     for name in _composite_factories():
         ovl = _overload(name)
         per_op.impl(name[len("aten::"):], _factory_kernel(ovl), "PrivateUse1")
-    _libraries.extend((library, per_op))
+    _libraries.extend((library, per_op, _pinning()))
+
+
+def _pinning() -> Any:
+    """Pinned host memory for the emulated device is plain host memory. Once PrivateUse1 is the current
+    accelerator, DataLoader(pin_memory=True) pins for it, and PyTorch asks PrivateUse1's hooks for a
+    pinned allocator, which a Python backend cannot provide; these two CPU kernels answer for it and
+    leave every other device to PyTorch's own kernel."""
+    library = torch.library.Library("aten", "IMPL")
+    for name, emulated in (("_pin_memory", lambda t: t.clone()), ("is_pinned", lambda t: False)):
+        original = torch.library.get_kernel(f"aten::{name}", "CPU")
+
+        def kernel(keyset: Any, tensor: torch.Tensor, device: Any = None, *, _original: Any = original,
+                   _emulated: Any = emulated) -> Any:
+            target = torch.accelerator.current_accelerator() if device is None else torch.device(device)
+            if target is not None and target.type == NAME:
+                return _emulated(tensor)
+            return _original.call_boxed(keyset, tensor, device)
+
+        library.impl(name, kernel, "CPU", with_keyset=True)
+    return library
 
 
 def _copy_kernel(*args: Any, **kwargs: Any) -> Any:
