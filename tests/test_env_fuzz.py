@@ -26,6 +26,8 @@ from torch_fl.cli import main
 from torch_fl.description import registry
 from torch_fl.errors import TorchFLError
 
+# Huge generated values make Hypothesis warn about the size of their repr; that is the point here.
+pytestmark = pytest.mark.filterwarnings("ignore::hypothesis.errors.HypothesisWarning")
 _LONG = int(os.environ.get("TORCH_FL_FUZZ_EXAMPLES", "0"))
 FUZZ = settings(max_examples=_LONG or 30, derandomize=not _LONG, deadline=None, database=None,
                 suppress_health_check=list(HealthCheck))
