@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import torch_fl
-from torch_fl import runtime
+from torch_fl import hostmem, runtime
 from torch_fl.errors import DeviceNotFoundError
 
 MiB = 2**20
@@ -102,7 +102,7 @@ def test_mem_get_info():
 
 
 def test_mem_get_info_without_proc(monkeypatch):
-    monkeypatch.setattr(runtime, "_meminfo", dict)
+    monkeypatch.setattr(hostmem, "meminfo", dict)
     free, total = torch.fl.mem_get_info()
     assert 0 <= free <= total and total > 0
 
@@ -277,8 +277,7 @@ def fake_acc(tmp_path, monkeypatch):
     monkeypatch.setattr(torch, "privateuseone", module, raising=False)
     monkeypatch.setenv("FL_DESCRIPTION", str(path))
     monkeypatch.setenv("FL_BACKEND", "fakeacc")
-    monkeypatch.setattr(runtime, "_watermarks", {})
-    monkeypatch.setattr(runtime, "_reset_keys", set())
+    monkeypatch.setattr(runtime, "_watermarks", hostmem.Watermarks())
     torch_fl.reset()
     return module, calls
 

@@ -53,5 +53,9 @@ class UnsupportedOperatorError(TorchFLError, NotImplementedError):
     """An operator whose route on this device is 'unsupported' (or whose translation failed)."""
 
 
+class RuntimeUnsupportedError(TorchFLError, NotImplementedError):
+    """The device's torch module offers nothing that implements a runtime call (torch.fl.synchronize, ...)."""
+
+
 class FallbackWarning(UserWarning):
     """An operator ran on the CPU because the device has no kernel for it (warned once per op)."""

@@ -32,21 +32,18 @@ import functools
 import inspect
 import logging
 import os
-import platform
-import sys
-import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, TypeAlias
 
 import torch
 
-from . import plugins
+from . import hostmem, plugins
 from .description.model import Description
 from .device import description_for, device_map, resolve
-from .errors import DeviceNotFoundError, PluginImportError, TorchFLError
+from .errors import DeviceNotFoundError, PluginImportError, RuntimeUnsupportedError
+from .streams import Event, Stream, stream
 
 __all__ = [
     "DeviceProperties", "Event", "RuntimeUnsupportedError", "Stream", "autocast", "current_device",
@@ -82,14 +79,6 @@ _ROUTES: dict[str, tuple[str | None, tuple[str, ...]]] = {
 
 # Property names that count a device's parallel compute units (CUDA SMs, XPU Xe-cores, Ascend cubes).
 _COMPUTE_UNIT_ATTRS = ("multi_processor_count", "gpu_subslice_count", "max_compute_units", "cube_core_num")
-
-# What a stream or event object must offer to stand in for torch.fl.Stream / torch.fl.Event.
-_STREAM_METHODS = ("synchronize", "query", "wait_stream", "wait_event", "record_event")
-_EVENT_METHODS = ("record", "synchronize", "query", "wait", "elapsed_time")
-
-
-class RuntimeUnsupportedError(TorchFLError, NotImplementedError):
-    """The device's torch module offers nothing that implements a runtime call."""
 
 
 # Routing ------------------------------------------------------------------------------------------
@@ -274,81 +263,17 @@ def synchronize(device: DeviceLike = None) -> None:
 
 
 # Memory -------------------------------------------------------------------------------------------
-_mem_lock = threading.Lock()
-_watermarks: dict[str, int] = {}  # key -> highest memory_allocated seen since start or last reset
-_reset_keys: set[str] = set()  # keys whose peak was reset: the OS lifetime peak no longer bounds them
-
-
-def _page_size() -> int:
-    try:
-        return os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return 4096
-
-
-def _os_peak_rss() -> int:
-    """The process's lifetime peak resident set (0 where the OS does not say)."""
-    try:
-        import resource
-    except ImportError:  # Windows
-        return 0
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak if sys.platform == "darwin" else peak * 1024  # macOS reports bytes, Linux/BSD KiB
-
-
-def _process_rss() -> int:
-    """The process's resident set now; the lifetime peak where /proc is missing (macOS)."""
-    try:
-        with open("/proc/self/statm") as statm:
-            return int(statm.read().split()[1]) * _page_size()
-    except (OSError, ValueError, IndexError):
-        return _os_peak_rss()
-
-
-def _meminfo() -> dict[str, int]:
-    try:
-        with open("/proc/meminfo") as info:
-            lines = info.read().splitlines()
-    except OSError:
-        return {}
-    values: dict[str, int] = {}
-    for line in lines:
-        key, _, rest = line.partition(":")
-        fields = rest.split()
-        if fields and fields[0].isdigit():
-            values[key] = int(fields[0]) * (1024 if fields[1:] == ["kB"] else 1)
-    return values
-
-
-def _host_memory_info() -> tuple[int, int]:
-    info = _meminfo()
-    if "MemTotal" in info and "MemAvailable" in info:
-        return info["MemAvailable"], info["MemTotal"]
-    try:
-        total = os.sysconf("SC_PHYS_PAGES") * _page_size()
-    except (ValueError, OSError, AttributeError):
-        return 0, 0
-    try:
-        free = os.sysconf("SC_AVPHYS_PAGES") * _page_size()
-    except (ValueError, OSError, AttributeError):
-        free = max(0, total - _process_rss())  # macOS has no available-pages count
-    return min(free, total), total
+# Host memory facts (resident set, /proc/meminfo) live in hostmem; so does the watermark type.
+_watermarks = hostmem.Watermarks()  # key -> highest memory_allocated seen since start or last reset
 
 
 def _watermark_key(dev: torch.device, desc: Description) -> str:
     return "host" if _is_host(desc) else str(dev)
 
 
-def _raise_watermark(key: str, value: int) -> int:
-    with _mem_lock:
-        peak = max(_watermarks.get(key, 0), value)
-        _watermarks[key] = peak
-        return peak
-
-
 def _current_bytes(dev: torch.device, desc: Description) -> int:
     if _is_host(desc):
-        return _process_rss()
+        return hostmem.process_rss()
     return int(_native("memory_allocated", dev))
 
 
@@ -369,7 +294,7 @@ def memory_allocated(device: DeviceLike = None) -> int:
     dev = resolve(device)
     desc = description_for(dev)
     current = _current_bytes(dev, desc)
-    _raise_watermark(_watermark_key(dev, desc), current)
+    _watermarks.raise_to(_watermark_key(dev, desc), current)
     return current
 
 
@@ -392,11 +317,9 @@ def max_memory_allocated(device: DeviceLike = None) -> int:
     dev = resolve(device)
     desc = description_for(dev)
     key = _watermark_key(dev, desc)
-    sampled = _raise_watermark(key, _current_bytes(dev, desc))
+    sampled = _watermarks.raise_to(key, _current_bytes(dev, desc))
     if _is_host(desc):
-        with _mem_lock:
-            lifetime = key not in _reset_keys
-        return max(sampled, _os_peak_rss()) if lifetime else sampled
+        return sampled if _watermarks.was_reset(key) else max(sampled, hostmem.os_peak_rss())
     return int(_native("max_memory_allocated", dev, fallback=lambda: sampled))
 
 
@@ -413,9 +336,7 @@ def reset_peak_memory_stats(device: DeviceLike = None) -> None:
     desc = description_for(dev)
     key = _watermark_key(dev, desc)
     current = _current_bytes(dev, desc)
-    with _mem_lock:
-        _watermarks[key] = current
-        _reset_keys.add(key)
+    _watermarks.reset(key, current)
     if not _is_host(desc):
         _native("reset_peak_memory_stats", dev, fallback=lambda: None)
 
@@ -444,7 +365,7 @@ def _derived_memory_info(dev: torch.device, desc: Description) -> tuple[int, int
         total = int(total_fn())
         return max(0, total - int(used_fn())), total
     if desc.section("memory")["allocator"] == "unified":
-        return _host_memory_info()
+        return hostmem.memory_info()
     raise RuntimeUnsupportedError(f"torch.fl.mem_get_info({dev}): the '{desc.name}' backend reports no "
                                   f"free/total memory")
 
@@ -464,7 +385,7 @@ def mem_get_info(device: DeviceLike = None) -> tuple[int, int]:
     dev = resolve(device)
     desc = description_for(dev)
     if _is_host(desc):
-        return _host_memory_info()
+        return hostmem.memory_info()
     free, total = _native("mem_get_info", dev, fallback=lambda: _derived_memory_info(dev, desc))
     return int(free), int(total)
 
@@ -553,24 +474,6 @@ class DeviceProperties:
     description: str
 
 
-def _host_cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as cpuinfo:
-            for line in cpuinfo:
-                key, _, value = line.partition(":")
-                if key.strip() == "model name" and value.strip():
-                    return value.strip()
-    except OSError:
-        pass
-    capabilities = getattr(torch.cpu, "get_capabilities", None)  # torch >= 2.8; names Apple chips
-    if capabilities is not None:
-        with contextlib.suppress(Exception):
-            name = str(capabilities().get("cpu_name", ""))
-            if name:
-                return name
-    return platform.processor() or platform.machine() or "cpu"
-
-
 def _compute_units(props: Any) -> int:
     for attr in _COMPUTE_UNIT_ATTRS:
         value = getattr(props, attr, None)
@@ -593,244 +496,15 @@ def get_device_properties(device: DeviceLike = None) -> DeviceProperties:
     dev = resolve(device)
     desc = description_for(dev)
     if dev.type == _HOST_TYPE:
-        return DeviceProperties(_host_cpu_name(), dev.type, 0, _host_memory_info()[1], os.cpu_count() or 1,
+        return DeviceProperties(hostmem.cpu_name(), dev.type, 0, hostmem.memory_info()[1], os.cpu_count() or 1,
                                 desc.vendor, desc.name)
     index = dev.index if dev.index is not None else current_device(dev)
     props = _native("get_device_properties", dev, fallback=lambda: None)
     name = str(getattr(props, "name", "") or "")
     if not name:  # unified memory: the accelerator sits on the host's chip (Apple M-series)
-        name = _host_cpu_name() if desc.section("memory")["allocator"] == "unified" else f"{desc.vendor} {dev.type}"
+        name = hostmem.cpu_name() if desc.section("memory")["allocator"] == "unified" else f"{desc.vendor} {dev.type}"
     total = int(getattr(props, "total_memory", 0) or 0)
     if not total:
         with contextlib.suppress(RuntimeUnsupportedError):
             total = mem_get_info(dev)[1]
     return DeviceProperties(name, dev.type, index, total, _compute_units(props), desc.vendor, desc.name)
-
-
-# Streams and events -------------------------------------------------------------------------------
-def _construct(cls: Callable[..., Any], **kwargs: Any) -> Any:
-    """cls(**kwargs) without the keywords it does not accept (torch.mps.Event takes enable_timing only)."""
-    try:
-        params = inspect.signature(cls).parameters
-    except (TypeError, ValueError):
-        return cls(**kwargs)
-    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
-        return cls(**kwargs)
-    dropped = {k: v for k, v in kwargs.items() if k not in params}
-    if dropped:
-        _log.debug("%s ignores %s", getattr(cls, "__qualname__", cls), dropped)
-    return cls(**{k: v for k, v in kwargs.items() if k in params})
-
-
-def _has_methods(obj: Any, names: tuple[str, ...]) -> bool:
-    return all(callable(getattr(obj, name, None)) for name in names)
-
-
-class _Structural(type):
-    """isinstance() by capability, so native streams/events (torch.cuda.Event, torch.Stream, ...) that
-    torch.fl.Stream / torch.fl.Event return also count as instances."""
-
-    _methods: tuple[str, ...] = ()
-
-    def __instancecheck__(cls, obj: Any) -> bool:
-        return type.__instancecheck__(cls, obj) or (cls._methods != () and _has_methods(obj, cls._methods))
-
-
-def _native_stream(dev: torch.device, priority: int) -> Any:
-    if not description_for(dev).section("streams")["streams"]:
-        return None
-    module_cls = getattr(_device_module(dev), "Stream", None)
-    if module_cls is not None and _has_methods(module_cls, _STREAM_METHODS):
-        return _construct(module_cls, device=dev, priority=priority)
-    generic = getattr(torch, "Stream", None)
-    return generic(device=dev, priority=priority) if generic is not None else None
-
-
-class Stream(metaclass=_Structural):
-    """A queue of work on a device: torch.cuda.Stream-style.
-
-    Where the description says the device has streams, this returns the native object (the device
-    module's Stream, else torch.Stream), so there is no wrapper on the hot path. Otherwise (host CPU,
-    single-queue devices such as MPS) it returns a host stream: work on it is already ordered, so
-    wait_* are no-ops and synchronize()/query() synchronize the device.
-
-    Args:
-        device: the device (default torch.fl.device()).
-        priority: stream priority, passed to native streams (lower is higher priority on CUDA).
-
-    Example:
-        >>> s = torch.fl.Stream()
-        >>> with torch.fl.stream(s):
-        ...     y = torch.ones(4) * 2
-        >>> s.synchronize()
-    """
-
-    _methods = _STREAM_METHODS
-    device: torch.device
-    priority: int
-
-    def __new__(cls, device: DeviceLike = None, priority: int = 0) -> Stream:
-        dev = resolve(device)
-        if cls is Stream:
-            native = _native_stream(dev, priority)
-            if native is not None:
-                return native
-        obj = super().__new__(cls)
-        obj.device, obj.priority = dev, priority
-        return obj
-
-    def query(self) -> bool:
-        """True: a host stream's work is done once synchronize returns (it blocks on async devices)."""
-        synchronize(self.device)
-        return True
-
-    def synchronize(self) -> None:
-        synchronize(self.device)
-
-    def wait_stream(self, stream: Any) -> None:
-        """No-op: a single queue is already ordered."""
-
-    def wait_event(self, event: Any) -> None:
-        """No-op: a single queue is already ordered."""
-
-    def record_event(self, event: Any = None) -> Any:
-        """Record `event` (a new torch.fl.Event when None) on this stream and return it."""
-        event = event if event is not None else Event(device=self.device)
-        event.record(self)
-        return event
-
-    def __enter__(self) -> Stream:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-    def __repr__(self) -> str:
-        return f"torch.fl.Stream(device={self.device}, host)"
-
-
-def _native_event(dev: torch.device, enable_timing: bool, blocking: bool, interprocess: bool) -> Any:
-    streams = description_for(dev).section("streams")
-    if streams["submission"] == "sync" or not streams["events"]:
-        return None  # host clock: exact for sync devices; the only clock where events are missing
-    module_cls = getattr(_device_module(dev), "Event", None)
-    if module_cls is not None and _has_methods(module_cls, _EVENT_METHODS):
-        return _construct(module_cls, enable_timing=enable_timing, blocking=blocking, interprocess=interprocess)
-    generic = getattr(torch, "Event", None)
-    if generic is None:
-        return None
-    return generic(device=dev, enable_timing=enable_timing, blocking=blocking, interprocess=interprocess)
-
-
-class Event(metaclass=_Structural):
-    """A marker in a device's queue, for timing and synchronisation: torch.cuda.Event-style.
-
-    On async devices with events this returns the native object (the device module's Event, else
-    torch.Event). On the host (sync submission) or where the description says events = false, it
-    returns a host event: record() reads time.perf_counter_ns() (after synchronizing an async device,
-    so the time is when queued work finished) and elapsed_time() is milliseconds between two records.
-
-    Args:
-        enable_timing: whether elapsed_time may be used (required, as on CUDA, so code tested on the
-            CPU behaves the same on a GPU).
-        blocking: passed to native events that accept it.
-        interprocess: passed to native events that accept it.
-        device: the device (default torch.fl.device()).
-
-    Example:
-        >>> start, end = torch.fl.Event(enable_timing=True), torch.fl.Event(enable_timing=True)
-        >>> start.record(); y = torch.ones(256, 256) @ torch.ones(256, 256); end.record()
-        >>> end.synchronize()
-        >>> start.elapsed_time(end) >= 0
-        True
-    """
-
-    _methods = _EVENT_METHODS
-    device: torch.device
-    enable_timing: bool
-    _wait_for_device: bool
-    _recorded_ns: int | None
-
-    def __new__(cls, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False, *,
-                device: DeviceLike = None) -> Event:
-        dev = resolve(device)
-        if cls is Event:
-            native = _native_event(dev, enable_timing, blocking, interprocess)
-            if native is not None:
-                return native
-        obj = super().__new__(cls)
-        obj.device, obj.enable_timing, obj._recorded_ns = dev, enable_timing, None
-        # Decided once: record() is inside timed regions, where a description lookup would be noise.
-        obj._wait_for_device = not _is_sync(description_for(dev))
-        return obj
-
-    def record(self, stream: Any = None) -> None:
-        """Mark now (after the device's queued work, on async devices)."""
-        if self._wait_for_device:
-            synchronize(self.device)
-        self._recorded_ns = time.perf_counter_ns()
-
-    def query(self) -> bool:
-        """True: host events complete when record() returns."""
-        return True
-
-    def synchronize(self) -> None:
-        """No-op: record() already waited."""
-
-    def wait(self, stream: Any = None) -> None:
-        """No-op: record() already waited."""
-
-    def elapsed_time(self, end_event: Event) -> float:
-        """Milliseconds from this event's record() to `end_event`'s.
-
-        Raises:
-            RuntimeError: when either event lacks enable_timing=True or was never recorded.
-        """
-        end_ns = getattr(end_event, "_recorded_ns", _MISSING)
-        if end_ns is _MISSING:
-            raise TypeError(f"elapsed_time needs another host torch.fl.Event, got {type(end_event).__name__}")
-        if not (self.enable_timing and end_event.enable_timing):
-            raise RuntimeError("elapsed_time needs both events created with enable_timing=True")
-        if self._recorded_ns is None or end_ns is None:
-            raise RuntimeError("elapsed_time needs both events to be recorded first (call record())")
-        return (end_ns - self._recorded_ns) / 1e6
-
-    def __repr__(self) -> str:
-        state = "recorded" if self._recorded_ns is not None else "not recorded"
-        return f"torch.fl.Event(device={self.device}, host, {state})"
-
-
-def stream(stream: Any) -> contextlib.AbstractContextManager[Any]:
-    """Context manager that makes `stream` current for its device (no-op for None and host streams).
-
-    Args:
-        stream: a torch.fl.Stream (native or host) or None.
-
-    Example:
-        >>> with torch.fl.stream(torch.fl.Stream()):
-        ...     pass
-    """
-    if stream is None or type.__instancecheck__(Stream, stream):
-        return contextlib.nullcontext(stream)
-    dev = getattr(stream, "device", None)
-    dev_type = dev.type if isinstance(dev, torch.device) else getattr(stream, "device_type", None)
-    module_ctx = getattr(getattr(torch, str(dev_type), None), "stream", None)
-    if callable(module_ctx):
-        return module_ctx(stream)
-    if hasattr(stream, "__enter__"):
-        return stream  # torch.Stream is its own context manager
-    return _set_stream_context(stream)
-
-
-@contextlib.contextmanager
-def _set_stream_context(native: Any) -> Iterator[Any]:
-    acc = getattr(torch, "accelerator", None)
-    if acc is None or not hasattr(acc, "set_stream"):
-        raise RuntimeUnsupportedError(f"torch.fl.stream: cannot make {native!r} current on torch "
-                                      f"{torch.__version__}")
-    previous = acc.current_stream(native.device)
-    acc.set_stream(native)
-    try:
-        yield native
-    finally:
-        acc.set_stream(previous)
