@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -56,8 +57,8 @@ def run(args: argparse.Namespace) -> int:
 
     for flag in ("rtol", "atol"):
         value = getattr(args, flag)
-        if value is not None and value < 0:
-            print(f"torchfl compare: error: --{flag} must be >= 0", file=sys.stderr)
+        if value is not None and not (math.isfinite(value) and value >= 0):  # nan compares false: all "pass"
+            print(f"torchfl compare: error: --{flag} must be a finite number >= 0, got {value}", file=sys.stderr)
             return 2
     spec = load_model(args.model)
     progress(f"comparing {spec.name} on {args.device} against {args.reference} ({args.dtype}"
