@@ -39,7 +39,7 @@ NAME = "emu"
 _DEFAULT_NAME = "privateuseone"
 _lock = threading.Lock()
 aten = torch.ops.aten
-_tracked: weakref.WeakSet = weakref.WeakSet()  # storages counted in state.live
+_tracked: dict[int, Any] = {}  # data pointer -> weak reference of each storage counted in state.live
 
 
 class _State:
@@ -51,6 +51,7 @@ class _State:
         self.router: Any = None        # routing.router.Router of the emulated description, or None
         self.table: Any = None
         self.dtypes: frozenset[str] = frozenset()
+        self.torch_dtypes: frozenset[torch.dtype] = frozenset()
         self.description: Any = None   # the description governing emu devices (even when inactive)
         self.routes: dict[tuple[Any, str | None], Route] = {}
         self.names: dict[Any, str] = {}
@@ -171,6 +172,7 @@ def set_router(router: Any) -> None:
         state.table = router.table
         state.description = router.table.description
         state.dtypes = frozenset(router.table.description.dtypes)
+        state.torch_dtypes = frozenset(getattr(torch, n) for n in state.dtypes if hasattr(torch, n))
         # torch.autocast("emu") without dtype= takes the chip's dtype, as autocast on the real chip would
         torch.set_autocast_dtype(NAME, getattr(torch, router.table.description.autocast_dtype))
     else:
@@ -304,6 +306,30 @@ def _unwrap(func: Any, args: tuple, kwargs: dict) -> tuple[int, tuple, dict]:
     """The device index and the arguments with every EmuTensor replaced by its data; raises on a host
     tensor (other than a 0-dim scalar, or an index tensor of an indexing op, both of which PyTorch
     accepts on its accelerators) or a tensor of another emulated device."""
+    # The common call: positional tensors and scalars of real dtypes, no lists, no keywords.
+    if not kwargs:
+        index = -1
+        plain = []
+        for arg in args:
+            kind = type(arg)
+            if kind is EmuTensor:
+                if arg.dtype.is_complex:
+                    break
+                if index < 0:
+                    index = arg._index
+                elif arg._index != index:
+                    break
+                plain.append(arg._data)
+            elif kind is list or kind is tuple or (isinstance(arg, torch.Tensor) and arg.dim() != 0):
+                break
+            else:
+                plain.append(arg)
+        else:
+            return index, tuple(plain), kwargs
+    return _unwrap_all(func, args, kwargs)
+
+
+def _unwrap_all(func: Any, args: tuple, kwargs: dict) -> tuple[int, tuple, dict]:
     index = -1
     host: torch.Tensor | None = None
     host_indices = func in _HOST_INDICES
@@ -357,14 +383,27 @@ def _wrap(out: Any, index: int) -> Any:
 
 def _inplace_result(func: Any, args: tuple, kwargs: dict, out: Any) -> Any:
     """For ops that write an argument and return it (add_, copy_, out=): that very argument."""
-    schema = func._schema
-    returns = schema.returns
-    if not returns or returns[0].alias_info is None or not returns[0].alias_info.is_write:
+    written = _written.get(func, _UNKNOWN)
+    if written is _UNKNOWN:
+        written = _written[func] = _written_argument(func)
+    if written is None:
         return None
-    if len(returns) == 1:
-        for i, argument in enumerate(schema.arguments):
-            if argument.alias_info is not None and argument.alias_info.is_write:
-                return args[i] if i < len(args) else kwargs[argument.name]
+    position, name = written
+    return args[position] if position < len(args) else kwargs[name]
+
+
+_UNKNOWN: Any = object()
+_written: dict[Any, tuple[int, str] | None] = {}
+
+
+def _written_argument(func: Any) -> tuple[int, str] | None:
+    """(position, name) of the argument a single-result op writes and returns, else None."""
+    returns = func._schema.returns
+    if len(returns) != 1 or returns[0].alias_info is None or not returns[0].alias_info.is_write:
+        return None
+    for i, argument in enumerate(func._schema.arguments):
+        if argument.alias_info is not None and argument.alias_info.is_write:
+            return i, argument.name
     return None
 
 
@@ -461,6 +500,10 @@ def _first_dtype(args: tuple, kwargs: dict) -> str | None:
 def _check_outputs(func: Any, route: Route, args: tuple, kwargs: dict, out: Any) -> None:
     """A native op can still produce a dtype the chip lacks (rfft: float32 in, complex64 out); on the
     chip that fails here, not at the next op that happens to read the result."""
+    if type(out) is torch.Tensor:
+        if out.dtype in state.torch_dtypes:
+            return
+        out = (out,)
     for value in out if isinstance(out, (tuple, list)) else (out,):
         if isinstance(value, torch.Tensor) and dtype_name(value.dtype) not in state.dtypes:
             raise state.router.error(
@@ -474,17 +517,18 @@ def _allocated(data: torch.Tensor, index: int) -> None:
     long as the storage)."""
     storage = data.untyped_storage()
     size = storage.nbytes()
-    if not size or storage in _tracked:
+    key = storage.data_ptr()
+    if not size or key in _tracked:
         return
-    _tracked.add(storage)
+    _tracked[key] = weakref.ref(storage, lambda _ref: _freed(key, index, size))
     live = state.live
     live[index] += size
     if live[index] > state.peak[index]:
         state.peak[index] = live[index]
-    weakref.finalize(storage, _freed, index, size)
 
 
-def _freed(index: int, size: int) -> None:
+def _freed(key: int, index: int, size: int) -> None:
+    _tracked.pop(key, None)
     state.live[index] -= size
 
 
