@@ -5,8 +5,10 @@
       ops is routed: the ratio should be 1 (target <= 1.01).
   (b) the extra cost of one routed call, translate and fallback (forced with FL_ROUTE on the CPU key),
       over the bare op; and the same op unrouted while routing is active (ideally no extra cost).
-  (c) the cost of emulation: the same op under torch.fl.emulate("cpu") (every op native, so only the
-      dispatch mode is measured), and a GPT step under emulate("minimal"), vs bare.
+  (c) the cost of the dispatch-mode emulator (torch.fl.emulate(..., host=True), the fallback when a
+      vendor owns PrivateUse1): the same op under emulate("cpu", host=True) (every op native, so only the
+      dispatch mode is measured), and a GPT step under emulate("minimal", host=True), vs bare. The
+      emulated device (emu:0) is measured by benchmarks/emulation_overhead.py.
 
 Samples of the compared modes alternate; each ratio is the median of the per-sample ratios, so that
 machine load affects both sides alike. By default the clock is the process's CPU time on one torch
@@ -68,7 +70,8 @@ def activated_cpu(route: str = "") -> Iterator[None]:
 @contextlib.contextmanager
 def emulated(name: str) -> Iterator[None]:
     torch_fl.deactivate()
-    with torch_fl.emulate(name):
+    # the dispatch-mode emulator (host tensors checked); the emulated device is emulation_overhead.py's
+    with torch_fl.emulate(name, host=True):
         yield
 
 
