@@ -9,6 +9,7 @@ CI runs a fixed, derandomized set in well under 30 s; ask for a longer, random r
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import os
 import signal
@@ -63,12 +64,15 @@ def _audit(event: str, args: tuple) -> None:
             _guard["violations"].append(f"{event} {full}")
 
 
-sys.addaudithook(_audit)
+@functools.cache
+def _install_guard() -> None:
+    sys.addaudithook(_audit)  # hooks cannot be removed: only sessions that run this file pay for it
 
 
 @contextlib.contextmanager
 def _sandbox(env: dict[str, str], files: dict[str, bytes] | None = None):
     """A fresh temporary working folder and home, FL_* exactly `env`, the write guard on."""
+    _install_guard()
     saved_env, saved_cwd = dict(os.environ), os.getcwd()
     with tempfile.TemporaryDirectory() as tmp:
         root = os.path.realpath(tmp)
