@@ -60,7 +60,7 @@ def _audit(event: str, args: tuple) -> None:
         if text.endswith((".pyc", ".pyc.tmp")) or "__pycache__" in text or text == os.devnull:
             continue  # the interpreter caching bytecode of a lazily imported module
         full = os.path.abspath(text)
-        if not full.startswith(str(root)):
+        if full != root and not full.startswith(str(root) + os.sep):
             _guard["violations"].append(f"{event} {full}")
 
 
