@@ -36,11 +36,27 @@ def autoload():
     only when ``FL_CUDA_ALIAS`` asks for the CUDA alias (torch_fl.migrate.autoload)."""
     import os
 
-    if os.environ.get("FL_CUDA_ALIAS", "").strip().lower() in ("", "0", "false", "no", "off"):
+    value = os.environ.get("FL_CUDA_ALIAS", "")
+    if value.strip().lower() in ("", "0", "false", "no", "off"):
         return
-    from torch_fl.migrate.autoload import autoload as enable
+    try:
+        from torch_fl.migrate.autoload import autoload as enable
 
-    enable()
+        enable()
+    except Exception as exc:
+        # torch would wrap this in "Failed to load the backend extension: torch_fl" and bury the cause
+        # in a chained traceback; the process cannot run as asked, so stop with the cause as the last line.
+        raise SystemExit(_failure(value, exc)) from None
+
+
+def _failure(value, exc):
+    """The message that ends a process whose CUDA alias did not start: what was asked, the cause (which
+    names its setting), and how to run without the alias."""
+    cause = str(exc).strip() or type(exc).__name__
+    head = (f"torch-fl: FL_CUDA_ALIAS={value} asks for the CUDA alias, which did not start "
+            f"({type(exc).__module__}.{type(exc).__name__}). Fix the cause below, or unset FL_CUDA_ALIAS "
+            f"to run without the alias.")
+    return f"{head}\n{cause}"
 
 
 if not any(isinstance(finder, _TorchFLAlias) for finder in sys.meta_path):

@@ -67,6 +67,7 @@ the patched Python entry points (``.to``, ``.cuda()``, ...), which Dynamo warns 
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import linecache
@@ -195,7 +196,7 @@ class _DeviceMode(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         alias = self.alias
-        if alias._recorder is None and not _has_cuda(args, kwargs):
+        if alias._recorder is None and not _has_cuda(args, kwargs, func is torch.device):
             return func(*args, **kwargs)  # the hot path: nothing to rewrite, nothing to record
         if torch.compiler.is_compiling():
             # Dynamo traces this method into the graph: no frame inspection (it cannot trace it), no
@@ -205,8 +206,11 @@ class _DeviceMode(TorchFunctionMode):
         if func in alias._wrappers:
             return func(*args, **kwargs)  # torch looked the method up on torch.Tensor: our patch, which maps
         if func is torch.device:  # device objects stay CUDA (module docstring); user-made ones are recorded
-            result = func(*args, **kwargs)
             caller = _caller(sys._getframe(1), func)
+            if len(args) == 1 and not kwargs and _is_ordinal(args[0]) and not alias._bypass(caller):
+                # torch.device(N) is "the N-th accelerator": in CUDA code, cuda:N (mapped where used).
+                args = (_CUDA, args[0])
+            result = func(*args, **kwargs)
             if alias._recorder is not None and caller is not None and not _is_internal(caller.f_code.co_filename):
                 cuda = result.type == _CUDA
                 alias._note("torch.device", _Mapped(result, alias.map_device(result) if cuda else result, cuda),
@@ -219,7 +223,11 @@ class _DeviceMode(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
-def _has_cuda(args: tuple, kwargs: dict) -> bool:
+def _has_cuda(args: tuple, kwargs: dict, ordinal_first: bool = False) -> bool:
+    """Whether a call carries a CUDA device argument. `ordinal_first`: the first positional argument
+    is a device when it is an int (``Tensor.to(0)``, ``Module.to(rank)``; a factory's ints are sizes)."""
+    if ordinal_first and args and _is_ordinal(args[0]):
+        return True
     for value in args:
         if _is_cuda(value):
             return True
@@ -296,6 +304,9 @@ class CudaAlias:
         self._wrappers: set[Callable[..., Any]] = set()  # patched Tensor methods the mode may be handed
         self._lock = threading.Lock()
         self.enabled = False
+        # Queries answered from the description and CUDA settings accepted without effect, with counts:
+        # the alias report (`torchfl run --report`).
+        self.answers: collections.Counter[tuple[str, str]] = collections.Counter()
 
     # Target ---------------------------------------------------------------------------------------
     @property
@@ -328,6 +339,10 @@ class CudaAlias:
             index = torch.device(value).index
         else:
             index = int(value)
+        if index is not None and index < 0:
+            raise DeviceNotFoundError(
+                f"the CUDA code asks for device ordinal {index}: device ordinals count from 0 (the alias "
+                f"maps {_CUDA}:N and the ordinal N to accN)")
         target = self.target
         if target.type == _CUDA:
             return torch.device(_CUDA, index)  # real CUDA: nothing to alias
@@ -353,14 +368,20 @@ class CudaAlias:
             return self.map_device(device)
         return device if isinstance(device, torch.device) else torch.device(device)
 
-    def _map_args(self, args: tuple, kwargs: dict, caller: FrameType | None) -> tuple[tuple, dict, _Mapped | None]:
+    def _map_args(self, args: tuple, kwargs: dict, caller: FrameType | None,
+                  ordinal_first: bool = False) -> tuple[tuple, dict, _Mapped | None]:
         """args and kwargs with CUDA device arguments mapped, and the first device argument seen
-        (None when the call carried none, or when `caller` is torch-fl's own code)."""
-        if self._recorder is None and not _has_cuda(args, kwargs):
+        (None when the call carried none, or when `caller` is torch-fl's own code). `ordinal_first`:
+        an int first positional argument is a device ordinal (``Tensor.to(0)``, ``Module.to(rank)``)."""
+        if self._recorder is None and not _has_cuda(args, kwargs, ordinal_first):
             return args, kwargs, None
         if self._bypass(caller):
             return args, kwargs, None
         mapped: _Mapped | None = None
+        if ordinal_first and args and _is_ordinal(args[0]):
+            first = self.map_device(args[0])
+            mapped = _Mapped(args[0], first, True)
+            args = (first, *args[1:])
         if any(_is_cuda(a) for a in args):
             new_args = list(args)
             for i, value in enumerate(args):
@@ -397,6 +418,20 @@ class CudaAlias:
         return description_for(self.target).section("memory")["allocator"] == "host"
 
     # Logging and recording --------------------------------------------------------------------------
+    def answered(self, query: str, answer: Any) -> None:
+        """Record a query answered from the description (or a setting accepted) for the report."""
+        self.answers[(query, str(answer))] += 1
+
+    def report(self) -> str:
+        """What the alias answered in place of CUDA: each query, its answer and how often."""
+        target = self._target if self._target is not None else "(not resolved: no CUDA request was made)"
+        lines = [f"CUDA alias report (target {target})"]
+        if not self.answers:
+            lines.append("  no query was answered from the description, no CUDA setting was made")
+        for (query, answer), count in sorted(self.answers.items()):
+            lines.append(f"  {query} -> {answer}  ({count}x)")
+        return "\n".join(lines)
+
     def _note(self, call: str, mapped: _Mapped, caller: FrameType | None) -> None:
         """Log a CUDA request once per (site, call); record it, and user-made requests, for audits."""
         if self.real_cuda:

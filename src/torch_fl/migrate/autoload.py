@@ -10,20 +10,15 @@ from __future__ import annotations
 
 from .. import _env
 
-_ON = ("1", "true", "yes", "on")
-_OFF = ("", "0", "false", "no", "off")
-
 
 def autoload() -> None:
-    """Enable the CUDA alias for this process when FL_CUDA_ALIAS is set (torch.backends entry point)."""
-    value = _env.FL_CUDA_ALIAS.get().lower()
-    if value in _OFF:
-        return
-    if value not in _ON:
-        from ..errors import ConfigError
+    """Enable the CUDA alias for this process when FL_CUDA_ALIAS is set (torch.backends entry point).
 
-        raise ConfigError(f"FL_CUDA_ALIAS='{value}': use 1 to run CUDA code on torch.fl.device(), or 0/unset "
-                          f"to leave it alone")
+    Raises:
+        ConfigError: FL_CUDA_ALIAS is neither on nor off (the env layer names the allowed values).
+    """
+    if not _env.FL_CUDA_ALIAS.value():
+        return
     from ..device import _resolve
     from .alias import active, cuda_alias
 

@@ -68,6 +68,10 @@ class CudaAPI:
             ``torch.cuda.is_available`` is aliased to ``is_available`` (of the target), while the static
             rewrite needs ``is_accelerator`` (meaning kept on a CPU-only host too).
         takes_device: the first parameter is a device (the alias maps a CUDA device to its target).
+        alias_refuses: the alias raises (naming itself and `remedy`) instead of running the CUDA call: off
+            CUDA it would be silently wrong (a CUDA graph capturing work that runs elsewhere). Entries with
+            neither `alias` nor `alias_refuses` run as they are; when they fail, the error names the alias
+            and `remedy`.
     """
 
     name: str
@@ -78,6 +82,7 @@ class CudaAPI:
     note: str = ""
     alias: str | None = None
     takes_device: bool = False
+    alias_refuses: bool = False
 
     @property
     def short(self) -> str:
@@ -87,11 +92,11 @@ class CudaAPI:
 
 def _api(name: str, replacement: str | None = None, safety: Safety = None, *, kind: Kind = "function",
          remedy: str | None = None, note: str = "", alias: str | None = None,
-         takes_device: bool = False) -> CudaAPI:
+         takes_device: bool = False, alias_refuses: bool = False) -> CudaAPI:
     if remedy is None:
         remedy = f"Replace with `{replacement}()`" if replacement else DEFAULT_REMEDY
     return CudaAPI(f"torch.cuda.{name}" if not name.startswith("torch.") else name, kind, replacement, safety,
-                   remedy, note, alias, takes_device)
+                   remedy, note, alias, takes_device, alias_refuses)
 
 
 _MEMORY_NOTE = ("Diagnostic values: on a CPU-only host torch.cuda reports 0 and torch.fl the process's "
@@ -111,10 +116,11 @@ _ENTRIES: tuple[CudaAPI, ...] = (
     _api("set_device", "torch.fl.set_device", "safe", alias="set_device", takes_device=True,
          note="Only runs where CUDA ran (torch.cuda.set_device raises on a CPU-only host)."),
     _api("synchronize", "torch.fl.synchronize", "safe", alias="synchronize", takes_device=True),
-    _api("is_initialized", remedy="Use `torch.fl.is_accelerator()`"),
-    _api("init", remedy="Not needed: torch.fl initialises the device on first use"),
-    _api("device", kind="class", remedy="Use `torch.fl.set_device(...)` or pass `device=` explicitly"),
-    _api("device_of", kind="class", remedy="Use `torch.fl.set_device(x.device)`"),
+    _api("is_initialized", remedy="Use `torch.fl.is_accelerator()`", alias="is_initialized"),
+    _api("init", remedy="Not needed: torch.fl initialises the device on first use", alias="init"),
+    _api("device", kind="class", remedy="Use `torch.fl.set_device(...)` or pass `device=` explicitly",
+         alias="device", takes_device=True),
+    _api("device_of", kind="class", remedy="Use `torch.fl.set_device(x.device)`", alias="device_of"),
     # Memory statistics.
     _api("empty_cache", "torch.fl.empty_cache", "safe", alias="empty_cache"),
     _api("memory_allocated", "torch.fl.memory_allocated", "safe", alias="memory_allocated", takes_device=True,
@@ -149,7 +155,8 @@ _ENTRIES: tuple[CudaAPI, ...] = (
          note="Rewritten to `torch.fl.get_device_properties(x).name`; the name's format differs per vendor."),
     _api("get_device_properties", alias="get_device_properties", takes_device=True,
          remedy="Use `torch.fl.get_device_properties()` (the same fields on every device)"),
-    _api("get_device_capability", remedy="Check the device description (`torch.fl.description()`) instead"),
+    _api("get_device_capability", remedy="Check the device description (`torch.fl.description()`) instead",
+         alias="get_device_capability", takes_device=True),
     _api("is_bf16_supported", alias="is_bf16_supported",
          remedy="Check `torch.fl.description()`'s precision dtypes instead"),
     _api("is_tf32_supported", remedy="Use `torch.set_float32_matmul_precision(\"high\")`: a no-op where "
@@ -172,7 +179,9 @@ _ENTRIES: tuple[CudaAPI, ...] = (
     # Graphs.
     *(_api(name, kind="class" if name == "CUDAGraph" else "function",
            remedy="Use `torch.compile(mode=\"reduce-overhead\")` (graphs where the backend has them), or guard "
-                  "with `if torch.fl.device_type() == \"cuda\":`")
+                  "with `if torch.fl.device_type() == \"cuda\":`",
+           alias="is_current_stream_capturing" if name == "is_current_stream_capturing" else None,
+           alias_refuses=name != "is_current_stream_capturing")
       for name in ("CUDAGraph", "graph", "graph_pool_handle", "make_graphed_callables",
                    "is_current_stream_capturing")),
     # Mixed precision (torch.cuda.amp is deprecated since torch 2.4).
@@ -186,7 +195,7 @@ _ENTRIES: tuple[CudaAPI, ...] = (
     _api("amp.custom_fwd", remedy="Use `torch.amp.custom_fwd(device_type=torch.fl.device_type())`"),
     _api("amp.custom_bwd", remedy="Use `torch.amp.custom_bwd(device_type=torch.fl.device_type())`"),
     # Submodules without an equivalent.
-    _api("nvtx", kind="module", remedy="Use `torch.profiler.record_function`"),
+    _api("nvtx", kind="module", remedy="Use `torch.profiler.record_function`", alias="nvtx"),
     _api("nccl", kind="module", remedy="Use `torch.distributed` collectives with `torch.fl.dist_backend()`"),
     _api("comm", kind="module", remedy="Use `torch.distributed` collectives with `torch.fl.dist_backend()`"),
     _api("jiterator", kind="module", remedy="Use torch ops or a Triton kernel with a fallback"),
@@ -210,7 +219,8 @@ CUDA_TENSOR_TYPES: dict[str, str] = {
 CUDA_API: dict[str, CudaAPI] = {entry.name: entry for entry in _ENTRIES}
 CUDA_API.update({
     f"torch.cuda.{name}": CudaAPI(
-        f"torch.cuda.{name}", "type", remedy=f"Use a `torch.{dtype}` tensor with `device=torch.fl.device()`")
+        f"torch.cuda.{name}", "type", remedy=f"Use a `torch.{dtype}` tensor with `device=torch.fl.device()`",
+        alias=name)
     for name, dtype in CUDA_TENSOR_TYPES.items()})
 
 # torch.fl facade call -> the torch.cuda names it stands in for (for the facade's docs and the alias).

@@ -8,13 +8,27 @@ import functools
 import inspect
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from types import FrameType, ModuleType
 from typing import Any
 
 import torch
 
 from ..device import description_for
-from .alias import _CUDA, CudaAlias, _caller, _has_cuda, _is_cuda, _is_ordinal, _live, _log, _Mapped
+from ..errors import TorchFLError
+from .alias import (
+    _CUDA,
+    CudaAlias,
+    _caller,
+    _has_cuda,
+    _is_cuda,
+    _is_internal,
+    _is_ordinal,
+    _live,
+    _log,
+    _Mapped,
+)
+from .cuda_api import CUDA_API, CUDA_TENSOR_TYPES, DEFAULT_REMEDY, lookup
 
 
 # Tensor and Module --------------------------------------------------------------------------------
@@ -24,10 +38,10 @@ def _install_tensor_and_module(alias: CudaAlias) -> None:
     tensor_cuda_, module_cuda_ = torch.Tensor.cuda, torch.nn.Module.cuda
 
     def to(tensor, *args, **kwargs):
-        if alias._recorder is None and not _has_cuda(args, kwargs):
+        if alias._recorder is None and not _has_cuda(args, kwargs, True):
             return tensor_to(tensor, *args, **kwargs)
         caller = _caller(sys._getframe(1))
-        args, kwargs, mapped = alias._map_args(args, kwargs, caller)
+        args, kwargs, mapped = alias._map_args(args, kwargs, caller, ordinal_first=True)
         if mapped is not None:
             alias._note("Tensor.to", mapped, caller)
         return tensor_to(tensor, *args, **kwargs)
@@ -50,7 +64,7 @@ def _install_tensor_and_module(alias: CudaAlias) -> None:
 
     def module_to_(module, *args, **kwargs):
         caller = sys._getframe(1)
-        args, kwargs, mapped = alias._map_args(args, kwargs, caller)
+        args, kwargs, mapped = alias._map_args(args, kwargs, caller, ordinal_first=True)
         if mapped is not None:
             alias._note("Module.to", mapped, caller)
         return module_to(module, *args, **kwargs)
@@ -84,11 +98,53 @@ def _install_tensor_and_module(alias: CudaAlias) -> None:
 
     alias._patch(torch, "set_default_device", set_default_device_)
 
+    # Storages: `torch.load(f, map_location=lambda s, loc: s.cuda())` moves each storage itself.
+    for owner in (torch.storage._StorageBase, torch.storage.TypedStorage):
+        alias._patch(owner, "cuda", _storage_cuda(alias, owner.cuda))
+
+
+def _storage_cuda(alias: CudaAlias, original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def cuda(storage, device=None, non_blocking=False):
+        caller = sys._getframe(1)
+        if alias._bypass(caller):
+            return original(storage, device, non_blocking)
+        target = alias._map_any(device if device is not None else _CUDA)
+        alias._note("Storage.cuda", _Mapped(device if device is not None else _CUDA, target, True), caller)
+        return storage.to(device=target, non_blocking=non_blocking)
+
+    return cuda
+
 
 # torch.cuda ---------------------------------------------------------------------------------------
+# What torch.cuda.get_device_capability() answers off CUDA. Code branches on it to pick CUDA-only fast
+# paths (>= (8, 0): bf16 and TF32 kernels, flash attention; >= (9, 0): FP8); (7, 0) passes the usual
+# "GPU too old" checks and takes none of those paths.
+CONSERVATIVE_CAPABILITY = (7, 0)
+
+
+@dataclass(frozen=True)
+class CudaDeviceProperties:
+    """torch.cuda.get_device_properties() under the alias: torch.fl's properties of the target, plus the
+    CUDA fields code reads (`major`/`minor` are CONSERVATIVE_CAPABILITY)."""
+
+    name: str
+    total_memory: int
+    multi_processor_count: int
+    major: int
+    minor: int
+    type: str
+    index: int
+    vendor: str
+    description: str
+    is_integrated: bool = False
+    is_multi_gpu_board: bool = False
+
+
 class _CudaAPI:
-    """torch.cuda calls -> torch.fl, with torch.cuda's signatures. A method whose first parameter is
-    `device` takes a CUDA device (mapped); the others act on the target."""
+    """Handlers of torch.cuda calls under the alias, named by the table's `alias` field (cuda_api.py);
+    torch.cuda's signatures. Handlers of entries with `takes_device` take a CUDA device (mapped); the
+    others act on the target. The first docstring line is what docs/migrate-runtime.md says."""
 
     def __init__(self, alias: CudaAlias):
         from .. import runtime
@@ -98,134 +154,265 @@ class _CudaAPI:
     def _dev(self, device: Any) -> torch.device:
         return self.alias._map_any(device)
 
+    def _answer(self, call: str, answer: Any) -> Any:
+        self.alias.answered(call, answer)
+        return answer
+
     def is_available(self) -> bool:
+        """`torch.fl.is_available()` of the target: True where the target exists (the host included)."""
         return self.fl.is_available(self.alias.target)
 
     def device_count(self) -> int:
+        """`torch.fl.device_count()` of the target's type."""
         return self.fl.device_count(self.alias.target)
 
     def current_device(self) -> int:
+        """`torch.fl.current_device()` of the target's type."""
         return self.fl.current_device(self.alias.target)
 
     def set_device(self, device: Any) -> None:
+        """`torch.fl.set_device()` of the mapped device."""
         self.fl.set_device(self._dev(device))
 
     def synchronize(self, device: Any = None) -> None:
+        """`torch.fl.synchronize()` of the mapped device."""
         self.fl.synchronize(self._dev(device))
 
-    def get_device_name(self, device: Any = None) -> str:
-        return self.fl.get_device_properties(self._dev(device)).name
+    def is_initialized(self) -> bool:
+        """True: torch.fl initialises the target on first use."""
+        return True
 
-    def get_device_properties(self, device: Any = None) -> Any:
-        return self.fl.get_device_properties(self._dev(device))
+    def init(self) -> None:
+        """Resolves the target (nothing else to initialise)."""
+        self.alias.target  # noqa: B018 -- resolving is the initialisation
+
+    def device(self, device: Any) -> Any:
+        """A context that makes the mapped device current (`torch.fl.set_device`) and restores it."""
+        return _DeviceContext(self, device)
+
+    def device_of(self, obj: Any) -> Any:
+        """The `device` context of a tensor's device; a no-op for a tensor off the target's type."""
+        dev = getattr(obj, "device", None)
+        same = isinstance(dev, torch.device) and dev.type == self.alias.target.type
+        return _DeviceContext(self, dev if same else None)
+
+    def get_device_name(self, device: Any = None) -> str:
+        """`torch.fl.get_device_properties(...).name`; listed in the alias report."""
+        return self._answer("torch.cuda.get_device_name", self.fl.get_device_properties(self._dev(device)).name)
+
+    def get_device_properties(self, device: Any = None) -> CudaDeviceProperties:
+        """`torch.fl.get_device_properties()` (name, total memory, compute units) with the conservative
+        capability as `major`/`minor`; listed in the alias report."""
+        props = self.fl.get_device_properties(self._dev(device))
+        major, minor = CONSERVATIVE_CAPABILITY
+        answer = CudaDeviceProperties(props.name, props.total_memory, props.multi_processor_count, major, minor,
+                                      props.type, props.index, props.vendor, props.description)
+        self.alias.answered("torch.cuda.get_device_properties",
+                            f"name={answer.name!r}, total_memory={answer.total_memory}, "
+                            f"multi_processor_count={answer.multi_processor_count}, major={major}, minor={minor}")
+        return answer
+
+    def get_device_capability(self, device: Any = None) -> tuple[int, int]:
+        """The conservative capability (7, 0): `capability >= (8, 0)` branches take their safe path;
+        listed in the alias report."""
+        self._dev(device)  # an ordinal out of range is still an error
+        return self._answer("torch.cuda.get_device_capability", CONSERVATIVE_CAPABILITY)
 
     def is_bf16_supported(self, including_emulation: bool = True) -> bool:
-        return "bfloat16" in description_for(self.alias.target).dtypes
+        """Whether `bfloat16` is in the target description's `precision.dtypes`; listed in the alias report."""
+        return self._answer("torch.cuda.is_bf16_supported", "bfloat16" in description_for(self.alias.target).dtypes)
 
     def memory_allocated(self, device: Any = None) -> int:
+        """`torch.fl.memory_allocated()` (reserved: the facade has no reserved-pool figure)."""
         return self.fl.memory_allocated(self._dev(device))
 
     def max_memory_allocated(self, device: Any = None) -> int:
+        """`torch.fl.max_memory_allocated()` (reserved: the facade has no reserved-pool figure)."""
         return self.fl.max_memory_allocated(self._dev(device))
 
-    # The facade has no reserved-pool figure: reserved is reported as allocated.
-    memory_reserved = memory_allocated
-    max_memory_reserved = max_memory_allocated
-
     def reset_peak_memory_stats(self, device: Any = None) -> None:
+        """`torch.fl.reset_peak_memory_stats()`."""
         self.fl.reset_peak_memory_stats(self._dev(device))
 
-    reset_max_memory_allocated = reset_peak_memory_stats
-
     def mem_get_info(self, device: Any = None) -> tuple[int, int]:
+        """`torch.fl.mem_get_info()` (free, total)."""
         return self.fl.mem_get_info(self._dev(device))
 
     def empty_cache(self) -> None:
+        """`torch.fl.empty_cache()`."""
         self.fl.empty_cache(self.alias.target)
 
     def manual_seed(self, seed: int) -> None:
+        """`torch.fl.manual_seed()` (seeds every device's generator)."""
         self.fl.manual_seed(seed, self.alias.target)
 
-    manual_seed_all = manual_seed
-
     def stream(self, stream: Any) -> Any:
+        """`torch.fl.stream()`."""
         return self.fl.stream(stream)
 
     def current_stream(self, device: Any = None) -> Any:
+        """The target's current stream (a host `torch.fl.Stream` where the description has no streams)."""
         dev = self._dev(device)
         accelerator = getattr(torch, "accelerator", None)
         if not description_for(dev).section("streams")["streams"] or accelerator is None:
             return self.fl.Stream(dev)  # one queue: a host stream stands for it
         return accelerator.current_stream(dev)
 
-    default_stream = current_stream
+    def is_current_stream_capturing(self) -> bool:
+        """False: no CUDA graph captures off CUDA."""
+        return False
 
     def Stream(self, device: Any = None, priority: int = 0, **kwargs: Any) -> Any:
+        """`torch.fl.Stream` on the mapped device."""
         return self.fl.Stream(self._dev(device), priority)
 
     def Event(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False,
               **kwargs: Any) -> Any:
+        """`torch.fl.Event` on the target."""
         return self.fl.Event(enable_timing, blocking, interprocess, device=self.alias.target)
 
-
-def _takes_device(handler: Callable[..., Any] | None) -> bool:
-    if handler is None:
-        return False
-    params = list(inspect.signature(handler).parameters)  # bound: no self
-    return bool(params) and params[0] == "device"
+    def nvtx(self) -> None:
+        """`range_push`/`range_pop`/`range`/`mark`: `torch.profiler.record_function` ranges."""
 
 
-def _requested(takes_device: bool, args: tuple, kwargs: dict) -> Any:
-    if not takes_device:
-        return None
-    return args[0] if args else kwargs.get("device")
+def _typed_tensor(dtype_name: str) -> Callable[..., Any]:
+    def handler(self: _CudaAPI, *args: Any, **kwargs: Any) -> torch.Tensor:
+        dtype, target = getattr(torch, dtype_name), self.alias.target
+        if not args:
+            return torch.empty(0, dtype=dtype, device=target)
+        if len(args) == 1 and isinstance(args[0], torch.Tensor):
+            return args[0].to(target, dtype)
+        if all(type(a) is int for a in args) or (len(args) == 1 and isinstance(args[0], torch.Size)):
+            return torch.empty(*args, dtype=dtype, device=target)
+        return torch.tensor(args[0], dtype=dtype, device=target)
+
+    handler.__doc__ = f"A `torch.{dtype_name}` tensor on the target (a size: uninitialised; data: a copy)."
+    return handler
+
+
+for _name, _dtype in CUDA_TENSOR_TYPES.items():
+    setattr(_CudaAPI, _name, _typed_tensor(_dtype))
+# Each torch.cuda name answers with its table entry's handler (memory_reserved -> memory_allocated).
+for _entry in CUDA_API.values():
+    if _entry.alias and hasattr(_CudaAPI, _entry.alias) and "." not in _entry.short:
+        setattr(_CudaAPI, _entry.short, getattr(_CudaAPI, _entry.alias))
+del _name, _dtype, _entry
+
+
+class _DeviceContext:
+    """torch.cuda.device(d) under the alias: the mapped device is current inside the block. None and -1
+    mean "no device" (as torch.cuda.device) and make the block a no-op."""
+
+    def __init__(self, api: _CudaAPI, device: Any):
+        self.api = api
+        none = device is None or (_is_ordinal(device) and device == -1)
+        self.device = None if none else api._dev(device)
+        self.previous: int | None = None
+
+    def __enter__(self) -> _DeviceContext:
+        if self.device is not None:
+            self.previous = self.api.fl.current_device(self.device)
+            self.api.fl.set_device(self.device)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.device is not None and self.previous is not None:
+            self.api.fl.set_device(torch.device(self.device.type, self.previous)
+                                   if self.device.index is not None else self.device)
+
+
+class CudaAliasError(TorchFLError, RuntimeError):
+    """A torch.cuda call the CUDA alias does not cover (or refuses) failed; the message names the alias
+    and the remedy of the CUDA-API table."""
+
+
+def _alias_error(entry_name: str, remedy: str, alias: CudaAlias, why: str) -> CudaAliasError:
+    return CudaAliasError(
+        f"{entry_name} {why} under the CUDA alias (FL_CUDA_ALIAS=1 / `torchfl run`, target "
+        f"{alias.target}). Fix: {remedy.rstrip('.')}; or run on CUDA without the alias.")
 
 
 def _cuda_function(alias: CudaAlias, api: _CudaAPI, name: str, original: Callable[..., Any]) -> Callable[..., Any]:
-    handler = getattr(api, name, None)
-    takes_device = _takes_device(handler)
+    entry = lookup(f"torch.cuda.{name}")
+    handler = getattr(api, entry.alias) if entry is not None and entry.alias else None
+    takes_device = entry is not None and entry.takes_device
+    remedy = entry.remedy if entry is not None else DEFAULT_REMEDY
 
     @functools.wraps(original)
     def wrapper(*args, **kwargs):
         caller = sys._getframe(1)
         if not _live(alias, caller):
             return original(*args, **kwargs)
+        call = f"torch.cuda.{name}"
         requested = _requested(takes_device, args, kwargs)
+        if entry is not None and entry.alias_refuses:
+            alias._note(call, _Mapped(requested or _CUDA, "refused", True), caller)
+            raise _alias_error(call, remedy, alias, "would be wrong off CUDA, so it does not run")
         if handler is None:
-            alias._note(f"torch.cuda.{name}", _Mapped(requested or _CUDA, "not aliased", True), caller)
-            return original(*args, **kwargs)
+            alias._note(call, _Mapped(requested or _CUDA, "not aliased", True), caller)
+            try:
+                return original(*args, **kwargs)
+            except Exception as exc:
+                raise _alias_error(call, remedy, alias, f"has no torch.fl counterpart; run as is, it failed "
+                                   f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from exc
         resolved = alias._map_any(requested) if requested is not None else alias.target
-        alias._note(f"torch.cuda.{name}", _Mapped(requested or _CUDA, resolved, True), caller)
+        alias._note(call, _Mapped(requested or _CUDA, resolved, True), caller)
         return handler(*args, **kwargs)
 
     return wrapper
 
 
+def _requested(takes_device: bool, args: tuple, kwargs: dict) -> Any:
+    if not takes_device:
+        return None
+    requested = args[0] if args else kwargs.get("device")
+    return None if _is_ordinal(requested) and requested == -1 else requested  # -1: "no device" (torch.cuda.device)
+
+
 class _ClassAliasMeta(type):
-    """isinstance() against the aliased class asks the class it stands for."""
+    """isinstance() against the aliased class asks `_instancecheck` (default: the class it stands for)."""
 
     _stands_for: Any
 
     def __instancecheck__(cls, obj: Any) -> bool:
-        return isinstance(obj, cls._stands_for)
+        check = cls.__dict__.get("_instancecheck")
+        return check(obj) if check is not None else isinstance(obj, cls._stands_for)
 
 
 def _cuda_class(alias: CudaAlias, api: _CudaAPI, name: str, original: type) -> type:
-    handler = getattr(api, name)
-    takes_device = _takes_device(handler)
+    entry = lookup(f"torch.cuda.{name}")
+    handler = getattr(api, entry.alias) if entry is not None and entry.alias else None
+    takes_device = entry is not None and entry.takes_device
+    remedy = entry.remedy if entry is not None else DEFAULT_REMEDY
+    call = f"torch.cuda.{name}"
 
     def __new__(cls, *args, **kwargs):
         caller = sys._getframe(1)
         if not _live(alias, caller):
             return original(*args, **kwargs)
+        if entry is not None and entry.alias_refuses:
+            alias._note(call, _Mapped(_CUDA, "refused", True), caller)
+            raise _alias_error(call, remedy, alias, "would be wrong off CUDA, so it does not run")
         requested = _requested(takes_device, args, kwargs)
-        alias._note(f"torch.cuda.{name}", _Mapped(requested or _CUDA, alias._map_any(requested), True), caller)
+        if handler is None:
+            alias._note(call, _Mapped(requested or _CUDA, "not aliased", True), caller)
+            try:
+                return original(*args, **kwargs)
+            except Exception as exc:
+                raise _alias_error(call, remedy, alias, f"has no torch.fl counterpart; run as is, it failed "
+                                   f"({type(exc).__name__})") from exc
+        alias._note(call, _Mapped(requested or _CUDA, alias._map_any(requested), True), caller)
         return handler(*args, **kwargs)
 
-    stands_for = getattr(api.fl, name)
-    return _ClassAliasMeta(name, (), {"__new__": __new__, "_stands_for": stands_for,
-                                      "__doc__": f"torch.cuda.{name} -> torch.fl.{name} (CUDA alias)",
-                                      "__module__": original.__module__})
+    namespace: dict[str, Any] = {"__new__": __new__, "_stands_for": getattr(api.fl, name, original),
+                                 "__doc__": f"{call} under the CUDA alias", "__module__": original.__module__}
+    if name in CUDA_TENSOR_TYPES:
+        dtype = getattr(torch, CUDA_TENSOR_TYPES[name])
+        namespace["_instancecheck"] = staticmethod(
+            lambda obj: isinstance(obj, torch.Tensor) and obj.dtype == dtype and obj.device.type == alias.target.type)
+    elif name in ("device", "device_of"):
+        namespace["_instancecheck"] = staticmethod(lambda obj: isinstance(obj, (_DeviceContext, original)))
+    return _ClassAliasMeta(name, (), namespace)
 
 
 def _public_functions(module: ModuleType) -> list[str]:
@@ -234,12 +421,97 @@ def _public_functions(module: ModuleType) -> list[str]:
             and (value.__module__ or "").startswith(module.__name__)]
 
 
+def _install_nvtx(alias: CudaAlias) -> None:
+    nvtx = getattr(torch.cuda, "nvtx", None)
+    if nvtx is None:
+        return
+    from torch.autograd.profiler import record_function
+
+    opened: list[Any] = []
+
+    def range_push(msg: str) -> int:
+        opened.append(record_function(msg).__enter__())
+        return len(opened) - 1
+
+    def range_pop() -> int:
+        if opened:
+            opened.pop().__exit__(None, None, None)
+        return len(opened)
+
+    def mark(msg: str) -> None:
+        return None
+
+    for name, replacement in (("range_push", range_push), ("range_pop", range_pop), ("mark", mark),
+                              ("range", lambda msg, *args, **kwargs: record_function(msg.format(*args, **kwargs)))):
+        if hasattr(nvtx, name):
+            alias._patch(nvtx, name, replacement)
+
+
 def _install_cuda_module(alias: CudaAlias) -> None:
+    """Every public torch.cuda function and every class of the CUDA-API table: a handler (`alias`), a
+    refusal (`alias_refuses`) or the original with its failure explained (the rest)."""
     api = _CudaAPI(alias)
-    for name in _public_functions(torch.cuda):
-        alias._patch(torch.cuda, name, _cuda_function(alias, api, name, getattr(torch.cuda, name)))
-    for name in ("Stream", "Event"):
-        alias._patch(torch.cuda, name, _cuda_class(alias, api, name, getattr(torch.cuda, name)))
+    names = set(_public_functions(torch.cuda))
+    names.update(entry.short for entry in CUDA_API.values()
+                 if entry.name.startswith("torch.cuda.") and "." not in entry.short
+                 and entry.kind in ("function", "class", "type") and hasattr(torch.cuda, entry.short))
+    for name in sorted(names):
+        original = getattr(torch.cuda, name)
+        wrap = _cuda_class if isinstance(original, type) else _cuda_function
+        alias._patch(torch.cuda, name, wrap(alias, api, name, original))
+    _install_nvtx(alias)
+
+
+# torch.Generator and torch.backends.cuda flags ----------------------------------------------------
+def _install_generator(alias: CudaAlias) -> None:
+    original = torch.Generator
+
+    def __new__(cls, device: Any = "cpu"):
+        caller = sys._getframe(1)
+        if (_is_cuda(device) or _is_ordinal(device)) and not alias._bypass(caller):
+            mapped = alias.map_device(device)
+            alias._note("torch.Generator", _Mapped(device, mapped, True), caller)
+            device = mapped
+        return original(device=device)
+
+    alias._patch(torch, "Generator", _ClassAliasMeta(
+        "Generator", (), {"__new__": __new__, "_stands_for": original, "__doc__": original.__doc__,
+                          "__module__": "torch"}))
+
+
+def _install_backend_flags(alias: CudaAlias) -> None:
+    """torch.backends.cuda / cudnn settings keep working (they only reach CUDA kernels); setting one is
+    recorded for the alias report."""
+    def recording_setattr(owner_name: str, original: Callable[..., Any]) -> Callable[..., Any]:
+        def __setattr__(self, name, value):
+            if not name.startswith("_") and not alias.real_cuda:
+                alias.answered(f"{owner_name}.{name} = {value!r}", "accepted, no effect off CUDA")
+            return original(self, name, value)
+
+        return __setattr__
+
+    for module, owner_name in ((torch.backends.cudnn, "torch.backends.cudnn"),
+                               (getattr(torch.backends.cuda, "matmul", None), "torch.backends.cuda.matmul")):
+        if module is not None:
+            cls = type(module)
+            alias._patch(cls, "__setattr__", recording_setattr(owner_name, cls.__setattr__))
+    for name in ("enable_flash_sdp", "enable_mem_efficient_sdp", "enable_math_sdp", "enable_cudnn_sdp",
+                 "preferred_linalg_library", "preferred_blas_library"):
+        original = getattr(torch.backends.cuda, name, None)
+        if original is not None:
+            alias._patch(torch.backends.cuda, name, _recorded_flag(alias, name, original))
+
+
+def _recorded_flag(alias: CudaAlias, name: str, original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def flag(*args, **kwargs):
+        caller = sys._getframe(1)
+        if args and not alias.real_cuda and not _is_internal(caller.f_code.co_filename):
+            alias.answered(f"torch.backends.cuda.{name}({', '.join(map(repr, args))})",
+                           "accepted (a CUDA setting)")
+        return original(*args, **kwargs)
+
+    return flag
 
 
 # Autocast and GradScaler ---------------------------------------------------------------------------
@@ -429,6 +701,8 @@ def _restore_cuda_storages(alias: CudaAlias, map_location: Any, caller: FrameTyp
 def install_all(alias: CudaAlias) -> None:
     _install_tensor_and_module(alias)
     _install_cuda_module(alias)
+    _install_generator(alias)
+    _install_backend_flags(alias)
     _install_amp(alias)
     _install_distributed(alias)
     _install_loading(alias)
