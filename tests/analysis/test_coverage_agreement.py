@@ -8,8 +8,9 @@ computes coverage and then one real emulated training step (forward, loss, backw
 - when the step runs, the non-native calls of coverage (every depth of every translation chain) and of
   the step's route log are the same (op, dtype, route) with the same call counts.
 
-Run as a script, this file is that process: ``python test_coverage_agreement.py ENTRY [ENTRY ...]``
-prints one JSON line per entry.
+Run as a script, this file is that process: ``python test_coverage_agreement.py [--amp] ENTRY ...``
+prints one JSON line per entry (``--amp``: coverage --amp, and the step's forward pass and loss under
+``torch.fl.autocast()``).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ DEVICES = ("emu:minimal", "emu:mps", "emu:cuda")
 NON_NATIVE = ("translate", "fallback", "kernel")
 
 
-def _one(entry: str) -> dict:
+def _one(entry: str, amp: bool = False) -> dict:
     import torch
     from torch.utils._pytree import tree_map
 
@@ -44,7 +45,7 @@ def _one(entry: str) -> dict:
 
     device_name = os.environ["FL_DEVICE"]
     spec = load_model(entry)
-    data = coverage(spec, device_name, train=True).data
+    data = coverage(spec, device_name, train=True, amp=amp).data
     planned = Counter()
     for op in data["ops"]:
         if op["route"] in NON_NATIVE:
@@ -58,7 +59,9 @@ def _one(entry: str) -> dict:
     reset_route_stats()
     error = ""
     try:
-        spec.loss(model(*inputs), inputs).backward()
+        with torch.fl.autocast(enabled=amp):  # the description's autocast dtype, as coverage --amp
+            loss = spec.loss(model(*inputs), inputs)
+        loss.backward()
         optimizer.step()
     except UnsupportedOperatorError as exc:
         error = str(exc).splitlines()[0]
@@ -70,10 +73,10 @@ def _one(entry: str) -> dict:
             "real_run": data["real_run"], "planned": dict(planned), "ran": ran, "error": error}
 
 
-def _run(device: str, entries: list[str]) -> list[dict]:
+def _run(device: str, entries: list[str], amp: bool = False) -> list[dict]:
     env = {**os.environ, "FL_DEVICE": device, "PYTHONPATH": str(ROOT / "src")}
     env.pop("FL_ROUTE", None)
-    done = subprocess.run([sys.executable, __file__, *entries], env=env, capture_output=True, text=True,
+    done = subprocess.run([sys.executable, __file__, *(["--amp"] if amp else []), *entries], env=env, capture_output=True, text=True,
                           timeout=600, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-3000:]
     return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
@@ -122,8 +125,18 @@ def test_strict_agrees_with_an_emulated_step(device: str) -> None:
     assert not failures, "\n".join(failures)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("device", DEVICES)
+def test_strict_agrees_with_an_emulated_step_under_autocast(device: str) -> None:
+    # coverage --amp traces with the emulated backend's autocast lists, as the step runs under them.
+    entries = [MODELS[0], MODELS[1], f"{FIXTURES}:encoder", f"{FIXTURES}:dropout"]
+    for result in _run(device, entries, amp=True):
+        _check(result, device)
+
+
 if __name__ == "__main__":
     import torch_fl  # noqa: F401  (registers the emulated device before any backward pass)
 
-    for entry in sys.argv[1:]:
-        print(json.dumps(_one(entry)), flush=True)
+    amp = "--amp" in sys.argv[1:]
+    for entry in (a for a in sys.argv[1:] if a != "--amp"):
+        print(json.dumps(_one(entry, amp)), flush=True)
