@@ -17,16 +17,22 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-# device is a callable module: torch.fl.device() resolves; `import torch_fl.device` gives the module
-from . import _logging, device
+# device and description are callable modules: torch.fl.device() resolves, torch.fl.description("npu")
+# loads, and `import torch_fl.device as d` / `import torch_fl.description.registry as r` give the modules.
+from . import _logging, description, device
 from ._version import __version__
 from .device import backend, reset
 from .errors import (
+    ConfigError,
     DescriptionError,
     DeviceNotFoundError,
+    FallbackWarning,
     PluginImportError,
+    RuntimeUnsupportedError,
     TorchFLError,
+    TorchVersionError,
     UnknownDescriptionError,
+    UnsupportedOperatorError,
 )
 
 if TYPE_CHECKING:
@@ -68,13 +74,6 @@ def is_accelerator(device_id: str | None = None) -> bool:
     return device(device_id).type != "cpu"
 
 
-def description(name: str | None = None) -> Description:
-    """A device description by name or path; with no name, the description of torch.fl.device()."""
-    from .description import registry
-
-    return registry.get(name) if name else device.governing()
-
-
 def descriptions() -> dict[str, Description]:
     """Every known description (built-ins, entry points, FL_DESCRIPTION_PATH, FL_DESCRIPTION)."""
     from .description import registry
@@ -94,12 +93,14 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY) | _SUBMODULES)
+    # The public surface only: not this module's own imports (sys, torch, importlib, typing names).
+    return sorted(set(__all__) | _SUBMODULES)
 
 
 __all__ = [
-    "DescriptionError", "DeviceNotFoundError", "PluginImportError", "TorchFLError",
-    "UnknownDescriptionError", "__version__", "backend", "description", "descriptions", "device",
+    "ConfigError", "DescriptionError", "DeviceNotFoundError", "FallbackWarning", "PluginImportError",
+    "RuntimeUnsupportedError", "TorchFLError", "TorchVersionError", "UnknownDescriptionError",
+    "UnsupportedOperatorError", "__version__", "backend", "description", "descriptions", "device",
     "device_type", "devices", "is_accelerator", "reset", *sorted(_LAZY),
 ]
 

@@ -73,7 +73,3 @@ class Emulation:
 
     def remove(self) -> None:
         self._stack.close()
-
-
-def supports_emulation() -> bool:
-    return hasattr(torch.utils._python_dispatch, "TorchDispatchMode")
