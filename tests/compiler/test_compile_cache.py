@@ -188,3 +188,37 @@ def test_the_cpu_isa_probe_is_answered_from_the_entry(monkeypatch, compile_cache
     finally:
         isa.cpu_signature.cache_clear()
     assert len(probes) == 2
+
+
+def test_torch_key_is_answered_from_the_entry(monkeypatch, compile_cache, tmp_path):
+    from torch._inductor import codecache
+
+    from torch_fl.compiler import torchkey
+
+    calls = []
+
+    class Key:
+        """A stand-in for torch's prefetchable torch_key: counts computations, accepts set()."""
+
+        value: bytes | None = None
+
+        def __call__(self):
+            calls.append(1)
+            return b"\x01" * 32
+
+        def set(self, value):
+            self.value = value
+
+    monkeypatch.setattr(codecache, "torch_key", Key())
+    entry = cache.open_entry(registry.get("cpu"))
+    torchkey.install(entry.path)  # the first process computes it and records it
+    assert len(calls) == 1 and json.loads((entry.path / torchkey.MEMO).read_text())
+    later = Key()
+    monkeypatch.setattr(codecache, "torch_key", later)
+    torchkey.install(entry.path)  # a later process: no hashing of torch's sources
+    assert len(calls) == 1 and later.value == b"\x01" * 32
+    # An edited torch (another signature of its files) computes the key again.
+    monkeypatch.setattr(torchkey, "_signature", lambda root: "edited")
+    torchkey.install(entry.path)
+    assert len(calls) == 2
+    assert torchkey.MEMO not in cache.read_manifest(entry.path)["artifacts"]

@@ -35,7 +35,7 @@ from typing import Any
 import torch
 
 from ..errors import TorchFLError, TorchVersionError
-from . import cache, isa, jit
+from . import cache, isa, jit, torchkey
 from .fingerprint import COMPONENTS, describe_change, fingerprint
 from .target import description_of
 
@@ -99,6 +99,7 @@ def export_aot(model: torch.nn.Module, example_inputs: Sequence[Any], out: str |
     jit.use_entry(entry)  # AOTInductor's intermediate files go to the entry too
     isa.install(entry.path)
     jit.private_headers(entry)
+    torchkey.install(entry.path)
     inputs = tuple(example_inputs)
     dynamic = section["dynamic_shapes"] == "dynamic"
     start = time.perf_counter()

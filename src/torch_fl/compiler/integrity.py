@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 # torch-fl's own bookkeeping files in the entry (not artifacts: JSON we parse ourselves, and locks).
-OWN = frozenset({"manifest.json", ".inuse", "isa_probe.json"})
+OWN = frozenset({"manifest.json", ".inuse", "isa_probe.json", "torch_key.json"})
 _CHUNK = 1 << 20
 
 
@@ -48,7 +48,7 @@ def artifact_files(entry: Path) -> dict[str, os.stat_result]:
         rel_dir = os.path.relpath(dirpath, entry)
         for name in filenames:
             if name.startswith(".") or name.endswith(".lock") or (rel_dir == "." and (
-                    name in OWN or name.startswith(("manifest.json", "isa_probe.json")))):
+                    name.startswith(tuple(OWN)))):  # and their temporary files
                 continue
             path = os.path.join(dirpath, name)
             try:

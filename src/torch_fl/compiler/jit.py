@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from . import cache, isa
+from . import cache, isa, torchkey
 from .target import description_of
 
 _log = logging.getLogger("torch_fl.compile")
@@ -100,6 +100,7 @@ def compile(model: Callable | None = None, *, device: str | torch.device | None 
     if backend == "inductor":
         isa.install(entry.path)
         private_headers(entry)
+        torchkey.install(entry.path)
     inner = _backend(backend, kwargs.pop("mode", None), options or None, dynamic)
     stats = CompileStats(getattr(model, "__name__", type(model).__name__), desc.name,
                          getattr(inner, "compiler_name", str(backend)), policy, dynamic, str(entry.path))
