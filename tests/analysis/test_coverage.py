@@ -368,6 +368,10 @@ def test_emulated_cuda_takes_the_math_path_the_emulator_computes() -> None:
     ops = {op["op"] for op in data["ops"]}
     assert "aten::_safe_softmax.default" in ops and not any("efficient" in op for op in ops)
     assert any("as the emulator computes it on the CPU" in note for note in data["notes"])
+    # Either on the emulated backend's own tensors, or (in a process where it cannot be registered,
+    # as in a test session after other backward passes) on meta tensors, and the report says which.
+    assert any("tensors of the emulated backend" in note or "could not be registered" in note
+               for note in data["notes"])
 
 
 def test_cpu_only_kernels_are_not_a_chips() -> None:

@@ -160,6 +160,12 @@ def _notes(table: RouteTable, result: TraceResult, kernels: DeviceKernels, devic
     attention = _attention_note(desc, records, kernels)
     if attention:
         notes.append(attention)
+    if kernels.emulated and not device_tensors.startswith("emu"):
+        notes.append("The emulated device could not be registered in this process (a backward pass ran "
+                     "before it, or a vendor plugin owns PrivateUse1; torch-fl logged why), so the trace "
+                     "used meta tensors: choices PyTorch makes in C++ for the emulated backend (dropout "
+                     "inside attention and LSTMs, fused LSTM cells) can differ from the emulator's. "
+                     "`torchfl coverage` in a fresh process gives the exact answer.")
     if device_tensors.startswith("emu"):
         notes.append(f"The model's tensors were tensors of the emulated backend ({device_tensors}), so "
                      f"PyTorch made that backend's kernel choices (fused dropout and LSTM cells, no "
