@@ -41,7 +41,7 @@ import torch
 
 from . import hostmem, plugins
 from .description.model import Description
-from .device import description_for, device_map, resolve
+from .device import EMULATED_TYPE, description_for, device_map, resolve
 from .errors import DeviceNotFoundError, PluginImportError, RuntimeUnsupportedError
 from .streams import Event, Stream, stream
 
@@ -99,6 +99,8 @@ def _device_module(dev: torch.device) -> ModuleType | None:
 
 def _accelerator(dev: torch.device) -> ModuleType | None:
     """torch.accelerator when it speaks for `dev` (its calls act on the current accelerator only)."""
+    if dev.type == EMULATED_TYPE:
+        return None  # a Python backend's C++ hooks report nothing; its module (torch.emu) does
     acc = getattr(torch, "accelerator", None)
     current = getattr(acc, "current_accelerator", None)
     if current is None:
@@ -267,12 +269,18 @@ def synchronize(device: DeviceLike = None) -> None:
 _watermarks = hostmem.Watermarks()  # key -> highest memory_allocated seen since start or last reset
 
 
+def _host_memory(dev: torch.device, desc: Description) -> bool:
+    """Whether `dev`'s memory is the process's own (an emulated device counts its live tensors even
+    when the chip it emulates shares host memory)."""
+    return _is_host(desc) and dev.type != EMULATED_TYPE
+
+
 def _watermark_key(dev: torch.device, desc: Description) -> str:
-    return "host" if _is_host(desc) else str(dev)
+    return "host" if _host_memory(dev, desc) else str(dev)
 
 
 def _current_bytes(dev: torch.device, desc: Description) -> int:
-    if _is_host(desc):
+    if _host_memory(dev, desc):
         return hostmem.process_rss()
     return int(_native("memory_allocated", dev))
 
@@ -318,7 +326,7 @@ def max_memory_allocated(device: DeviceLike = None) -> int:
     desc = description_for(dev)
     key = _watermark_key(dev, desc)
     sampled = _watermarks.raise_to(key, _current_bytes(dev, desc))
-    if _is_host(desc):
+    if _host_memory(dev, desc):
         return sampled if _watermarks.was_reset(key) else max(sampled, hostmem.os_peak_rss())
     return int(_native("max_memory_allocated", dev, fallback=lambda: sampled))
 
@@ -337,7 +345,7 @@ def reset_peak_memory_stats(device: DeviceLike = None) -> None:
     key = _watermark_key(dev, desc)
     current = _current_bytes(dev, desc)
     _watermarks.reset(key, current)
-    if not _is_host(desc):
+    if not _host_memory(dev, desc):
         _native("reset_peak_memory_stats", dev, fallback=lambda: None)
 
 

@@ -5,6 +5,7 @@ calls fail as on a real accelerator."""
 from __future__ import annotations
 
 import copy
+import gc
 import io
 import os
 import subprocess
@@ -276,3 +277,26 @@ def test_dataloader_pin_memory_with_the_emulated_device():
         batches = list(torch.utils.data.DataLoader(data, batch_size=2, pin_memory=True))
         assert [b[0].to(activation.device, non_blocking=True).device for b in batches] == [activation.device] * 2
     assert torch.ones(2).pin_memory().is_pinned() is False
+
+
+def test_runtime_facade_reports_the_emulated_devices_tensors(monkeypatch):
+    # the leak watch under emulation: torch.fl.memory_allocated() is the device's live tensor bytes,
+    # not the process's resident set (minimal's memory.allocator is "host")
+    monkeypatch.setenv("FL_DEVICE", "emu:minimal")
+    torch_fl.reset()
+    d = torch_fl.device()
+    gc.collect()  # device tensors of earlier tests, freed now rather than in the middle of this one
+    gc.disable()
+    try:
+        base = torch.fl.memory_allocated()
+        torch.fl.reset_peak_memory_stats()
+        x = torch.ones(1024, device=d)
+        assert torch.fl.memory_allocated() - base == 4096
+        del x
+        assert torch.fl.memory_allocated() == base and torch.fl.max_memory_allocated() - base == 4096
+        torch.fl.reset_peak_memory_stats()
+        assert torch.fl.max_memory_allocated() == base
+    finally:
+        gc.enable()
+    torch.fl.empty_cache()
+    assert torch.fl.device_count() == 1 and torch.fl.is_available()

@@ -122,10 +122,10 @@ def status() -> dict[str, Any]:
 
 
 def ensure(count: int) -> None:
-    """Register the ``emu`` backend with `count` devices (idempotent; the count can only grow, since
-    PyTorch cannot unregister a backend)."""
+    """Register the ``emu`` backend (once: PyTorch cannot unregister a backend) with `count` devices
+    (FL_EMU_DEVICES; a later call sets the count again)."""
     with _lock:
-        if state.count >= count:
+        if state.count == count:
             return
         if not borrowed():
             from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
@@ -141,8 +141,8 @@ def ensure(count: int) -> None:
             state.count = count
             _probe_autograd()
         state.count = count
-        state.live += [0] * (count - len(state.live))
-        state.peak += [0] * (count - len(state.peak))
+        state.live += [0] * max(0, count - len(state.live))
+        state.peak += [0] * max(0, count - len(state.peak))
 
 
 def _probe_autograd() -> None:
@@ -875,6 +875,23 @@ class _BackendModule:
     def synchronize(device: Any = None) -> None:
         state.syncs += 1
 
+    # What torch.fl.memory_allocated() and friends report on the emulated device: its live tensor bytes.
+    @staticmethod
+    def memory_allocated(device: Any = None) -> int:
+        return memory_allocated(_index_of(device))
+
+    @staticmethod
+    def max_memory_allocated(device: Any = None) -> int:
+        return max_memory_allocated(_index_of(device))
+
+    @staticmethod
+    def reset_peak_memory_stats(device: Any = None) -> None:
+        reset_peak_memory_stats(_index_of(device))
+
+    @staticmethod
+    def empty_cache() -> None:
+        pass  # nothing is cached: freed device tensors return their host memory at once
+
     class device:  # torch.emu.device(i), the context manager PyTorch uses
         def __init__(self, where: Any) -> None:
             self.index = torch.device(where).index if not isinstance(where, int) else where
@@ -887,6 +904,15 @@ class _BackendModule:
 
         def __exit__(self, *exc: Any) -> None:
             state.current = self.prev
+
+
+def _index_of(where: Any) -> int:
+    if where is None:
+        return state.current
+    if isinstance(where, int):
+        return where
+    index = torch.device(where).index
+    return state.current if index is None else index
 
 
 def _make_hook() -> Any:
