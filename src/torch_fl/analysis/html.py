@@ -1,4 +1,4 @@
-"""HTML rendering of a :class:`~torch_fl.analysis.report.Report`: one self-contained page.
+"""HTML rendering of a :class:`~torch_fl.report.Report`: one self-contained page.
 
 The page must open anywhere a report is attached or archived (CI artefacts, air-gapped clusters,
 e-mail), so it references nothing outside itself: CSS is inline, charts are SVG drawn here, there is
@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from .._version import __version__
-from .report import Chart, Report, Section, Table, _cell
+from ..report import Chart, Report, Section, Table, format_cell
 
 __all__ = ["DEFAULT_PALETTE", "MAX_VISIBLE_ROWS", "ROUTE_COLORS", "render_chart", "render_html",
            "series_color", "write_html"]
@@ -195,9 +195,9 @@ def _data_table(chart: Chart, series: list[tuple[str, list[float | None]]]) -> s
     head = "".join(f"<th scope=\"col\">{_e(name)}</th>" for name, _ in series)
     rows = []
     for i, x in enumerate(chart.x):
-        cells = "".join(f'<td class="num">{"" if vals[i] is None else _e(_cell(vals[i]))}</td>'
+        cells = "".join(f'<td class="num">{"" if vals[i] is None else _e(format_cell(vals[i]))}</td>'
                         for _, vals in series)
-        rows.append(f'<tr><th scope="row">{_e(_cell(x))}</th>{cells}</tr>')
+        rows.append(f'<tr><th scope="row">{_e(format_cell(x))}</th>{cells}</tr>')
     return (f'<details class="chart-data"><summary>Data ({len(chart.x)} points)</summary>'
             f'<div class="table-wrap"><table><thead><tr><th scope="col">{_e(chart.x_label or "x")}</th>'
             f'{head}</tr></thead><tbody>{"".join(rows)}</tbody></table></div></details>')
@@ -222,7 +222,7 @@ def render_chart(chart: Chart) -> str:
 def _svg(chart: Chart, kind: str, series: list[tuple[str, list[float | None]]]) -> tuple[str, list[str]]:
     notes: list[str] = []
     n = len(chart.x)
-    labels = [_cell(x) for x in chart.x]
+    labels = [format_cell(x) for x in chart.x]
     colors = [series_color(name, i) for i, (name, _) in enumerate(series)]
     # A single-series bar chart over route names (calls per route) colours each bar as its route.
     bar_colors: list[str] | None = None
@@ -336,7 +336,7 @@ def _svg(chart: Chart, kind: str, series: list[tuple[str, list[float | None]]]) 
         return max(v, floor) if use_log and floor is not None else v
 
     def tip(i: int, name: str, v: float | None) -> str:
-        return f"<title>{_e(labels[i])} · {_e(name)}: {'no value' if v is None else _e(_cell(v))}</title>"
+        return f"<title>{_e(labels[i])} · {_e(name)}: {'no value' if v is None else _e(format_cell(v))}</title>"
 
     if kind in ("bar", "stacked-bar"):
         group_w = band * 0.8
@@ -409,7 +409,7 @@ def _svg(chart: Chart, kind: str, series: list[tuple[str, list[float | None]]]) 
 # ---------------------------------------------------------------------------------------------- tables
 
 def _td(value: Any) -> str:
-    text = _e(_cell(value))
+    text = _e(format_cell(value))
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return f'<td class="num">{text}</td>'
     # Only a cell that is exactly a route name gets the route's chip, not text that mentions one.

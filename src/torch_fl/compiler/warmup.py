@@ -19,8 +19,8 @@ from typing import Any
 import torch
 
 from ..analysis.model import ModelSpec
-from ..analysis.report import Report, Section, Table, progress
 from ..errors import TorchFLError
+from ..report import Report, Section, Table, progress
 from . import cache
 from .jit import compile, compile_stats
 from .target import description_of

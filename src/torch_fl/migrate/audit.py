@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from ..analysis.report import Report, Section, Table
+from ..report import Report, Section, Table
 from .alias import DeviceRequest, cuda_alias, suspended
 
 # The audit runs where every machine can: on the host, whatever FL_DEVICE says.
