@@ -13,6 +13,16 @@ Keys (all optional)::
 
     [routes]                             # per-op routes (same meaning as FL_ROUTE)
     "aten::gelu" = "translate"
+
+    [scan]                               # `torchfl scan` / `torchfl fix` (pyproject: [tool.torch_fl.scan])
+    select = ["FL1", "FL2"]              # replaces the default rules (the coupling rules)
+    extend-select = ["FL203"]            # adds to them (performance hints are opt-in)
+    ignore = ["FL401"]
+    extend-exclude = ["third_party/*"]
+
+The scan table is read by :func:`load_scan_config`, which stays free of torch imports (``torchfl scan``
+runs in hook environments without torch). The old ``[tool.torchfl]`` table (the scan keys at its top
+level) is still read, with a deprecation message.
 """
 
 from __future__ import annotations
@@ -25,7 +35,7 @@ from typing import Any
 from . import _env, _toml
 from .errors import ConfigError, did_you_mean
 
-CONFIG_KEYS = ("device", "backend", "device_map", "log", "routes")
+CONFIG_KEYS = ("device", "backend", "device_map", "log", "routes", "scan")
 
 
 @dataclass(frozen=True)
@@ -42,6 +52,10 @@ def _validate(values: dict[str, Any], path: Path) -> dict[str, Any]:
         if key not in CONFIG_KEYS:
             raise ConfigError(f"{path}: unknown key '{key}'.{did_you_mean(key, CONFIG_KEYS)} "
                               f"Known keys: {', '.join(CONFIG_KEYS)}.")
+        if key == "scan":
+            if not isinstance(value, dict):
+                raise ConfigError(f"{path}: 'scan' must be a table, e.g. [tool.torch_fl.scan]")
+            continue  # checked by load_scan_config, when a scan reads it
         if key in ("device_map", "routes"):
             if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
                 raise ConfigError(f"{path}: '{key}' must be a table of strings, "
@@ -98,3 +112,97 @@ def lookup(key: str) -> tuple[Any, str] | None:
         if value is not None:
             return value, str(config.path)
     return None
+
+
+# `torchfl scan` / `torchfl fix` ----------------------------------------------------------------------
+SCAN_KEYS = ("select", "extend-select", "ignore", "extend-exclude")
+_DEPRECATED_TABLE = "[tool.torchfl]"
+_WARNED: set[Path] = set()  # files whose deprecated table was already reported in this process
+
+
+class ScanConfigError(ConfigError):
+    """A bad selector or a bad scan table."""
+
+
+@dataclass(frozen=True)
+class ScanConfig:
+    """A scan table; ``path`` is None when no pyproject.toml (or torch_fl.toml) has one."""
+
+    select: tuple[str, ...] | None = None
+    ignore: tuple[str, ...] = ()
+    extend_exclude: tuple[str, ...] = ()
+    path: Path | None = None
+    extend_select: tuple[str, ...] = ()
+    table: str = "[tool.torch_fl.scan]"
+
+    @property
+    def root(self) -> Path | None:
+        return None if self.path is None else self.path.parent
+
+
+def _string_list(value: Any, key: str, where: Path, table: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ScanConfigError(f"{where}: {table} {key} must be a list of strings, got {value!r}")
+    return tuple(value)
+
+
+def _scan_table(path: Path) -> tuple[dict[str, Any], str] | None:
+    try:
+        data = _toml.loads(_toml.read_text(path))
+    except (OSError, ValueError, RecursionError) as exc:
+        raise ScanConfigError(f"{path}: cannot read: {exc}") from None
+    if path.name == "torch_fl.toml":
+        table = data.get("scan")
+        return None if table is None else (table, "[scan]")
+    tool = data.get("tool", {})
+    new = tool.get("torch_fl", {}).get("scan") if isinstance(tool.get("torch_fl"), dict) else None
+    if new is not None:
+        return new, "[tool.torch_fl.scan]"
+    old = tool.get("torchfl")
+    if old is not None:
+        if path not in _WARNED:
+            import sys
+
+            _WARNED.add(path)
+            print(f"torchfl: warning: {path}: {_DEPRECATED_TABLE} is deprecated: rename the table to "
+                  f"[tool.torch_fl.scan] (same keys)", file=sys.stderr)
+        return old, _DEPRECATED_TABLE
+    return None
+
+
+def load_scan_config(start: Path, validate: Any = None) -> ScanConfig:
+    """The scan table of the nearest pyproject.toml (``[tool.torch_fl.scan]``, or the deprecated
+    ``[tool.torchfl]``) or torch_fl.toml (``[scan]``) that has one, from `start` upwards. `validate(code)`
+    raises ValueError for a selector that names no rule."""
+    directory = start.resolve()
+    if not directory.is_dir():
+        directory = directory.parent
+    for candidate in (directory, *directory.parents):
+        for name in ("torch_fl.toml", "pyproject.toml"):
+            path = candidate / name
+            if not path.is_file():
+                continue
+            found = _scan_table(path)
+            if found is None:
+                continue
+            table, label = found
+            if not isinstance(table, dict):
+                raise ScanConfigError(f"{path}: {label} must be a table")
+            unknown = sorted(set(table) - set(SCAN_KEYS))
+            if unknown:
+                hint = did_you_mean(unknown[0], SCAN_KEYS)
+                raise ScanConfigError(f"{path}: unknown key(s) in {label}: {', '.join(unknown)} "
+                                      f"(allowed: {', '.join(SCAN_KEYS)}){hint}")
+            config = ScanConfig(
+                _string_list(table["select"], "select", path, label) if "select" in table else None,
+                _string_list(table.get("ignore", []), "ignore", path, label),
+                _string_list(table.get("extend-exclude", []), "extend-exclude", path, label), path,
+                _string_list(table.get("extend-select", []), "extend-select", path, label), label)
+            if validate is not None:
+                try:
+                    for selector in (*(config.select or ()), *config.extend_select, *config.ignore):
+                        validate(selector)
+                except ValueError as exc:
+                    raise ScanConfigError(f"{path}: {label} {exc}") from None
+            return config
+    return ScanConfig()

@@ -14,7 +14,7 @@ SCRIPT = Path(__file__).parent / "fixtures" / "train_gpt_cuda.py"
 COUPLINGS = [
     ('backend = "nccl"', "FL501"),                       # DDP over nccl
     ('device = "cuda"', "FL105"),                        # the config's device string
-    ("torch.cuda.is_available()", "FL901"),              # a CPU-only else-branch
+    ("torch.cuda.is_available()", "FL201"),              # becomes torch.fl.is_accelerator()
     ("torch.cuda.set_device(", "FL201"),
     ("torch.cuda.manual_seed(", "FL201"),
     ("torch.backends.cuda.matmul.allow_tf32", "FL402"),
@@ -31,7 +31,7 @@ COUPLINGS = [
 
 @pytest.fixture(scope="module")
 def findings():
-    result = scan_paths([SCRIPT])
+    result = scan_paths([SCRIPT], select=["ALL"])  # FL203 (a performance hint) is opt-in
     assert not result.errors
     return {(f.line, f.code) for f in result.findings}
 

@@ -184,8 +184,9 @@ def test_imports_from_torch_cuda_are_removed_only_when_unused() -> None:
               "with autocast():  # noqa: FL301\n    pass\n")
     out = fix_source(source).new_source
     assert out.startswith("from torch.cuda.amp import autocast\nimport torch\n" + TORCH_FL_IMPORT + "\n")
-    assert "scaler = torch.amp.GradScaler(torch.fl.device_type())" in out
-    assert "with torch.autocast(torch.fl.device_type()):" in out
+    # enabled=torch.fl.is_accelerator(): torch.cuda.amp.GradScaler() was off on a CPU-only host, and stays off.
+    assert "scaler = torch.amp.GradScaler(torch.fl.device_type(), enabled=torch.fl.is_accelerator())" in out
+    assert "with torch.autocast(torch.fl.device_type(), enabled=torch.fl.is_accelerator()):" in out
     assert "with autocast():  # noqa: FL301" in out
 
 
@@ -195,7 +196,7 @@ def test_multiline_calls_keep_one_argument_per_line() -> None:
               "x = y.cuda(\n    0,\n    non_blocking=True,\n)\n")
     out = fix_source(source).new_source
     assert ("scaler = torch.amp.GradScaler(\n    torch.fl.device_type(),\n    init_scale=1024,\n"
-            "    enabled=True,\n)\n") in out
+            "    enabled=torch.fl.is_accelerator(),\n)\n") in out
     assert 'x = y.to(\n    torch.fl.device("acc0"),\n    non_blocking=True,\n)\n' in out
 
 

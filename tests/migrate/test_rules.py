@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from torch_fl.migrate import scan
-from torch_fl.migrate.rules import RULES, Finding, by_name, expand, selected
+from torch_fl.migrate.rules import RULES, Finding, by_name, default_codes, expand, selected
 from torch_fl.migrate.scan import scan_paths, scan_source
 
 ROOT = Path(__file__).parents[2]
@@ -41,7 +41,7 @@ def expected(path: Path) -> Counter[tuple[str, int, str]]:
 
 
 def found(path: Path) -> Counter[tuple[str, int, str]]:
-    result = scan_paths([path])
+    result = scan_paths([path], select=["ALL"])  # performance rules (FL203) are opt-in
     assert not result.errors, result.errors
     return Counter((Path(f.path).relative_to(FIXTURES).as_posix(), f.line, f.code) for f in result.findings)
 
@@ -75,7 +75,7 @@ def test_rule_docs_are_generated_from_the_table():
 def test_codes_are_stable():
     # Codes are public (noqa comments, CI configs): never renumber, only add.
     assert list(RULES) == [
-        "FL101", "FL102", "FL103", "FL104", "FL105", "FL201", "FL202", "FL203", "FL301", "FL302",
+        "FL101", "FL102", "FL103", "FL104", "FL105", "FL106", "FL201", "FL202", "FL203", "FL301", "FL302",
         "FL303", "FL401", "FL402", "FL501", "FL502", "FL503", "FL601", "FL602", "FL603", "FL701",
         "FL702", "FL703", "FL801", "FL901", "FL902"]
     assert {r.fix for r in RULES.values()} <= {"safe", "unsafe", None}
@@ -85,16 +85,29 @@ def test_codes_are_stable():
 
 
 def test_selection_follows_ruff():
-    assert expand("FL1") == ["FL101", "FL102", "FL103", "FL104", "FL105"]
+    assert expand("FL1") == ["FL101", "FL102", "FL103", "FL104", "FL105", "FL106"]
     assert expand("ALL") == list(RULES)
     with pytest.raises(ValueError, match="selects no rule"):
         expand("FL99")
-    assert selected((["FL1"], ["FL105"])) == {"FL101", "FL102", "FL103", "FL104"}
+    assert selected((["FL1"], ["FL105"])) == set(expand("FL1")) - {"FL105"}
     assert selected((["FL101"], ["FL1"])) == {"FL101"}  # the more specific selector wins
-    assert selected((None, ["FL2"])) == set(RULES) - set(expand("FL2"))
+    default = default_codes()
+    assert selected((None, ["FL2"])) == default - set(expand("FL2"))
     # A later layer's ignore adds to an earlier one; a later select replaces it.
-    assert selected((None, ["FL2"]), (None, ["FL3"])) == set(RULES) - set(expand("FL2")) - set(expand("FL3"))
+    assert selected((None, ["FL2"]), (None, ["FL3"])) == default - set(expand("FL2")) - set(expand("FL3"))
     assert selected((["FL1"], None), (["FL5"], None)) == set(expand("FL5"))
+
+
+def test_performance_hints_are_opt_in():
+    assert "FL203" not in default_codes() and RULES["FL203"].category == "performance"
+    assert all(rule.category == "coupling" for code, rule in RULES.items() if code != "FL203")
+    assert "FL203" in selected((None, None, ["FL203"]))  # extend-select
+    assert "FL203" in selected((["FL2"], None))
+    loop = "import torch\nfor b in data:\n    total += b.sum().item()\n"
+    assert scan_source(loop) == []
+    assert [f.code for f in scan_source(loop, select=["FL203"])] == ["FL203"]
+    # .item() of a tensor already on the host is no sync.
+    assert scan_source("for b in data:\n    t += b.cpu().item()\n", select=["FL203"]) == []
 
 
 def test_scan_source_api():

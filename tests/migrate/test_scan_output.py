@@ -157,8 +157,8 @@ def test_noqa(tmp_path):
 
 
 # Configuration ------------------------------------------------------------------------------------
-def write_project(root: Path, table: str) -> None:
-    (root / "pyproject.toml").write_text(f"[project]\nname = 'x'\n\n[tool.torchfl]\n{table}\n")
+def write_project(root: Path, table: str, header: str = "[tool.torch_fl.scan]") -> None:
+    (root / "pyproject.toml").write_text(f"[project]\nname = 'x'\n\n{header}\n{table}\n")
     (root / "src").mkdir()
     (root / "src" / "train.py").write_text(
         "import torch\nx = torch.zeros(2).cuda()\ny = x.to('cuda')\nn = torch.cuda.device_count()\n"
@@ -189,7 +189,8 @@ def test_nearest_pyproject_without_the_table_is_skipped(tmp_path, monkeypatch, c
 
 
 @pytest.mark.parametrize(("table", "message"), [
-    ('selct = ["FL1"]', "unknown key(s) in [tool.torchfl]: selct (allowed: select, ignore, extend-exclude)"),
+    ('selct = ["FL1"]', "unknown key(s) in [tool.torch_fl.scan]: selct (allowed: select, extend-select, ignore, "
+                        "extend-exclude) Did you mean 'select'?"),
     ('select = ["FL99"]', "'FL99' selects no rule"),
     ('ignore = "FL101"', "ignore must be a list of strings"),
 ])
@@ -199,6 +200,21 @@ def test_bad_configuration_is_a_usage_error(tmp_path, monkeypatch, capsys, table
     status, out, err = run(capsys, "src")
     assert status == 2 and out == ""
     assert "pyproject.toml" in err and message in err
+
+
+def test_old_table_is_read_with_a_deprecation_message(tmp_path, monkeypatch, capsys):
+    write_project(tmp_path, 'select = ["FL2"]', header="[tool.torchfl]")
+    monkeypatch.chdir(tmp_path)
+    status, out, err = run(capsys, "src", "--format", "json")
+    assert status == 1 and sorted({i["code"] for i in json.loads(out)}) == ["FL201"]
+    assert "[tool.torchfl] is deprecated" in err and "[tool.torch_fl.scan]" in err
+
+
+def test_extend_select_adds_performance_hints(tmp_path, monkeypatch, capsys):
+    write_project(tmp_path, 'extend-select = ["FL203"]\nignore = ["FL4"]')
+    (tmp_path / "src" / "loop.py").write_text("for b in data:\n    total += b.sum().item()\n")
+    monkeypatch.chdir(tmp_path)
+    assert codes(capsys, "src") == ["FL101", "FL102", "FL201", "FL203"]
 
 
 # Exit codes ---------------------------------------------------------------------------------------

@@ -1,5 +1,8 @@
 """`torchfl fix`: rewrite CUDA-coupled code to the torch.fl API, keeping formatting and comments.
 
+This is the engine: each rule's fix lives with the rule (``migrate/rules/*.py``, registered with
+``@fixes(code, node types)``); what a ``torch.cuda`` name becomes is the table in ``migrate/cuda_api.py``.
+
 The scanner decides *what* to fix: `scan_source` (``ast``, fast) runs first on every file, and only files
 with a fixable finding at the allowed safety level are parsed with libcst (~4x slower than ``ast``, see
 DESIGN.md "Parsing speed"). The rewriter then edits exactly the nodes those findings point at, so a
@@ -38,25 +41,6 @@ __all__ = [
 LIBCST_MISSING = "torchfl fix needs libcst: pip install 'torch-fl[migrate]'"
 TORCH_FL_IMPORT = "import torch_fl  # noqa: F401  (installs torch.fl)"
 
-# torch.cuda.X -> torch.fl.Y where the facade has the same call with the same arguments (FL201/FL202;
-# the scanner's RUNTIME_FIXES says which are safe).
-_RUNTIME_MAP = {
-    **{name: name for name in (
-        "is_available", "device_count", "set_device", "current_device", "empty_cache",
-        "memory_allocated", "max_memory_allocated", "reset_peak_memory_stats", "mem_get_info",
-        "manual_seed", "Stream", "Event", "stream", "synchronize")},
-    "manual_seed_all": "manual_seed",
-}
-# FL201 calls whose fix can change behaviour: get_device_name(x) -> get_device_properties(x).name.
-_RUNTIME_UNSAFE = {"get_device_name"}
-
-# torch.cuda.amp.autocast(enabled, dtype, cache_enabled): positional order differs from torch.autocast's
-# (device_type, dtype, enabled, cache_enabled), so positionals become keywords.
-_AUTOCAST_POSITIONAL = ("enabled", "dtype", "cache_enabled")
-
-_DEVICE_LITERAL = re.compile(r"cuda(?::(\d+))?")
-# Codes whose fix replaces a "cuda"/"cuda:N" string literal; the code says with what.
-_LITERAL_CODES = ("FL101", "FL104", "FL105", "FL303", "FL902")
 
 
 def have_libcst() -> bool:
@@ -204,15 +188,24 @@ def _make_rewriter() -> type:
     import libcst as cst
     from libcst.metadata import PositionProvider
 
-    no_space = cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""),
-                               whitespace_after=cst.SimpleWhitespace(""))
+    from .rules import HOOKS
+
+    # libcst node class name -> codes whose fix rewrites that kind of node.
+    by_node: dict[str, tuple[str, ...]] = {}
+    for code, (node_types, _) in HOOKS.fixes.items():
+        for node_type in node_types:
+            by_node[node_type] = (*by_node.get(node_type, ()), code)
 
     class Rewriter(cst.CSTTransformer):
-        """Edits the nodes the findings point at. The scanner reports each fixable finding on exactly
-        one AST node (rules.Finding); the node here is the libcst node whose range contains it (libcst
-        counts a node's parentheses, ast does not) and is the closest such node."""
+        """Edits the nodes the findings point at, with each rule's fix (rules/*.py). The scanner reports
+        each fixable finding on exactly one AST node (rules.Finding); the node here is the libcst node
+        whose range contains it (libcst counts a node's parentheses, ast does not) and is the closest
+        such node. A fix returns None for a shape it does not handle: the finding is left for a person
+        (and an enclosing node may not take it: fixes check their node's shape)."""
 
         METADATA_DEPENDENCIES = (PositionProvider,)
+        no_space = cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""),
+                                   whitespace_after=cst.SimpleWhitespace(""))
 
         def __init__(self, targets: list[_Target], names: dict[str, str], torch_name: str,
                      quote: str) -> None:
@@ -242,38 +235,59 @@ def _make_rewriter() -> type:
                     best = (key, target)
             return None if best is None else best[1]
 
-        def _take(self, target: _Target) -> None:
+        def on_leave(self, original: cst.CSTNode, updated: Any) -> Any:
+            codes = by_node.get(type(original).__name__)
+            if not codes or not self.targets:
+                return updated
+            target = self._match(codes, original)
+            if target is None:
+                return updated
+            replacement = HOOKS.fixes[target.finding.code][1](self, original, updated, target.finding)
+            if replacement is None:  # a shape the rewrite does not handle: left for a human
+                return updated
             target.used = True
             self.applied.append(target)
+            return replacement
 
-        def _qual(self, node: cst.BaseExpression) -> str | None:
+        # -- helpers for the rules' fixes -------------------------------------------------------------
+
+        def qual(self, node: cst.BaseExpression) -> str | None:
             if isinstance(node, cst.Name):
                 return self.names.get(node.value)
             if isinstance(node, cst.Attribute):
-                head = self._qual(node.value)
+                head = self.qual(node.value)
                 return f"{head}.{node.attr.value}" if head else None
             return None
 
-        # -- building torch.fl expressions --------------------------------------------------------
-
-        def _fl(self, attr: str) -> cst.Attribute:
+        def fl(self, attr: str) -> cst.Attribute:
             return cst.Attribute(cst.Attribute(cst.Name(self.torch_name), cst.Name("fl")), cst.Name(attr))
 
-        def _fl_call(self, attr: str, *args: cst.BaseExpression) -> cst.Call:
-            return cst.Call(self._fl(attr), [cst.Arg(a) for a in args])
+        def fl_call(self, attr: str, *args: cst.BaseExpression) -> cst.Call:
+            return cst.Call(self.fl(attr), [cst.Arg(a) for a in args])
 
-        def _string(self, text: str, like: cst.BaseExpression | None) -> cst.SimpleString:
+        def string(self, text: str, like: cst.BaseExpression | None) -> cst.SimpleString:
             quote = like.quote if isinstance(like, cst.SimpleString) and len(like.quote) == 1 else self.quote
             return cst.SimpleString(f"{quote}{text}{quote}")
 
-        def _device(self, index: int | None, like: cst.BaseExpression | None = None) -> cst.Call:
+        def device(self, index: int | None, like: cst.BaseExpression | None = None) -> cst.Call:
             """torch.fl.device() for "cuda"; torch.fl.device("accN") for "cuda:N" / .cuda(N)."""
             if index is None:
-                return self._fl_call("device")
-            return self._fl_call("device", self._string(f"acc{index}", like))
+                return self.fl_call("device")
+            return self.fl_call("device", self.string(f"acc{index}", like))
 
-        def _str_device(self, index: int, like: cst.BaseExpression) -> cst.Call:
-            return cst.Call(cst.Name("str"), [cst.Arg(self._device(index, like))])
+        def str_device(self, index: int, like: cst.BaseExpression) -> cst.Call:
+            return cst.Call(cst.Name("str"), [cst.Arg(self.device(index, like))])
+
+        def expr(self, text: str) -> cst.BaseExpression:
+            """A replacement computed by the scanner (``torch.fl.device("acc0")``), in this module's
+            spelling of torch and quotes."""
+            text = re.sub(r"\btorch\.", f"{self.torch_name}.", text)
+            if self.quote == "'" and "'" not in text:
+                text = text.replace('"', "'")
+            return cst.parse_expression(text)
+
+        def commas(self, args: list[cst.Arg], call: cst.Call) -> list[cst.Arg]:
+            return _commas(args, call)
 
         # -- imports name modules, they are not uses ---------------------------------------------------
 
@@ -283,149 +297,8 @@ def _make_rewriter() -> type:
         def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
             return False
 
-        # -- string literals: FL101 FL104 FL105 FL303 FL501 FL902 ---------------------------------------
-
-        def leave_SimpleString(self, original: cst.SimpleString, updated: cst.SimpleString
-                               ) -> cst.BaseExpression:
-            value = original.evaluated_value
-            if not isinstance(value, str):
-                return updated
-            if value == "nccl":
-                target = self._match(("FL501",), original)
-                if target is None:
-                    return updated
-                self._take(target)
-                return self._fl_call("dist_backend")
-            match = _DEVICE_LITERAL.fullmatch(value)
-            if match is None:
-                return updated
-            target = self._match(_LITERAL_CODES, original)
-            if target is None:
-                return updated
-            self._take(target)
-            index = None if match.group(1) is None else int(match.group(1))
-            code = target.finding.code
-            if code == "FL303":
-                return self._fl_call("device_type")
-            if code in ("FL105", "FL902"):
-                # The literal names a device type ("cuda") or one device ("cuda:1"); the replacement is
-                # a string of the same kind, so string comparisons and f-strings keep working.
-                return self._fl_call("device_type") if index is None else self._str_device(index, original)
-            return self._device(index, original)  # FL101, FL104
-
-        # -- calls: FL101 (torch.device) FL102 FL201 FL202 FL301 FL302 -------------------------------
-
-        def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
-            func = original.func
-            qual = self._qual(func)
-            if qual == "torch.device":
-                return self._torch_device(original, updated)
-            if qual and qual.startswith("torch.cuda."):
-                name = qual[len("torch.cuda."):]
-                if name in _RUNTIME_MAP:
-                    code = "FL202" if name == "synchronize" else "FL201"
-                    return self._fix(code, original, updated,
-                                     lambda: updated.with_changes(func=self._fl(_RUNTIME_MAP[name])))
-                if name in _RUNTIME_UNSAFE:  # get_device_name(x) -> get_device_properties(x).name
-                    return self._fix("FL201", original, updated, lambda: cst.Attribute(
-                        updated.with_changes(func=self._fl("get_device_properties")), cst.Name("name")))
-                if name == "amp.autocast":
-                    return self._fix("FL301", original, updated, lambda: self._autocast(updated))
-                if name == "amp.GradScaler":
-                    return self._fix("FL302", original, updated, lambda: updated.with_changes(
-                        func=cst.Attribute(cst.Attribute(cst.Name(self.torch_name), cst.Name("amp")),
-                                           cst.Name("GradScaler")),
-                        args=_commas([cst.Arg(self._fl_call("device_type")), *updated.args], updated)))
-            if isinstance(func, cst.Attribute) and func.attr.value == "cuda":
-                return self._fix("FL102", original, updated, lambda: self._cuda_method(updated))
-            return updated
-
-        def _fix(self, code: str, original: cst.Call, updated: cst.Call,
-                 build: Callable[[], cst.BaseExpression | None]) -> cst.BaseExpression:
-            target = self._match((code,), original)
-            if target is None:
-                return updated
-            replacement = build()
-            if replacement is None:  # a shape the rewrite does not handle: left for a human
-                return updated
-            self._take(target)
-            return replacement
-
-        def _torch_device(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
-            # torch.device("cuda") / ("cuda:N") / ("cuda", N) / (type="cuda", index=N).
-            def build() -> cst.BaseExpression | None:
-                kinds: dict[str, cst.BaseExpression] = {}
-                for i, arg in enumerate(original.args):
-                    if arg.star:
-                        return None
-                    key = arg.keyword.value if arg.keyword is not None else ("type", "index")[min(i, 1)]
-                    kinds[key] = arg.value
-                literal = kinds.get("type")
-                if not isinstance(literal, cst.SimpleString):
-                    return None
-                match = _DEVICE_LITERAL.fullmatch(str(literal.evaluated_value))
-                if match is None:
-                    return None
-                index = kinds.get("index")
-                if index is None:
-                    return self._device(None if match.group(1) is None else int(match.group(1)), literal)
-                if match.group(1) is not None or not isinstance(index, cst.Integer):
-                    return None
-                return self._device(int(index.evaluated_value), literal)
-
-            return self._fix("FL101", original, updated, build)
-
-        def _cuda_method(self, call: cst.Call) -> cst.BaseExpression | None:
-            # .cuda(device=None, non_blocking=False, memory_format=...) -> .to(device, ...).
-            assert isinstance(call.func, cst.Attribute)
-            device: cst.Arg | None = None
-            rest: list[cst.Arg] = []
-            positional = 0
-            for arg in call.args:
-                if arg.star:
-                    return None
-                if arg.keyword is None:
-                    if positional == 0:
-                        device = arg
-                    elif positional == 1:
-                        rest.append(arg.with_changes(keyword=cst.Name("non_blocking"), equal=no_space))
-                    else:
-                        return None
-                    positional += 1
-                elif arg.keyword.value == "device":
-                    device = arg
-                else:
-                    rest.append(arg)
-            value = None if device is None else device.value
-            if value is None or (isinstance(value, cst.Name) and value.value == "None"):
-                new_device = self._device(None)
-            elif isinstance(value, cst.Integer):
-                new_device = self._device(int(value.evaluated_value))
-            else:
-                return None  # the scanner gives .cuda(expr) no fix: expr may be a rank, a device, ...
-            # The device goes first, as .to() takes it; it keeps its own comma and layout.
-            first = cst.Arg(new_device) if device is None else device.with_changes(
-                value=new_device, keyword=None, equal=cst.MaybeSentinel.DEFAULT)
-            return call.with_changes(func=call.func.with_changes(attr=cst.Name("to")),
-                                     args=_commas([first, *rest], call))
-
-        def _autocast(self, call: cst.Call) -> cst.BaseExpression | None:
-            # torch.cuda.amp.autocast(enabled, dtype, cache_enabled): torch.autocast takes
-            # (device_type, dtype, enabled, cache_enabled), so positionals become keywords.
-            args: list[cst.Arg] = [cst.Arg(self._fl_call("device_type"))]
-            positional = 0
-            for arg in call.args:
-                if arg.star:
-                    return None
-                if arg.keyword is None:
-                    if positional >= len(_AUTOCAST_POSITIONAL):
-                        return None
-                    arg = arg.with_changes(keyword=cst.Name(_AUTOCAST_POSITIONAL[positional]), equal=no_space)
-                    positional += 1
-                args.append(arg)
-            return call.with_changes(func=cst.Attribute(cst.Name(self.torch_name), cst.Name("autocast")),
-                                     args=_commas(args, call))
-
+    for node_type in by_node:
+        setattr(Rewriter, f"leave_{node_type}", Rewriter.on_leave)
     return Rewriter
 
 

@@ -1,20 +1,26 @@
 """`torchfl scan`'s engine: find CUDA-coupled code with the stdlib ``ast`` module.
 
 Detection uses ``ast`` only (about 4x faster than libcst; see DESIGN.md "Parsing speed"); libcst is
-for the fixer, on the files it rewrites. One pass over each module resolves import aliases
-(``import torch as th``, ``from torch.cuda.amp import autocast``), tracks loop nesting (FL203) and
+for the fixer, on the files it rewrites. The rules live in ``migrate/rules/`` (one module per family,
+each rule's detection and fix together); this module is the one pass over each module that they hook
+into: it resolves import aliases (``import torch as th``, ``from torch.cuda.amp import autocast``),
+tracks loop nesting (FL203), CUDA-only guards and tests (findings inside them are intended), and
 collects assignments and device arguments for the small data flow of FL105 and FL501.
+
+No torch import anywhere on this path: ``torchfl scan`` runs in hook environments without torch.
 
 Suppression: ``# noqa`` on a line silences every finding on it, ``# noqa: FL101, FL202`` only those
 codes. The line of the finding counts, and so does the first line of the statement containing it, so
 one comment covers a multi-line call. The comment is found by a regex on the line, so the text
 ``# noqa`` inside a string on that line also counts.
 
-Configuration: the nearest ``pyproject.toml`` with a ``[tool.torchfl]`` table, searched from each
-scanned path upwards (as ruff does), may set ``select``, ``ignore`` (codes or prefixes such as "FL1")
-and ``extend-exclude`` (globs, relative to that file, also matched against bare file and directory
-names). Command-line ``--select`` replaces the file's selection; ``--ignore`` adds to it. Exclusions
-apply while walking directories; a file named on the command line is always scanned.
+Configuration: the nearest ``pyproject.toml`` with a ``[tool.torch_fl.scan]`` table (or the deprecated
+``[tool.torchfl]``), searched from each scanned path upwards (as ruff does), may set ``select``,
+``extend-select``, ``ignore`` (codes or prefixes such as "FL1") and ``extend-exclude`` (globs, relative
+to that file, also matched against bare file and directory names); see ``torch_fl/config.py``.
+Command-line ``--select`` replaces the file's selection; ``--ignore`` adds to it. Exclusions apply while
+walking directories; a file named on the command line is always scanned. Performance hints (FL203) are
+off unless selected.
 
 Files that cannot be scanned (a syntax error, bytes that are not in the file's encoding) are returned
 as :class:`ScanError` records (code E999 or E902), separate from findings, and skipped.
@@ -33,16 +39,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import TorchFLError
-from .rules import (
-    CUDA_ONLY_LIBRARIES,
-    GPU_INTEROP_LIBRARIES,
-    RULES,
-    Finding,
-    FixSafety,
-    expand,
-    selected,
-)
+from ..config import ScanConfig as Config
+from ..config import ScanConfigError, load_scan_config
+from .rules import HOOKS, RULES, Finding, FixSafety, expand, selected
+from .rules.base import str_value, terminal_name
+from .rules.libraries import CUDA_ONLY_LIBRARIES, GPU_INTEROP_LIBRARIES
 
 PYTHON_SUFFIXES = (".py", ".pyi")
 CUDA_SUFFIXES = (".cu", ".cuh")
@@ -51,78 +52,27 @@ SKIP_DIRS = frozenset({
     "site-packages", ".tox", ".nox", ".mypy_cache", ".ruff_cache", ".pytest_cache", ".eggs",
     ".ipynb_checkpoints", "__pypackages__",
 })
-CONFIG_KEYS = ("select", "ignore", "extend-exclude")
 
 # Every rule needs one of these words (lower-cased) in the file's text, or a `.item(` call, so a
 # module without any is parsed (to report syntax errors) but not walked. Plain substring tests: a
 # case-insensitive regex of the same words took as long as ast.parse. Extend this when a rule
 # learns a new spelling.
 _TRIGGER_WORDS = ("cuda", "cudnn", "nccl", "synchroni", "data_ptr", "storage_offset", "triton", "cupy",
-                  "cublas", "nvrtc", "nvml",
+                  "cublas", "nvrtc", "nvml", "device", "rank", "gpu",
                   *{m.split(".")[0] for m in (*CUDA_ONLY_LIBRARIES, *GPU_INTEROP_LIBRARIES)})
 _ITEM_CALL = re.compile(r"item\s*\(")
-_CUDA_STRING = re.compile(r"cuda(?::(\d+))?")
-_CUDA_LIBRARY_FILE = re.compile(r"cud(?:a|art|nn)|cublas|cufft|curand|cusparse|cusolver|nvrtc|nccl|nvml",
-                                re.IGNORECASE)
 _NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z]+[0-9]+(?:[\s,]+[A-Z]+[0-9]+)*))?", re.IGNORECASE)
 
 # Names assumed to be these modules when no import binds them (snippets, exported notebooks).
 _DEFAULT_ALIASES = {"torch": "torch", "os": "os"}
-
-DEVICE_KWARGS = frozenset({"device", "map_location", "device_map"})
-BACKEND_KWARGS = frozenset({"backend", "process_group_backend", "dist_backend"})
-# Functions that take "nccl" positionally, by their last name (works for dist.x and bare x):
-# name -> index of the backend argument.
-BACKEND_POSITIONS = {"init_process_group": 0, "new_group": 2, "init_distributed": 0}
-# AMP entry points whose device type is "cuda" in CUDA-era code: name -> positional index or None.
-AMP_DEVICE_TYPE = {
-    "torch.autocast": 0, "torch.amp.autocast": 0, "torch.amp.autocast_mode.autocast": 0,
-    "torch.amp.GradScaler": 0, "torch.amp.grad_scaler.GradScaler": 0,
-    "torch.amp.custom_fwd": None, "torch.amp.custom_bwd": None,
-    "torch.get_autocast_dtype": 0, "torch.is_autocast_available": 0,
-    "torch.amp.is_autocast_available": 0, "torch.set_autocast_dtype": 0,
-}
-CUDA_TENSOR_TYPES = {
-    "FloatTensor": "float32", "DoubleTensor": "float64", "HalfTensor": "float16",
-    "BFloat16Tensor": "bfloat16", "ByteTensor": "uint8", "CharTensor": "int8", "ShortTensor": "int16",
-    "IntTensor": "int32", "LongTensor": "int64", "BoolTensor": "bool",
-}
-# torch.cuda.X -> (torch.fl replacement, fix safety); functions not listed get FL201 without a fix.
-RUNTIME_FIXES: dict[str, tuple[str, FixSafety]] = {
-    **{name: (f"torch.fl.{name}", "safe") for name in (
-        "is_available", "device_count", "set_device", "current_device", "empty_cache",
-        "memory_allocated", "max_memory_allocated", "reset_peak_memory_stats", "mem_get_info",
-        "manual_seed", "Stream", "Event", "stream")},
-    "manual_seed_all": ("torch.fl.manual_seed", "safe"),
-    "get_device_name": ("torch.fl.get_device_properties(...).name", "unsafe"),
-}
-RUNTIME_REMEDIES = {
-    "get_device_properties": "Use `torch.fl.get_device_properties()` (the same fields on every device)",
-    "current_stream": "Use a `torch.fl.Stream()` and `with torch.fl.stream(s):`",
-    "get_device_capability": "Check the device description (`torch.fl.description()`) instead",
-    "is_bf16_supported": "Check `torch.fl.description()`'s precision dtypes instead",
-    "nvtx": "Use `torch.profiler.record_function`",
-}
-DEFAULT_REMEDY = ("Use the torch.fl runtime API (docs/runtime.md), or guard the call with "
-                  "`torch.fl.device_type() == \"cuda\"`")
-CUDNN_REMEDIES = {
-    "deterministic": "Use `torch.use_deterministic_algorithms(True)`",
-    "allow_tf32": "Use `torch.set_float32_matmul_precision(\"high\")`",
-}
-CUDA_BACKEND_REMEDIES = {
-    "matmul": "Use `torch.set_float32_matmul_precision(...)`",
-    "sdp": "Use `torch.nn.attention.sdpa_kernel([...])`, which every backend honours",
-}
-GUARD_REMEDY = "Guard it with `if torch.fl.device_type() == \"cuda\":` to say it is CUDA-only tuning"
-_ENV_WRITERS = {"os.environ.setdefault": "set", "os.environ.pop": "removed", "os.putenv": "set",
-                "os.unsetenv": "removed"}
-_ENV_READERS = {"os.environ.get": "read", "os.getenv": "read"}
-_AVAILABILITY = frozenset({"torch.cuda.is_available", "torch.cuda.device_count"})
-_SYNCS = frozenset({"torch.cuda.synchronize", "torch.fl.synchronize", "torch.accelerator.synchronize"})
-
-
-class ScanConfigError(TorchFLError, ValueError):
-    """A bad selector or a bad [tool.torchfl] table."""
+# Calls that tell whether CUDA is there; a test made of them guards CUDA-only code.
+AVAILABILITY = frozenset({"torch.cuda.is_available", "torch.cuda.device_count", "torch.cuda.is_initialized",
+                          "torch.backends.cudnn.is_available"})
+# Test-skip decorators and calls (pytest, unittest) whose condition names CUDA: the test is CUDA-only.
+_SKIP_DECORATORS = frozenset({"skipif", "skipIf", "skipUnless"})
+_SKIP_CALLS = frozenset({"skip", "skipTest", "SkipTest", "xfail"})
+# Functions whose whole body is CUDA-only by its decorator (lightning's RunIf(min_cuda_gpus=1)).
+_CUDA_TEST_KEYWORDS = frozenset({"min_cuda_gpus", "min_gpus", "cuda"})
 
 
 @dataclass(frozen=True)
@@ -157,129 +107,45 @@ class ScanResult:
     lines: int = 0
 
 
-@dataclass(frozen=True)
-class Config:
-    """A [tool.torchfl] table; ``path`` is None when no pyproject.toml has one."""
-
-    select: tuple[str, ...] | None = None
-    ignore: tuple[str, ...] = ()
-    extend_exclude: tuple[str, ...] = ()
-    path: Path | None = None
-
-    @property
-    def root(self) -> Path | None:
-        return None if self.path is None else self.path.parent
-
-
 # Detection ----------------------------------------------------------------------------------------
 _Key = tuple[Any, ...]  # ("name", scope, id) or ("member", name)
 _Pos = tuple[int, int, int, int]  # lineno, col_offset (UTF-8 bytes), end_lineno, end_col_offset
+_Raw = tuple[str, _Pos, int, FixSafety, dict[str, Any], "str | None"]
 
 
 def _pos(node: ast.AST) -> _Pos:
     return (node.lineno, node.col_offset, node.end_lineno, node.end_col_offset)  # type: ignore[attr-defined]
 
 
-def _str(node: ast.AST | None) -> str | None:
-    if type(node) is ast.Constant and type(node.value) is str:
-        return node.value
-    return None
-
-
-def _alternatives(node: ast.expr) -> Iterator[ast.expr]:
-    """The expressions `node` may evaluate to: both arms of `a if c else b`, each operand of `or`."""
-    if type(node) is ast.IfExp:
-        yield from _alternatives(node.body)
-        yield from _alternatives(node.orelse)
-    elif type(node) is ast.BoolOp:
-        for value in node.values:
-            yield from _alternatives(value)
-    else:
-        yield node
-
-
-def _cuda_strings(node: ast.expr) -> Iterator[tuple[ast.expr, str | None]]:
-    """The CUDA device strings `node` may be, as (node, index): index is "N" for "cuda:N", None for
-    "cuda", and "?" for computed strings (f"cuda:{rank}", "cuda:%d" % rank, "cuda:{}".format(r))."""
-    for alt in _alternatives(node):
-        text = _str(alt)
-        if text is not None:
-            match = _CUDA_STRING.fullmatch(text)
-            if match:
-                yield alt, match.group(1)
-            continue
-        head: ast.AST | None = None
-        if type(alt) is ast.JoinedStr and alt.values:
-            head = alt.values[0]
-        elif type(alt) is ast.BinOp and type(alt.op) in (ast.Add, ast.Mod):
-            head = alt.left
-        elif (type(alt) is ast.Call and type(alt.func) is ast.Attribute and alt.func.attr == "format"):
-            head = alt.func.value
-        if (_str(head) or "").startswith("cuda:"):
-            yield alt, "?"
-
-
-def _nccl_strings(node: ast.expr) -> Iterator[ast.expr]:
-    for alt in _alternatives(node):
-        if _str(alt) == "nccl":
-            yield alt
-
-
-def _device_replacement(index: str | None) -> str:
-    if index is None:
-        return "torch.fl.device()"
-    return 'torch.fl.device(f"acc{...}")' if index == "?" else f'torch.fl.device("acc{index}")'
-
-
-def _source_text(node: ast.expr) -> str:
-    text = _str(node)
-    return f'"{text}"' if text is not None else ast.unparse(node)
-
-
-def _terminal_name(node: ast.AST) -> str | None:
-    if type(node) is ast.Name:
-        return node.id
-    if type(node) is ast.Attribute:
-        return node.attr
-    return None
-
-
-def _deviceish(node: ast.expr) -> bool:
-    """Whether `node` looks like a device or device type: x.device.type, device, self.device_type,
-    args.dev, str(device)."""
-    if type(node) is ast.Call and type(node.func) is ast.Name and node.func.id == "str" and node.args:
-        return _deviceish(node.args[0])
-    name = _terminal_name(node)
-    if name is None:
-        return False
-    lowered = name.lower()
-    if lowered == "type" and type(node) is ast.Attribute:
-        return _deviceish(node.value)  # x.device.type, dev.type
-    return "device" in lowered or lowered == "dev"
-
-
-def _is_pointer_call(node: ast.AST) -> bool:
-    return (type(node) is ast.Call and type(node.func) is ast.Attribute
-            and node.func.attr in ("data_ptr", "storage_offset"))
+def _calls(node: ast.AST) -> Iterator[ast.Call]:
+    for sub in ast.walk(node):
+        if type(sub) is ast.Call:
+            yield sub
 
 
 class _Detector:
-    """One pass over a module's AST. Records raw findings; noqa and selection come afterwards."""
+    """One pass over a module's AST. Rule hooks (rules/*.py) record raw findings through
+    :meth:`report`; noqa and selection come afterwards."""
 
     def __init__(self) -> None:
         self.aliases: dict[str, str] = dict(_DEFAULT_ALIASES)
-        self.raw: list[tuple[str, _Pos, int, FixSafety, dict[str, Any]]] = []
+        self.raw: list[_Raw] = []
         self.stmt_line = 1
         self.loop = 0
         self.scope = 0  # id() of the innermost function; 0 at module level
         self.in_class = False
-        self.done: set[int] = set()  # nodes a more specific rule already reported
+        self.quiet = 0  # > 0 inside a CUDA-only test or guard: findings there are intended
+        self.done: set[int] = set()  # nodes a more specific rule already reported (one finding per site)
         self.pointers: set[str] = set()  # names bound to a data_ptr() value
-        self.availability_calls = 0  # torch.cuda.is_available() / device_count() calls seen (FL901)
+        self.availability_calls = 0  # torch.cuda.is_available() / device_count() calls seen
         # Data flow (FL105, FL501): kind is "device" or "backend".
         self.sources: list[tuple[str, _Key, ast.expr, str | None, int, str]] = []
         self.sinks: dict[tuple[str, _Key], int] = {}
-        self.global_sinks: dict[tuple[str, str], int] = {}
+        self.edges: dict[_Key, set[_Key]] = {}  # `b = a`: a's value reaches b
+        self.locals: dict[int, set[str]] = {}  # function id -> names it binds
+        self.string_keys: set[_Key] = set()  # keys compared with strings ("cuda" in device)
+        self.choices: list[int] = []  # raw findings of device-choice idioms (FL901), settled at the end
+        self.choice_keys: dict[int, _Key | None] = {}  # id(choice expression) -> the key it is bound to
 
     # Plumbing -------------------------------------------------------------------------------------
     def visit(self, node: ast.AST) -> None:
@@ -307,9 +173,30 @@ class _Detector:
         self.generic(node)
         self.stmt_line = outer
 
-    def report(self, code: str, where: ast.AST | _Pos, safety: FixSafety = None, **fields: Any) -> None:
+    def report(self, code: str, where: ast.AST | _Pos, safety: FixSafety = None, *,
+               replacement: str | None = None, **fields: Any) -> None:
+        """Record a finding (dropped inside CUDA-only tests and guards)."""
+        if self.quiet:
+            return
+        if not isinstance(where, tuple):
+            if id(where) in self.done and code not in ("FL105", "FL501"):
+                return
+            self.done.add(id(where))
         pos = where if isinstance(where, tuple) else _pos(where)
-        self.raw.append((code, pos, self.stmt_line, safety, fields))
+        if replacement is not None:
+            fields.setdefault("replacement", replacement)
+        self.raw.append((code, pos, self.stmt_line, safety, fields, replacement))
+
+    def claim(self, node: ast.AST) -> None:
+        """Mark `node` and everything under it as reported: inner rules stay quiet (one finding per site)."""
+        for sub in ast.walk(node):
+            self.done.add(id(sub))
+
+    def emit(self, event: str, *args: Any) -> Any:
+        result = False
+        for hook in HOOKS.events.get(event, ()):
+            result = hook(self, *args) or result
+        return result
 
     def qualname(self, node: ast.AST) -> str | None:
         parts: list[str] = []
@@ -331,32 +218,116 @@ class _Detector:
         if type(target) is ast.Attribute:
             return ("member", target.attr)
         if type(target) is ast.Subscript:
-            text = _str(target.slice)
+            text = str_value(target.slice)
             return None if text is None else ("member", text)
         if (type(target) is ast.Call and type(target.func) is ast.Attribute and target.func.attr == "get"
                 and target.args):
-            text = _str(target.args[0])
+            text = str_value(target.args[0])
             return None if text is None else ("member", text)
+        if type(target) is ast.Call and type(target.func) is ast.Name and target.func.id == "str" and target.args:
+            return self.key(target.args[0])
         return None
 
     def sink(self, kind: str, node: ast.expr) -> None:
-        for alt in _alternatives(node):
+        from .rules.base import alternatives
+
+        for alt in alternatives(node):
             key = self.key(alt)
             if key is None:
                 continue
             line = alt.lineno
             self.sinks[(kind, key)] = min(self.sinks.get((kind, key), line), line)
-            if key[0] == "name":
-                slot = (kind, key[2])
-                self.global_sinks[slot] = min(self.global_sinks.get(slot, line), line)
 
     def source(self, key: _Key | None, value: ast.expr | None, target: str) -> None:
+        from .rules.base import cuda_strings, nccl_strings
+
         if key is None or value is None:
             return
-        for node, index in _cuda_strings(value):
+        for node, index in cuda_strings(value):
             self.sources.append(("device", key, node, index, self.stmt_line, target))
-        for node in _nccl_strings(value):
+        for node in nccl_strings(value):
             self.sources.append(("backend", key, node, None, self.stmt_line, target))
+
+    def bind_local(self, name: str) -> None:
+        if self.scope:
+            self.locals.setdefault(self.scope, set()).add(name)
+
+    # Guards ---------------------------------------------------------------------------------------
+    def names_cuda(self, test: ast.expr) -> bool:
+        """Whether a condition asks about CUDA: torch.cuda.is_available(), device_count(), a comparison
+        with "cuda", x.is_cuda, torch.version.cuda."""
+        for sub in ast.walk(test):
+            kind = type(sub)
+            if kind is ast.Call and self.qualname(sub.func) in AVAILABILITY:
+                return True
+            if kind is ast.Constant and type(sub.value) is str and sub.value.startswith("cuda"):
+                return True
+            if kind is ast.Attribute and (sub.attr == "is_cuda" or self.qualname(sub) == "torch.version.cuda"):
+                return True
+        return False
+
+    def cuda_only_test(self, node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) -> bool:
+        """@pytest.mark.skipif(not torch.cuda.is_available(), ...), @unittest.skipUnless(...cuda...),
+        @RunIf(min_cuda_gpus=1): the test exists to exercise CUDA."""
+        for decorator in node.decorator_list:
+            if type(decorator) is not ast.Call:
+                continue
+            name = terminal_name(decorator.func)
+            if name in _SKIP_DECORATORS and decorator.args and self.names_cuda(decorator.args[0]):
+                return True
+            if any(kw.arg in _CUDA_TEST_KEYWORDS for kw in decorator.keywords):
+                return True
+        return False
+
+    def skips_without_cuda(self, stmt: ast.stmt) -> bool:
+        """`if not torch.cuda.is_available(): pytest.skip(...)` (or self.skipTest, raise SkipTest)."""
+        if type(stmt) is not ast.If or not self.names_cuda(stmt.test) or stmt.orelse:
+            return False
+        for inner in stmt.body:
+            call = inner.value if type(inner) is ast.Expr else inner.exc if type(inner) is ast.Raise else None
+            if type(call) is ast.Call and terminal_name(call.func) in _SKIP_CALLS:
+                return True
+            if type(inner) is ast.Raise and terminal_name(call if type(call) is not ast.Call else call.func) \
+                    in _SKIP_CALLS:
+                return True
+        return False
+
+    def requires_cuda_library(self, stmt: ast.stmt) -> bool:
+        """`assert torch.cuda.is_available(), "bitsandbytes needs CUDA"` / `if ... not torch.cuda.
+        is_available(): raise ...("... bitsandbytes ...")`: a correct guard for a CUDA-only library."""
+        if type(stmt) is ast.Assert:
+            test, message = stmt.test, stmt.msg
+        elif type(stmt) is ast.If and len(stmt.body) == 1 and type(stmt.body[0]) is ast.Raise:
+            test, message = stmt.test, stmt.body[0].exc
+        else:
+            return False
+        if message is None or not self.names_cuda(test):
+            return False
+        text = " ".join(n.value for n in ast.walk(message) if type(n) is ast.Constant and type(n.value) is str)
+        lowered = text.lower()
+        return any(lib.split(".")[0] in lowered for lib in CUDA_ONLY_LIBRARIES) or "bnb" in lowered
+
+    def tuning_only(self, body: list[ast.stmt]) -> bool:
+        """A block made only of CUDA-only tuning (cuDNN / CUDA backend flags): guarding it is right."""
+        for stmt in body:
+            quals = [self.qualname(n) or "" for n in ast.walk(stmt) if type(n) is ast.Attribute]
+            if not any(q.startswith(("torch.backends.cudnn", "torch.backends.cuda")) for q in quals):
+                return False
+        return bool(body)
+
+    def body(self, statements: list[ast.stmt]) -> None:
+        """A function or module body: after a `skip unless CUDA` statement, the rest is CUDA-only."""
+        quiet = False
+        for stmt in statements:
+            if not quiet and self.skips_without_cuda(stmt):
+                quiet = True
+                self.quiet += 1
+                continue
+            if self.requires_cuda_library(stmt):
+                continue
+            self.visit(stmt)
+        if quiet:
+            self.quiet -= 1
 
     # Imports --------------------------------------------------------------------------------------
     def bind_import(self, node: ast.Import | ast.ImportFrom) -> None:
@@ -376,27 +347,16 @@ class _Detector:
         self.stmt_line = node.lineno
         self.bind_import(node)
         for alias in node.names:
-            self.check_library(alias.name, alias)
+            self.emit("import", alias.name, alias)
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
         self.stmt_line = node.lineno
         self.bind_import(node)
         if node.level or not node.module:
             return
-        if not self.check_library(node.module, node):
+        if not self.emit("import", node.module, node):
             for alias in node.names:
-                self.check_library(f"{node.module}.{alias.name}", alias)
-
-    def check_library(self, module: str, where: ast.AST) -> bool:
-        for prefix, (provides, alternative) in CUDA_ONLY_LIBRARIES.items():
-            if module == prefix or module.startswith(prefix + "."):
-                self.report("FL801", where, module=prefix, provides=provides, alternative=alternative)
-                return True
-        for prefix, what in GPU_INTEROP_LIBRARIES.items():
-            if module == prefix or module.startswith(prefix + "."):
-                self.report("FL603", where, what=f"`{prefix}` ({what})")
-                return True
-        return False
+                self.emit("import", f"{node.module}.{alias.name}", alias)
 
     # Scopes and loops -----------------------------------------------------------------------------
     def visit_Module(self, node: ast.Module) -> None:
@@ -410,12 +370,21 @@ class _Detector:
                 for name in ("body", "orelse", "finalbody", "handlers"):
                     for child in getattr(stmt, name, ()):
                         pending.extend(child.body if type(child) is ast.ExceptHandler else [child])
-        self.generic(node)
+        # pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), ...): a CUDA-only test module.
+        for stmt in node.body:
+            if (type(stmt) is ast.Assign and any(type(t) is ast.Name and t.id == "pytestmark" for t in stmt.targets)
+                    and any(terminal_name(c.func) in _SKIP_DECORATORS and c.args and self.names_cuda(c.args[0])
+                            for c in _calls(stmt.value))):
+                return
+        self.body(node.body)
 
     def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
         outer = self.stmt_line
         self.stmt_line = node.lineno
-        self.check_triton(node)
+        self.bind_local(node.name)
+        quiet = self.cuda_only_test(node)
+        self.quiet += quiet
+        self.emit("function", node)
         for expr in node.decorator_list:
             self.visit(expr)
         args = node.args
@@ -429,9 +398,10 @@ class _Detector:
             self.visit(node.returns)
         saved = (self.loop, self.scope, self.in_class)
         self.loop, self.scope, self.in_class = 0, id(node), False
-        for stmt in node.body:
-            self.visit(stmt)
+        self.locals[id(node)] = {a.arg for a in (*positional, *args.kwonlyargs, args.vararg, args.kwarg) if a}
+        self.body(node.body)
         self.loop, self.scope, self.in_class = saved
+        self.quiet -= quiet
         self.stmt_line = outer
 
     def visit_Lambda(self, node: ast.Lambda) -> None:
@@ -443,13 +413,15 @@ class _Detector:
     def visit_ClassDef(self, node: ast.ClassDef) -> None:
         outer = self.stmt_line
         self.stmt_line = node.lineno
+        quiet = self.cuda_only_test(node)
+        self.quiet += quiet
         for expr in (*node.decorator_list, *node.bases, *node.keywords):
             self.visit(expr)
         saved = (self.loop, self.in_class)
         self.loop, self.in_class = 0, True
-        for stmt in node.body:
-            self.visit(stmt)
+        self.body(node.body)
         self.loop, self.in_class = saved
+        self.quiet -= quiet
         self.stmt_line = outer
 
     def visit_For(self, node: ast.For | ast.AsyncFor) -> None:
@@ -479,6 +451,8 @@ class _Detector:
 
     def visit_comprehension(self, node: ast.ListComp | ast.SetComp | ast.GeneratorExp | ast.DictComp) -> None:
         first, *rest = node.generators
+        if type(node) is ast.DictComp:
+            self.emit("dictcomp", node)
         self.visit(first.iter)  # evaluated once, before the loop
         self.loop += 1
         self.visit(first.target)
@@ -514,154 +488,123 @@ class _Detector:
 
     def visit_AugAssign(self, node: ast.AugAssign) -> None:
         outer, self.stmt_line = self.stmt_line, node.lineno
-        if type(node.target) is ast.Name and node.target.id in self.pointers \
-                and type(node.op) in (ast.Add, ast.Sub):
-            self.report("FL602", node, how="offset in place")
+        self.emit("augassign", node)
         self.generic(node)
         self.stmt_line = outer
 
     def assign(self, target: ast.expr, value: ast.expr) -> None:
-        if type(value) is ast.Call and _terminal_name(value.func) == "field":  # dataclass field(default=)
+        from .rules.base import cuda_or_nccl
+
+        if type(target) is ast.Name:
+            self.bind_local(target.id)
+        if type(value) is ast.Call and terminal_name(value.func) == "field":  # dataclass field(default=)
             value = next((kw.value for kw in value.keywords if kw.arg == "default"), value)
-        self.source(self.key(target), value, ast.unparse(target) if _cuda_or_nccl(value) else "")
-        if type(target) is ast.Name and (_is_pointer_call(value) or self.is_pointer_math(value)):
-            self.pointers.add(target.id)
+        key = self.key(target)
+        self.source(key, value, ast.unparse(target) if cuda_or_nccl(value) else "")
+        if key is not None and type(value) in (ast.Name, ast.Attribute):
+            origin = self.key(value)
+            if origin is not None and origin != key:
+                self.edges.setdefault(origin, set()).add(key)
+        self.emit("assign", target, value)
 
     def visit_Dict(self, node: ast.Dict) -> None:
         for key, value in zip(node.keys, node.values, strict=True):
-            text = _str(key)
+            text = str_value(key)
             if text is not None:
                 self.source(("member", text), value, f'["{text}"]')
+        self.emit("dict", node)
         self.generic(node)
 
     # Expressions ----------------------------------------------------------------------------------
     def visit_If(self, node: ast.If) -> None:
         outer, self.stmt_line = self.stmt_line, node.lineno
-        if self.checks_availability(node.test):
-            test = node.test
-            self.report("FL901", (node.lineno, node.col_offset, test.end_lineno, test.end_col_offset))  # type: ignore[arg-type]
-        for stmt in (*node.body, *node.orelse):
+        guard = self.names_cuda(node.test) and self.tuning_only(node.body)
+        if guard:
+            # `if torch.cuda.is_available(): torch.backends.cudnn.benchmark = True`: CUDA-only tuning,
+            # correctly guarded: neither the guard nor the flags are couplings.
+            self.quiet += 1
+        before = self.availability_calls
+        self.visit(node.test)
+        self.emit("if", node, self.availability_calls > before)
+        for stmt in node.body:
+            self.visit(stmt)
+        self.quiet -= guard
+        for stmt in node.orelse:
             self.visit(stmt)
         self.stmt_line = outer
 
     def visit_IfExp(self, node: ast.IfExp) -> None:
-        if self.checks_availability(node.test):
-            self.report("FL901", node)
+        self.emit("ifexp", node)
+        self.visit(node.test)
         self.visit(node.body)
         self.visit(node.orelse)
 
-    def checks_availability(self, test: ast.expr) -> bool:
-        """Visit `test`; True when it called torch.cuda.is_available() or device_count()."""
-        before = self.availability_calls
-        self.visit(test)
-        return self.availability_calls > before
-
     def visit_Compare(self, node: ast.Compare) -> None:
-        left = node.left
-        for op, right in zip(node.ops, node.comparators, strict=True):
-            kind = type(op)
-            if kind in (ast.Eq, ast.NotEq, ast.Is, ast.IsNot):
-                for literal, other in ((left, right), (right, left)):
-                    if _is_cuda_literal(literal) and _deviceish(other):
-                        self.report_comparison(literal)
-            elif kind in (ast.In, ast.NotIn):
-                if _is_cuda_literal(left) and _deviceish(right):
-                    self.report_comparison(left)
-                elif type(right) in (ast.Tuple, ast.List, ast.Set) and _deviceish(left):
-                    for elt in right.elts:  # type: ignore[attr-defined]
-                        if _is_cuda_literal(elt):
-                            self.report_comparison(elt)
-            left = right
+        for operand in (node.left, *node.comparators):
+            key = self.key(operand)
+            if key is not None and any(str_value(o) is not None for o in (node.left, *node.comparators)):
+                self.string_keys.add(key)
+        self.emit("compare", node)
         self.generic(node)
 
-    def report_comparison(self, literal: ast.expr) -> None:
-        match = _CUDA_STRING.fullmatch(_str(literal) or "")
-        index = match.group(1) if match else None
-        replacement = "torch.fl.device_type()" if index is None else f'str(torch.fl.device("acc{index}"))'
-        self.report("FL902", literal, "unsafe", text=_source_text(literal), replacement=replacement)
-
     def visit_BinOp(self, node: ast.BinOp) -> None:
-        if type(node.op) in (ast.Add, ast.Sub) and (self.is_pointer(node.left) or self.is_pointer(node.right)):
-            self.report("FL602", node, how=f"used in arithmetic (`{'+' if type(node.op) is ast.Add else '-'}`)")
+        self.emit("binop", node)
         self.generic(node)
 
     def is_pointer(self, node: ast.AST) -> bool:
-        return _is_pointer_call(node) or (type(node) is ast.Name and node.id in self.pointers)
+        return (type(node) is ast.Call and type(node.func) is ast.Attribute
+                and node.func.attr in ("data_ptr", "storage_offset")) or (
+            type(node) is ast.Name and node.id in self.pointers)
 
     def is_pointer_math(self, node: ast.AST) -> bool:
         return (type(node) is ast.BinOp and type(node.op) in (ast.Add, ast.Sub)
                 and (self.is_pointer(node.left) or self.is_pointer(node.right)))
 
     def visit_Subscript(self, node: ast.Subscript) -> None:
-        if self.qualname(node.value) == "os.environ":
-            key = _str(node.slice)
-            if key is not None:
-                ctx = type(node.ctx)
-                action = "read" if ctx is ast.Load else "set" if ctx is ast.Store else "removed"
-                self.check_env(key, node, action)
+        self.emit("subscript", node)
         self.generic(node)
 
-    def check_env(self, key: str, where: ast.AST, action: str) -> None:
-        if key.startswith("NCCL_") and action != "read":
-            self.report("FL502", where, var=key, action=action)
-        elif key == "CUDA_VISIBLE_DEVICES":
-            self.report("FL503", where, action=action)
-
-    def visit_Attribute(self, node: ast.Attribute, qual: str | bool | None = False) -> None:
+    def visit_Attribute(self, node: ast.Attribute, qual: str | bool | None = False, called: bool = False) -> None:
         # An attribute chain is checked once, at its outermost node; only its base is visited.
+        self.emit("member", node)
         base: ast.AST = node.value
         while type(base) is ast.Attribute:
             base = base.value
         if type(base) is not ast.Name:
-            self.visit(base)
+            self.visit(node.value)
             return
         if qual is False:
             qual = self.qualname(node)
         if type(qual) is str and qual.startswith("torch.") and id(node) not in self.done:
-            self.check_torch_attribute(node, qual)
-
-    def check_torch_attribute(self, node: ast.Attribute, qual: str) -> None:
-        parts = qual.split(".")
-        if parts[1] == "backends" and len(parts) > 2 and parts[2] in ("cudnn", "cuda"):
-            last = parts[3] if len(parts) > 3 else ""
-            if parts[2] == "cudnn":
-                remedy = CUDNN_REMEDIES.get(last, GUARD_REMEDY)
-                self.report("FL401", node, attr=qual, remedy=remedy)
-            else:
-                family = "sdp" if "sdp" in last else last
-                self.report("FL402", node, attr=qual, remedy=CUDA_BACKEND_REMEDIES.get(family, GUARD_REMEDY))
-        elif parts[1] == "cuda" and len(parts) > 2 and parts[2] in CUDA_TENSOR_TYPES:
-            self.report("FL103", node, attr=".".join(parts[:3]), dtype=f"torch.{CUDA_TENSOR_TYPES[parts[2]]}")
+            self.emit("attribute", node, qual, called)
 
     # Calls ----------------------------------------------------------------------------------------
     def visit_Call(self, node: ast.Call) -> None:
         func = node.func
         qual = self.qualname(func)
         if qual is not None:
-            if qual in _AVAILABILITY:
+            if qual in AVAILABILITY:
                 self.availability_calls += 1
-            check = _QUALIFIED_CHECKS.get(qual)
-            if check is not None:
-                check(self, node, qual)
-            elif qual.startswith("torch.cuda."):
-                self.check_cuda_call(node, qual)
-            elif qual in AMP_DEVICE_TYPE:
-                self.check_amp_device_type(node, qual)
+            hooks = HOOKS.calls.get(qual)
+            if hooks:
+                for hook in hooks:
+                    hook(self, node, qual)
+            else:
+                for prefix, hook in HOOKS.call_prefixes:
+                    if qual.startswith(prefix):
+                        hook(self, node, qual)
         if type(func) is ast.Attribute:
-            check = _METHOD_CHECKS.get(func.attr)
-            if check is not None:
-                check(self, node, func.attr)
-        name = _terminal_name(func)
-        if name in BACKEND_POSITIONS:
-            index = BACKEND_POSITIONS[name]
-            if len(node.args) > index:
-                self.check_backend(node.args[index])
+            for hook in HOOKS.methods.get(func.attr, ()):
+                hook(self, node, func.attr)
+        name = terminal_name(func)
+        self.emit("call", node, qual, name)
         for kw in node.keywords:
             if kw.arg is not None and id(kw.value) not in self.done:
-                self.check_keyword(node, kw.arg, kw.value, qual or name)
+                for hook in HOOKS.keywords.get(kw.arg, ()):
+                    hook(self, node, kw.arg, kw.value, qual or name)
         # Children: the callee's chain (already resolved) and the arguments.
         if type(func) is ast.Attribute:
-            self.visit_Attribute(func, qual)
+            self.visit_Attribute(func, qual, called=True)
         else:
             self.visit(func)
         for arg in node.args:
@@ -669,231 +612,47 @@ class _Detector:
         for kw in node.keywords:
             self.visit(kw.value)
 
-    def check_keyword(self, call: ast.Call, arg: str, value: ast.expr, func: str | None) -> None:
-        if arg in DEVICE_KWARGS:
-            self.report_device_strings(value)
-            self.sink("device", value)
-        elif arg == "device_type":
-            self.report_device_type(value, func or "call")
-            self.sink("device", value)
-        elif arg in BACKEND_KWARGS:
-            self.check_backend(value)
-
-    def check_backend(self, value: ast.expr) -> None:
-        for literal in _nccl_strings(value):
-            self.report("FL501", literal, "safe", detail="")
-        self.sink("backend", value)
-
-    def report_device_strings(self, value: ast.expr) -> None:
-        for literal, index in _cuda_strings(value):
-            self.report("FL101", literal, None if index == "?" else "safe", text=_source_text(literal),
-                        replacement=_device_replacement(index))
-
-    def report_device_type(self, value: ast.expr, func: str) -> None:
-        for literal in _alternatives(value):
-            if _str(literal) == "cuda":
-                self.report("FL303", literal, "safe", func=func, text='"cuda"')
-        self.done.add(id(value))
-
-    def check_device_call(self, node: ast.Call, qual: str) -> None:
-        """torch.device("cuda"), torch.device("cuda", 0), torch.device(type="cuda")."""
-        value = node.args[0] if node.args else next((k.value for k in node.keywords if k.arg == "type"), None)
-        if value is None:
-            return
-        self.sink("device", value)
-        self.done.add(id(value))
-        text = _str(value)
-        match = _CUDA_STRING.fullmatch(text) if text is not None else None
-        if match is None:
-            self.report_device_strings(value)
-            return
-        index = match.group(1)
-        rest = node.args[1:] + [k.value for k in node.keywords if k.arg != "type"]
-        if index is None and rest:
-            number = rest[0].value if type(rest[0]) is ast.Constant else None
-            index = str(number) if type(number) is int and len(rest) == 1 else "?"
-        self.report("FL101", node, None if index == "?" else "safe", text=_source_text(value),
-                    replacement=_device_replacement(index))
-
-    def check_default_device(self, node: ast.Call, qual: str) -> None:
-        if not node.args:
-            return
-        value = node.args[0]
-        self.done.add(id(value))
-        self.sink("device", value)
-        call = f"{qual}({_source_text(value)})"
-        if qual == "torch.set_default_device":
-            for literal, index in _cuda_strings(value):
-                self.report("FL104", literal, None if index == "?" else "safe", call=call)
-        elif (self.qualname(value) or _str(value) or "").startswith("torch.cuda."):
-            self.report("FL104", node, call=call)
-
-    def check_sync(self, node: ast.Call, qual: str) -> None:
-        if qual == "torch.cuda.synchronize":
-            self.report("FL202", node, "safe")
-        if self.loop:
-            self.report("FL203", node, call=f"{qual}()")
-
-    def check_cuda_call(self, node: ast.Call, qual: str) -> None:
-        rest = qual[len("torch.cuda."):]
-        head = rest.split(".")[0]
-        if head in CUDA_TENSOR_TYPES:
-            return  # FL103, reported on the attribute
-        target, safety = RUNTIME_FIXES.get(rest, (None, None))
-        if target is not None:
-            remedy = f"Replace with `{target}" + ("`" if target.endswith(".name") else "()`")
-        else:
-            remedy = RUNTIME_REMEDIES.get(rest, RUNTIME_REMEDIES.get(head, DEFAULT_REMEDY))
-        self.report("FL201", node, safety, call=qual, remedy=remedy)
-
-    def check_amp_call(self, node: ast.Call, qual: str) -> None:
-        self.report("FL301" if qual.endswith("autocast") else "FL302", node, "safe")
-
-    def check_amp_device_type(self, node: ast.Call, qual: str) -> None:
-        index = AMP_DEVICE_TYPE[qual]
-        if index is not None and len(node.args) > index:
-            self.report_device_type(node.args[index], qual)
-            self.sink("device", node.args[index])
-        for kw in node.keywords:
-            if kw.arg in ("device_type", "device"):
-                self.report_device_type(kw.value, qual)
-                self.sink("device", kw.value)
-
-    def check_extension(self, node: ast.Call, qual: str) -> None:
-        name = qual.rsplit(".", 1)[1]
-        keywords = {kw.arg: kw.value for kw in node.keywords if kw.arg}
-        if name == "CUDAExtension":
-            cuda = True
-        elif name == "load":
-            sources = keywords.get("sources", node.args[1] if len(node.args) > 1 else None)
-            files = sources.elts if type(sources) in (ast.List, ast.Tuple) else [sources]  # type: ignore[union-attr]
-            cuda = (any((_str(f) or "").endswith(CUDA_SUFFIXES) for f in files)
-                    or "extra_cuda_cflags" in keywords
-                    or (type(keywords.get("with_cuda")) is ast.Constant and keywords["with_cuda"].value is True))  # type: ignore[union-attr]
-        else:  # load_inline(name, cpp_sources, cuda_sources=None, ...)
-            cuda_sources = keywords.get("cuda_sources", node.args[2] if len(node.args) > 2 else None)
-            cuda = cuda_sources is not None and not (type(cuda_sources) is ast.Constant
-                                                     and cuda_sources.value is None)
-        if cuda:
-            self.report("FL701", node, call=qual.replace("torch.utils.cpp_extension.", "") + "(...)")
-
-    def check_ctypes(self, node: ast.Call, qual: str) -> None:
-        if qual in ("ctypes.c_void_p", "ctypes.cast", "ctypes.c_uint64", "ctypes.c_size_t"):
-            if any(self.is_pointer(arg) or self.is_pointer_math(arg) for arg in node.args):
-                self.report("FL602", node, how=f"handed to `{qual}`")
-        elif node.args:
-            text = _str(node.args[0])
-            if text and _CUDA_LIBRARY_FILE.search(text):
-                self.report("FL603", node, what=f'`{qual}("{text}")`')
-
-    def check_environ_call(self, node: ast.Call, qual: str) -> None:
-        action = _ENV_WRITERS.get(qual) or _ENV_READERS.get(qual)
-        if qual == "os.environ.update":
-            for arg in node.args:
-                if type(arg) is ast.Dict:
-                    for key in arg.keys:
-                        if _str(key) is not None:
-                            self.check_env(_str(key), key, "set")  # type: ignore[arg-type]
-            for kw in node.keywords:
-                if kw.arg:
-                    self.check_env(kw.arg, kw.value, "set")
-        elif action and node.args and _str(node.args[0]) is not None:
-            self.check_env(_str(node.args[0]), node, action)  # type: ignore[arg-type]
-
-    # Method calls (any receiver) ----------------------------------------------------------------------
-    def check_cuda_method(self, node: ast.Call, attr: str) -> None:
-        arguments = [*node.args, *node.keywords]
-        device = node.args[0] if node.args else next(
-            (kw.value for kw in node.keywords if kw.arg == "device"), None)
-        others = [kw.arg for kw in node.keywords if kw.arg != "device"]
-        if device is None:
-            index: str | None = None
-        elif type(device) is ast.Constant and type(device.value) is int:
-            index = str(device.value)
-        else:
-            index = "?"
-        safe = index != "?" and all(arg in ("non_blocking", "memory_format") for arg in others)
-        call = ".cuda(" + ", ".join(ast.unparse(a) for a in arguments) + ")"
-        self.report("FL102", node, "safe" if safe else None, call=call,
-                    replacement=_device_replacement(index))
-
-    def check_to(self, node: ast.Call, attr: str) -> None:
-        if node.args and id(node.args[0]) not in self.done:
-            self.report_device_strings(node.args[0])
-            self.sink("device", node.args[0])
-
-    def check_item(self, node: ast.Call, attr: str) -> None:
-        if self.loop and not node.args and not node.keywords:
-            self.report("FL203", node, call=".item()")
-
-    def check_data_ptr(self, node: ast.Call, attr: str) -> None:
-        if not node.args:
-            self.report("FL601", node)
-
-    def check_type(self, node: ast.Call, attr: str) -> None:
-        text = _str(node.args[0]) if node.args else None
-        if text and text.startswith("torch.cuda.") and text[len("torch.cuda."):] in CUDA_TENSOR_TYPES:
-            self.report("FL103", node.args[0], attr=text,
-                        dtype=f"torch.{CUDA_TENSOR_TYPES[text[len('torch.cuda.'):]]}")
-
-    def check_startswith(self, node: ast.Call, attr: str) -> None:
-        receiver = node.func.value  # type: ignore[attr-defined]
-        if node.args and _str(node.args[0]) == "cuda" and _deviceish(receiver):
-            self.report_comparison(node.args[0])
-
-    def check_add_argument(self, node: ast.Call, attr: str) -> None:
-        default = next((kw.value for kw in node.keywords if kw.arg == "default"), None)
-        if default is None or not _cuda_or_nccl(default):
-            return
-        dest = next((_str(kw.value) for kw in node.keywords if kw.arg == "dest"), None)
-        if dest is None:
-            options = [_str(a) for a in node.args if _str(a)]
-            longs = [o for o in options if o.startswith("--")]  # type: ignore[union-attr]
-            dest = (longs or options or [None])[0]
-        if dest:
-            dest = dest.lstrip("-").replace("-", "_")
-            self.source(("member", dest), default, f"args.{dest}")
-
-    # Decorators -----------------------------------------------------------------------------------
-    def check_triton(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
-        for decorator in node.decorator_list:
-            target = decorator.func if type(decorator) is ast.Call else decorator
-            if self.qualname(target) in ("triton.jit", "triton.autotune"):
-                self.report("FL703", decorator, func=node.name)
-                return
-
     # Results --------------------------------------------------------------------------------------
+    def reaches(self, kind: str, key: _Key) -> int | None:
+        """The first line where a value bound to `key` reaches a `kind` sink, following `b = a` edges.
+        A module global is read in any function that does not bind the same name itself."""
+        seen: set[_Key] = set()
+        pending = [key]
+        best: int | None = None
+        while pending:
+            current = pending.pop()
+            if current in seen:
+                continue
+            seen.add(current)
+            candidates = [current]
+            if current[0] == "name" and current[1] == 0:
+                candidates += [sink_key for (k, sink_key) in self.sinks if k == kind and sink_key[0] == "name"
+                               and sink_key[2] == current[2] and current[2] not in self.locals.get(sink_key[1], ())]
+            for candidate in candidates:
+                line = self.sinks.get((kind, candidate))
+                if line is not None:
+                    best = line if best is None else min(best, line)
+            pending.extend(self.edges.get(current, ()))
+            if current[0] == "name" and current[1] == 0:
+                for origin, targets in self.edges.items():
+                    if origin[0] == "name" and origin[2] == current[2] and origin[1] \
+                            and current[2] not in self.locals.get(origin[1], ()):
+                        pending.extend(targets)
+        return best
+
     def flows(self) -> None:
-        """Turn sources that reach a sink into FL105 / FL501 findings (one per literal)."""
+        """Sources that reach a sink become FL105 / FL501 findings (one per literal), via the "flow" hooks."""
         seen: set[int] = set()
         for kind, key, node, index, stmt_line, target in self.sources:
-            if id(node) in seen:
+            if id(node) in seen or id(node) in self.done:
                 continue
-            if key[0] == "name" and key[1] == 0:
-                line = self.global_sinks.get((kind, key[2]))  # module globals are read in functions too
-            else:
-                line = self.sinks.get((kind, key))
+            line = self.reaches(kind, key)
             if line is None:
                 continue
             seen.add(id(node))
             self.stmt_line = stmt_line
-            if kind == "device":
-                replacement = ("torch.fl.device_type()" if index is None else
-                               'str(torch.fl.device(f"acc{...}"))' if index == "?" else
-                               f'str(torch.fl.device("acc{index}"))')
-                self.report("FL105", node, None if index == "?" else "unsafe", text=_source_text(node),
-                            target=target, sink_line=line, replacement=replacement)
-            else:
-                self.report("FL501", node, "unsafe", detail=f" (via `{target}`, line {line})")
-
-
-def _is_cuda_literal(node: ast.AST) -> bool:
-    text = _str(node)
-    return text is not None and _CUDA_STRING.fullmatch(text) is not None
-
-
-def _cuda_or_nccl(value: ast.expr) -> bool:
-    return any(True for _ in _cuda_strings(value)) or any(True for _ in _nccl_strings(value))
+            self.emit("flow", kind, node, index, target, line)
+        self.emit("finish")
 
 
 _SKIPPED_FIELDS = frozenset({"ctx", "op", "ops", "name", "id", "attr", "arg", "asname", "module", "level",
@@ -929,23 +688,6 @@ _HANDLERS.update({
     ast.Compare: _D.visit_Compare, ast.BinOp: _D.visit_BinOp, ast.Subscript: _D.visit_Subscript,
     ast.Attribute: _D.visit_Attribute, ast.Call: _D.visit_Call,
 })
-_QUALIFIED_CHECKS: dict[str, Any] = {
-    "torch.device": _D.check_device_call,
-    "torch.set_default_device": _D.check_default_device,
-    "torch.set_default_tensor_type": _D.check_default_device,
-    **{qual: _D.check_sync for qual in _SYNCS},
-    "torch.cuda.amp.autocast": _D.check_amp_call, "torch.cuda.amp.autocast_mode.autocast": _D.check_amp_call,
-    "torch.cuda.amp.GradScaler": _D.check_amp_call, "torch.cuda.amp.grad_scaler.GradScaler": _D.check_amp_call,
-    **{f"torch.utils.cpp_extension.{name}": _D.check_extension for name in ("CUDAExtension", "load", "load_inline")},
-    **{f"ctypes.{name}": _D.check_ctypes for name in (
-        "c_void_p", "cast", "c_uint64", "c_size_t", "CDLL", "PyDLL", "cdll.LoadLibrary")},
-    **{qual: _D.check_environ_call for qual in (*_ENV_WRITERS, *_ENV_READERS, "os.environ.update")},
-}
-_METHOD_CHECKS: dict[str, Any] = {
-    "cuda": _D.check_cuda_method, "to": _D.check_to, "item": _D.check_item,
-    "data_ptr": _D.check_data_ptr, "type": _D.check_type, "startswith": _D.check_startswith,
-    "add_argument": _D.check_add_argument,
-}
 
 
 # From raw findings to Finding ---------------------------------------------------------------------
@@ -968,13 +710,13 @@ def _suppressed(lines: list[str], lineno: int, code: str) -> bool:
 
 
 def _finding(code: str, path: str, pos: _Pos, lines: list[str], safety: FixSafety,
-             fields: dict[str, Any], unsafe_fixes: bool) -> Finding:
+             fields: dict[str, Any], unsafe_fixes: bool, replacement: str | None) -> Finding:
     rule = RULES[code]
     line, col, end_line, end_col = pos
     fixable = safety == "safe" or (unsafe_fixes and safety == "unsafe")
     return Finding(code, rule.name, path, line, _char_col(lines, line, col), end_line,
                    _char_col(lines, end_line, end_col), rule.message_template.format(**fields),
-                   rule.fix_title.format(**fields), fixable, safety)
+                   rule.fix_title.format(**fields), fixable, safety, replacement)
 
 
 def _parse(text: str, path: str) -> ast.Module:
@@ -1005,19 +747,21 @@ def _scan_text(text: str, path: str, codes: frozenset[str], unsafe_fixes: bool) 
         return []
     lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
     findings = []
-    for code, pos, stmt_line, safety, fields in detector.raw:
+    for code, pos, stmt_line, safety, fields, replacement in detector.raw:
         if code not in codes or _suppressed(lines, pos[0], code) or _suppressed(lines, stmt_line, code):
             continue
-        findings.append(_finding(code, path, pos, lines, safety, fields, unsafe_fixes))
+        findings.append(_finding(code, path, pos, lines, safety, fields, unsafe_fixes, replacement))
     findings.sort(key=lambda f: f.sort_key)
     return findings
 
 
 def enabled_codes(select: Iterable[str] | None, ignore: Iterable[str] | None,
                   config: Config | None = None) -> frozenset[str]:
-    """The rule codes in force: the [tool.torchfl] table, then select/ignore as on the command line."""
+    """The rule codes in force: the coupling rules, then the config's scan table, then select/ignore as
+    on the command line."""
     try:
-        layers = [] if config is None else [(config.select, config.ignore)]
+        layers: list[tuple[Any, ...]] = [] if config is None else [
+            (config.select, config.ignore, config.extend_select)]
         return selected(*layers, (None if select is None else list(select), list(ignore or ())))
     except ValueError as exc:
         raise ScanConfigError(str(exc)) from None
@@ -1030,7 +774,8 @@ def scan_source(source: str, path: str = "<string>", *, select: Iterable[str] | 
     Args:
         source: Python source text.
         path: the name findings carry.
-        select, ignore: codes or prefixes ("FL1", "FL203"); default every rule.
+        select, ignore: codes or prefixes ("FL1", "FL203"); default the coupling rules (FL203, a
+            performance hint, only when selected).
         unsafe_fixes: count findings with an unsafe fix as fixable.
 
     Raises:
@@ -1060,44 +805,9 @@ def _read_source(path: Path) -> str:
                           f"coding comment says otherwise): {detail}") from None
 
 
-def _string_list(value: Any, key: str, where: Path) -> tuple[str, ...]:
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise ScanConfigError(f"{where}: [tool.torchfl] {key} must be a list of strings, got {value!r}")
-    return tuple(value)
-
-
 def load_config(start: Path) -> Config:
-    """The [tool.torchfl] table of the nearest pyproject.toml that has one, from `start` upwards."""
-    from .._toml import TOMLDecodeError, loads
-
-    directory = start.resolve()
-    if not directory.is_dir():
-        directory = directory.parent
-    for candidate in (directory, *directory.parents):
-        pyproject = candidate / "pyproject.toml"
-        if not pyproject.is_file():
-            continue
-        try:
-            table = loads(pyproject.read_text(encoding="utf-8")).get("tool", {}).get("torchfl")
-        except (TOMLDecodeError, OSError, UnicodeDecodeError) as exc:
-            raise ScanConfigError(f"{pyproject}: cannot read: {exc}") from None
-        if table is None:
-            continue
-        unknown = sorted(set(table) - set(CONFIG_KEYS))
-        if unknown:
-            raise ScanConfigError(f"{pyproject}: unknown key(s) in [tool.torchfl]: {', '.join(unknown)} "
-                                  f"(allowed: {', '.join(CONFIG_KEYS)})")
-        select = _string_list(table["select"], "select", pyproject) if "select" in table else None
-        config = Config(select, _string_list(table.get("ignore", []), "ignore", pyproject),
-                        _string_list(table.get("extend-exclude", []), "extend-exclude", pyproject),
-                        pyproject)
-        try:
-            for selector in (*(config.select or ()), *config.ignore):
-                expand(selector)
-        except ValueError as exc:
-            raise ScanConfigError(f"{pyproject}: [tool.torchfl] {exc}") from None
-        return config
-    return Config()
+    """The scan table of the nearest config above `start` (see ``torch_fl.config.load_scan_config``)."""
+    return load_scan_config(start, expand)
 
 
 def _excluded(path: Path, config: Config) -> bool:
@@ -1111,9 +821,10 @@ def _excluded(path: Path, config: Config) -> bool:
                for pattern in config.extend_exclude)
 
 
-def iter_files(root: Path, config: Config = Config()) -> Iterator[Path]:
+def iter_files(root: Path, config: Config | None = None) -> Iterator[Path]:
     """Python and CUDA source files under `root` in sorted order, skipping SKIP_DIRS and the
     config's extend-exclude globs. A file given as `root` is yielded whatever its name."""
+    config = Config() if config is None else config
     if not root.is_dir():
         yield root
         return
@@ -1164,12 +875,12 @@ def scan_paths(paths: Sequence[str | os.PathLike[str]], select: Iterable[str] | 
                ignore: Iterable[str] | None = None, *, unsafe_fixes: bool = False) -> ScanResult:
     """Scan files and directories (recursively).
 
-    Each path uses the [tool.torchfl] table of the nearest pyproject.toml above it; `select` and
+    Each path uses the scan table of the nearest config above it ([tool.torch_fl.scan]); `select` and
     `ignore` come on top of it as on the command line. Findings carry paths as given (``src`` gives
     ``src/model.py``), so relative arguments give relative, machine-independent paths.
 
     Raises:
-        ScanConfigError: a selector that names no rule, or a bad [tool.torchfl] table.
+        ScanConfigError: a selector that names no rule, or a bad scan table.
         FileNotFoundError: a path that does not exist.
 
     Example:
@@ -1191,8 +902,8 @@ def scan_paths(paths: Sequence[str | os.PathLike[str]], select: Iterable[str] | 
 
 def targets(paths: Iterable[str | os.PathLike[str]], select: Iterable[str] | None = None,
             ignore: Iterable[str] | None = None) -> Iterator[tuple[Path, frozenset[str]]]:
-    """Every file under `paths` once, with the codes enabled for it (its nearest [tool.torchfl]
-    table plus select/ignore): what `torchfl scan` scans and `torchfl fix` fixes."""
+    """Every file under `paths` once, with the codes enabled for it (its nearest scan table plus
+    select/ignore): what `torchfl scan` scans and `torchfl fix` fixes."""
     seen: set[Path] = set()
     select = None if select is None else list(select)
     ignore = list(ignore or ())

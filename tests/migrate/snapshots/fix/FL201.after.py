@@ -3,10 +3,10 @@ import torch_fl  # noqa: F401  (installs torch.fl)
 
 
 def setup(local_rank: int) -> int:
-    if torch.fl.is_available():
+    if torch.fl.is_accelerator():
         torch.fl.set_device(local_rank)
-    torch.fl.manual_seed(0)
-    torch.fl.manual_seed(1)
+    torch.cuda.manual_seed_all(0)
+    torch.cuda.manual_seed(1)
     torch.fl.empty_cache()
     torch.fl.reset_peak_memory_stats()
     used = torch.fl.memory_allocated() + torch.fl.max_memory_allocated(0)
@@ -15,4 +15,4 @@ def setup(local_rank: int) -> int:
     done = torch.fl.Event(enable_timing=True)
     with torch.fl.stream(side):
         done.record()
-    return torch.fl.device_count() + torch.fl.current_device() + used + free + total
+    return torch.cuda.device_count() + torch.fl.current_device() + used + free + total

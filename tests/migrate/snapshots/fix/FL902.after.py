@@ -4,8 +4,8 @@ import torch_fl  # noqa: F401  (installs torch.fl)
 
 
 def check(x: torch.Tensor, device_type: str, device) -> bool:
-    if x.device.type == torch.fl.device_type():
+    if torch.fl.is_accelerator(x.device.type):
         return True
-    if device_type != torch.fl.device_type():
+    if not torch.fl.is_accelerator(device_type):
         return False
-    return torch.fl.device_type() in str(device)
+    return torch.fl.is_accelerator(str(device))

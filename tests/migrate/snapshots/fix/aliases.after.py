@@ -7,8 +7,8 @@ import torch_fl  # noqa: F401  (installs torch.fl)
 
 
 def step(model, x):
-    scaler = th.amp.GradScaler(th.fl.device_type())
-    with th.autocast(th.fl.device_type(), dtype=th.float16):
+    scaler = th.amp.GradScaler(th.fl.device_type(), enabled=th.fl.is_accelerator())
+    with th.autocast(th.fl.device_type(), dtype=th.float16, enabled=th.fl.is_accelerator()):
         loss = model(x.to(th.fl.device()))
     th.fl.synchronize()
     return scaler, loss

@@ -1,0 +1,230 @@
+"""FL3: automatic mixed precision (``torch.cuda.amp``, ``torch.autocast("cuda")``): detection and fix.
+
+The fixes keep meaning on a CPU-only host: there ``torch.cuda.amp.autocast()``, ``torch.autocast("cuda")``
+and ``torch.cuda.amp.GradScaler()`` disable themselves (CUDA is not available), while
+``torch.autocast("cpu")`` and ``torch.amp.GradScaler("cpu")`` would be on. So the rewrite passes
+``enabled=torch.fl.is_accelerator()`` (and-ed with the call's own ``enabled``): off on the CPU as before,
+on for CUDA as before, and on for every other accelerator.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import Any
+
+from .base import alternatives, fixes, on_call, on_keyword, rule, str_value
+
+# AMP entry points whose device type is "cuda" in CUDA-era code: name -> positional index or None.
+AMP_DEVICE_TYPE = {
+    "torch.autocast": 0, "torch.amp.autocast": 0, "torch.amp.autocast_mode.autocast": 0,
+    "torch.amp.GradScaler": 0, "torch.amp.grad_scaler.GradScaler": 0,
+    "torch.amp.custom_fwd": None, "torch.amp.custom_bwd": None,
+    "torch.get_autocast_dtype": 0, "torch.is_autocast_available": 0,
+    "torch.amp.is_autocast_available": 0, "torch.set_autocast_dtype": 0,
+}
+# Calls that disable themselves on a CPU-only host when given "cuda": their fix gates `enabled`.
+# name -> how many positional arguments come before `enabled`.
+GATED = {"torch.autocast": 2, "torch.amp.autocast": 2, "torch.amp.autocast_mode.autocast": 2,
+         "torch.amp.GradScaler": 5, "torch.amp.grad_scaler.GradScaler": 5}
+CUDA_AMP = ("torch.cuda.amp.autocast", "torch.cuda.amp.autocast_mode.autocast", "torch.cuda.amp.GradScaler",
+            "torch.cuda.amp.grad_scaler.GradScaler")
+# torch.cuda.amp.autocast(enabled, dtype, cache_enabled): positional order differs from torch.autocast's
+# (device_type, dtype, enabled, cache_enabled), so positionals become keywords.
+_AUTOCAST_POSITIONAL = ("enabled", "dtype", "cache_enabled")
+_SCALER_POSITIONAL = ("init_scale", "growth_factor", "backoff_factor", "growth_interval", "enabled")
+
+rule(
+        "FL301", "cuda-amp-autocast",
+        "`torch.cuda.amp.autocast` is deprecated and CUDA-only",
+        "Replace with `torch.autocast(torch.fl.device_type(), ...)`", "safe",
+        fix_notes="The call also gets `enabled=torch.fl.is_accelerator()` (and-ed with its own `enabled`): "
+                  "torch.cuda.amp.autocast disabled itself on a CPU-only host, and the rewrite still does.",
+        what="A `torch.cuda.amp.autocast(...)` call, including `autocast()` imported from "
+             "`torch.cuda.amp`.",
+        why="It enables autocast for CUDA only; on any other device the region silently runs in "
+            "float32, and torch warns that it is deprecated.",
+        example="""
+from torch.cuda.amp import autocast
+with autocast(dtype=torch.float16):
+    out = model(x)
+""",
+        use_instead="""
+with torch.autocast(torch.fl.device_type(), dtype=torch.float16):
+    out = model(x)
+# or, with the description's autocast dtype: with torch.fl.autocast():
+""",
+)
+
+rule(
+        "FL302", "cuda-grad-scaler",
+        "`torch.cuda.amp.GradScaler` is deprecated and CUDA-only",
+        "Replace with `torch.amp.GradScaler(torch.fl.device_type(), ...)`", "safe",
+        fix_notes="The call also gets `enabled=torch.fl.is_accelerator()` (and-ed with its own `enabled`): "
+                  "torch.cuda.amp.GradScaler disabled itself on a CPU-only host, and the rewrite still does.",
+        what="A `torch.cuda.amp.GradScaler(...)` call.",
+        why="The CUDA scaler keeps its state on CUDA; elsewhere it disables itself with a warning and "
+            "float16 gradients underflow.",
+        example="""
+scaler = torch.cuda.amp.GradScaler()
+""",
+        use_instead="""
+scaler = torch.amp.GradScaler(torch.fl.device_type())
+""",
+)
+
+rule(
+        "FL303", "autocast-cuda-device-type",
+        "`{func}` with the hard-coded device type {text}", "Replace {text} with `torch.fl.device_type()`",
+        "safe",
+        fix_notes="`torch.autocast` and `torch.amp.GradScaler` calls also get `enabled=torch.fl.is_accelerator()` "
+                  "(and-ed with their own): with \"cuda\" they disabled themselves on a CPU-only host, and "
+                  "still do.",
+        what="`\"cuda\"` as the device type of `torch.autocast`, `torch.amp.autocast`, "
+             "`torch.amp.GradScaler`, `torch.amp.custom_fwd/custom_bwd`, or any `device_type=` keyword.",
+        why="Autocast for `\"cuda\"` does nothing for tensors on another device: the region silently "
+            "runs in float32 there.",
+        example="""
+with torch.autocast("cuda", dtype=torch.bfloat16):
+    out = model(x)
+""",
+        use_instead="""
+with torch.autocast(torch.fl.device_type(), dtype=torch.bfloat16):
+    out = model(x)
+""",
+)
+
+
+@on_call(*CUDA_AMP)
+def cuda_amp_call(det: Any, node: ast.Call, qual: str) -> None:
+    det.report("FL301" if qual.endswith("autocast") else "FL302", node, "safe")
+
+
+def _device_type_literals(det: Any, call: ast.Call, value: ast.expr, func: str) -> None:
+    literals = [alt for alt in alternatives(value) if str_value(alt) == "cuda"]
+    for literal in literals:
+        if func in GATED and value is literal and len(literals) == 1:
+            # The whole call is rewritten (device type and `enabled`), so the finding is the call.
+            det.report("FL303", call, "safe", func=func, text='"cuda"')
+            det.done.add(id(literal))
+        else:
+            det.report("FL303", literal, "safe" if func not in GATED else None, func=func, text='"cuda"')
+    det.done.add(id(value))
+
+
+@on_call(*AMP_DEVICE_TYPE)
+def amp_device_type(det: Any, node: ast.Call, qual: str) -> None:
+    index = AMP_DEVICE_TYPE[qual]
+    if index is not None and len(node.args) > index:
+        _device_type_literals(det, node, node.args[index], qual)
+        det.sink("device", node.args[index])
+    for kw in node.keywords:
+        if kw.arg in ("device_type", "device"):
+            _device_type_literals(det, node, kw.value, qual)
+            det.sink("device", kw.value)
+
+
+@on_keyword("device_type")
+def device_type_keyword(det: Any, call: ast.Call, arg: str, value: ast.expr, func: str | None) -> None:
+    _device_type_literals(det, call, value, func or "call")
+    det.sink("device", value)
+
+
+# Fixes --------------------------------------------------------------------------------------------
+def _gate(rw: Any, args: list[Any], positional_before: int) -> list[Any] | None:
+    """`enabled=torch.fl.is_accelerator()` added, or and-ed into an existing `enabled=`."""
+    import libcst as cst
+
+    if sum(1 for a in args if a.keyword is None) > positional_before or any(a.star for a in args):
+        return None  # `enabled` passed positionally, or *args: left to a person
+    out = []
+    found = False
+    for arg in args:
+        if arg.keyword is not None and arg.keyword.value == "enabled":
+            found = True
+            value = arg.value
+            if not isinstance(value, (cst.Name, cst.Attribute, cst.Call, cst.Subscript, cst.Comparison)):
+                value = value.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()]) \
+                    if not value.lpar else value
+            if isinstance(value, cst.Name) and value.value == "False":
+                pass  # off everywhere already
+            elif isinstance(value, cst.Name) and value.value == "True":
+                arg = arg.with_changes(value=rw.fl_call("is_accelerator"))
+            else:
+                arg = arg.with_changes(value=cst.BooleanOperation(rw.fl_call("is_accelerator"), cst.And(), value))
+        out.append(arg)
+    if not found:
+        out.append(cst.Arg(rw.fl_call("is_accelerator"), keyword=cst.Name("enabled"), equal=rw.no_space))
+    return out
+
+
+@fixes("FL301", "Call")
+def fix_cuda_autocast(rw: Any, original: Any, updated: Any, finding: Any) -> Any:
+    import libcst as cst
+
+    if not (rw.qual(original.func) or "").endswith("autocast"):
+        return None
+    args: list[Any] = [cst.Arg(rw.fl_call("device_type"))]
+    positional = 0
+    for arg in updated.args:
+        if arg.star:
+            return None
+        if arg.keyword is None:
+            if positional >= len(_AUTOCAST_POSITIONAL):
+                return None
+            arg = arg.with_changes(keyword=cst.Name(_AUTOCAST_POSITIONAL[positional]), equal=rw.no_space)
+            positional += 1
+        args.append(arg)
+    gated = _gate(rw, args, 1)
+    if gated is None:
+        return None
+    return updated.with_changes(func=cst.Attribute(cst.Name(rw.torch_name), cst.Name("autocast")),
+                                args=rw.commas(gated, updated))
+
+
+@fixes("FL302", "Call")
+def fix_cuda_grad_scaler(rw: Any, original: Any, updated: Any, finding: Any) -> Any:
+    import libcst as cst
+
+    if not (rw.qual(original.func) or "").endswith("GradScaler"):
+        return None
+    args: list[Any] = [cst.Arg(rw.fl_call("device_type"))]
+    positional = 0
+    for arg in updated.args:
+        if arg.star:
+            return None
+        if arg.keyword is None:
+            if positional >= len(_SCALER_POSITIONAL):
+                return None
+            arg = arg.with_changes(keyword=cst.Name(_SCALER_POSITIONAL[positional]), equal=rw.no_space)
+            positional += 1
+        args.append(arg)
+    gated = _gate(rw, args, 1)
+    if gated is None:
+        return None
+    return updated.with_changes(
+        func=cst.Attribute(cst.Attribute(cst.Name(rw.torch_name), cst.Name("amp")), cst.Name("GradScaler")),
+        args=rw.commas(gated, updated))
+
+
+@fixes("FL303", "SimpleString", "Call")
+def fix_device_type(rw: Any, original: Any, updated: Any, finding: Any) -> Any:
+    import libcst as cst
+
+    if isinstance(original, cst.SimpleString):
+        return rw.fl_call("device_type") if original.evaluated_value == "cuda" else None
+    qual = rw.qual(original.func)
+    if qual not in GATED:
+        return None
+    args = []
+    replaced = False
+    for i, arg in enumerate(updated.args):
+        is_device = (arg.keyword is None and i == 0) or (arg.keyword is not None
+                                                         and arg.keyword.value in ("device_type", "device"))
+        if is_device and isinstance(arg.value, cst.SimpleString) and arg.value.evaluated_value == "cuda":
+            arg = arg.with_changes(value=rw.fl_call("device_type"))
+            replaced = True
+        args.append(arg)
+    if not replaced:
+        return None
+    gated = _gate(rw, args, GATED[qual])
+    return None if gated is None else updated.with_changes(args=rw.commas(gated, updated))

@@ -1,0 +1,303 @@
+"""The shared base of the rule modules: :class:`Rule` (a code with its documentation), :class:`Finding`,
+and the hook registry through which each rule module plugs its detection (``ast``, run by the scanner's
+one pass in ``migrate/scan.py``) and its fix (libcst, run by ``migrate/fix.py`` on the files it rewrites)
+in next to its text, the way TorchFix and ruff lay rules out.
+
+A rule module (``rules/device.py``, ``rules/runtime.py``, ...) defines its rules with :func:`rule` and
+registers functions with the decorators below. Detection hooks get the scanner's detector (``det``:
+``report``, ``qualname``, ``sink``, ``source``, loop depth, ...) and the node; fix hooks get the rewriter
+(``rw``: ``fl``, ``fl_call``, ``device``, ...), the original and updated libcst nodes and the finding.
+
+Stdlib only: ``torchfl scan`` runs without torch and without libcst.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from ..cuda_api import CUDA_DEVICE, NCCL
+
+FixSafety = Literal["safe", "unsafe"] | None
+Level = Literal["error", "warning"]
+# "coupling": the code breaks or misbehaves off CUDA (on by default). "performance": it runs everywhere
+# but may be slow (opt-in with --select).
+Category = Literal["coupling", "performance"]
+
+FAMILIES = {
+    "FL1": "device strings and placement",
+    "FL2": "CUDA runtime calls",
+    "FL3": "automatic mixed precision",
+    "FL4": "backend flags",
+    "FL5": "distributed",
+    "FL6": "raw memory",
+    "FL7": "kernels and extensions",
+    "FL8": "third-party libraries",
+    "FL9": "control flow",
+}
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One check. ``message_template`` and ``fix_title`` are ``str.format`` templates whose fields the
+    scanner fills per finding (the literal, the attribute, the module...).
+
+    ``fix`` is the best fix any finding of this rule can get; a finding carries its own ``safety``
+    because some rules fix only some shapes (FL201 fixes ``is_available()`` but not
+    ``current_stream()``). ``level`` is "error" where the code breaks or silently falls back on another
+    device, "warning" where it still runs but is slow, a no-op or fragile there. ``category`` says
+    whether the rule is on by default ("coupling") or opt-in ("performance").
+    """
+
+    code: str
+    name: str
+    family: str
+    message_template: str
+    fix_title: str
+    fix: FixSafety
+    what: str
+    why: str
+    example: str
+    use_instead: str
+    level: Level = "error"
+    fix_notes: str = ""
+    category: Category = "coupling"
+
+    @property
+    def summary(self) -> str:
+        """The first sentence of `what`, for one-line listings (SARIF shortDescription)."""
+        return self.what.split(". ")[0].rstrip(".") + "."
+
+    @property
+    def anchor(self) -> str:
+        """Fragment of this rule's section in docs/migrate-rules.md."""
+        return self.code.lower()
+
+    def fix_safety_text(self) -> str:
+        """The docs' "Fix safety" paragraph."""
+        if self.fix is None:
+            text = "No automatic fix: the right replacement depends on what the code means to do."
+        elif self.fix == "safe":
+            text = ("Safe fix (`torchfl fix`): the rewrite keeps behaviour on the host the code already "
+                    "ran on (CUDA or the CPU) and works on other accelerators.")
+        else:
+            text = ("Unsafe fix (`torchfl fix --unsafe-fixes`): the rewrite can change behaviour, "
+                    "so review it.")
+        return f"{text} {self.fix_notes}".strip()
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One problem at one place, as ``torchfl scan`` reports it and ``torchfl fix`` consumes it.
+
+    Positions are 1-based lines and 1-based columns counted in characters (Unicode code points, not
+    UTF-8 bytes); ``end_col`` is exclusive, as in ruff and SARIF. The range is exactly the source of
+    the AST node the finding is about, and for a fixable finding it is the node the fix rewrites:
+
+    * FL101: the string literal, or the whole ``torch.device("cuda"[, N])`` call;
+    * FL102, FL201, FL202, FL301, FL302: the call; FL104: the literal (``set_default_device``);
+    * FL105, FL303, FL501: the string literal to replace;
+    * FL901: the ``"cuda" if torch.cuda.is_available() else "cpu"`` expression;
+    * FL902: the comparison (or the ``.startswith("cuda")`` call).
+
+    (A libcst ``PositionProvider`` range has the same lines and 0-based columns: ``col - 1``.)
+    ``safety`` is the fix this finding can get ("safe", "unsafe" or None); ``fixable`` says whether
+    that fix is allowed at the level the caller asked for (safe only, unless unsafe fixes are on).
+    ``replacement`` is the expression the fix writes where the rule computed it at scan time (not part
+    of the JSON output).
+    """
+
+    code: str
+    name: str
+    path: str
+    line: int
+    col: int
+    end_line: int
+    end_col: int
+    message: str
+    fix_title: str | None
+    fixable: bool
+    safety: FixSafety = None
+    replacement: str | None = field(default=None, compare=False, repr=False)
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        del data["replacement"]
+        return data
+
+    @property
+    def sort_key(self) -> tuple[str, int, int, str]:
+        return (self.path, self.line, self.col, self.code)
+
+
+# Rules and hooks -----------------------------------------------------------------------------------
+RULE_LIST: list[Rule] = []
+Hook = Callable[..., Any]
+
+
+@dataclass
+class Hooks:
+    """What the engines dispatch to. Detection: keyed by what the scanner meets; fixes: by code."""
+
+    calls: dict[str, list[Hook]] = field(default_factory=dict)  # qualified callee -> hooks
+    call_prefixes: list[tuple[str, Hook]] = field(default_factory=list)  # "torch.cuda." -> hook
+    methods: dict[str, list[Hook]] = field(default_factory=dict)  # x.NAME(...) -> hooks
+    keywords: dict[str, list[Hook]] = field(default_factory=dict)  # f(NAME=...) -> hooks
+    events: dict[str, list[Hook]] = field(default_factory=dict)  # "import", "compare", "if", ...
+    fixes: dict[str, tuple[tuple[str, ...], Hook]] = field(default_factory=dict)  # code -> (node types, fn)
+
+
+HOOKS = Hooks()
+
+
+def rule(code: str, name: str, message: str, fix_title: str, fix: FixSafety, *, what: str, why: str,
+         example: str, use_instead: str, level: Level = "error", fix_notes: str = "",
+         category: Category = "coupling") -> Rule:
+    """Define (and register) a rule. Its module registers the detection and fix hooks next to it."""
+    made = Rule(code, name, FAMILIES[code[:3]], message, fix_title, fix, what, why, example.strip("\n"),
+                use_instead.strip("\n"), level, fix_notes, category)
+    RULE_LIST.append(made)
+    return made
+
+
+def on_call(*qualnames: str) -> Callable[[Hook], Hook]:
+    """hook(det, call, qual) for calls of these qualified names (``torch.device``)."""
+    def register(fn: Hook) -> Hook:
+        for qual in qualnames:
+            HOOKS.calls.setdefault(qual, []).append(fn)
+        return fn
+    return register
+
+
+def on_call_prefix(prefix: str) -> Callable[[Hook], Hook]:
+    """hook(det, call, qual) for calls whose qualified name starts with `prefix` and that no
+    :func:`on_call` hook claims."""
+    def register(fn: Hook) -> Hook:
+        HOOKS.call_prefixes.append((prefix, fn))
+        return fn
+    return register
+
+
+def on_method(*names: str) -> Callable[[Hook], Hook]:
+    """hook(det, call, name) for ``<any>.NAME(...)`` calls."""
+    def register(fn: Hook) -> Hook:
+        for name in names:
+            HOOKS.methods.setdefault(name, []).append(fn)
+        return fn
+    return register
+
+
+def on_keyword(*names: str) -> Callable[[Hook], Hook]:
+    """hook(det, call, keyword_name, value, callee) for ``f(NAME=value)``."""
+    def register(fn: Hook) -> Hook:
+        for name in names:
+            HOOKS.keywords.setdefault(name, []).append(fn)
+        return fn
+    return register
+
+
+def on(event: str) -> Callable[[Hook], Hook]:
+    """hook(det, node, ...) for a scanner event: "import" (module, node), "function" (def node),
+    "attribute" (node, qual), "compare" (node), "subscript" (node), "binop" (node), "augassign" (node),
+    "assign" (target, value), "flow" (kind, key, literal, index, target, sink_line)."""
+    def register(fn: Hook) -> Hook:
+        HOOKS.events.setdefault(event, []).append(fn)
+        return fn
+    return register
+
+
+def fixes(code: str, *node_types: str) -> Callable[[Hook], Hook]:
+    """fix(rw, original, updated, finding) -> new node or None (shape not handled), for findings of
+    `code` on libcst nodes of these class names ("SimpleString", "Call", "Comparison", "IfExp")."""
+    def register(fn: Hook) -> Hook:
+        HOOKS.fixes[code] = (node_types, fn)
+        return fn
+    return register
+
+
+# AST helpers shared by rule modules ---------------------------------------------------------------
+def str_value(node: ast.AST | None) -> str | None:
+    if type(node) is ast.Constant and type(node.value) is str:
+        return node.value
+    return None
+
+
+def alternatives(node: ast.expr) -> Iterator[ast.expr]:
+    """The expressions `node` may evaluate to: both arms of `a if c else b`, each operand of `or`."""
+    if type(node) is ast.IfExp:
+        yield from alternatives(node.body)
+        yield from alternatives(node.orelse)
+    elif type(node) is ast.BoolOp:
+        for value in node.values:
+            yield from alternatives(value)
+    else:
+        yield node
+
+
+def cuda_strings(node: ast.expr) -> Iterator[tuple[ast.expr, str | None]]:
+    """The CUDA device strings `node` may be, as (node, index): index is "N" for "cuda:N", None for
+    "cuda", and "?" for computed strings (f"cuda:{rank}", "cuda:%d" % rank, "cuda:{}".format(r))."""
+    for alt in alternatives(node):
+        text = str_value(alt)
+        if text is not None:
+            match = CUDA_DEVICE.fullmatch(text)
+            if match:
+                yield alt, match.group(1)
+            continue
+        head: ast.AST | None = None
+        if type(alt) is ast.JoinedStr and alt.values:
+            head = alt.values[0]
+        elif type(alt) is ast.BinOp and type(alt.op) in (ast.Add, ast.Mod):
+            head = alt.left
+        elif (type(alt) is ast.Call and type(alt.func) is ast.Attribute and alt.func.attr == "format"):
+            head = alt.func.value
+        if (str_value(head) or "").startswith("cuda:"):
+            yield alt, "?"
+
+
+def nccl_strings(node: ast.expr) -> Iterator[ast.expr]:
+    for alt in alternatives(node):
+        if str_value(alt) == NCCL:
+            yield alt
+
+
+def is_cuda_literal(node: ast.AST) -> bool:
+    text = str_value(node)
+    return text is not None and CUDA_DEVICE.fullmatch(text) is not None
+
+
+def cuda_or_nccl(value: ast.expr) -> bool:
+    return any(True for _ in cuda_strings(value)) or any(True for _ in nccl_strings(value))
+
+
+def source_text(node: ast.expr) -> str:
+    text = str_value(node)
+    return f'"{text}"' if text is not None else ast.unparse(node)
+
+
+def terminal_name(node: ast.AST) -> str | None:
+    if type(node) is ast.Name:
+        return node.id
+    if type(node) is ast.Attribute:
+        return node.attr
+    return None
+
+
+def deviceish(node: ast.expr) -> bool:
+    """Whether `node` looks like a device or device type: x.device.type, device, self.device_type,
+    args.dev, str(device)."""
+    if type(node) is ast.Call and type(node.func) is ast.Name and node.func.id == "str" and node.args:
+        return deviceish(node.args[0])
+    name = terminal_name(node)
+    if name is None:
+        return False
+    lowered = name.lower()
+    if lowered == "type" and type(node) is ast.Attribute:
+        return deviceish(node.value)  # x.device.type, dev.type
+    return "device" in lowered or lowered == "dev"
+
+
+def is_int(node: ast.AST | None) -> bool:
+    return type(node) is ast.Constant and type(node.value) is int and not isinstance(node.value, bool)

@@ -1,0 +1,221 @@
+"""FL9: control flow that decides on CUDA (device choice by ``torch.cuda.is_available()``, comparisons
+with ``"cuda"``, ``x.is_cuda``): detection and fix.
+
+Meaning first: in CUDA-era code ``"cuda"`` means "an accelerator". The fixes say so, so that a CPU run
+keeps its CPU behaviour: ``"cuda" if torch.cuda.is_available() else "cpu"`` becomes ``torch.fl.device()``
+(``cpu`` on a CPU-only host, the accelerator elsewhere) and ``device_type == "cuda"`` becomes
+``torch.fl.is_accelerator(device_type)`` (False for "cpu", True for "cuda", "npu", "mps", ...).
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import Any
+
+from ..cuda_api import CUDA_DEVICE, NCCL
+from .base import deviceish, fixes, is_cuda_literal, is_int, on, on_method, rule, source_text, str_value
+
+_AVAILABLE = "torch.cuda.is_available"
+_COUNT = "torch.cuda.device_count"
+
+rule(
+        "FL901", "cuda-availability-branch",
+        "Device chosen by `torch.cuda.is_available()`: every non-CUDA accelerator gets the CPU",
+        "Replace with `{replacement_text}`", "safe", level="warning",
+        what="The device-choice idiom `\"cuda\" if torch.cuda.is_available() else \"cpu\"` (also negated, "
+             "with `\"cuda:N\"`, with `torch.cuda.device_count() > 0`, and the backend form "
+             "`\"nccl\" if torch.cuda.is_available() else \"gloo\"`).",
+        why="The `else` arm is the CPU, so an NPU or MLU machine silently trains on the CPU: the 3x "
+            "slowdown that takes days to find.",
+        example="""
+device = "cuda" if torch.cuda.is_available() else "cpu"
+backend = "nccl" if torch.cuda.is_available() else "gloo"
+""",
+        use_instead="""
+device = torch.fl.device()          # acc0 on any accelerator, the CPU when there is none
+backend = torch.fl.dist_backend()
+""",
+        fix_notes="Safe: on a CUDA host the result is the CUDA device, on a CPU-only host the CPU, as before. "
+                  "Where the chosen value is also compared with strings in the module (`\"cuda\" in device`), "
+                  "it becomes `torch.fl.device_type()` so that it stays the string \"cuda\" or \"cpu\". "
+                  "A plain `if torch.cuda.is_available():` is FL201 (it becomes `torch.fl.is_accelerator()`).",
+)
+
+rule(
+        "FL902", "device-type-comparison",
+        "CUDA-only device check `{text}`", "Use `{replacement_text}` (True on any accelerator, False on the CPU)",
+        "unsafe", level="warning",
+        what="A check whether a device is CUDA: `x.device.type == \"cuda\"`, `device_type != \"cuda\"`, "
+             "`\"cuda\" in str(device)`, `str(device).startswith(\"cuda\")`, `x.is_cuda`.",
+        why="Code behind the check is the accelerator path; every other accelerator takes the fallback "
+            "path, usually one written for the CPU.",
+        example="""
+if x.device.type == "cuda":
+    y = fused_op(x)
+if device_type == "cuda":
+    x = x.pin_memory().to(device, non_blocking=True)
+""",
+        use_instead="""
+if torch.fl.is_accelerator(x.device.type):   # an accelerator, whatever it is; False on the CPU
+    y = fused_op(x)
+if torch.fl.is_accelerator(device_type):
+    x = x.pin_memory().to(device, non_blocking=True)
+""",
+        fix_notes="The comparison becomes `torch.fl.is_accelerator(<the device>)` (`!=` / `not in`: "
+                  "`not torch.fl.is_accelerator(...)`), so a CPU run keeps the CPU branch. Unsafe because on "
+                  "a non-CUDA accelerator (MPS included) the accelerator branch now runs, and it may hold "
+                  "CUDA-only code (then fix that too). Comparisons with `\"cuda:N\"` and membership in a tuple "
+                  "of device types are reported without a fix.",
+)
+
+
+def _asks_availability(det: Any, test: ast.expr) -> bool:
+    """torch.cuda.is_available(), torch.cuda.device_count(), device_count() > 0 / >= 1."""
+    if type(test) is ast.Call:
+        return det.qualname(test.func) in (_AVAILABLE, _COUNT) and not test.args
+    if type(test) is ast.Compare and len(test.ops) == 1 and type(test.left) is ast.Call \
+            and det.qualname(test.left.func) == _COUNT and is_int(test.comparators[0]):
+        bound = test.comparators[0].value  # type: ignore[attr-defined]
+        return (type(test.ops[0]) is ast.Gt and bound == 0) or (type(test.ops[0]) is ast.GtE and bound == 1)
+    return False
+
+
+def device_choice(det: Any, node: ast.expr) -> str | None:
+    """The torch.fl expression for `"cuda" if torch.cuda.is_available() else "cpu"` (and its negated,
+    "cuda:N" and `"nccl" ... "gloo"` forms), or None when `node` is not such a choice."""
+    if type(node) is not ast.IfExp:
+        return None
+    test, chosen, fallback = node.test, node.body, node.orelse
+    if type(test) is ast.UnaryOp and type(test.op) is ast.Not:
+        test, chosen, fallback = test.operand, fallback, chosen
+    if not _asks_availability(det, test):
+        return None
+    picked, other = str_value(chosen), str_value(fallback)
+    if picked == NCCL and other == "gloo":
+        return "torch.fl.dist_backend()"
+    match = CUDA_DEVICE.fullmatch(picked or "")
+    if match is None or other != "cpu":
+        return None
+    return "torch.fl.device()" if match.group(1) is None else f'torch.fl.device("acc{match.group(1)}")'
+
+
+@on("ifexp")
+def device_choice_expression(det: Any, node: ast.IfExp) -> None:
+    replacement = device_choice(det, node)
+    if replacement is None:
+        return
+    before = len(det.raw)
+    det.report("FL901", node, "safe", replacement=replacement, replacement_text=replacement, node_id=id(node))
+    det.claim(node)
+    if len(det.raw) > before:
+        det.choices.append(before)
+
+
+@on("assign")
+def device_choice_variable(det: Any, target: ast.expr, value: ast.expr) -> None:
+    if type(value) is ast.IfExp and device_choice(det, value) is not None:
+        det.choice_keys[id(value)] = det.key(target)
+
+
+@on("finish")
+def keep_strings_strings(det: Any) -> None:
+    """A chosen device that the code also compares with strings (`"cuda" in device`) must stay a string:
+    `torch.fl.device_type()` is "cuda" on CUDA and "cpu" on the CPU, as the literals were."""
+    for index in det.choices:
+        code, pos, stmt_line, safety, fields, replacement = det.raw[index]
+        node_id = fields.pop("node_id", None)
+        key = det.choice_keys.get(node_id)
+        if key is None or key not in det.string_keys or replacement is None or "dist_backend" in replacement:
+            continue
+        replacement = ("torch.fl.device_type()" if replacement == "torch.fl.device()"
+                       else f"str({replacement})")
+        fields["replacement_text"] = replacement
+        det.raw[index] = (code, pos, stmt_line, safety, fields, replacement)
+
+
+def _report_check(det: Any, node: ast.AST, other: ast.expr | None, literal: ast.expr | None,
+                  negate: bool) -> None:
+    """FL902 on a CUDA check; fixable (unsafe) when it tests for the device type "cuda" exactly."""
+    text = ast.unparse(node)
+    if other is not None and (literal is None or str_value(literal) == "cuda"):
+        replacement = f"{'not ' if negate else ''}torch.fl.is_accelerator({ast.unparse(other)})"
+        det.report("FL902", node, "unsafe", text=text, replacement_text=replacement, replacement=replacement)
+    else:
+        det.report("FL902", node, text=text, replacement_text="torch.fl.is_accelerator(...)")
+    if literal is not None:
+        det.done.add(id(literal))
+
+
+@on("compare")
+def device_comparison(det: Any, node: ast.Compare) -> None:
+    operands = [node.left, *node.comparators]
+    if len(node.ops) != 1:
+        for op, left, right in zip(node.ops, operands, operands[1:], strict=False):
+            if type(op) in (ast.Eq, ast.NotEq) and any(is_cuda_literal(x) and deviceish(y)
+                                                       for x, y in ((left, right), (right, left))):
+                _report_check(det, node, None, None, False)
+                return
+        return
+    op, left, right = type(node.ops[0]), node.left, node.comparators[0]
+    if op in (ast.Eq, ast.NotEq, ast.Is, ast.IsNot):
+        for literal, other in ((left, right), (right, left)):
+            if is_cuda_literal(literal) and deviceish(other):
+                _report_check(det, node, other, literal, op in (ast.NotEq, ast.IsNot))
+                return
+    elif op in (ast.In, ast.NotIn):
+        if is_cuda_literal(left) and deviceish(right):
+            _report_check(det, node, right, left, op is ast.NotIn)
+        elif type(right) in (ast.Tuple, ast.List, ast.Set) and deviceish(left) \
+                and any(is_cuda_literal(e) for e in right.elts):  # type: ignore[attr-defined]
+            _report_check(det, node, None, None, False)
+
+
+@on_method("startswith")
+def device_prefix(det: Any, node: ast.Call, attr: str) -> None:
+    receiver = node.func.value  # type: ignore[attr-defined]
+    if node.args and str_value(node.args[0]) == "cuda" and deviceish(receiver):
+        _report_check(det, node, receiver, node.args[0], False)
+
+
+@on("member")
+def is_cuda_attribute(det: Any, node: ast.Attribute) -> None:
+    """`x.is_cuda`: "is x on the accelerator?"."""
+    if node.attr == "is_cuda" and type(node.ctx) is ast.Load and id(node) not in det.done:
+        receiver = source_text(node.value)
+        replacement = f"torch.fl.is_accelerator({receiver}.device)"
+        det.report("FL902", node, "unsafe", text=ast.unparse(node), replacement_text=replacement,
+                   replacement=replacement)
+
+
+# Fixes --------------------------------------------------------------------------------------------
+@fixes("FL901", "IfExp")
+def fix_device_choice(rw: Any, original: Any, updated: Any, finding: Any) -> Any:
+    return None if finding.replacement is None else rw.expr(finding.replacement)
+
+
+@fixes("FL902", "Comparison", "Call", "Attribute")
+def fix_device_check(rw: Any, original: Any, updated: Any, finding: Any) -> Any:
+    import libcst as cst
+
+    if finding.replacement is None:
+        return None
+    negate = finding.replacement.startswith("not ")
+    if isinstance(updated, cst.Attribute):
+        if updated.attr.value != "is_cuda":
+            return None
+        subject: Any = cst.Attribute(updated.value, cst.Name("device"))
+    elif isinstance(updated, cst.Call):
+        if not isinstance(updated.func, cst.Attribute) or updated.func.attr.value != "startswith":
+            return None
+        subject = updated.func.value
+    else:
+        if len(updated.comparisons) != 1:
+            return None
+        left, right = updated.left, updated.comparisons[0].comparator
+        subject = left if isinstance(right, cst.SimpleString) and not isinstance(left, cst.SimpleString) else right
+        if isinstance(updated.comparisons[0].operator, (cst.In, cst.NotIn)):
+            subject = right
+    call = rw.fl_call("is_accelerator", subject.with_changes(lpar=[], rpar=[]) if hasattr(subject, "lpar") else subject)
+    if not negate:
+        return call
+    return cst.UnaryOperation(cst.Not(), call)

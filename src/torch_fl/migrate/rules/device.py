@@ -1,0 +1,442 @@
+"""FL1: device strings and placement (``"cuda"``, ``.cuda()``, typed CUDA tensors, default device, device
+variables, integer ordinals): detection and fix of each rule."""
+
+from __future__ import annotations
+
+import ast
+from typing import Any
+
+from ..cuda_api import CUDA_DEVICE, CUDA_TENSOR_TYPES, device_replacement
+from .base import (
+    alternatives,
+    cuda_or_nccl,
+    cuda_strings,
+    fixes,
+    is_int,
+    on,
+    on_call,
+    on_keyword,
+    on_method,
+    rule,
+    source_text,
+    str_value,
+    terminal_name,
+)
+from .control import device_choice
+
+# Keywords whose value is a device.
+DEVICE_KWARGS = ("device", "map_location", "device_map")
+# Names that hold an integer device ordinal when they reach a device argument (`x.to(local_rank)`).
+# Not `gpu` or `device_id`: those hold device strings as often as integers.
+ORDINAL_NAMES = frozenset({"rank", "local_rank", "gpu_id", "gpu_idx", "gpu_index", "local_gpu", "ddp_local_rank"})
+
+rule(
+        "FL101", "cuda-device-string",
+        "Hard-coded CUDA device {text} used as a device", "Replace with `{replacement}`", "safe",
+        what="A `\"cuda\"` or `\"cuda:N\"` string used as a device: `torch.device(\"cuda\")`, a "
+             "`device=`/`map_location=`/`device_map=` keyword of any call, or the first argument of "
+             "`.to(...)`. f-strings such as `f\"cuda:{rank}\"` are reported too.",
+        why="The code then runs only on NVIDIA (and ROCm) builds; on an Ascend, Cambricon, Intel or Apple "
+            "device it fails with \"Torch not compiled with CUDA enabled\", or someone edits every string "
+            "by hand.",
+        example="""
+model = Net().to("cuda")
+x = torch.zeros(8, device="cuda:1")
+dev = torch.device("cuda")
+""",
+        use_instead="""
+model = Net().to(torch.fl.device())
+x = torch.zeros(8, device=torch.fl.device("acc1"))
+dev = torch.fl.device()
+""",
+        fix_notes="`\"cuda\"` becomes `torch.fl.device()` and `\"cuda:N\"` / `torch.device(\"cuda\", N)` "
+                  "becomes `torch.fl.device(\"accN\")`: on a CUDA machine accN is cuda:N unless "
+                  "FL_DEVICE_MAP says otherwise. f-strings and other computed strings are not fixed.",
+)
+
+rule(
+        "FL102", "cuda-method",
+        "`{call}` moves to a CUDA device only", "Replace with `.to({replacement})`", "safe",
+        what="A `.cuda()` or `.cuda(N)` call on a tensor or module.",
+        why="`.cuda()` exists on every tensor and module but fails on any backend other than CUDA.",
+        example="""
+model = Net().cuda()
+x = batch.cuda(1, non_blocking=True)
+""",
+        use_instead="""
+model = Net().to(torch.fl.device())
+x = batch.to(torch.fl.device("acc1"), non_blocking=True)
+""",
+        fix_notes="Only calls with no device or an integer literal device are fixed; `.cuda(rank)` with "
+                  "a variable is reported without a fix.",
+)
+
+rule(
+        "FL103", "cuda-tensor-type",
+        "`{attr}` is a CUDA-only tensor type", "Use a `{dtype}` tensor with `device=torch.fl.device()`",
+        None,
+        what="The legacy typed-tensor classes `torch.cuda.FloatTensor`, `HalfTensor`, `LongTensor`, ... "
+             "used as constructors, in `isinstance`, or in `.type(...)`.",
+        why="These classes exist only for CUDA; they are also deprecated in favour of dtype + device.",
+        example="""
+x = torch.cuda.FloatTensor(4, 4)
+y = x.type(torch.cuda.HalfTensor)
+""",
+        use_instead="""
+x = torch.empty(4, 4, dtype=torch.float32, device=torch.fl.device())
+y = x.to(torch.float16)
+""",
+        fix_notes="A constructor call takes sizes or data depending on its arguments, so the rewrite is "
+                  "left to a person.",
+)
+
+rule(
+        "FL104", "cuda-default-device",
+        "`{call}` makes CUDA the default device", "Use `torch.set_default_device(torch.fl.device())`",
+        "safe",
+        what="`torch.set_default_device(\"cuda\")` or `torch.set_default_tensor_type(torch.cuda.*)`.",
+        why="Every factory call afterwards allocates on CUDA, so the whole program is CUDA-bound by one "
+            "line that is easy to miss.",
+        example="""
+torch.set_default_device("cuda")
+torch.set_default_tensor_type(torch.cuda.FloatTensor)
+""",
+        use_instead="""
+torch.set_default_device(torch.fl.device())
+torch.set_default_dtype(torch.float32); torch.set_default_device(torch.fl.device())
+""",
+        fix_notes="Only `set_default_device` with a string literal is fixed; `set_default_tensor_type` "
+                  "mixes dtype and device and is reported without a fix.",
+)
+
+rule(
+        "FL105", "cuda-device-variable",
+        "CUDA device {text} in `{target}` reaches a device argument (line {sink_line})",
+        "Replace with `{replacement}`", "unsafe",
+        what="A `\"cuda\"` string bound to a variable, attribute, config-dict key, dataclass field, "
+             "argparse default or parameter default that later reaches a device argument in the same "
+             "module (`.to(device)`, `device=cfg.device`, `torch.device(args.device)`).",
+        why="It is FL101 one step removed: the string is the hard-coded device, the call site only "
+            "passes it along.",
+        example="""
+device = "cuda" if torch.cuda.is_available() else "cpu"
+model.to(device)
+parser.add_argument("--device", default="cuda")
+""",
+        use_instead="""
+device = torch.fl.device()
+model.to(device)
+parser.add_argument("--device", default=str(torch.fl.device()))
+""",
+        fix_notes="The literal at the assignment becomes `torch.fl.device_type()` (`\"cuda:N\"`: "
+                  "`str(torch.fl.device(\"accN\"))`). Unsafe because the variable may be used as a "
+                  "string elsewhere (compared with \"cuda\", logged, saved in a config). The tracking is "
+                  "by name within one module: a function's locals, module globals (not in a function "
+                  "that binds the same name), attribute or key names of any object, and copies "
+                  "(`self.device = device`, where `device` is a parameter defaulting to \"cuda\").",
+)
+
+rule(
+        "FL106", "device-ordinal",
+        "Integer device ordinal `{text}` used as a device (it means `cuda:{text}`)", "{remedy}", "safe",
+        what="An integer where a device goes: `x.to(0)`, `device=0`, `torch.device(0)`, a rank-like name "
+             "(`x.to(local_rank)`, `.to(args.gpu)`), and the entries of `device_ids=[...]` / "
+             "`output_device=` (DistributedDataParallel, DataParallel).",
+        why="torch reads a bare integer as a CUDA device index, so the code asks for CUDA on every machine; "
+            "DDP with `device_ids` on a CPU module fails.",
+        example="""
+x = x.to(0)
+model = DDP(model, device_ids=[local_rank])
+""",
+        use_instead="""
+x = x.to(torch.fl.device("acc0"))
+model = DDP(model, device_ids=[torch.fl.current_device()] if torch.fl.is_accelerator() else None)
+""",
+        fix_notes="Integer literals become `torch.fl.device(\"accN\")`; names and `device_ids` entries are "
+                  "reported without a fix (the right form depends on whether the module is on the CPU).",
+)
+
+
+# Detection ----------------------------------------------------------------------------------------
+def report_device_strings(det: Any, value: ast.expr) -> None:
+    """FL101 for each "cuda"/"cuda:N" the value may be; FL106 for integer ordinals."""
+    if device_choice(det, value) is not None:
+        return  # `"cuda" if torch.cuda.is_available() else "cpu"`: FL901, on the whole expression
+    if type(value) is ast.Dict:
+        # map_location={"cuda:1": "cuda:0"}: keys say where storages were saved (a fact about the
+        # file); the values say where they go.
+        for item in value.values:
+            report_device_strings(det, item)
+        return
+    for literal, index in cuda_strings(value):
+        if id(literal) in det.done:
+            continue
+        det.report("FL101", literal, None if index == "?" else "safe", text=source_text(literal),
+                   replacement=device_replacement(index))
+    report_ordinals(det, value)
+
+
+def report_ordinals(det: Any, value: ast.expr, *, any_name: bool = False) -> None:
+    """FL106: an integer (or a rank-like name) where a device goes means cuda:N."""
+    for alt in alternatives(value):
+        if id(alt) in det.done:
+            continue
+        if is_int(alt):
+            det.report("FL106", alt, "safe", text=str(alt.value),  # type: ignore[attr-defined]
+                       remedy=f'Replace with `torch.fl.device("acc{alt.value}")`',  # type: ignore[attr-defined]
+                       replacement=f'torch.fl.device("acc{alt.value}")')  # type: ignore[attr-defined]
+        elif (any_name and type(alt) in (ast.Name, ast.Attribute, ast.Subscript)) \
+                or terminal_name(alt) in ORDINAL_NAMES:
+            text = ast.unparse(alt)
+            det.report("FL106", alt, None, text=text,
+                       remedy=f"Use `torch.fl.device({text})` (the ordinal names accN)")
+
+
+@on_keyword(*DEVICE_KWARGS)
+def device_keyword(det: Any, call: ast.Call, arg: str, value: ast.expr, func: str | None) -> None:
+    if arg == "map_location" and type(value) is ast.Lambda:
+        return  # the lambda's body (storage.cuda(...)) is scanned on its own
+    if (func or "").startswith("torch.fl."):
+        for literal, index in cuda_strings(value):
+            det.report("FL101", literal, None if index == "?" else "safe", text=source_text(literal),
+                       replacement=device_replacement(index))
+        return  # an integer is a virtual device there (torch.fl.synchronize(0) is acc0)
+    report_device_strings(det, value)
+    det.sink("device", value)
+
+
+@on_keyword("device_ids", "output_device")
+def device_ids_keyword(det: Any, call: ast.Call, arg: str, value: ast.expr, func: str | None) -> None:
+    """DDP(model, device_ids=[rank]): each entry is a CUDA ordinal (None for a CPU module)."""
+    elts: list[ast.expr] = []
+    for alt in alternatives(value):
+        elts.extend(alt.elts if type(alt) in (ast.List, ast.Tuple) else [alt])  # type: ignore[attr-defined]
+    for elt in elts:
+        if type(elt) is ast.Constant and elt.value is None:
+            continue
+        if type(elt) is ast.Call:
+            continue  # torch.device(...) / torch.fl.device(...): a device, not an ordinal
+        if id(elt) in det.done:
+            continue
+        text = ast.unparse(elt)
+        det.report("FL106", elt, None, text=text,
+                   remedy=f"Use `{arg}=[torch.fl.current_device()] if torch.fl.is_accelerator() else None` "
+                          "(a CPU module takes None)")
+        det.done.add(id(elt))
+
+
+@on_method("to")
+def to_call(det: Any, node: ast.Call, attr: str) -> None:
+    if node.args and id(node.args[0]) not in det.done:
+        report_device_strings(det, node.args[0])
+        det.sink("device", node.args[0])
+
+
+@on_call("torch.device")
+def torch_device(det: Any, node: ast.Call, qual: str) -> None:
+    """torch.device("cuda"), torch.device("cuda", 0), torch.device(type="cuda"), torch.device(0)."""
+    value = node.args[0] if node.args else next((k.value for k in node.keywords if k.arg == "type"), None)
+    if value is None:
+        return
+    det.sink("device", value)
+    if device_choice(det, value) is not None:
+        return  # FL901 rewrites the choice; torch.device(torch.fl.device()) is fine
+    det.done.add(id(value))
+    if is_int(value) and len(node.args) == 1 and not node.keywords:
+        det.report("FL106", node, "safe", text=str(value.value),  # type: ignore[attr-defined]
+                   remedy=f'Replace with `torch.fl.device("acc{value.value}")`',  # type: ignore[attr-defined]
+                   replacement=f'torch.fl.device("acc{value.value}")')  # type: ignore[attr-defined]
+        return
+    text = str_value(value)
+    match = CUDA_DEVICE.fullmatch(text) if text is not None else None
+    if match is None:
+        det.done.discard(id(value))
+        report_device_strings(det, value)
+        det.done.add(id(value))
+        return
+    index = match.group(1)
+    rest = node.args[1:] + [k.value for k in node.keywords if k.arg != "type"]
+    if index is None and rest:
+        number = rest[0].value if type(rest[0]) is ast.Constant else None
+        index = str(number) if type(number) is int and len(rest) == 1 else "?"
+    det.report("FL101", node, None if index == "?" else "safe", text=source_text(value),
+               replacement=device_replacement(index))
+
+
+@on_call("torch.set_default_device", "torch.set_default_tensor_type")
+def default_device(det: Any, node: ast.Call, qual: str) -> None:
+    if not node.args:
+        return
+    value = node.args[0]
+    det.sink("device", value)
+    call = f"{qual}({source_text(value)})"
+    if qual == "torch.set_default_device":
+        for literal, index in cuda_strings(value):
+            det.report("FL104", literal, None if index == "?" else "safe", call=call,
+                       replacement=device_replacement(index))
+    elif (det.qualname(value) or str_value(value) or "").startswith("torch.cuda."):
+        det.report("FL104", node, call=call)
+        det.claim(value)
+
+
+@on_method("cuda")
+def cuda_method(det: Any, node: ast.Call, attr: str) -> None:
+    arguments = [*node.args, *node.keywords]
+    device = node.args[0] if node.args else next((kw.value for kw in node.keywords if kw.arg == "device"), None)
+    others = [kw.arg for kw in node.keywords if kw.arg != "device"]
+    if device is None:
+        index: str | None = None
+    elif is_int(device):
+        index = str(device.value)  # type: ignore[attr-defined]
+    else:
+        index = "?"
+    if device is not None:
+        det.done.add(id(device))  # the ordinal is part of this finding (one finding per site)
+    safe = index != "?" and all(arg in ("non_blocking", "memory_format") for arg in others)
+    call = ".cuda(" + ", ".join(ast.unparse(a) for a in arguments) + ")"
+    det.report("FL102", node, "safe" if safe else None, call=call, replacement=device_replacement(index))
+
+
+@on("attribute")
+def tensor_type_attribute(det: Any, node: ast.Attribute, qual: str, called: bool) -> None:
+    parts = qual.split(".")
+    if parts[1] == "cuda" and len(parts) > 2 and parts[2] in CUDA_TENSOR_TYPES:
+        det.report("FL103", node, attr=".".join(parts[:3]), dtype=f"torch.{CUDA_TENSOR_TYPES[parts[2]]}")
+        det.claim(node)
+
+
+@on_method("type")
+def type_method(det: Any, node: ast.Call, attr: str) -> None:
+    text = str_value(node.args[0]) if node.args else None
+    if text and text.startswith("torch.cuda.") and text[len("torch.cuda."):] in CUDA_TENSOR_TYPES:
+        det.report("FL103", node.args[0], attr=text, dtype=f"torch.{CUDA_TENSOR_TYPES[text[len('torch.cuda.'):]]}")
+
+
+@on_method("add_argument")
+def argparse_default(det: Any, node: ast.Call, attr: str) -> None:
+    """parser.add_argument("--device", default="cuda"): a source for `args.device`."""
+    default = next((kw.value for kw in node.keywords if kw.arg == "default"), None)
+    if default is None or not cuda_or_nccl(default):
+        return
+    dest = next((str_value(kw.value) for kw in node.keywords if kw.arg == "dest"), None)
+    if dest is None:
+        options = [str_value(a) for a in node.args if str_value(a)]
+        longs = [o for o in options if o.startswith("--")]  # type: ignore[union-attr]
+        dest = (longs or options or [None])[0]
+    if dest:
+        dest = dest.lstrip("-").replace("-", "_")
+        det.source(("member", dest), default, f"args.{dest}")
+
+
+@on("flow")
+def device_flow(det: Any, kind: str, literal: ast.expr, index: str | None, target: str, sink_line: int) -> None:
+    if kind != "device":
+        return
+    replacement = ("torch.fl.device_type()" if index is None else
+                   'str(torch.fl.device(f"acc{...}"))' if index == "?" else
+                   f'str(torch.fl.device("acc{index}"))')
+    det.report("FL105", literal, None if index == "?" else "unsafe", text=source_text(literal),
+               target=target, sink_line=sink_line, replacement=replacement)
+
+
+# Fixes --------------------------------------------------------------------------------------------
+@fixes("FL101", "SimpleString", "Call")
+def fix_device_string(rw: Any, original: Any, updated: Any, finding: Any) -> Any:
+    import libcst as cst
+
+    if isinstance(original, cst.SimpleString):
+        match = CUDA_DEVICE.fullmatch(str(original.evaluated_value))
+        if match is None:
+            return None
+        return rw.device(None if match.group(1) is None else int(match.group(1)), original)
+    if rw.qual(original.func) != "torch.device":
+        return None
+    # torch.device("cuda") / ("cuda:N") / ("cuda", N) / (type="cuda", index=N).
+    kinds: dict[str, Any] = {}
+    for i, arg in enumerate(original.args):
+        if arg.star:
+            return None
+        key = arg.keyword.value if arg.keyword is not None else ("type", "index")[min(i, 1)]
+        kinds[key] = arg.value
+    literal = kinds.get("type")
+    if not isinstance(literal, cst.SimpleString):
+        return None
+    match = CUDA_DEVICE.fullmatch(str(literal.evaluated_value))
+    if match is None:
+        return None
+    index = kinds.get("index")
+    if index is None:
+        return rw.device(None if match.group(1) is None else int(match.group(1)), literal)
+    if match.group(1) is not None or not isinstance(index, cst.Integer):
+        return None
+    return rw.device(int(index.evaluated_value), literal)
+
+
+@fixes("FL104", "SimpleString")
+def fix_default_device(rw: Any, original: Any, updated: Any, finding: Any) -> Any:
+    match = CUDA_DEVICE.fullmatch(str(original.evaluated_value))
+    if match is None:
+        return None
+    return rw.device(None if match.group(1) is None else int(match.group(1)), original)
+
+
+@fixes("FL105", "SimpleString")
+def fix_device_variable(rw: Any, original: Any, updated: Any, finding: Any) -> Any:
+    # The literal names a device type ("cuda") or one device ("cuda:1"); the replacement is a string of
+    # the same kind, so string comparisons and f-strings keep working.
+    match = CUDA_DEVICE.fullmatch(str(original.evaluated_value))
+    if match is None:
+        return None
+    if match.group(1) is None:
+        return rw.fl_call("device_type")
+    return rw.str_device(int(match.group(1)), original)
+
+
+@fixes("FL106", "Integer", "Call")
+def fix_ordinal(rw: Any, original: Any, updated: Any, finding: Any) -> Any:
+    import libcst as cst
+
+    if isinstance(original, cst.Call) and rw.qual(original.func) != "torch.device":
+        return None
+    if finding.replacement is None:
+        return None
+    return rw.expr(finding.replacement)
+
+
+@fixes("FL102", "Call")
+def fix_cuda_method(rw: Any, original: Any, updated: Any, finding: Any) -> Any:
+    # .cuda(device=None, non_blocking=False, memory_format=...) -> .to(device, ...).
+    import libcst as cst
+
+    call = updated
+    if not isinstance(call.func, cst.Attribute) or call.func.attr.value != "cuda":
+        return None
+    device: Any = None
+    rest: list[Any] = []
+    positional = 0
+    for arg in call.args:
+        if arg.star:
+            return None
+        if arg.keyword is None:
+            if positional == 0:
+                device = arg
+            elif positional == 1:
+                rest.append(arg.with_changes(keyword=cst.Name("non_blocking"), equal=rw.no_space))
+            else:
+                return None
+            positional += 1
+        elif arg.keyword.value == "device":
+            device = arg
+        else:
+            rest.append(arg)
+    value = None if device is None else device.value
+    if value is None or (isinstance(value, cst.Name) and value.value == "None"):
+        new_device = rw.device(None)
+    elif isinstance(value, cst.Integer):
+        new_device = rw.device(int(value.evaluated_value))
+    else:
+        return None  # the scanner gives .cuda(expr) no fix: expr may be a rank, a device, ...
+    # The device goes first, as .to() takes it; it keeps its own comma and layout.
+    first = cst.Arg(new_device) if device is None else device.with_changes(
+        value=new_device, keyword=None, equal=cst.MaybeSentinel.DEFAULT)
+    return call.with_changes(func=call.func.with_changes(attr=cst.Name("to")), args=rw.commas([first, *rest], call))

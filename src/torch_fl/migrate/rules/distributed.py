@@ -1,0 +1,154 @@
+"""FL5: distributed (``"nccl"``, ``NCCL_*`` and ``CUDA_VISIBLE_DEVICES`` in code): detection and fix."""
+
+from __future__ import annotations
+
+import ast
+from typing import Any
+
+from ..cuda_api import NCCL
+from .base import fixes, nccl_strings, on, on_call, on_keyword, rule, str_value, terminal_name
+
+BACKEND_KWARGS = ("backend", "process_group_backend", "dist_backend")
+# Functions that take "nccl" positionally, by their last name (works for dist.x and bare x):
+# name -> index of the backend argument.
+BACKEND_POSITIONS = {"init_process_group": 0, "new_group": 2, "init_distributed": 0}
+_ENV_WRITERS = {"os.environ.setdefault": "set", "os.environ.pop": "removed", "os.putenv": "set",
+                "os.unsetenv": "removed"}
+_ENV_READERS = {"os.environ.get": "read", "os.getenv": "read"}
+
+rule(
+        "FL501", "nccl-backend",
+        "Hard-coded `nccl` process-group backend{detail}", "Replace with `torch.fl.dist_backend()`",
+        "safe",
+        what="`\"nccl\"` passed as the backend of `init_process_group` / `new_group`, or as a "
+             "`backend=`, `process_group_backend=` or `dist_backend=` keyword; also `\"nccl\"` bound to "
+             "a variable that is then passed as the backend.",
+        why="NCCL exists only for NVIDIA GPUs; Ascend uses hccl, Cambricon cncl, Intel xccl, the CPU "
+            "gloo. The description of each device names its collective backend.",
+        example="""
+dist.init_process_group("nccl")
+backend = "nccl" if torch.cuda.is_available() else "gloo"
+dist.init_process_group(backend=backend)
+""",
+        use_instead="""
+dist.init_process_group(torch.fl.dist_backend())
+# or torch.fl.distributed.init_process_group(), which also runs a preflight check
+""",
+        fix_notes="A literal passed directly is a safe fix; a literal reaching the call through a "
+                  "variable gets an unsafe fix, because the variable may also be compared with \"nccl\".",
+)
+
+rule(
+        "FL502", "nccl-env",
+        "NCCL environment variable `{var}` {action} in code",
+        "Set it in the launch environment (or leave it to the collective backend)", None, level="warning",
+        what="Setting or removing an `NCCL_*` environment variable from Python: `os.environ[...] = `, "
+             "`os.environ.setdefault`, `os.environ.update`, `os.environ.pop`, `del os.environ[...]`, "
+             "`os.putenv`.",
+        why="NCCL tuning does nothing on other collective backends (hccl, cncl, xccl, gloo), and setting "
+            "it inside the program hides a deployment decision in code.",
+        example="""
+os.environ["NCCL_P2P_DISABLE"] = "1"
+os.environ.setdefault("NCCL_DEBUG", "INFO")
+""",
+        use_instead="""
+# In the launcher or job spec, for the clusters that use NCCL:
+#   NCCL_P2P_DISABLE=1 torchrun --nproc-per-node 8 train.py
+""",
+)
+
+rule(
+        "FL503", "cuda-visible-devices",
+        "`CUDA_VISIBLE_DEVICES` {action} in code",
+        "Use the device description's `visible_devices_env`, or map devices with `FL_DEVICE_MAP`", None,
+        level="warning",
+        what="Reading or setting `CUDA_VISIBLE_DEVICES` from Python.",
+        why="Each runtime has its own variable (`ASCEND_RT_VISIBLE_DEVICES`, `MLU_VISIBLE_DEVICES`, "
+            "`ZE_AFFINITY_MASK`, ...); code that sets the CUDA one pins nothing on other chips, and code "
+            "that reads it computes a wrong device list there.",
+        example="""
+os.environ["CUDA_VISIBLE_DEVICES"] = str(local_rank)
+""",
+        use_instead="""
+# Let the launcher pin devices, or choose the device symbolically:
+device = torch.fl.device(f"acc{local_rank}")
+# FL_DEVICE_MAP="acc0=cuda:1" maps virtual devices without touching the runtime's variable;
+# torch.fl.description().visible_devices_env names the variable of the current chip.
+""",
+)
+
+
+def check_backend(det: Any, value: ast.expr) -> None:
+    for literal in nccl_strings(value):
+        det.report("FL501", literal, "safe", detail="")
+    det.sink("backend", value)
+
+
+@on("call")
+def backend_position(det: Any, node: ast.Call, qual: str | None, name: str | None) -> None:
+    index = BACKEND_POSITIONS.get(name or "")
+    if index is not None and len(node.args) > index:
+        check_backend(det, node.args[index])
+
+
+@on_keyword(*BACKEND_KWARGS)
+def backend_keyword(det: Any, call: ast.Call, arg: str, value: ast.expr, func: str | None) -> None:
+    check_backend(det, value)
+
+
+@on("compare")
+def backend_comparison(det: Any, node: ast.Compare) -> None:
+    """`dist.get_backend() == "nccl"`: asks whether collectives run on NVIDIA GPUs."""
+    operands = (node.left, *node.comparators)
+    if not any(str_value(o) == NCCL for o in operands):
+        return
+    for operand in operands:
+        if type(operand) is ast.Call and terminal_name(operand.func) == "get_backend":
+            literal = next(o for o in operands if str_value(o) == NCCL)
+            det.report("FL501", literal, detail=" compared with `get_backend()`: use "
+                       "`torch.fl.is_accelerator()` to ask for device collectives")
+            return
+
+
+@on("flow")
+def backend_flow(det: Any, kind: str, literal: ast.expr, index: str | None, target: str, sink_line: int) -> None:
+    if kind == "backend":
+        det.report("FL501", literal, "unsafe", detail=f" (via `{target}`, line {sink_line})")
+
+
+def check_env(det: Any, key: str, where: ast.AST, action: str) -> None:
+    if key.startswith("NCCL_") and action != "read":
+        det.report("FL502", where, var=key, action=action)
+    elif key == "CUDA_VISIBLE_DEVICES":
+        det.report("FL503", where, action=action)
+
+
+@on("subscript")
+def environ_subscript(det: Any, node: ast.Subscript) -> None:
+    if det.qualname(node.value) == "os.environ":
+        key = str_value(node.slice)
+        if key is not None:
+            ctx = type(node.ctx)
+            action = "read" if ctx is ast.Load else "set" if ctx is ast.Store else "removed"
+            check_env(det, key, node, action)
+
+
+@on_call(*_ENV_WRITERS, *_ENV_READERS, "os.environ.update")
+def environ_call(det: Any, node: ast.Call, qual: str) -> None:
+    action = _ENV_WRITERS.get(qual) or _ENV_READERS.get(qual)
+    if qual == "os.environ.update":
+        for arg in node.args:
+            if type(arg) is ast.Dict:
+                for key in arg.keys:
+                    if str_value(key) is not None:
+                        check_env(det, str_value(key), key, "set")  # type: ignore[arg-type]
+        for kw in node.keywords:
+            if kw.arg:
+                check_env(det, kw.arg, kw.value, "set")
+    elif action and node.args and str_value(node.args[0]) is not None:
+        check_env(det, str_value(node.args[0]), node, action)  # type: ignore[arg-type]
+
+
+@fixes("FL501", "SimpleString")
+def fix_nccl(rw: Any, original: Any, updated: Any, finding: Any) -> Any:
+    return rw.fl_call("dist_backend") if original.evaluated_value == NCCL else None

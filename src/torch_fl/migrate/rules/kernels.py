@@ -1,0 +1,88 @@
+"""FL7: kernels and extensions (CUDA extensions, ``.cu`` sources, Triton kernels): detection."""
+
+from __future__ import annotations
+
+import ast
+from typing import Any
+
+from .base import on, on_call, rule, str_value
+
+CUDA_SUFFIXES = (".cu", ".cuh")
+
+rule(
+        "FL701", "cuda-extension",
+        "`{call}` builds a CUDA extension", "Provide a portable implementation (torch ops, a kernel "
+        "registered per device with torch.library) and build the CUDA one only for CUDA", None,
+        what="`torch.utils.cpp_extension.CUDAExtension(...)`, `load(...)` with `.cu` sources or CUDA "
+             "flags, and `load_inline(..., cuda_sources=...)`.",
+        why="The extension compiles with nvcc and its kernels exist only for CUDA; on another device the "
+            "import fails or the op has no kernel.",
+        example="""
+ext = load(name="fused", sources=["fused.cpp", "fused_kernel.cu"])
+""",
+        use_instead="""
+# A reference implementation in torch ops, registered as the op's default; the CUDA build
+# registers a faster kernel for CUDA only (torch.library.custom_op + register_kernel).
+""",
+)
+
+rule(
+        "FL702", "cuda-source-file",
+        "CUDA source file", "Give its kernels a portable implementation (torch ops or Triton)", None,
+        what="A `.cu` or `.cuh` file in the scanned tree (reported at line 1, column 1).",
+        why="CUDA C++ compiles for NVIDIA GPUs only (HIP can translate some of it for AMD); every other "
+            "chip needs another implementation.",
+        example="""
+csrc/fused_kernel.cu
+""",
+        use_instead="""
+# Keep the .cu kernel for CUDA, and register a portable version of the same op for every other
+# device (see FL701).
+""",
+)
+
+rule(
+        "FL703", "triton-kernel",
+        "Triton kernel `{func}` runs only where the target device has a Triton backend",
+        "Register a fallback implementation for devices without Triton", None, level="warning",
+        what="A function decorated with `@triton.jit` or `@triton.autotune`.",
+        why="Triton compiles for NVIDIA, AMD and Intel GPUs and a few vendor backends, not for every "
+            "chip; the kernel needs a fallback (torch ops) where there is no Triton backend.",
+        example="""
+@triton.jit
+def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    ...
+""",
+        use_instead="""
+# Route the op to the Triton kernel only where Triton runs; other devices keep their own route:
+torch.fl.register_kernel("aten::gelu", triton_gelu, device_type="cuda")
+""",
+)
+
+
+@on_call(*(f"torch.utils.cpp_extension.{name}" for name in ("CUDAExtension", "load", "load_inline")))
+def extension(det: Any, node: ast.Call, qual: str) -> None:
+    name = qual.rsplit(".", 1)[1]
+    keywords = {kw.arg: kw.value for kw in node.keywords if kw.arg}
+    if name == "CUDAExtension":
+        cuda = True
+    elif name == "load":
+        sources = keywords.get("sources", node.args[1] if len(node.args) > 1 else None)
+        files = sources.elts if type(sources) in (ast.List, ast.Tuple) else [sources]  # type: ignore[union-attr]
+        cuda = (any((str_value(f) or "").endswith(CUDA_SUFFIXES) for f in files)
+                or "extra_cuda_cflags" in keywords
+                or (type(keywords.get("with_cuda")) is ast.Constant and keywords["with_cuda"].value is True))  # type: ignore[union-attr]
+    else:  # load_inline(name, cpp_sources, cuda_sources=None, ...)
+        cuda_sources = keywords.get("cuda_sources", node.args[2] if len(node.args) > 2 else None)
+        cuda = cuda_sources is not None and not (type(cuda_sources) is ast.Constant and cuda_sources.value is None)
+    if cuda:
+        det.report("FL701", node, call=qual.replace("torch.utils.cpp_extension.", "") + "(...)")
+
+
+@on("function")
+def triton_kernel(det: Any, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+    for decorator in node.decorator_list:
+        target = decorator.func if type(decorator) is ast.Call else decorator
+        if det.qualname(target) in ("triton.jit", "triton.autotune"):
+            det.report("FL703", decorator, func=node.name)
+            return

@@ -1,0 +1,62 @@
+"""FL8: third-party libraries that run only on NVIDIA GPUs: detection."""
+
+from __future__ import annotations
+
+import ast
+from typing import Any
+
+from .base import on, rule
+from .memory import GPU_INTEROP_LIBRARIES
+
+# Third-party imports that only run on NVIDIA GPUs (FL801): module prefix -> (what it provides, the
+# portable alternative). A prefix matches the module and its submodules ("apex" matches "apex.amp").
+CUDA_ONLY_LIBRARIES: dict[str, tuple[str, str]] = {
+    "apex": ("NVIDIA Apex: mixed precision, fused optimizers and fused layers",
+             "`torch.autocast` / `torch.amp.GradScaler`, `torch.optim.AdamW(fused=True)` where the "
+             "device supports it, `torch.nn.LayerNorm`"),
+    "flash_attn": ("FlashAttention CUDA kernels",
+                   "`torch.nn.functional.scaled_dot_product_attention` (each device picks its fused kernel)"),
+    "xformers": ("memory-efficient attention CUDA kernels",
+                 "`torch.nn.functional.scaled_dot_product_attention`"),
+    "bitsandbytes": ("8-bit and 4-bit optimizers and quantization CUDA kernels",
+                     "torchao / `torch.ao.quantization`, or the chip vendor's quantization library"),
+    "nvidia.dali": ("GPU data loading and augmentation",
+                    "`torch.utils.data.DataLoader` with torchvision transforms"),
+    "pynvml": ("NVIDIA management library queries (memory, utilisation)",
+               "`torch.fl.mem_get_info()`, `torch.fl.get_device_properties()`"),
+    "deepspeed.ops": ("DeepSpeed fused CUDA ops (FusedAdam, transformer kernels)",
+                      "`torch.optim.AdamW`, or DeepSpeed's accelerator-neutral `deepspeed.accelerator`"),
+    "transformer_engine": ("NVIDIA Transformer Engine FP8 layers",
+                           "`torch.nn` layers under `torch.fl.autocast()`"),
+    "torch_tensorrt": ("TensorRT compilation", "`torch.compile` / `torch.export` with AOTInductor"),
+    "tensorrt": ("TensorRT inference engines", "`torch.compile` / `torch.export` with AOTInductor"),
+}
+
+__all__ = ["CUDA_ONLY_LIBRARIES", "GPU_INTEROP_LIBRARIES"]
+
+rule(
+        "FL801", "cuda-only-library",
+        "`{module}` is CUDA-only ({provides})", "Use {alternative}", None,
+        what="An import of a third-party library that runs only on NVIDIA GPUs: " + ", ".join(
+            f"`{m}`" for m in CUDA_ONLY_LIBRARIES) + ".",
+        why="The import fails on other machines, or succeeds and fails at the first kernel launch.",
+        example="""
+from apex.optimizers import FusedAdam
+from flash_attn import flash_attn_func
+""",
+        use_instead="""
+opt = torch.optim.AdamW(model.parameters(), fused=torch.fl.device_type() == "cuda")
+out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+""",
+        fix_notes="The table of libraries and alternatives is `CUDA_ONLY_LIBRARIES` in "
+                  "`torch_fl/migrate/rules/libraries.py`.",
+)
+
+
+@on("import")
+def cuda_only_import(det: Any, module: str, where: ast.AST) -> bool:
+    for prefix, (provides, alternative) in CUDA_ONLY_LIBRARIES.items():
+        if module == prefix or module.startswith(prefix + "."):
+            det.report("FL801", where, module=prefix, provides=provides, alternative=alternative)
+            return True
+    return False
