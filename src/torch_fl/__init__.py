@@ -64,14 +64,28 @@ def device_type(device_id: str | None = None) -> str:
     return device(device_id).type
 
 
-def is_accelerator(device_id: str | None = None) -> bool:
-    """Whether `device_id` (default torch.fl.device()) is an accelerator rather than the host CPU.
+def is_accelerator(device_id: str | int | torch.device | None = None) -> bool:
+    """Whether a device is an accelerator rather than the host CPU.
 
-    False on a CPU-only host, True on CUDA, NPU, MLU, XPU, MPS and emulated accelerators: what CUDA-era
-    code means by ``torch.cuda.is_available()`` and ``device_type == "cuda"`` (``torchfl fix`` rewrites
-    those to this, so a CPU run keeps its CPU behaviour).
+    With no argument: torch.fl.device(), so False on a CPU-only host and True on CUDA, NPU, MLU, XPU, MPS
+    and emulated accelerators. With a device, a device string or a device type (``"cuda"``, ``"cuda:1"``,
+    ``"npu"``, ``"cpu"``, a tensor's ``.device``): whether that one is, without needing it to be present,
+    so ``torch.fl.is_accelerator(x.device.type)`` is False for a CPU tensor on any machine. Virtual ids
+    (``"acc0"``) and integers resolve through the device map.
+
+    This is what CUDA-era code means by ``torch.cuda.is_available()`` and ``device_type == "cuda"``;
+    ``torchfl fix`` rewrites those to it, so a CPU run keeps its CPU behaviour.
     """
-    return device(device_id).type != "cpu"
+    if isinstance(device_id, torch.device):
+        found = device_id
+    elif isinstance(device_id, str):
+        try:
+            found = torch.device(device_id)  # "cuda", "cuda:1", "npu", "cpu": no lookup needed
+        except RuntimeError:
+            found = device(device_id)  # "acc0", a description name
+    else:
+        found = device(device_id)
+    return found.type not in ("cpu", "meta")
 
 
 def descriptions() -> dict[str, Description]:

@@ -84,3 +84,15 @@ def test_backend_flags_most_specific() -> None:
     assert backend_flag("torch.backends.cuda.enable_flash_sdp").name == "torch.backends.cuda.sdp"
     assert backend_flag("torch.backends.cudnn.benchmark").portable is None
     assert backend_flag("torch.nn.Linear") is None
+
+
+def test_is_accelerator_answers_for_types_and_devices_without_needing_them() -> None:
+    import torch
+
+    import torch_fl  # noqa: F401
+
+    # A CPU-only machine (this test suite's): the default device is the host.
+    assert torch.fl.is_accelerator() is (torch.fl.device().type != "cpu")
+    assert torch.fl.is_accelerator("cuda") and torch.fl.is_accelerator("cuda:1") and torch.fl.is_accelerator("npu")
+    assert not torch.fl.is_accelerator("cpu") and not torch.fl.is_accelerator(torch.zeros(1).device)
+    assert not torch.fl.is_accelerator(torch.device("meta"))
