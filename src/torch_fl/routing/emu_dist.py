@@ -1,0 +1,83 @@
+"""Collectives on the emulated device: a c10d backend named ``emu`` that runs gloo on the host data of
+``emu`` tensors (gloo accepts CPU and CUDA tensors only).
+
+Registered with ``torch.distributed.Backend.register_backend("emu", ..., devices=["emu"])`` when the
+process group is made through ``register()``; use it as ``init_process_group("cpu:gloo,emu:emu")``, one
+process per emulated device (each on its own ``emu:0``), which is how DDP runs on a laptop:
+
+    FL_DEVICE=emu:cuda torchrun --nproc-per-node 2 train.py   # train.py: backend="cpu:gloo,emu:emu"
+
+An EmuTensor's data is a CPU tensor over the same storage, so gloo's in-place results (allreduce,
+broadcast, allgather outputs) land in the device tensors themselves.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from .emu_device import EmuTensor
+
+NAME = "emu"
+
+
+def _host(value: Any) -> Any:
+    if isinstance(value, EmuTensor):
+        return value._data
+    if isinstance(value, list):
+        return [_host(v) for v in value]
+    return value
+
+
+class EmuProcessGroup(dist.ProcessGroup):
+    """The collectives DDP and FSDP-style code call, forwarded to a gloo group on the host data."""
+
+    def __init__(self, store: Any, rank: int, size: int, timeout: timedelta) -> None:
+        super().__init__(rank, size)
+        self._gloo = dist.ProcessGroupGloo(dist.PrefixStore("emu-gloo", store), rank, size, timeout)
+
+    def getBackendName(self) -> str:
+        return NAME
+
+    def allreduce(self, tensors: Any, opts: Any = None) -> Any:
+        return self._gloo.allreduce(_host(tensors), opts or dist.AllreduceOptions())
+
+    def allreduce_coalesced(self, tensors: Any, opts: Any = None) -> Any:
+        return self._gloo.allreduce_coalesced(_host(tensors), opts or dist.AllreduceCoalescedOptions())
+
+    def broadcast(self, tensors: Any, opts: Any = None) -> Any:
+        return self._gloo.broadcast(_host(tensors), opts or dist.BroadcastOptions())
+
+    def allgather(self, outputs: Any, inputs: Any, opts: Any = None) -> Any:
+        return self._gloo.allgather(_host(outputs), _host(inputs), opts or dist.AllgatherOptions())
+
+    def _allgather_base(self, output: Any, input: Any, opts: Any = None) -> Any:
+        return self._gloo._allgather_base(_host(output), _host(input), opts or dist.AllgatherOptions())
+
+    def reduce_scatter(self, outputs: Any, inputs: Any, opts: Any = None) -> Any:
+        return self._gloo.reduce_scatter(_host(outputs), _host(inputs), opts or dist.ReduceScatterOptions())
+
+    def reduce(self, tensors: Any, opts: Any = None) -> Any:
+        return self._gloo.reduce(_host(tensors), opts or dist.ReduceOptions())
+
+    def gather(self, outputs: Any, inputs: Any, opts: Any = None) -> Any:
+        return self._gloo.gather(_host(outputs), _host(inputs), opts or dist.GatherOptions())
+
+    def scatter(self, outputs: Any, inputs: Any, opts: Any = None) -> Any:
+        return self._gloo.scatter(_host(outputs), _host(inputs), opts or dist.ScatterOptions())
+
+    def barrier(self, opts: Any = None) -> Any:
+        return self._gloo.barrier(opts or dist.BarrierOptions())
+
+
+def register() -> None:
+    """Make ``emu`` a c10d backend (idempotent)."""
+    if NAME not in dist.Backend.backend_list:
+        dist.Backend.register_backend(NAME, EmuProcessGroup, devices=[NAME])
+
+
+def supports_distributed() -> bool:
+    return dist.is_available() and hasattr(dist, "ProcessGroupGloo") and torch.distributed.is_gloo_available()
