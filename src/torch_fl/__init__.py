@@ -80,9 +80,13 @@ def is_accelerator(device_id: str | int | torch.device | None = None) -> bool:
         found = device_id
     elif isinstance(device_id, str):
         try:
-            found = torch.device(device_id)  # "cuda", "cuda:1", "npu", "cpu": no lookup needed
+            found = torch.device(device_id)  # "cuda", "cuda:1", "mps", "cpu": no lookup needed
         except RuntimeError:
-            found = device(device_id)  # "acc0", a description name
+            try:
+                found = device(device_id)  # "acc0", a description name
+            except DeviceNotFoundError:
+                # A device type this torch build does not know yet ("npu" before torch_npu loads).
+                return device_id.split(":")[0] not in ("cpu", "meta")
     else:
         found = device(device_id)
     return found.type not in ("cpu", "meta")
