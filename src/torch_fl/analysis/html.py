@@ -15,7 +15,7 @@ import html
 import json
 import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -219,65 +219,126 @@ def render_chart(chart: Chart) -> str:
             f"{note_html}{_data_table(chart, series)}</figure>")
 
 
-def _svg(chart: Chart, kind: str, series: list[tuple[str, list[float | None]]]) -> tuple[str, list[str]]:
-    notes: list[str] = []
-    n = len(chart.x)
-    labels = [format_cell(x) for x in chart.x]
-    colors = [series_color(name, i) for i, (name, _) in enumerate(series)]
-    # A single-series bar chart over route names (calls per route) colours each bar as its route.
-    bar_colors: list[str] | None = None
-    if kind == "bar" and len(series) == 1 and any(route_of(x) for x in labels):
-        bar_colors = [ROUTE_COLORS.get(route_of(x) or "", colors[0]) for x in labels]
+_Series = list[tuple[str, list[float | None]]]
 
-    # Extent of what is drawn: stacks for stacked bars (positives up, negatives down), values otherwise.
+
+def _svg(chart: Chart, kind: str, series: _Series) -> tuple[str, list[str]]:
+    """The chart as an <svg> element, and notes on what it could not draw faithfully."""
+    use_log, floor, notes = _log_axis(chart, kind, series)
+    plot = _layout(chart, kind, series, use_log, floor)
+    marks = _lines(plot) if kind == "line" else _stacked_bars(plot) if kind == "stacked-bar" else _bars(plot)
+    kind_word = {"bar": "Bar chart", "stacked-bar": "Stacked bar chart", "line": "Line chart"}[kind]
+    aria = f"{kind_word}: {chart.title}" + (f" ({', '.join(s[0] for s in series)})" if len(series) > 1 else "")
+    svg = (f'<svg class="chart-svg" role="img" aria-label="{_e(aria)}" '
+           f'viewBox="0 0 {_WIDTH} {plot.height:.0f}" width="{_WIDTH}" height="{plot.height:.0f}">'
+           f"<title>{_e(aria)}</title>{plot.legend}{''.join(_axes(chart, plot) + marks)}</svg>")
+    return svg, notes
+
+
+def _log_axis(chart: Chart, kind: str, series: _Series) -> tuple[bool, float | None, list[str]]:
+    """(log axis?, its floor: the smallest positive value, notes on values a log axis cannot show)."""
+    if not chart.log_y:
+        return False, None, []
+    # Individual values, not stack totals: the lowest segment of a stack starts at its own value.
+    values = [v for _, vals in series for v in vals if v is not None]
+    positive = [v for v in values if v > 0]
+    if not positive:
+        return False, None, ["No positive values: drawn on a linear axis instead of a log axis."]
+    floor = min(positive)
     if kind == "stacked-bar":
-        tops = [sum(v for _, vals in series if (v := vals[i]) is not None and v > 0) for i in range(n)]
-        bottoms = [sum(v for _, vals in series if (v := vals[i]) is not None and v < 0) for i in range(n)]
-        extent = [*tops, *bottoms]
+        notes = ["Log axis: negative values are left out of the stacks."] if any(v < 0 for v in values) else []
+    elif any(v <= 0 for v in values):
+        notes = [f"Log axis: values ≤ 0 are drawn at the smallest positive value ({_fmt(floor)})"
+                 + (", as hollow markers." if kind == "line" else ".")]
     else:
-        extent = [v for _, vals in series for v in vals if v is not None]
+        notes = []
+    return True, floor, notes
 
-    use_log = chart.log_y
-    floor = None
-    if use_log:
-        # Individual values, not stack totals: the lowest segment of a stack starts at its own value.
-        positive = [v for _, vals in series for v in vals if v is not None and v > 0]
-        if not positive:
-            use_log = False
-            notes.append("No positive values: drawn on a linear axis instead of a log axis.")
-        else:
-            floor = min(positive)
-            if any(v is not None and v < 0 for _, vals in series for v in vals) and kind == "stacked-bar":
-                notes.append("Log axis: negative values are left out of the stacks.")
-            elif any(v is not None and v <= 0 for _, vals in series for v in vals) and kind != "stacked-bar":
-                notes.append(f"Log axis: values ≤ 0 are drawn at the smallest positive value ({_fmt(floor)})"
-                             + (", as hollow markers." if kind == "line" else "."))
 
-    # Layout: legend on top, y tick labels set the left margin, rotated x labels the bottom one.
-    show_legend = kind in ("stacked-bar", "line") or len(series) > 1
+def _extent(kind: str, series: _Series) -> list[float]:
+    """The values the y axis must reach: stacks for stacked bars (positives up, negatives down)."""
+    if kind != "stacked-bar":
+        return [v for _, vals in series for v in vals if v is not None]
+    n = len(series[0][1])
+    tops = [sum(v for _, vals in series if (v := vals[i]) is not None and v > 0) for i in range(n)]
+    bottoms = [sum(v for _, vals in series if (v := vals[i]) is not None and v < 0) for i in range(n)]
+    return [*tops, *bottoms]
+
+
+def _y_scale(kind: str, series: _Series, floor: float | None, top: float, bottom: float) -> _Scale:
+    extent = _extent(kind, series)
+    if floor is not None:
+        return _log_scale(floor, max(max(extent), floor), bottom, top)
+    lo, hi = min(extent), max(extent)
+    if kind != "line":  # bars grow from zero, so zero must be on the axis
+        lo, hi = min(lo, 0.0), max(hi, 0.0)
+    return _linear_scale(lo, hi, bottom, top)
+
+
+@dataclass
+class _Plot:
+    """Where one chart's parts go: the plot box, both axes and the series' colours."""
+
+    kind: str
+    series: _Series
+    colors: list[str]
+    labels: list[str]  # x values as text
+    floor: float | None  # smallest positive value on a log axis; None on a linear one
+    legend: str
+    top: float
+    bottom: float
+    left: float
+    right: float
+    y: _Scale
+    x_ticks: list[tuple[float, str]]  # (position, label) of the labels shown
+    x_pos: Callable[[int], float]
+    band: float  # width of one x slot (categorical axes)
+    rotate: bool  # x labels rotated
+    height: float
+
+    @property
+    def base_y(self) -> float:
+        """Where bars start: zero when the axis shows it, else the bottom (always on a log axis)."""
+        return self.bottom if self.floor is not None or not self.y.lo <= 0 <= self.y.hi else self.y(0.0)
+
+    def clamp(self, v: float) -> float:
+        return max(v, self.floor) if self.floor is not None else v
+
+    def tip(self, i: int, name: str, v: float | None) -> str:
+        return f"<title>{_e(self.labels[i])} · {_e(name)}: {'no value' if v is None else _e(format_cell(v))}</title>"
+
+
+def _layout(chart: Chart, kind: str, series: _Series, use_log: bool, floor: float | None) -> _Plot:
+    """Legend on top, y tick labels set the left margin, x labels (maybe rotated) the bottom one."""
+    colors = [series_color(name, i) for i, (name, _) in enumerate(series)]
     top = 14.0
-    legend_svg, legend_h = _legend(list(zip([s[0] for s in series], colors, strict=True)), top, 12,
-                                   _WIDTH - 24) if show_legend else ("", 0.0)
+    legend, legend_h = ("", 0.0)
+    if kind in ("stacked-bar", "line") or len(series) > 1:
+        legend, legend_h = _legend(list(zip([s[0] for s in series], colors, strict=True)), top, 12, _WIDTH - 24)
     top += legend_h + (10 if legend_h else 0)
-    plot_top, plot_bottom = top, top + _PLOT_HEIGHT
-
-    if use_log:
-        assert floor is not None
-        yscale = _log_scale(floor, max(max(extent), floor), plot_bottom, plot_top)
-    else:
-        lo, hi = min(extent), max(extent)
-        if kind != "line":  # bars grow from zero, so zero must be on the axis
-            lo, hi = min(lo, 0.0), max(hi, 0.0)
-        yscale = _linear_scale(lo, hi, plot_bottom, plot_top)
-    ytick_labels = [_fmt(t) for t in yscale.ticks]
-    left = 14 + max(len(t) for t in ytick_labels) * _CHAR_W + 8 + (18 if chart.y_label else 0)
+    bottom = top + _PLOT_HEIGHT
+    yscale = _y_scale(kind, series, floor if use_log else None, top, bottom)
+    left = 14 + max(len(_fmt(t)) for t in yscale.ticks) * _CHAR_W + 8 + (18 if chart.y_label else 0)
+    labels = [format_cell(x) for x in chart.x]
     right = _WIDTH - 18.0
+    left, x_pos, x_ticks, rotate, label_h = _x_axis(chart, kind, labels, left, right)
+    height = bottom + 8 + label_h + (22 if chart.x_label else 0) + 8
+    return _Plot(kind, series, colors, labels, floor if use_log else None, legend, top, bottom, left, right,
+                 yscale, x_ticks, x_pos, (right - left) / len(chart.x), rotate, height)
+
+
+def _x_axis(chart: Chart, kind: str, labels: list[str], left: float,
+            right: float) -> tuple[float, Callable[[int], float], list[tuple[float, str]], bool, float]:
+    """(left margin, x position of value i, ticks shown, rotated?, label height).
+
+    Labels are horizontal when they fit their slot, else rotated (then the first one must not run off
+    the left edge), and thinned out when even rotated ones would overlap. A line chart over numbers gets
+    a numeric axis.
+    """
+    n = len(chart.x)
     numeric_x = kind == "line" and all(
         not isinstance(x, bool) and isinstance(x, (int, float)) and math.isfinite(x) for x in chart.x
     ) and len(set(chart.x)) > 1
-
-    # X labels: horizontal when they fit their slot, else rotated (then the first one must not run off
-    # the left edge), and thinned out when even rotated ones would overlap.
     longest = max(len(_short(t)) for t in labels) if not numeric_x else 8
     rotate = not numeric_x and longest * _CHAR_W > (right - left) / n - 4
     if rotate:
@@ -289,121 +350,124 @@ def _svg(chart: Chart, kind: str, series: list[tuple[str, list[float | None]]]) 
         xscale = _linear_scale(min(chart.x), max(chart.x), left, right, target=8)
         xticks = [(xscale(t), _fmt(t)) for t in xscale.ticks if xscale.lo <= t <= xscale.hi]
 
-        def xpos(i: int) -> float:
+        def x_pos(i: int) -> float:
             return xscale(float(chart.x[i]))
     else:
-        def xpos(i: int) -> float:
+        def x_pos(i: int) -> float:
             return left + band * (i + 0.5)
-        xticks = [(xpos(i), labels[i]) for i in range(n)]
-
+        xticks = [(x_pos(i), labels[i]) for i in range(n)]
     capacity = int(plot_w / (_ROTATED_PITCH if rotate else longest * _CHAR_W + 8))
     stride = max(1, math.ceil(len(xticks) / max(capacity, 1)))
-    shown = xticks[::stride]
     label_h = (longest * _CHAR_W * math.sin(math.radians(_ROTATE)) + 14) if rotate else 16
-    height = plot_bottom + 8 + label_h + (22 if chart.x_label else 0) + 8
+    return left, x_pos, xticks[::stride], rotate, label_h
 
+
+def _axes(chart: Chart, plot: _Plot) -> list[str]:
+    """Grid, both axes, tick labels and axis titles."""
+    left, right, bottom = plot.left, plot.right, plot.bottom
     p: list[str] = []
-    # Grid and y axis
-    for t, text in zip(yscale.ticks, ytick_labels, strict=True):
-        y = yscale(t)
+    for t in plot.y.ticks:
+        y = plot.y(t)
         p.append(f'<line class="grid" x1="{left:.1f}" x2="{right:.1f}" y1="{y:.1f}" y2="{y:.1f}"/>'
-                 f'<text class="tick" x="{left - 6:.1f}" y="{y + 4:.1f}" text-anchor="end">{_e(text)}</text>')
-    p.append(f'<line class="axis" x1="{left:.1f}" x2="{left:.1f}" y1="{plot_top:.1f}" y2="{plot_bottom:.1f}"/>')
-    # Bars grow from zero (from the bottom on a log axis); the x axis sits at zero when zero is shown.
-    base_y = plot_bottom if use_log or not yscale.lo <= 0 <= yscale.hi else yscale(0.0)
+                 f'<text class="tick" x="{left - 6:.1f}" y="{y + 4:.1f}" text-anchor="end">{_e(_fmt(t))}</text>')
+    p.append(f'<line class="axis" x1="{left:.1f}" x2="{left:.1f}" y1="{plot.top:.1f}" y2="{bottom:.1f}"/>')
+    base_y = plot.base_y
     p.append(f'<line class="axis" x1="{left:.1f}" x2="{right:.1f}" y1="{base_y:.1f}" y2="{base_y:.1f}"/>')
-    # X tick labels
-    for x, text in shown:
-        y = plot_bottom + 16
+    for x, text in plot.x_ticks:
         title = f"<title>{_e(text)}</title>" if len(text) > _LABEL_MAX else ""
-        if rotate:
-            p.append(f'<text class="tick" x="{x:.1f}" y="{plot_bottom + 10:.1f}" text-anchor="end" '
-                     f'transform="rotate(-{_ROTATE} {x:.1f} {plot_bottom + 10:.1f})">{title}{_e(_short(text))}</text>')
+        if plot.rotate:
+            p.append(f'<text class="tick" x="{x:.1f}" y="{bottom + 10:.1f}" text-anchor="end" '
+                     f'transform="rotate(-{_ROTATE} {x:.1f} {bottom + 10:.1f})">{title}{_e(_short(text))}</text>')
         else:
-            p.append(f'<text class="tick" x="{x:.1f}" y="{y:.1f}" text-anchor="middle">{title}'
+            p.append(f'<text class="tick" x="{x:.1f}" y="{bottom + 16:.1f}" text-anchor="middle">{title}'
                      f"{_e(_short(text))}</text>")
-    # Axis labels
     if chart.x_label:
-        p.append(f'<text class="axis-label" x="{(left + right) / 2:.1f}" y="{height - 10:.1f}" '
+        p.append(f'<text class="axis-label" x="{(left + right) / 2:.1f}" y="{plot.height - 10:.1f}" '
                  f'text-anchor="middle">{_e(chart.x_label)}</text>')
     if chart.y_label:
-        cy = (plot_top + plot_bottom) / 2
+        cy = (plot.top + bottom) / 2
         p.append(f'<text class="axis-label" x="16" y="{cy:.1f}" text-anchor="middle" '
                  f'transform="rotate(-90 16 {cy:.1f})">{_e(chart.y_label)}'
-                 f'{" (log scale)" if use_log else ""}</text>')
+                 f'{" (log scale)" if plot.floor is not None else ""}</text>')
+    return p
 
-    def clamp(v: float) -> float:
-        return max(v, floor) if use_log and floor is not None else v
 
-    def tip(i: int, name: str, v: float | None) -> str:
-        return f"<title>{_e(labels[i])} · {_e(name)}: {'no value' if v is None else _e(format_cell(v))}</title>"
+def _rect(x: float, y0: float, y1: float, width: float, fill: str, tip: str) -> str:
+    y, h = min(y0, y1), abs(y1 - y0)
+    return (f'<rect x="{x:.1f}" y="{y:.1f}" width="{width:.1f}" height="{max(h, 0.5):.1f}" '
+            f'fill="{fill}">{tip}</rect>')
 
-    if kind in ("bar", "stacked-bar"):
-        group_w = band * 0.8
-        for i in range(n):
-            x0 = left + band * i + (band - group_w) / 2
-            if kind == "stacked-bar":
-                pos = neg = 0.0
-                for (name, vals), color in zip(series, colors, strict=True):
-                    v = vals[i]
-                    if v is None or v == 0:
-                        continue
-                    if v > 0:
-                        start, pos = pos, pos + v
-                        end = pos
-                    else:
-                        if use_log:  # a negative has no place on a log stack
-                            continue
-                        start, neg = neg, neg + v
-                        end = neg
-                    y_start = yscale(clamp(start)) if not (use_log and start == 0) else yscale(yscale.lo)
-                    y_end = yscale(clamp(end))
-                    y, h = min(y_start, y_end), abs(y_end - y_start)
-                    p.append(f'<rect x="{x0:.1f}" y="{y:.1f}" width="{group_w:.1f}" height="{max(h, 0.5):.1f}" '
-                             f'fill="{color}">{tip(i, name, v)}</rect>')
+
+def _bars(plot: _Plot) -> list[str]:
+    """Side-by-side bars per x; one series over route names is coloured by route (calls per route)."""
+    by_route = len(plot.series) == 1 and any(route_of(x) for x in plot.labels)
+    group_w = plot.band * 0.8
+    w = group_w / len(plot.series)
+    p: list[str] = []
+    for i, label in enumerate(plot.labels):
+        x0 = plot.left + plot.band * i + (plot.band - group_w) / 2
+        for j, ((name, vals), color) in enumerate(zip(plot.series, plot.colors, strict=True)):
+            v = vals[i]
+            if v is None:
+                continue
+            fill = ROUTE_COLORS.get(route_of(label) or "", plot.colors[0]) if by_route else color
+            p.append(_rect(x0 + j * w, plot.y(plot.clamp(v)), plot.base_y, max(w - 1, 0.5), fill,
+                           plot.tip(i, name, v)))
+    return p
+
+
+def _stacked_bars(plot: _Plot) -> list[str]:
+    """One stack per x: positives up from zero, negatives down (left out on a log axis)."""
+    group_w = plot.band * 0.8
+    p: list[str] = []
+    for i in range(len(plot.labels)):
+        x0 = plot.left + plot.band * i + (plot.band - group_w) / 2
+        pos = neg = 0.0
+        for (name, vals), color in zip(plot.series, plot.colors, strict=True):
+            v = vals[i]
+            if v is None or v == 0 or (v < 0 and plot.floor is not None):
+                continue
+            if v > 0:
+                start, pos = pos, pos + v
+                end = pos
             else:
-                w = group_w / len(series)
-                for j, ((name, vals), color) in enumerate(zip(series, colors, strict=True)):
-                    v = vals[i]
-                    if v is None:
-                        continue
-                    y_v, y_0 = yscale(clamp(v)), base_y
-                    y, h = min(y_v, y_0), abs(y_0 - y_v)
-                    fill = bar_colors[i] if bar_colors else color
-                    p.append(f'<rect x="{x0 + j * w:.1f}" y="{y:.1f}" width="{max(w - 1, 0.5):.1f}" '
-                             f'height="{max(h, 0.5):.1f}" fill="{fill}">{tip(i, name, v)}</rect>')
-    else:
-        markers = n <= 60
-        for (name, vals), color in zip(series, colors, strict=True):
-            # A gap (missing value) breaks the line rather than drawing through it.
-            runs: list[list[tuple[float, float, int]]] = [[]]
-            for i, v in enumerate(vals):
-                if v is None:
-                    runs.append([])
-                else:
-                    runs[-1].append((xpos(i), yscale(clamp(v)), i))
-            g = [f'<g class="series"><title>{_e(name)}</title>']
-            for run in runs:
-                if len(run) > 1:
-                    pts = " ".join(f"{x:.1f},{y:.1f}" for x, y, _ in run)
-                    g.append(f'<polyline points="{pts}" fill="none" stroke="{color}" stroke-width="2" '
-                             f'stroke-linejoin="round"/>')
-                if markers or len(run) == 1:
-                    for x, y, i in run:
-                        # Hollow: a value ≤ 0 that a log axis can only show at its floor.
-                        paint = (f'fill="#fff" stroke="{color}" stroke-width="1.5"'
-                                 if use_log and (vals[i] or 0) <= 0 else f'fill="{color}"')
-                        g.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3.2" {paint}>{tip(i, name, vals[i])}'
-                                 f"</circle>")
-            g.append("</g>")
-            p.append("".join(g))
+                start, neg = neg, neg + v
+                end = neg
+            log_zero = plot.floor is not None and start == 0
+            y_start = plot.y(plot.y.lo) if log_zero else plot.y(plot.clamp(start))
+            p.append(_rect(x0, y_start, plot.y(plot.clamp(end)), group_w, color, plot.tip(i, name, v)))
+    return p
 
-    kind_word = {"bar": "Bar chart", "stacked-bar": "Stacked bar chart", "line": "Line chart"}[kind]
-    aria = f"{kind_word}: {chart.title}" + (f" ({', '.join(s[0] for s in series)})" if len(series) > 1 else "")
-    svg = (f'<svg class="chart-svg" role="img" aria-label="{_e(aria)}" '
-           f'viewBox="0 0 {_WIDTH} {height:.0f}" width="{_WIDTH}" height="{height:.0f}">'
-           f"<title>{_e(aria)}</title>{legend_svg}{''.join(p)}</svg>")
-    return svg, notes
+
+def _lines(plot: _Plot) -> list[str]:
+    """One polyline per series, broken at gaps; markers when there are at most 60 points."""
+    markers = len(plot.labels) <= 60
+    p: list[str] = []
+    for (name, vals), color in zip(plot.series, plot.colors, strict=True):
+        runs: list[list[tuple[float, float, int]]] = [[]]
+        for i, v in enumerate(vals):
+            if v is None:
+                runs.append([])  # a missing value breaks the line rather than drawing through it
+            else:
+                runs[-1].append((plot.x_pos(i), plot.y(plot.clamp(v)), i))
+        g = [f'<g class="series"><title>{_e(name)}</title>']
+        for run in runs:
+            if len(run) > 1:
+                pts = " ".join(f"{x:.1f},{y:.1f}" for x, y, _ in run)
+                g.append(f'<polyline points="{pts}" fill="none" stroke="{color}" stroke-width="2" '
+                         f'stroke-linejoin="round"/>')
+            if markers or len(run) == 1:
+                g += [_marker(plot, x, y, color, vals[i], plot.tip(i, name, vals[i])) for x, y, i in run]
+        g.append("</g>")
+        p.append("".join(g))
+    return p
+
+
+def _marker(plot: _Plot, x: float, y: float, color: str, value: float | None, tip: str) -> str:
+    # Hollow: a value ≤ 0 that a log axis can only show at its floor.
+    hollow = plot.floor is not None and (value or 0) <= 0
+    paint = f'fill="#fff" stroke="{color}" stroke-width="1.5"' if hollow else f'fill="{color}"'
+    return f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3.2" {paint}>{tip}</circle>'
 
 
 # ---------------------------------------------------------------------------------------------- tables
