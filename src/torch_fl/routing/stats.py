@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import json
 import logging
+import os
 import sys
 import threading
 from collections import Counter
@@ -110,7 +111,8 @@ def write_at_exit(path: str) -> None:
     """Write the route log to `path` when the process exits (FL_ROUTE_LOG); registered once."""
     if not _log_path:
         atexit.register(_write_at_exit)
-    _log_path.append(path)
+    # Absolute now: a script (or a test) that changes directory later must not move the log.
+    _log_path.append(os.path.abspath(path))
 
 
 def _write_at_exit() -> None:
