@@ -54,8 +54,9 @@ def test_the_manifest_records_the_sha256_of_every_artifact(compile_cache, capsys
     entry = _entry_with_artifacts()
     manifest = entry.manifest()
     assert sorted(manifest["artifacts"]) == sorted(ARTIFACTS), "locks and temporary files are not artifacts"
-    for rel, (digest, size, _) in manifest["artifacts"].items():
+    for rel, (digest, size, _, generation) in manifest["artifacts"].items():
         assert digest == integrity.sha256_file(entry.path / rel) and size == len(ARTIFACTS[rel])
+        assert generation == 1
     assert manifest["generation"] == 1 and manifest["verified"] == 0
     assert main(["cache", "verify"]) == 0
     assert f"ok        {entry.path.name}: manifest valid, fingerprint re-hashes to its name, 4 artifacts match" \
@@ -99,6 +100,21 @@ def test_later_starts_check_size_and_mtime_only(compile_cache, monkeypatch):
     again = cache.open_entry(registry.get("cpu"))
     assert again.created and "inductor/ab/cab2sf.py: sha256" in again.quarantined[0]
     assert {Path(p).name for p in hashed} == {"cab2sf.py"}, "only the file whose mtime moved is hashed"
+
+
+def test_the_first_start_after_a_write_hashes_what_was_written_since_the_last_check(compile_cache, monkeypatch):
+    entry = _entry_with_artifacts()
+    cache.open_entry(registry.get("cpu"))  # verifies generation 1
+    (entry.inductor_dir / "new.so").write_bytes(b"a graph compiled later")
+    cache.seal(entry)  # generation 2
+    cache.release()
+    assert entry.manifest()["artifacts"]["inductor/new.so"][3] == 2
+    hashed = []
+    real = integrity.sha256_file
+    monkeypatch.setattr(integrity, "sha256_file", lambda path: hashed.append(path) or real(path))
+    assert not cache.open_entry(registry.get("cpu")).created
+    assert [Path(p).name for p in hashed] == ["new.so"], "generation-1 artifacts were hashed already"
+    assert entry.manifest()["verified"] == 2
 
 
 def test_an_identical_rewrite_is_not_an_alteration(compile_cache):

@@ -237,7 +237,7 @@ def _check_artifacts(path: Path, manifest: dict[str, Any], *, locked: bool) -> N
     """The hot-path check (size + mtime), or the full one on the first use after a write. `locked`:
     the caller holds the writer lock already (flock is per open file: taking it again would wait)."""
     full = manifest["verified"] < manifest["generation"]
-    result = integrity.check(path, manifest["artifacts"], full=full)
+    result = integrity.check(path, manifest["artifacts"], full=full, since=manifest["verified"])
     if not result.ok:
         raise EntryRefused("its artifacts changed after they were recorded: " + "; ".join(result.problems()))
     if full or result.moved:
@@ -250,8 +250,8 @@ def _check_artifacts(path: Path, manifest: dict[str, Any], *, locked: bool) -> N
                         current["verified"] = current["generation"]
                     write_json_atomic(path / MANIFEST, current)
         if full:
-            _log.info("compile cache: verified the sha256 of %d artifacts of %s (first use after a write)",
-                      len(manifest["artifacts"]), path.name)
+            _log.info("compile cache: verified the sha256 of %d new artifacts of %s (first use after a write)",
+                      result.hashed, path.name)
 
 
 def _claim(path: Path) -> bool:
@@ -397,7 +397,7 @@ def seal(entry: Entry) -> list[str]:
     changed: list[str] = []
 
     def apply(manifest: dict[str, Any]) -> None:
-        records, diff = integrity.update(entry.path, manifest["artifacts"])
+        records, diff = integrity.update(entry.path, manifest["artifacts"], manifest["generation"] + 1)
         if records != manifest["artifacts"]:
             manifest["artifacts"] = records
             manifest["generation"] += 1

@@ -1,16 +1,19 @@
 """The artifacts of a compile cache entry and their sha256 records.
 
 An artifact is every regular file that Inductor, AOTAutograd or Triton wrote into the entry (generated
-C++/Python, ``.so`` files, pickled FX-graph and AOTAutograd cache entries, ...). The manifest records,
-per artifact, its sha256, size and mtime (``artifacts``: relative path -> [sha256, size, mtime_ns]).
+C++/Python, ``.so`` files, pickled FX-graph and AOTAutograd cache entries, precompiled headers, ...). The
+manifest records, per artifact, its sha256, size, mtime and the generation of the record that added it
+(``artifacts``: relative path -> [sha256, size, mtime_ns, generation]).
 
 Checks:
 
 ``quick``  size and mtime of every recorded artifact (one ``lstat`` each): the hot path of every start.
            A file whose size or mtime moved is hashed; only a different hash is an alteration (Inductor
            may rewrite an identical file).
-``full``   the sha256 of every recorded artifact: ``torchfl cache verify``, and the first use of an entry
-           after a write (manifest ``generation`` > ``verified``).
+``full``   the sha256 of every recorded artifact: ``torchfl cache verify``; and, on the first use of an
+           entry after a write (manifest ``generation`` > ``verified``), of every artifact recorded since
+           the last full check (``since``): the older ones were hashed then (a precompiled header is
+           150 MB, and a new shape must not re-hash it).
 
 Files not recorded yet were written by a process of this user that has not recorded them (a compile in
 progress, or one that was killed): the entry directory is private, so nobody else could have written
@@ -60,8 +63,8 @@ def artifact_files(entry: Path) -> dict[str, os.stat_result]:
     return found
 
 
-def record_of(path: str | os.PathLike, st: os.stat_result) -> list[Any]:
-    return [sha256_file(path), st.st_size, st.st_mtime_ns]
+def record_of(path: str | os.PathLike, st: os.stat_result, generation: int) -> list[Any]:
+    return [sha256_file(path), st.st_size, st.st_mtime_ns, generation]
 
 
 def records_problem(data: Any) -> str:
@@ -70,7 +73,7 @@ def records_problem(data: Any) -> str:
         return "artifacts is not a table"
     for rel, rec in data.items():
         if (not isinstance(rel, str) or rel.startswith("/") or ".." in Path(rel).parts
-                or not isinstance(rec, list) or len(rec) != 3 or not isinstance(rec[0], str)
+                or not isinstance(rec, list) or len(rec) != 4 or not isinstance(rec[0], str)
                 or not all(isinstance(v, int) for v in rec[1:])):
             return f"artifact record {rel!r} is malformed"
     return ""
@@ -94,16 +97,17 @@ class Check:
         return [f"{a}" for a in self.altered] + [f"{m}: recorded artifact is missing" for m in self.missing]
 
 
-def check(entry: Path, records: dict[str, list[Any]], *, full: bool) -> Check:
-    """Compare the artifacts under `entry` with their records (quick: size and mtime; full: sha256)."""
+def check(entry: Path, records: dict[str, list[Any]], *, full: bool, since: int = -1) -> Check:
+    """Compare the artifacts under `entry` with their records (quick: size and mtime; full: sha256 of
+    those recorded by a generation after `since`, all by default)."""
     result = Check()
     files = artifact_files(entry)
-    for rel, (digest, size, mtime_ns) in sorted(records.items()):
+    for rel, (digest, size, mtime_ns, generation) in sorted(records.items()):
         st = files.get(rel)
         if st is None:
             result.missing.append(rel)
             continue
-        if not full and st.st_size == size and st.st_mtime_ns == mtime_ns:
+        if (not full or generation <= since) and st.st_size == size and st.st_mtime_ns == mtime_ns:
             continue
         try:
             actual = sha256_file(entry / rel)
@@ -115,14 +119,15 @@ def check(entry: Path, records: dict[str, list[Any]], *, full: bool) -> Check:
             what = f"size {size} -> {st.st_size}" if st.st_size != size else "same size"
             result.altered.append(f"{rel}: sha256 {digest[:12]}... recorded, {actual[:12]}... now ({what})")
         elif st.st_mtime_ns != mtime_ns:
-            result.moved[rel] = [digest, st.st_size, st.st_mtime_ns]
+            result.moved[rel] = [digest, st.st_size, st.st_mtime_ns, generation]
     result.unrecorded = sorted(set(files) - set(records))
     return result
 
 
-def update(entry: Path, records: dict[str, list[Any]]) -> tuple[dict[str, list[Any]], list[str]]:
-    """Records for every artifact now under `entry`: unchanged ones kept, new and changed ones hashed,
-    vanished ones dropped. Returns (records, paths whose recorded content changed)."""
+def update(entry: Path, records: dict[str, list[Any]],
+           generation: int) -> tuple[dict[str, list[Any]], list[str]]:
+    """Records for every artifact now under `entry`: unchanged ones kept, new and changed ones hashed
+    (tagged `generation`), vanished ones dropped. Returns (records, paths whose content changed)."""
     files = artifact_files(entry)
     fresh: dict[str, list[Any]] = {}
     changed = []
@@ -132,7 +137,7 @@ def update(entry: Path, records: dict[str, list[Any]]) -> tuple[dict[str, list[A
             fresh[rel] = old
             continue
         try:
-            fresh[rel] = record_of(entry / rel, st)
+            fresh[rel] = record_of(entry / rel, st, generation)
         except OSError:
             continue  # vanished meanwhile
         if old and old[0] != fresh[rel][0]:
