@@ -397,3 +397,13 @@ def test_closures_over_submodules_and_cached_attributes() -> None:
     spec = _fixture("cached_mask")
     coverage(spec, "emu:minimal", train=True)
     assert spec.model.src_mask is None and spec.model.training
+
+
+def test_a_fallback_the_cpu_cannot_run_is_unsupported(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Fused attention has no CPU kernel: routed to the CPU it cannot run there either.
+    monkeypatch.setenv("FL_ROUTE", "aten::_scaled_dot_product_efficient_attention=fallback")
+    data = coverage(_spec("gpt"), "cuda", train=True).data
+    attention = next(op for op in data["ops"]
+                     if op["op"] == "aten::_scaled_dot_product_efficient_attention.default")
+    assert attention["route"] == "unsupported" and "the CPU has no kernel for it either" in attention["source"]
+    assert data["summary"]["unsupported_calls"] == 2  # one per block

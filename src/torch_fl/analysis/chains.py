@@ -15,7 +15,8 @@ of translated ops it was reached through. The rest mirrors torch_fl.routing.rout
   without complex64), as the emulator checks;
 - translate: counted as translate, then the translation runs; when there is none, it keeps calling
   the op itself, or it returns NotImplemented, RouteTable.untranslatable decides (fallback or error);
-- fallback: counted; unsupported when ``FL_FALLBACK=error``;
+- fallback: counted; unsupported when ``FL_FALLBACK=error`` or when the CPU has no kernel for the op
+  either (table.has_cpu_kernel: _thnn_fused_lstm_cell, fused attention);
 - kernel: counted; the kernel itself is not run (it may need the device), the op's CPU semantics give
   the shapes to go on with;
 - unsupported: counted, and the op still runs on the trace's tensors so the rest of the model is
@@ -30,7 +31,7 @@ from typing import Any
 import torch
 
 from .. import _env
-from ..routing.table import Route, RouteTable, dtype_name, placeholder
+from ..routing.table import Route, RouteTable, dtype_name, has_cpu_kernel, placeholder
 from ..routing.translate import guard, translation
 
 # A translated call a sub-call was reached through: (op, dtype).
@@ -51,6 +52,7 @@ class Replay:
         self.strict_fallback = _env.FL_FALLBACK.value() == "error"
         self.calls: Counter[CallKey] = Counter()
         self.via: list[Link] = []
+        self._cpu: dict[str, bool] = {}
 
     def call(self, mode: Any, func: Any, op: str, dtype: str | None, module: str,
              args: tuple, kwargs: dict) -> Any:
@@ -65,8 +67,8 @@ class Replay:
         kind = route.kind
         if kind == "translate":
             return self._translate(mode, func, op, dtype, module, route, args, kwargs)
-        if kind == "fallback" and self.strict_fallback:
-            route = Route("unsupported", f"{route.source}; FL_FALLBACK=error forbids running it on the CPU")
+        if kind == "fallback":
+            route = self._fallback(op, route)
         out = func(*args, **kwargs)
         if kind == "native":
             produced = _foreign_dtype(out, self.dtypes)
@@ -75,6 +77,13 @@ class Replay:
                                              f"precision.dtypes")
         self._count(op, dtype, module, route)
         return out
+
+    def _fallback(self, op: str, route: Route) -> Route:
+        if self.strict_fallback:
+            return Route("unsupported", f"{route.source}; FL_FALLBACK=error forbids running it on the CPU")
+        if not _cpu_can_run(op, self._cpu):
+            return Route("unsupported", f"{route.source}; but the CPU has no kernel for it either")
+        return route
 
     def _count(self, op: str, dtype: str | None, module: str, route: Route) -> None:
         self.calls[op, dtype, module, tuple(self.via), route.kind, route.source] += 1
@@ -106,11 +115,17 @@ class Replay:
     def _untranslatable(self, func: Any, op: str, dtype: str | None, module: str, route: Route,
                         args: tuple, kwargs: dict, why: str) -> Any:
         instead = self.table.untranslatable(route, why)
-        if instead.kind == "fallback" and self.strict_fallback:
-            instead = Route("unsupported", f"{instead.source}; FL_FALLBACK=error forbids running it on "
-                                           f"the CPU")
+        if instead.kind == "fallback":
+            instead = self._fallback(op, instead)
         self._count(op, dtype, module, instead)
         return func(*args, **kwargs)
+
+
+def _cpu_can_run(op: str, cache: dict[str, bool]) -> bool:
+    found = cache.get(op)
+    if found is None:
+        found = cache[op] = has_cpu_kernel(op)
+    return found
 
 
 def _factory(args: tuple, kwargs: dict) -> bool:

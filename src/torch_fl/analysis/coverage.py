@@ -166,6 +166,14 @@ def _notes(table: RouteTable, result: TraceResult, kernels: DeviceKernels, devic
                      "used meta tensors: choices PyTorch makes in C++ for the emulated backend (dropout "
                      "inside attention and LSTMs, fused LSTM cells) can differ from the emulator's. "
                      "`torchfl coverage` in a fresh process gives the exact answer.")
+    if kernels.emulated:
+        from ..routing.table import has_cpu_kernel
+
+        cpu_less = sorted({r.op for r in records if r.route == "native" and r.op.startswith("aten::")
+                           and not has_cpu_kernel(r.op)})
+        if cpu_less:
+            notes.append(f"Native on '{desc.name}', but the CPU has no kernel to emulate them with: "
+                         f"{', '.join(cpu_less)}. The chip runs them; an emulated run stops there.")
     if device_tensors.startswith("emu"):
         notes.append(f"The model's tensors were tensors of the emulated backend ({device_tensors}), so "
                      f"PyTorch made that backend's kernel choices (fused dropout and LSTM cells, no "

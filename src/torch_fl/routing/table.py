@@ -240,6 +240,16 @@ def placeholder(ovl: torch._ops.OpOverload, args: tuple) -> bool:
     return isinstance(size, (list, tuple)) and 0 in size
 
 
+def has_cpu_kernel(op: str) -> bool:
+    """Whether the CPU can run `op` (its own kernel or a composite one): a fallback needs one, and an
+    emulated chip computes its native ops with it (_thnn_fused_lstm_cell and the fused attention
+    kernels have none)."""
+    try:
+        return torch._C._dispatch_has_computed_kernel_for_dispatch_key(dispatcher_op_name(op), "CPU")
+    except RuntimeError:
+        return True  # not an operator the dispatcher can answer for: do not guess against it
+
+
 def is_composite_implicit(op: str) -> bool:
     """CompositeImplicitAutograd ops decompose above the backend key, so they never need a route."""
     try:
