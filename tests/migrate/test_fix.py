@@ -415,18 +415,18 @@ def _fixture_run_args() -> list[str]:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not FIXTURE.exists(), reason="tests/migrate/fixtures/train_gpt_cuda.py not written yet")
 def test_fixed_training_script_runs_on_cpu(tmp_path: Path) -> None:
     script = tmp_path / FIXTURE.name
     shutil.copy(FIXTURE, script)
-    # Unsafe fixes are needed (`device = "cuda"` is FL105), but not FL902's: the script's
-    # `device_type == "cuda"` guards pin_memory(), which must stay CUDA-only on a CPU run.
-    report = fix_paths([script], unsafe=True, ignore=["FL902"])
+    # Unsafe fixes are needed (`device = "cuda"` is FL105). FL902 included: the script's
+    # `device_type == "cuda"` guards pin_memory(), and becomes torch.fl.is_accelerator(device_type), which
+    # keeps it off on a CPU run (the old `== torch.fl.device_type()` rewrite was true there and crashed).
+    report = fix_paths([script], unsafe=True)
     assert report.errors == [] and report.applied > 0
     fixed = script.read_text()
     assert fixed.count("import torch_fl") == 1 and ".cuda()" not in fixed
     assert "torch.cuda.amp" not in fixed and '"nccl"' not in fixed
-    assert fix_paths([script], unsafe=True, ignore=["FL902"]).changed_files == []
+    assert fix_paths([script], unsafe=True).changed_files == []
     env = {k: v for k, v in os.environ.items() if not k.startswith("FL_")}
     env.update(FL_DEVICE="cpu", CUDA_VISIBLE_DEVICES="")
     proc = subprocess.run([sys.executable, str(script), *_fixture_run_args()], cwd=tmp_path, env=env,
