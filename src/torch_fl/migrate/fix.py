@@ -480,8 +480,9 @@ def _rewrite(source: str, findings: list[Finding]) -> tuple[str, list[Finding]]:
     if not rewriter.applied:
         return source, []
     new = _drop_unused_imports(new, _name_refs(module), _name_refs(new), names)
-    # Every fix names torch.fl.
-    if not torch_aliases or not has_torch_fl:
+    # Fixes that name torch.fl need torch_fl imported (Lightning's accelerator="auto" does not).
+    uses_fl = new.code.count(f"{torch_name}.fl.") > source.count(f"{torch_name}.fl.")
+    if uses_fl and (not torch_aliases or not has_torch_fl):
         new = _add_imports(new, torch=not torch_aliases, torch_fl=not has_torch_fl)
     return new.code, [t.finding for t in rewriter.applied]
 

@@ -271,8 +271,10 @@ class _CudaAPI:
         """`torch.fl.Event` on the target."""
         return self.fl.Event(enable_timing, blocking, interprocess, device=self.alias.target)
 
-    def nvtx(self) -> None:
-        """`range_push`/`range_pop`/`range`/`mark`: `torch.profiler.record_function` ranges."""
+    def nvtx(self) -> ModuleType:
+        """`range_push`/`range_pop`/`range`/`mark`: `torch.profiler.record_function` ranges (profiler
+        traces keep the names)."""
+        return torch.cuda.nvtx
 
 
 def _typed_tensor(dtype_name: str) -> Callable[..., Any]:
@@ -447,14 +449,18 @@ def _install_nvtx(alias: CudaAlias) -> None:
             alias._patch(nvtx, name, replacement)
 
 
+def _wrapped(entry: Any) -> bool:
+    """Whether the alias puts a wrapper on this table entry (a name directly in torch.cuda that is called)."""
+    return entry.name.startswith("torch.cuda.") and "." not in entry.short and entry.kind in ("function", "class",
+                                                                                               "type")
+
+
 def _install_cuda_module(alias: CudaAlias) -> None:
     """Every public torch.cuda function and every class of the CUDA-API table: a handler (`alias`), a
     refusal (`alias_refuses`) or the original with its failure explained (the rest)."""
     api = _CudaAPI(alias)
     names = set(_public_functions(torch.cuda))
-    names.update(entry.short for entry in CUDA_API.values()
-                 if entry.name.startswith("torch.cuda.") and "." not in entry.short
-                 and entry.kind in ("function", "class", "type") and hasattr(torch.cuda, entry.short))
+    names.update(entry.short for entry in CUDA_API.values() if _wrapped(entry) and hasattr(torch.cuda, entry.short))
     for name in sorted(names):
         original = getattr(torch.cuda, name)
         wrap = _cuda_class if isinstance(original, type) else _cuda_function
@@ -693,6 +699,39 @@ def _restore_cuda_storages(alias: CudaAlias, map_location: Any, caller: FrameTyp
         return default_restore_location(storage, location)
 
     return restore
+
+
+# The covered surface, for docs/migrate-runtime.md -------------------------------------------------------
+# Entries whose alias is a class patch of _install_amp rather than a _CudaAPI handler.
+_PATCHED_CLASSES = {
+    "autocast": "autocast on the target's type, in the requested dtype when the target's description lists "
+                "it, else its `precision.autocast_dtype`",
+    "GradScaler": "a `torch.amp.GradScaler` for the target's type",
+}
+
+
+def _cell(text: str) -> str:
+    return " ".join(text.split()).replace("|", "\\|")
+
+
+def surface_markdown() -> str:
+    """The table of every torch.cuda entry of the CUDA-API table and what it does under the alias
+    (docs/migrate-runtime.md holds exactly this; a test checks it)."""
+    rows = ["| CUDA API | kind | under the alias |", "| --- | --- | --- |"]
+    for entry in sorted(CUDA_API.values(), key=lambda e: e.name):
+        if entry.alias in _PATCHED_CLASSES:
+            what = _PATCHED_CLASSES[entry.alias]
+        elif entry.alias is not None:
+            doc = (getattr(_CudaAPI, entry.alias).__doc__ or "").strip().split("\n\n")[0]
+            what = doc
+        elif entry.alias_refuses:
+            what = f"refused: raises `CudaAliasError` naming the alias and the fix: {entry.remedy}"
+        elif not _wrapped(entry):
+            what = f"left as is. Instead: {entry.remedy}"
+        else:
+            what = f"runs as is (logged \"not aliased\"); if it fails, `CudaAliasError` names the alias and: {entry.remedy}"
+        rows.append(f"| `{entry.name}` | {entry.kind} | {_cell(what)} |")
+    return "\n".join(rows) + "\n"
 
 
 # Module API ----------------------------------------------------------------------------------------

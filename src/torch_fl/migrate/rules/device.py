@@ -33,7 +33,8 @@ ORDINAL_NAMES = frozenset({"rank", "local_rank", "gpu_id", "gpu_idx", "gpu_index
 rule(
         "FL101", "cuda-device-string",
         "Hard-coded CUDA device {text} used as a device", "Replace with `{replacement}`", "safe",
-        what="A `\"cuda\"` or `\"cuda:N\"` string used as a device: `torch.device(\"cuda\")`, a "
+        what="A `\"cuda\"` or `\"cuda:N\"` string used as a device (or Lightning's `Trainer(accelerator=\"cuda\")`, "
+             "`Fabric(accelerator=\"gpu\")`, which become `\"auto\"`): `torch.device(\"cuda\")`, a "
              "`device=`/`map_location=`/`device_map=` keyword of any call, or the first argument of "
              "`.to(...)`. f-strings such as `f\"cuda:{rank}\"` are reported too.",
         why="The code then runs only on NVIDIA (and ROCm) builds; on an Ascend, Cambricon, Intel or Apple "
@@ -205,6 +206,16 @@ def device_keyword(det: Any, call: ast.Call, arg: str, value: ast.expr, func: st
     det.sink("device", value)
 
 
+@on_keyword("accelerator")
+def lightning_accelerator(det: Any, call: ast.Call, arg: str, value: ast.expr, func: str | None) -> None:
+    """Lightning / Fabric `accelerator="cuda"` (or "gpu": CUDA or MPS only); "auto" picks what is there."""
+    if (func or "").rsplit(".", 1)[-1] not in ("Trainer", "Fabric"):
+        return
+    for literal in alternatives(value):
+        if str_value(literal) in ("cuda", "gpu"):
+            det.report("FL101", literal, "safe", text=source_text(literal), replacement='"auto"')
+
+
 @on_keyword("device_ids", "output_device")
 def device_ids_keyword(det: Any, call: ast.Call, arg: str, value: ast.expr, func: str | None) -> None:
     """DDP(model, device_ids=[rank]): each entry is a CUDA ordinal (None for a CPU module)."""
@@ -345,6 +356,8 @@ def fix_device_string(rw: Any, original: Any, updated: Any, finding: Any) -> Any
     import libcst as cst
 
     if isinstance(original, cst.SimpleString):
+        if finding.replacement == '"auto"':  # Lightning's accelerator="cuda"
+            return rw.string("auto", original)
         match = CUDA_DEVICE.fullmatch(str(original.evaluated_value))
         if match is None:
             return None
