@@ -16,6 +16,8 @@ The patterns, and where they come from:
 - cached_mask:   a transformer that caches its mask on the module after moving it
                  (word_language_model's ``self.src_mask = mask``): the trace must leave no tensor behind.
 - lstm_hidden:   an LSTM whose initial state is a tuple argument (word_language_model's init_hidden).
+- host_sampling: a model that samples on the host inside forward (a CPU generator's randperm, then
+                 ``.to(x.device)``), as data-augmenting and token-dropping models do: host work.
 """
 
 from __future__ import annotations
@@ -156,3 +158,20 @@ class _LSTMHidden(nn.Module):
 def lstm_hidden():
     torch.manual_seed(0)
     return _LSTMHidden(), (torch.randn(5, 2, 8), (torch.zeros(1, 2, 16), torch.zeros(1, 2, 16)))
+
+
+class _HostSampling(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed, self.head = nn.Embedding(64, 16), nn.Linear(16, 64)
+        self.generator = torch.Generator().manual_seed(0)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        keep = torch.randperm(tokens.shape[1], generator=self.generator)[: tokens.shape[1] // 2]
+        keep = keep.sort().values.to(tokens.device)  # sampled and sorted on the host, then moved
+        return self.head(self.embed(tokens.index_select(1, keep)))
+
+
+def host_sampling():
+    torch.manual_seed(0)
+    return _HostSampling(), (torch.randint(0, 64, (4, 12)),)
