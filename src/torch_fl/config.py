@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import _env, _toml
+from . import _toml
 from .errors import ConfigError, did_you_mean
 
 CONFIG_KEYS = ("device", "backend", "device_map", "log", "routes", "scan")
@@ -93,6 +93,8 @@ def project_config(start: Path | None = None) -> ConfigFile:
 
 
 def user_config_path() -> Path:
+    from . import _env  # not at the top: the scan config below is read by `torchfl scan`, which starts fast
+
     explicit = _env.FL_CONFIG.value()
     if explicit is not None:
         return explicit

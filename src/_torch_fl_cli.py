@@ -1,0 +1,52 @@
+"""The ``torchfl`` console script. ``torchfl scan`` must start like a linter and run where torch is not
+installed (pre-commit hook environments, CI lint jobs), but ``import torch_fl`` imports torch (it
+installs ``torch.fl``). So this tiny top-level module is the entry point: for ``scan`` it registers
+the ``torch_fl`` package *without running its __init__* (a bare package object whose ``__path__`` is
+the real one, the way a namespace package is made), so that ``torch_fl.cli``, ``torch_fl.migrate`` and
+the scanner, none of which import torch, load alone. Every other command imports torch_fl normally.
+
+The bare package is only ever made in a process that runs ``torchfl scan`` and nothing else; the real
+one is used as soon as anything imported torch_fl first. (Measured by benchmarks/scan_speed.py: a
+one-file scan starts within 3x of ``python -c "import ast"``.)
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import types
+
+# Commands that need neither torch nor the torch.fl facade.
+_TORCH_FREE = frozenset({"scan"})
+
+
+def _command(argv: list[str]) -> str | None:
+    return next((a for a in argv if not a.startswith("-")), None)
+
+
+def _bare_package() -> None:
+    """Make ``torch_fl.<sub>`` importable without executing torch_fl/__init__.py."""
+    if "torch_fl" in sys.modules:
+        return
+    spec = importlib.util.find_spec("torch_fl")
+    if spec is None or spec.submodule_search_locations is None:
+        return  # not installed as a package: let the normal import report it
+    package = types.ModuleType("torch_fl", "torch-fl (bare package for a torch-free command)")
+    package.__path__ = list(spec.submodule_search_locations)
+    package.__file__ = spec.origin
+    package.__package__ = "torch_fl"
+    package.__spec__ = spec
+    sys.modules["torch_fl"] = package
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if _command(argv) in _TORCH_FREE and "--help" not in argv and "-h" not in argv:
+        _bare_package()
+    from torch_fl.cli import main as cli_main
+
+    return cli_main(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
