@@ -300,3 +300,24 @@ def test_runtime_facade_reports_the_emulated_devices_tensors(monkeypatch):
         gc.enable()
     torch.fl.empty_cache()
     assert torch.fl.device_count() == 1 and torch.fl.is_available()
+
+
+@pytest.mark.parametrize(("before", "why"), [
+    ("torch.utils.rename_privateuse1_backend('fakenpu')", "belongs to 'fakenpu' (a vendor plugin)"),
+    ("x = torch.ones(1, requires_grad=True); (x * 2).sum().backward()", "a backward pass ran in this process"),
+], ids=["vendor-owns-privateuse1", "backward-ran-first"])
+def test_dispatch_mode_emulator_when_the_device_cannot_exist(before, why):
+    script = (f"import torch\n{before}\nimport torch_fl\n"
+              "from torch_fl.cli.doctor import collect\n"
+              "dev = torch_fl.device('emu:minimal')\n"
+              "print('DEVICE', dev, torch_fl.routing.active().emulated)\n"
+              "try:\n    torch.randn(2, dtype=torch.float64) * 2\nexcept Exception as e:\n"
+              "    print('CHECKED', type(e).__name__)\n"
+              "print('DOCTOR', collect('emu:minimal')['emulation']['emulator'])\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FL_")}
+    run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "DEVICE cpu True" in run.stdout            # the CPU under the dispatch mode
+    assert "CHECKED UnsupportedOperatorError" in run.stdout  # every CPU op of the block is checked
+    assert "DOCTOR dispatch mode" in run.stdout
+    assert why in run.stderr                          # logged once, with the reason

@@ -60,6 +60,7 @@ class _State:
         self.peak = [0]
         self.h2d_bytes = self.h2d_calls = self.d2h_bytes = self.d2h_calls = self.syncs = 0
         self.broken = ""               # why the registered backend cannot be used (autograd probe)
+        self.probed = False
 
 
 state = _State()
@@ -125,7 +126,7 @@ def ensure(count: int) -> None:
     """Register the ``emu`` backend (once: PyTorch cannot unregister a backend) with `count` devices
     (FL_EMU_DEVICES; a later call sets the count again)."""
     with _lock:
-        if state.count == count:
+        if state.count == count and state.probed:
             return
         if not borrowed():
             from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
@@ -138,11 +139,18 @@ def ensure(count: int) -> None:
             from . import emu_autocast
 
             emu_autocast.register(NAME)
-            state.count = count
-            _probe_autograd()
         state.count = count
         state.live += [0] * max(0, count - len(state.live))
         state.peak += [0] * max(0, count - len(state.peak))
+        if not state.probed and not _torch_importing():
+            # (while torch itself imports, FL_CUDA_ALIAS's autoload hook: no backward can have run yet, and
+            # a backward would deadlock on the import lock; the next resolution probes)
+            state.probed = True
+            _probe_autograd()
+
+
+def _torch_importing() -> bool:
+    return bool(getattr(getattr(torch, "__spec__", None), "_initializing", False))
 
 
 def _probe_autograd() -> None:
