@@ -434,3 +434,32 @@ def test_fixed_training_script_runs_on_cpu(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     assert "device cpu" in proc.stdout
     assert "iter 2: loss" in proc.stdout
+
+
+def test_symlinks_out_of_the_tree_are_skipped(tmp_path: Path) -> None:
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    target = outside / "shared.py"
+    target.write_text("import torch\nx = torch.zeros(1).cuda()\n")
+    (tmp_path / "proj").mkdir()
+    tree = _project(tmp_path / "proj")
+    (tree / "shared.py").symlink_to(target)
+    (tree / "linked_dir").symlink_to(outside, target_is_directory=True)  # not walked (as scan)
+    report = fix_paths([tree])
+    assert target.read_text() == "import torch\nx = torch.zeros(1).cuda()\n"
+    skipped = [f for f in report.errors if f.path.name == "shared.py"]
+    assert skipped and "outside" in skipped[0].error
+    assert ".to(torch.fl.device())" in (tree / "train.py").read_text()  # the rest is fixed
+
+
+def test_read_only_files_are_refused_and_intact(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _project(tmp_path) / "train.py"
+    before = path.read_bytes()
+    path.chmod(0o444)
+    try:
+        status = main(["fix", str(path)])
+        assert status == 1
+        assert path.read_bytes() == before
+        assert "read-only" in capsys.readouterr().err
+    finally:
+        path.chmod(0o644)

@@ -579,32 +579,60 @@ def _unified_diff(path: Path, old: str, new: str) -> str:
 
 
 def _files(paths: Iterable[str | os.PathLike[str]], select: Sequence[str] | None,
-           ignore: Sequence[str] | None) -> Iterable[tuple[Path, frozenset[str]]]:
+           ignore: Sequence[str] | None) -> Iterable[tuple[Path, frozenset[str], Path]]:
     """The Python files `torchfl scan` would scan, with their enabled codes (FL702's CUDA sources
-    have no fix), so that scan and fix see the same findings."""
-    for path, codes in targets(paths, select, ignore):
-        if not path.name.endswith((".cu", ".cuh")):
-            yield path, codes
+    have no fix) and the tree they were found in (a directory argument, or a file argument's folder),
+    so that scan and fix see the same findings."""
+    seen: set[Path] = set()
+    for argument in paths:
+        root = Path(argument)
+        tree = (root if root.is_dir() else root.parent).resolve()
+        for path, codes in targets([argument], select, ignore):
+            resolved = path.resolve()
+            if resolved in seen or path.name.endswith((".cu", ".cuh")):
+                continue
+            seen.add(resolved)
+            yield path, codes, tree
+
+
+def _outside(path: Path, tree: Path) -> bool:
+    """Whether `path` (a link, or inside a linked folder) resolves to a file outside `tree`."""
+    try:
+        path.resolve().relative_to(tree)
+    except ValueError:
+        return True
+    return False
+
+
+def _read_only(path: Path) -> bool:
+    # By the permission bits, not os.access: root may write anything, and os.replace would replace
+    # even a read-only file; a file the user marked read-only is theirs to unlock.
+    return not stat.S_IMODE(path.stat().st_mode) & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH)
 
 
 def fix_paths(paths: Iterable[str | os.PathLike[str]], *, unsafe: bool = False, diff: bool = False,
               select: Sequence[str] | None = None, ignore: Sequence[str] | None = None,
               on_file: Callable[[FileFix], None] | None = None) -> FixReport:
     """Fix every Python file under `paths` (directories walked as `torchfl scan` walks them, with the
-    same [tool.torchfl] configuration). With `diff`, nothing is written and each changed file's
-    unified diff is in its FileFix. Files that cannot be read, parsed or written are reported (their
-    FileFix has an `error`) and skipped.
+    same scan configuration). With `diff`, nothing is written and each changed file's unified diff is
+    in its FileFix. Files that cannot be read, parsed or written are reported (their FileFix has an
+    `error`) and skipped, and so are read-only files (left intact) and symlinks that lead out of the
+    tree given (a directory argument, or a file argument's folder): a fix never writes outside it.
 
     Raises:
         TorchFLError: a file has something to fix and libcst is not installed.
-        ScanConfigError: a selector that names no rule, or a bad [tool.torchfl] table.
+        ScanConfigError: a selector that names no rule, or a bad scan table.
         FileNotFoundError: a path that does not exist.
     """
     report = FixReport()
-    for path, codes in _files(paths, select, ignore):
+    for path, codes, tree in _files(paths, select, ignore):
         entry = FileFix(path)
         report.files.append(entry)
         try:
+            if _outside(path, tree):
+                entry.error = (f"skipped: a symlink to {path.resolve()}, outside {tree} (torchfl fix does not "
+                               f"follow links out of the tree it was given; fix that file where it lives)")
+                continue
             _fix_file(entry, codes, unsafe=unsafe, diff=diff)
         finally:
             _notify(on_file, entry)
@@ -639,6 +667,10 @@ def _fix_file(entry: FileFix, codes: frozenset[str], *, unsafe: bool, diff: bool
         return
     if diff:
         entry.changed, entry.diff = True, _unified_diff(path, source, result.new_source)
+        return
+    if _read_only(path):
+        entry.error, entry.applied = ("read-only file, not changed (make it writable, e.g. chmod u+w, to fix "
+                                      "it)"), []
         return
     try:
         write_atomic(path, result.new_source, encoding)
