@@ -407,3 +407,24 @@ def test_a_fallback_the_cpu_cannot_run_is_unsupported(monkeypatch: pytest.Monkey
                      if op["op"] == "aten::_scaled_dot_product_efficient_attention.default")
     assert attention["route"] == "unsupported" and "the CPU has no kernel for it either" in attention["source"]
     assert data["summary"]["unsupported_calls"] == 2  # one per block
+
+
+def test_amp_on_cuda_uses_cudas_autocast_lists(tmp_path: Path) -> None:
+    # A fresh process, as a user runs it: the emulated backend (which registers PyTorch's CUDA autocast
+    # lists) can be registered there before any backward pass.
+    import os
+    import subprocess
+    import sys
+
+    out = tmp_path / "cov.json"
+    env = {**os.environ, "PYTHONPATH": str(EXAMPLES.parent / "src")}
+    done = subprocess.run([sys.executable, "-m", "torch_fl", "coverage", f"{EXAMPLES / 'gpt.py'}:factory",
+                           "--device", "cuda", "--train", "--amp", "--json", str(out)],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    data = json.loads(out.read_text())
+    pairs = {(op["op"], op["dtype"]) for op in data["ops"]}
+    assert ("aten::addmm.default", "float16") in pairs  # CUDA's lower-precision list
+    assert ("aten::native_layer_norm.default", "float32") in pairs  # CUDA's float32 list
+    assert ("aten::_scaled_dot_product_flash_attention.default", "float16") in pairs
+    assert any("PyTorch's CUDA autocast op lists" in note for note in data["notes"])

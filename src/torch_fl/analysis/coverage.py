@@ -17,7 +17,7 @@ from typing import Any
 
 from ..routing import route_table
 from ..routing.table import ROUTES, RouteTable
-from .fidelity import DeviceKernels, device_kernels
+from .fidelity import CUDA_AUTOCAST_BACKENDS, DeviceKernels, device_kernels
 from .model import ModelSpec
 from .report import Chart, Report, Section, Table, progress
 from .trace import MODEL, OPTIMIZER, OpRecord, TraceResult, trace_step
@@ -70,23 +70,27 @@ def coverage(spec: ModelSpec, device: str, train: bool = False, amp: bool = Fals
 
 
 def _trace_device(kernels: DeviceKernels, amp: bool) -> str:
-    """Where the trace puts the model's tensors: the host's CPU, the emulated backend itself (so that
-    PyTorch makes its kernel choices, autocast's included, exactly as under emulation), else meta (a
-    device apart from the host, with the device's choices steered by fidelity.py). Autocast has no
-    meta backend, so an AMP trace of a real device stays on the CPU, its device tensors tracked."""
+    """Where the trace puts the model's tensors: the host's CPU; the emulated backend itself for an
+    emulated chip (so that PyTorch makes its kernel choices, autocast's included, exactly as under
+    emulation) and for AMP on a backend with CUDA's autocast lists (which the emulated backend
+    registers); else meta (a device apart from the host, its choices steered by fidelity.py). Autocast
+    has no meta backend, so any other AMP trace stays on the CPU, its device tensors tracked."""
     if kernels.host:
         return "cpu"
-    if amp and not kernels.emulated:
-        return "cpu"
-    if kernels.emulated:
-        try:
-            from ..device import emulated_devices
-        except ImportError:  # a torch-fl without the emulated backend
-            return "meta"
-        devices = emulated_devices(create=True)
-        if devices:
-            return str(devices[0])
-    return "meta"
+    if kernels.emulated or (amp and kernels.backend in CUDA_AUTOCAST_BACKENDS):
+        emulated = _emulated_device()
+        if emulated:
+            return emulated
+    return "cpu" if amp else "meta"
+
+
+def _emulated_device() -> str | None:
+    try:
+        from ..device import emulated_devices
+    except ImportError:  # a torch-fl without the emulated backend
+        return None
+    devices = emulated_devices(create=True)
+    return str(devices[0]) if devices else None
 
 
 def _verdicts(records: list[OpRecord]) -> dict[tuple[tuple[str, str | None], ...], str]:
@@ -160,7 +164,7 @@ def _notes(table: RouteTable, result: TraceResult, kernels: DeviceKernels, devic
     attention = _attention_note(desc, records, kernels)
     if attention:
         notes.append(attention)
-    if kernels.emulated and not device_tensors.startswith("emu"):
+    if kernels.emulated and not device_tensors.startswith("emu"):  # the emu device is unavailable
         notes.append("The emulated device could not be registered in this process (a backward pass ran "
                      "before it, or a vendor plugin owns PrivateUse1; torch-fl logged why), so the trace "
                      "used meta tensors: choices PyTorch makes in C++ for the emulated backend (dropout "
@@ -174,10 +178,15 @@ def _notes(table: RouteTable, result: TraceResult, kernels: DeviceKernels, devic
         if cpu_less:
             notes.append(f"Native on '{desc.name}', but the CPU has no kernel to emulate them with: "
                          f"{', '.join(cpu_less)}. The chip runs them; an emulated run stops there.")
-    if device_tensors.startswith("emu"):
+    if device_tensors.startswith("emu") and kernels.emulated:
         notes.append(f"The model's tensors were tensors of the emulated backend ({device_tensors}), so "
                      f"PyTorch made that backend's kernel choices (fused dropout and LSTM cells, no "
                      f"oneDNN or *_for_cpu kernels, SDPA's math path) exactly as under emulation.")
+    elif device_tensors.startswith("emu"):
+        notes.append(f"For its autocast lists the model's tensors were tensors of the emulated backend "
+                     f"({device_tensors}), with attention and dropout steered to '{desc.name}''s kernels: "
+                     f"no oneDNN or *_for_cpu kernels, LSTM cells as _thnn_fused_lstm_cell (a GPU with "
+                     f"cuDNN runs _cudnn_rnn instead).")
     elif not kernels.host:
         notes.append(f"'{desc.name}' is not the host CPU: the trace ran without the CPU's own kernels "
                      f"(oneDNN's mkldnn_*, *_for_cpu), so RNNs appear as the generic cell ops"
@@ -192,7 +201,9 @@ def _notes(table: RouteTable, result: TraceResult, kernels: DeviceKernels, devic
     if amp:
         backend = device_tensors.split(":")[0]
         lists = ("the emulated device's autocast op lists (PyTorch's CUDA lists, as under emulation)"
-                 if backend == "emu" else "the CPU's autocast op lists")
+                 if backend == "emu" and kernels.emulated else
+                 "PyTorch's CUDA autocast op lists (registered by the emulated backend)" if backend == "emu"
+                 else "the CPU's autocast op lists")
         notes.append(f"AMP: the forward pass and the loss ran under torch.autocast('{backend}', "
                      f"dtype={desc.autocast_dtype}) ({desc.autocast_dtype} is precision.autocast_dtype "
                      f"of '{desc.name}'); {lists} decided which ops ran in {desc.autocast_dtype}"

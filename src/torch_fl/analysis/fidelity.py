@@ -35,6 +35,10 @@ from torch.overrides import TorchFunctionMode
 # these backends (dispatch keys), in training, for 0 < p < 1 and a non-empty input.
 FUSED_DROPOUT_BACKENDS = frozenset({"CUDA", "XPU", "PrivateUse1"})
 EMULATED_BACKEND = "PrivateUse1"
+# Backends whose autocast op lists are PyTorch's CUDA lists (aten/src/ATen/autocast_mode.cpp), which the
+# emulated backend registers too (routing/emu_autocast.py): an AMP trace of them runs on fake tensors of
+# the emulated backend to get those lists (the CPU's lists differ).
+CUDA_AUTOCAST_BACKENDS = frozenset({"CUDA"})
 
 
 @dataclass(frozen=True)
@@ -159,5 +163,5 @@ class _DeviceFunctions(TorchFunctionMode):
         return NotImplemented
 
 
-__all__ = ["FUSED_ATTENTION", "FUSED_DROPOUT_BACKENDS", "DeviceKernels", "FusedAttention",
+__all__ = ["CUDA_AUTOCAST_BACKENDS", "FUSED_ATTENTION", "FUSED_DROPOUT_BACKENDS", "DeviceKernels", "FusedAttention",
            "device_kernels", "kernel_choices"]

@@ -425,9 +425,9 @@ def _trace(spec: ModelSpec, *, fake: bool, train: bool, step: bool, amp: bool, a
     if not fake and device == "meta":
         device = "cpu"  # a real run of a non-emulated device computes on the CPU
     backend = torch.device(device).type
-    # On the emulated backend PyTorch makes that backend's kernel choices itself; elsewhere they are
-    # steered (fidelity.py).
-    steer = kernels is not None and backend != "emu"
+    # For an emulated chip on the emulated backend PyTorch makes the chip's kernel choices itself;
+    # elsewhere (a real device's trace, whichever tensors it uses) they are steered (fidelity.py).
+    steer = kernels is not None and not (backend == "emu" and kernels.emulated)
     if fake:
         mode = _fake_mode()
         tensors = _stand_ins(spec.model, lambda t: _to_fake(mode, t, device))
