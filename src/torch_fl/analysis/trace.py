@@ -1,15 +1,18 @@
 """Record the aten operators a model calls, with their dtypes and the modules that call them, without
 computing anything.
 
-The model runs on fake CPU tensors (``FakeTensorMode``): shapes, dtypes and strides propagate, no
-data is allocated or computed, and a dispatch mode above the fake mode counts every call below
-autograd, where a backend sees it (CompositeImplicitAutograd ops appear as their sub-ops). Fake *CPU*
-tensors, rather than meta tensors, because C++ code that chooses kernels by device type sees the CPU:
-the recorded op set is exactly what a real CPU run dispatches (meta tensors make SDPA take its math
-path, which no real device does unless told to). The other side of that choice: where a real device
-picks a device-specific kernel (SDPA's flash or efficient attention on CUDA, cuDNN batch norm,
-autocast's per-device op lists) the trace shows the CPU's pick. ``math_attention=True`` makes SDPA take
-its math path, as a chip without fused attention does.
+The model runs on fake tensors (``FakeTensorMode``): shapes, dtypes and strides propagate, no data is
+allocated or computed, and a dispatch mode above the fake mode counts every call below autograd, where
+a backend sees it (CompositeImplicitAutograd ops appear as their sub-ops). The model is not copied: its
+parameters and buffers are swapped for fake stand-ins for the duration (``_borrowed``).
+
+Where the fake tensors live decides which kernels C++ code picks by device type. ``trace()`` uses fake
+*CPU* tensors: the recorded op set is exactly what a real CPU run dispatches. ``trace_step()``, which
+coverage uses, puts the model's tensors on a device apart from the host (``meta``, or the emulated
+backend ``emu`` so that PyTorch makes that backend's choices), counts only the calls on them (host work
+such as an optimizer's CPU step counter is not the chip's), routes each call as the router would
+(chains.py), steers attention and dropout to the device's kernels (fidelity.py), and, when fake tensors
+meet a branch on values, records a real run instead.
 
 Each call is attributed to the innermost module running it: forward pre/post hooks keep a module stack.
 Backward calls are attributed through autograd's sequence numbers: every node created in the forward
