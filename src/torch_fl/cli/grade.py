@@ -18,13 +18,13 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> No
 
     parser = sub.add_parser(
         name, help=help_text,
-        description="Grade MODEL on a device at L0, L1 or L2 (the article's levels) from measurements: "
+        description="Grade MODEL on a device at L0 (runs), L1 (deployable) or L2 (production) from measurements: "
                     "torch.fl.distributed's preflight in two processes, a real training step, coverage of "
                     "a traced training step, compare against a reference, a step under autocast, a "
                     "second input shape, optionally torch.compile, and bench (alignment, memory over "
                     "steps). Each criterion is PASS, FAIL or NOT "
                     "MEASURED with its evidence; NOT MEASURED never counts as PASS.",
-        epilog="Thresholds (article 4.3): native calls >= 80%, alignment >= 0.9, 4-device scaling >= "
+        epilog="Thresholds: native calls >= 80%, alignment >= 0.9, 4-device scaling >= "
                "3.2x, precision within the dtype's rtol/atol, memory flat over the run.\n"
                "On an emulated chip (emu:NAME) alignment is not measured: it would time the emulation.\n"
                "Examples:\n  torchfl grade examples/gpt.py:factory --device cpu\n"

@@ -1,19 +1,17 @@
 """``torchfl preflight``: start N local ranks through torchrun's launcher and run the distributed
 preflight in each (torch.fl.distributed.init_process_group), then print one row per rank.
 
-The ranks are real processes started by ``torch.distributed.launcher.elastic_launch`` (torchrun's engine,
-c10d rendezvous on a free local port), so they see exactly the environment (RANK, LOCAL_RANK,
-WORLD_SIZE, MASTER_ADDR, agent store) that a training job started with torchrun sees.
+The ranks are real processes started by torch_fl.distributed.launch (torchrun's engine, c10d rendezvous
+on a free local port), so they see exactly the environment (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR,
+agent store) that a training job started with torchrun sees.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
 import time
-import uuid
 from typing import Any
 
 from . import positive_int, positive_seconds
@@ -60,31 +58,12 @@ def _default_nproc() -> int:
 
 def launch(nproc: int, timeout: float, backend: str | None) -> list[dict[str, Any]]:
     """Run the preflight on `nproc` local ranks; one result per rank ('row' or 'error')."""
-    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+    from ..distributed.launch import run_local
 
-    config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=nproc, rdzv_backend="c10d",
-                          rdzv_endpoint="localhost:0", run_id=f"torchfl-preflight-{uuid.uuid4().hex[:8]}",
-                          max_restarts=0, monitor_interval=0.1, start_method="spawn")
-    elastic = logging.getLogger("torch.distributed.elastic")
-    level = elastic.level
-    elastic.setLevel(logging.ERROR)  # the agent's INFO/WARNING lines are about the launcher, not the ranks
-    try:
-        returned = elastic_launch(config, _worker)(timeout, backend)
-    except ChildFailedError as exc:
-        # A rank that died (the watchdog's exit, a crash) returns nothing; torchrun knows why.
-        return [{"rank": rank, "error": f"exited with code {failure.exitcode}: {_failure_text(failure)}"}
-                for rank, failure in sorted(exc.failures.items())]
-    finally:
-        elastic.setLevel(level)
-    return [returned[rank] for rank in sorted(returned)]
-
-
-def _failure_text(failure: Any) -> str:
-    message = failure.message
-    if isinstance(message, dict):
-        message = message.get("message", "")
-    return str(message) or "no error message"
+    # A rank that died (the watchdog's exit, a crash) returns nothing; the launcher says why. The ranks
+    # the launcher then stopped are not failures of their own.
+    return [r.value if r.ok else {"rank": r.rank, "error": r.error}
+            for r in run_local(_worker, timeout, backend, nproc=nproc, name="torchfl-preflight") if not r.stopped]
 
 
 def _worker(timeout: float, backend: str | None) -> dict[str, Any]:

@@ -1,0 +1,176 @@
+"""grade's report: the JSON data, the text and HTML sections, and the warnings."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...report import Chart, Report, Section, Table
+from ..bench import LEAK_RULE, NOISY
+from ..bench import TARGET as ALIGNMENT_TARGET
+from .criteria import (
+    FAIL,
+    LEVEL_MEANING,
+    LEVEL_TITLE,
+    LEVELS,
+    NATIVE_SHARE_TARGET,
+    NOT_MEASURED,
+    PASS,
+    SCALING_DEVICES,
+    SCALING_TARGET,
+    SOURCE,
+    STATUSES,
+    Criterion,
+    achieved_level,
+    claim_check,
+    noisy_modes,
+)
+from .runs import PRECISION_DTYPE, Measurements, Target
+
+
+def thresholds(steps: int, tol: Any) -> dict[str, Any]:
+    return {
+        "native_calls_share": NATIVE_SHARE_TARGET,
+        "alignment": ALIGNMENT_TARGET,
+        "scaling": {"devices": SCALING_DEVICES, "speedup": SCALING_TARGET},
+        "precision": {"dtype": PRECISION_DTYPE, "rtol": tol.rtol, "atol": tol.atol, "source": tol.source},
+        "memory": {"steps": steps, "rule": LEAK_RULE},
+        "source": SOURCE,
+    }
+
+
+def build_report(target: Target, rows: list[Criterion], found: Measurements, *, steps: int,
+                 tol: Any) -> Report:
+    level, why = achieved_level(rows)
+    claimed = target.desc.data["level"]
+    confirmed, claim_text = claim_check(claimed, level)
+    section = target.desc.section("compile")
+    data: dict[str, Any] = {
+        "model": target.spec.name, "device": target.device, "reference": target.reference,
+        "description": {"name": target.desc.name, "path": target.desc.path, "emulated": target.emulated,
+                        "autocast_dtype": target.desc.autocast_dtype,
+                        "compile": {k: section[k] for k in ("jit", "backend", "dynamic_shapes")}},
+        "claimed_level": claimed, "level": level, "level_reason": why, "claim_confirmed": confirmed,
+        "criteria": [c.row() for c in rows],
+        "thresholds": thresholds(steps, tol),
+        "measurements": found.data(),
+    }
+    return _render(data, target, found, claim_text)
+
+
+def _device_text(target: Target) -> str:
+    if target.emulated:
+        return (f"{target.device}: emulated on the CPU (a Python dispatch mode enforces description "
+                f"'{target.desc.name}')")
+    return f"{target.device} ({target.dev}, description '{target.desc.name}')"
+
+
+def _level_text(data: dict[str, Any]) -> str:
+    return data["level"] + (f" ({data['level_reason']})" if data["level_reason"] else "")
+
+
+def _render(data: dict[str, Any], target: Target, found: Measurements, claim_text: str) -> Report:
+    rows = data["criteria"]
+    counts = {s: sum(r["status"] == s for r in rows) for s in STATUSES}
+    summary = [
+        ("model", data["model"]),
+        ("device", _device_text(target)),
+        ("reference", f"{data['reference']} (precision only)"),
+        ("level", _level_text(data)),
+        ("claimed", f"{data['claimed_level']} (level in description '{target.desc.name}'): {claim_text}"),
+        ("criteria", f"{counts[PASS]} PASS, {counts[FAIL]} FAIL, {counts[NOT_MEASURED]} NOT MEASURED "
+                     "(NOT MEASURED never counts as PASS)"),
+        ("thresholds", _thresholds_text(data["thresholds"])),
+    ]
+    sections = [_level_section(name, rows) for name in LEVELS]
+    sections.append(Section("Evidence", text=[f"- [{r['status']}] {r['level']} {r['name']}: {r['evidence']}"
+                                              for r in rows]))
+    sections += _measurement_sections(found)
+    return Report(f"torchfl grade: {data['model']} on {data['device']}", data, summary, sections,
+                  _warnings(data, target, counts))
+
+
+def _thresholds_text(t: dict[str, Any]) -> str:
+    p = t["precision"]
+    return (f"native calls >= {t['native_calls_share']:.0%}, alignment >= {t['alignment']}, "
+            f"{t['scaling']['devices']}-device scaling >= {t['scaling']['speedup']}x, precision "
+            f"{p['dtype']} rtol {p['rtol']:g} atol {p['atol']:g}, memory flat over {t['memory']['steps']} "
+            f"steps (docs/analysis.md, torchfl grade)")
+
+
+def _level_section(name: str, rows: list[dict[str, Any]]) -> Section:
+    mine = [r for r in rows if r["level"] == name]
+    table = Table(["criterion", "threshold", "measured", "status", "evidence"],
+                  [[r["name"], r["threshold"], _measured_cell(r["measured"]), r["status"], r["evidence"]]
+                   for r in mine])
+    return Section(f"{name}: {LEVEL_TITLE[name]}", text=[f"{name}: {LEVEL_MEANING[name]}."],
+                   tables=[table])
+
+
+def _measured_cell(value: Any) -> Any:
+    if value is None:
+        return "-"
+    if isinstance(value, float) and 0 <= value <= 1:
+        return f"{value:.3f}"
+    return value
+
+
+def _chart(report: Report | None, kind: str, title: str) -> list[Chart]:
+    if report is None:
+        return []
+    return [c for s in report.sections for c in s.charts if c.kind == kind and c.title == title]
+
+
+def _measurement_sections(found: Measurements) -> list[Section]:
+    sections = []
+    if found.coverage is not None:
+        routes = found.coverage["routes"]
+        bar = Chart("bar", "Calls per route (coverage --train)", list(routes),
+                    [{"name": "calls", "values": list(routes.values())}], x_label="route", y_label="calls")
+        ops = found.coverage_report.sections[0]  # coverage's "Ops that are not native" section
+        sections.append(Section("Routes (coverage --train)", text=[ops.title + ":", *ops.text],
+                                tables=ops.tables, charts=[
+            bar, *_chart(found.coverage_report, "stacked-bar", "Calls per route, by top-level module")]))
+    if found.compare_report is not None:
+        sections.append(Section("Precision per module (compare --train)", text=[
+            f"{k}: {v}" for k, v in found.compare_report.summary[4:]],
+            charts=_chart(found.compare_report, "line", "Max relative error per module")))
+    if found.bench_report is not None:
+        # Only bench's memory rows: its alignment row would repeat an emulation's misleading ratio.
+        sections.append(Section("Memory over steps (bench)", text=[
+            f"{k}: {v}" for k, v in found.bench_report.summary if k in ("peak memory", "memory leak")],
+            charts=_chart(found.bench_report, "line", "Memory after each step")))
+    return sections
+
+
+def _not_measured_warning(data: dict[str, Any], counts: dict[str, int]) -> list[str]:
+    if not counts[NOT_MEASURED]:
+        return []
+    text = f"{counts[NOT_MEASURED]} criteria were not measured; NOT MEASURED never counts as PASS"
+    reached = LEVELS.index(data["level"]) if data["level"] in LEVELS else -1
+    nxt = LEVELS[reached + 1] if reached + 1 < len(LEVELS) else None
+    blocking = [r for r in data["criteria"] if r["level"] == nxt and r["status"] != PASS]
+    if blocking and all(r["status"] == NOT_MEASURED for r in blocking):
+        text += f", and only unmeasured criteria stand between this model and {nxt}: {data['level']} is a " \
+                "lower bound"
+    return [text]
+
+
+def _warnings(data: dict[str, Any], target: Target, counts: dict[str, int]) -> list[str]:
+    warnings = []
+    if target.emulated:
+        warnings.append(f"{target.device} is an emulated chip: performance alignment there would measure "
+                        "the emulation (CPU + Python dispatch), not the chip, so it is NOT MEASURED and L1 "
+                        "cannot be reached; coverage, L0 and precision are meaningful")
+    warnings += _not_measured_warning(data, counts)
+    if data["claim_confirmed"] is False:
+        warnings.append(f"the description claims {data['claimed_level']}; this model measured "
+                        f"{data['level']}")
+    alignment = next(r for r in data["criteria"] if r["id"] == "l1.alignment")
+    if alignment["measured"] is not None and noisy_modes(data["measurements"]["bench"]):
+        warnings.append(f"the alignment ({alignment['measured']:.3g}) comes from noisy step times (p90 > "
+                        f"{NOISY}x median): its {alignment['status']} and the level can change on a rerun; "
+                        f"use more --steps on a quieter machine")
+    failed = [r for r in data["criteria"] if r["status"] == FAIL]
+    if failed:
+        warnings.append("failed: " + "; ".join(f"{r['level']} {r['name']}" for r in failed))
+    return warnings
