@@ -23,11 +23,15 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> No
                "  torchfl run train.py --batch_size=8\n"
                "  FL_DEVICE=emu:minimal torchfl run train.py\n"
                "  torchfl run --device cpu -m mypkg.train --epochs 1\n"
+               "  torchfl run --report train.py      # + what the alias answered in place of CUDA\n"
                "  torchrun --nproc_per_node=2 --no-python torchfl run train.py\n"
                "\nExit status: the script's. Docs: docs/migrate-runtime.md",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", metavar="D",
                         help="where CUDA requests run (default torch.fl.device(): FL_DEVICE, config, acc0)")
+    parser.add_argument("--report", action="store_true",
+                        help="after the script, print to stderr which CUDA queries the alias answered from the "
+                             "description (capability, properties, ...) and which CUDA settings it accepted")
     parser.add_argument("-m", dest="module", nargs=argparse.REMAINDER, metavar="MODULE [ARGS]",
                         help="run a library module as a script (as python -m), with its arguments")
     parser.add_argument("script", nargs=argparse.REMAINDER, metavar="SCRIPT [ARGS]",
@@ -89,10 +93,15 @@ def run(args: argparse.Namespace) -> int:
         print("torchfl run: give a script (torchfl run train.py ARGS) or a module (-m MODULE ARGS)",
               file=sys.stderr)
         return 2
-    if active() is not None:  # FL_CUDA_ALIAS=1 already enabled it when torch was imported
+    alias = active()
+    if alias is not None:  # FL_CUDA_ALIAS=1 already enabled it when torch was imported
         if args.device:
             print(f"torchfl run: FL_CUDA_ALIAS is set: the alias targets torch.fl.device(), not "
                   f"--device {args.device}", file=sys.stderr)
-        return run_target(script, module, argv)
-    with cuda_alias(args.device):
-        return run_target(script, module, argv)
+        code = run_target(script, module, argv)
+    else:
+        with cuda_alias(args.device) as alias:
+            code = run_target(script, module, argv)
+    if args.report:
+        print(alias.report(), file=sys.stderr)
+    return code
