@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 # 2.13.0 is the build available offline here; the package itself accepts a wide torch range.
 TORCH_PIN ?= torch==2.13.0
 
-.PHONY: demo test lint venv clean bench
+.PHONY: demo test test-fast lint venv clean bench
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,8 +21,14 @@ demo: venv
 	cd examples && ../$(PY) demo.py --steps 20
 	$(VENV)/bin/torchfl doctor
 
+# The whole suite (CI runs this).
 test: venv
 	$(PY) -m pytest
+
+# The edit-test loop: everything but the tests marked slow (multi-process runs, real compiles, subprocess
+# launches), under 2 minutes on a quiet 2-core machine.
+test-fast: venv
+	$(PY) -m pytest -m "not slow"
 
 lint: venv
 	$(VENV)/bin/ruff check .

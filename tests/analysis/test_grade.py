@@ -144,6 +144,7 @@ def _check_alignment(row: dict) -> None:
 
 # ----------------------------------------------------------------------------------------- the examples
 
+@pytest.mark.slow
 def test_gpt_on_cpu(models, tmp_path):
     data = _grade_cli(models, "gpt_small", "cpu", tmp_path, preflight=True)
     _check_common(data)

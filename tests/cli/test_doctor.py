@@ -81,6 +81,7 @@ def test_text_output_has_sections_and_verdict(capsys: pytest.CaptureFixture[str]
     assert out.rstrip().endswith("Result: healthy")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("entry", ["python -m", "console script"])
 def test_json_through_a_subprocess(tmp_path: Path, entry: str) -> None:
     script = Path(sys.executable).with_name("torchfl")

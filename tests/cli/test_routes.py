@@ -173,17 +173,20 @@ def _diff(capsys: pytest.CaptureFixture[str], *argv: object) -> tuple[int, str, 
     return code, captured.out, captured.err
 
 
+@pytest.mark.slow
 def test_real_logs_are_route_logs(logs: dict[str, Path]) -> None:
     data = json.loads(logs["before"].read_text())
     assert data["description"] == "minimal" and data["records"]
     assert {r["route"] for r in data["records"]} == {"translate"}
 
 
+@pytest.mark.slow
 def test_identical_runs_exit_0(capsys: pytest.CaptureFixture[str], logs: dict[str, Path]) -> None:
     code, out, _ = _diff(capsys, logs["before"], logs["again"])
     assert code == 0 and "identical" in out
 
 
+@pytest.mark.slow
 def test_changed_routes_exit_1_with_a_table(capsys: pytest.CaptureFixture[str], logs: dict[str, Path]) -> None:
     code, out, _ = _diff(capsys, logs["before"], logs["forced"])
     assert code == 1
@@ -193,6 +196,7 @@ def test_changed_routes_exit_1_with_a_table(capsys: pytest.CaptureFixture[str], 
     assert rows[("added", "aten::addmm.default")][3] == "-"
 
 
+@pytest.mark.slow
 def test_diff_json(capsys: pytest.CaptureFixture[str], logs: dict[str, Path]) -> None:
     code, out, _ = _diff(capsys, logs["before"], logs["forced"], "--json")
     data = json.loads(out)
@@ -208,6 +212,7 @@ def test_diff_json(capsys: pytest.CaptureFixture[str], logs: dict[str, Path]) ->
     assert ("removed", "aten::addmm.default") in {(c["change"], c["op"]) for c in reverse["changes"]}
 
 
+@pytest.mark.slow
 def test_call_counts(capsys: pytest.CaptureFixture[str], logs: dict[str, Path], tmp_path: Path) -> None:
     data = json.loads(logs["before"].read_text())
     data["records"][0]["calls"] += 5
@@ -226,6 +231,7 @@ def test_call_counts(capsys: pytest.CaptureFixture[str], logs: dict[str, Path], 
      "records[0]: 'calls' must be a non-negative integer"),
     ('{"records": ["aten::gelu"]}', "records[0] is str, not an object"),
 ])
+@pytest.mark.slow
 def test_bad_logs_exit_2_naming_the_file(capsys: pytest.CaptureFixture[str], logs: dict[str, Path],
                                           tmp_path: Path, content: str | None, message: str) -> None:
     bad = tmp_path / "bad.json"

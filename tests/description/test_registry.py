@@ -88,6 +88,7 @@ print(json.dumps({"vendor": d.vendor, "backend": torch_fl.backend().description.
     assert result["native"] == ["aten::add.Tensor", "aten::mm.default"]
 
 
+@pytest.mark.slow
 def test_backend_override_beats_detection(installed_fake_vendor):
     result = run_with_vendor(installed_fake_vendor, """
 import json, torch_fl

@@ -31,6 +31,7 @@ def test_preflight_passes_on_two_ranks(launch):
     assert ranks[1].result["rows"][0]["rank"] == 1  # a rank > 0 holds its own row only
 
 
+@pytest.mark.slow
 def test_a_rank_with_another_description_fails_at_init_naming_it(launch, tmp_path):
     modified = tmp_path / "cpu.toml"
     modified.write_text(Path(registry.get("cpu").path).read_text().replace('level = "L2"', 'level = "L1"'))
@@ -44,6 +45,7 @@ def test_a_rank_with_another_description_fails_at_init_naming_it(launch, tmp_pat
         assert "Differing from the others: rank 1." in error
 
 
+@pytest.mark.slow
 def test_a_rank_with_another_torch_fl_version_fails_at_init_naming_it(launch):
     ranks = launch("other_version")
     for r in ranks:
@@ -53,6 +55,7 @@ def test_a_rank_with_another_torch_fl_version_fails_at_init_naming_it(launch):
         assert "Differing from the others: rank 1." in error
 
 
+@pytest.mark.slow
 def test_a_rank_that_never_enters_the_checked_collective_is_named(launch):
     ranks = launch("silent", wait_for={0}, timeout=45)
     error = ranks[0].result["error"]
@@ -61,6 +64,7 @@ def test_a_rank_that_never_enters_the_checked_collective_is_named(launch):
                     r"rank 1 did not answer \(never entered it\)", error), error
 
 
+@pytest.mark.slow
 def test_a_rank_that_never_joins_a_collective_ends_the_others_with_a_diagnosis(launch):
     ranks = launch("hang", env={"FL_COLLECTIVE_TIMEOUT": "3"}, wait_for={0}, timeout=45)
     rank0 = ranks[0]
@@ -76,6 +80,7 @@ def test_a_rank_that_never_joins_a_collective_ends_the_others_with_a_diagnosis(l
     assert "sync semantics mismatch" in message and "inconsistent backend initialisation" in message
 
 
+@pytest.mark.slow
 def test_torchfl_preflight_starts_ranks_and_prints_a_row_per_rank():
     done = subprocess.run([sys.executable, "-m", "torch_fl", "preflight", "--nproc", "2", "--timeout", "20"],
                           capture_output=True, text=True, timeout=120)
@@ -87,6 +92,7 @@ def test_torchfl_preflight_starts_ranks_and_prints_a_row_per_rank():
     assert lines[-1].startswith("preflight passed: 2 local ranks")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("steps", [4])
 def test_ddp_on_two_ranks_matches_one_process(launch, tmp_path, steps):
     import workers  # tests/distributed is on sys.path (pytest's rootdir-relative import)

@@ -89,6 +89,7 @@ def test_hf_style_host_sampling_is_never_checked(monkeypatch, chip):
     assert transfers["h2d_calls"] >= 3 * 3 and transfers["syncs"] >= 3  # 3 batches of 3, loss.item()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("fl_device", "fails"), [("cpu", False), ("emu:cuda", True)])
 def test_forgotten_to_device_fails_only_on_the_chip(fl_device, fails):
     env = {**os.environ, "FL_DEVICE": fl_device}
@@ -246,6 +247,7 @@ def test_host_tensors_are_never_routed():
     assert torch_fl.route_stats()["transfers"]["h2d_calls"] == 0
 
 
+@pytest.mark.slow
 def test_vendor_owned_privateuse1_tests_run_without_the_emulated_device():
     # tests/test_runtime.py plays a vendor plugin on PrivateUse1; this session's emulated device owns the
     # slot, so those tests run in a process that never borrows it.

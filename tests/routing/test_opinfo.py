@@ -85,6 +85,7 @@ def _subset_names(harness, op_db) -> list[str]:
     return [harness.opinfo_name(op) for op in harness.select_ops(op_db, SUBSET)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["translate", "fallback"])
 def test_subset_passes_or_fails_as_documented(harness, op_db, results, mode):
     unexpected = {name: _failures(r, mode) for name, r in results.items() if r.status(mode) == "fail"}

@@ -226,6 +226,7 @@ def test_first_device_resolution_activates():
     assert torch_fl.routing.active() is not None
 
 
+@pytest.mark.slow
 @needs_get_kernel
 def test_route_log_written_at_exit(tmp_path):
     log = tmp_path / "routes.json"
