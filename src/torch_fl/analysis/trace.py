@@ -4,7 +4,7 @@ computing anything.
 The model runs on fake tensors (``FakeTensorMode``): shapes, dtypes and strides propagate, no data is
 allocated or computed, and a dispatch mode above the fake mode counts every call below autograd, where
 a backend sees it (CompositeImplicitAutograd ops appear as their sub-ops). The model is not copied: its
-parameters and buffers are swapped for fake stand-ins for the duration (``_borrowed``).
+parameters and buffers are swapped for fake stand-ins for the duration (``placement.borrowed``).
 
 Where the fake tensors live decides which kernels C++ code picks by device type. ``trace()`` uses fake
 *CPU* tensors: the recorded op set is exactly what a real CPU run dispatches. ``trace_step()``, which
@@ -40,6 +40,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from ..description.probe import canonical_op_name
 from ..errors import TorchFLError
 from ..routing.router import first_dtype
+from . import placement
 from .chains import CallKey, Replay
 from .model import ModelSpec
 
@@ -172,11 +173,11 @@ class _Recorder(TorchDispatchMode):
     a Replay, routes each call as the router would and expands translations (chains.py)."""
 
     def __init__(self, attribution: _Attribution, replay: Replay | None = None,
-                 side: _DeviceSide | None = None):
+                 side: placement.DeviceSide | None = None):
         super().__init__()
         self.attribution = attribution
         self.replay = replay
-        self.side = side or _DeviceSide("all")
+        self.side = side or placement.DeviceSide("all")
         self.calls: Counter[CallKey] = Counter() if replay is None else replay.calls
         self._names: dict[Any, str | None] = {}  # None: bookkeeping, not recorded
 
@@ -202,116 +203,6 @@ class _Recorder(TorchDispatchMode):
 
 def _is_bookkeeping(func: Any) -> bool:
     return func.namespace in _BOOKKEEPING_NAMESPACES or canonical_op_name(func) in _BOOKKEEPING_OPS
-
-
-def _fake_mode():
-    from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.fx.experimental.symbolic_shapes import ShapeEnv
-
-    # A shape environment lets data-dependent ops (nonzero, masked_select) produce fake tensors of
-    # unknown size instead of failing; tensors the model creates outside the mode (closures, plain
-    # attributes) are converted on first use.
-    return FakeTensorMode(allow_non_fake_inputs=True, shape_env=ShapeEnv())
-
-
-def _to_fake(mode: Any, tensor: torch.Tensor, device: str = "cpu") -> torch.Tensor:
-    from torch._subclasses.fake_tensor import FakeTensor
-
-    if device == "cpu" and tensor.device.type == "cpu" and not isinstance(tensor, FakeTensor):
-        return mode.from_tensor(tensor, static_shapes=True)  # keeps strides and storage sharing
-    # Meta tensors, tensors of another fake mode or of another device: only the metadata matters.
-    with mode:
-        return torch.empty_strided(tensor.shape, tensor.stride(), dtype=tensor.dtype, device=device)
-
-
-def _stand_ins(model: torch.nn.Module, make: Any) -> dict[str, torch.Tensor]:
-    """Stand-ins for `model`'s parameters and buffers (``make(tensor)`` each; parameters stay
-    parameters, so autograd and the optimizer treat them as the model's). Keyed by name, one per
-    tensor: a parameter shared by two modules (tied embeddings) stays shared."""
-    out: dict[str, torch.Tensor] = {}
-    for name, param in model.named_parameters():
-        out[name] = torch.nn.Parameter(make(param.detach()), param.requires_grad)
-    for name, buffer in model.named_buffers():
-        out[name] = make(buffer)
-    return out
-
-
-_MISSING = object()
-
-
-@contextlib.contextmanager
-def _borrowed(model: torch.nn.Module, tensors: dict[str, torch.Tensor], train: bool) -> Iterator[Any]:
-    """`model` itself, with `tensors` in place of its parameters and buffers and in `train` mode, for
-    the block; everything is put back after it (the model's values, gradients, modes and attributes
-    are never touched). The model is not copied: code that reaches its modules through a closure (minGPT's
-    ``self.mlpf = lambda x: m.c_proj(...)``) sees the stand-ins too, which a copy would not."""
-    from torch.nn.utils.stateless import _reparametrize_module
-
-    # Modules' own attributes, restored after the block: code that caches a tensor on the module
-    # (word_language_model's ``self.src_mask = mask``) would otherwise keep one of the trace's.
-    saved = [(module, dict(module.__dict__)) for module in model.modules()]
-    try:
-        with _reparametrize_module(model, tensors, tie_weights=True, strict=False):
-            model.train(train)
-            yield model
-    finally:
-        for module, before in saved:
-            for key in [key for key in module.__dict__ if key not in before]:
-                del module.__dict__[key]
-            for key, value in before.items():
-                if module.__dict__.get(key, _MISSING) is not value:
-                    module.__dict__[key] = value
-
-
-def _fake_inputs(inputs: tuple, mode: Any, device: str = "cpu") -> tuple:
-    from torch.utils._pytree import tree_map
-
-    return tree_map(lambda v: _to_fake(mode, v, device) if isinstance(v, torch.Tensor) else v, inputs)
-
-
-class _DeviceSide:
-    """Which calls run on the traced device rather than on the host (host work: an optimizer's step
-    counter, inputs sampled with a CPU generator, is never the chip's, and the emulator does not route
-    it either).
-
-    On fake tensors the device's tensors live on a device of their own (meta, or the emulated backend;
-    host tensors stay fake CPU tensors), so a device call is one that touches such a tensor or creates
-    one, and a tensor the code forgot to move fails as it would on the chip. In a real CPU run every tensor is a CPU tensor: the model's
-    parameters, buffers and inputs are the device's, and so is whatever is computed from them or
-    created by the model's own code (the optimizer's fresh tensors are host state)."""
-
-    def __init__(self, kind: str, seeds: list[torch.Tensor] = ()):  # all | tracked | a device type
-        self.kind = kind
-        if kind == "tracked":
-            from torch.utils.weak import WeakTensorKeyDictionary
-
-            self.tensors = WeakTensorKeyDictionary()
-            for tensor in seeds:
-                self.tensors[tensor] = True
-
-    def has(self, args: tuple, kwargs: dict, in_optimizer: bool) -> bool:
-        if self.kind == "all":
-            return True
-        seen = False
-        for value in (*args, *kwargs.values()):
-            for t in value if isinstance(value, (list, tuple)) else (value,):
-                if isinstance(t, torch.Tensor):
-                    seen = True
-                    if t in self.tensors if self.kind == "tracked" else t.device.type == self.kind:
-                        return True
-        if seen:
-            return False
-        if self.kind != "tracked":
-            device = kwargs.get("device")
-            return device is not None and torch.device(device).type == self.kind
-        return not in_optimizer  # a factory call of the model's own code
-
-    def mark(self, out: Any) -> None:
-        if self.kind != "tracked":
-            return
-        for t in out if isinstance(out, (list, tuple)) else (out,):
-            if isinstance(t, torch.Tensor):
-                self.tensors[t] = True
 
 
 @contextlib.contextmanager
@@ -423,7 +314,7 @@ def trace_step(spec: ModelSpec, *, train: bool = False, step: bool = True, amp: 
 def _trace(spec: ModelSpec, *, fake: bool, train: bool, step: bool, amp: bool, amp_dtype: torch.dtype,
            table: RouteTable | None, kernels: DeviceKernels | None, device: str,
            cpu_kernels: bool) -> list[OpRecord]:
-    # A device apart from the host: its work is told apart from host work (_DeviceSide).
+    # A device apart from the host: its work is told apart from host work (placement.DeviceSide).
     apart = device != "cpu" or (kernels is not None and not kernels.host and not cpu_kernels)
     if not fake and device == "meta":
         device = "cpu"  # a real run of a non-emulated device computes on the CPU
@@ -432,27 +323,27 @@ def _trace(spec: ModelSpec, *, fake: bool, train: bool, step: bool, amp: bool, a
     # elsewhere (a real device's trace, whichever tensors it uses) they are steered (fidelity.py).
     steer = kernels is not None and not (backend == "emu" and kernels.emulated)
     if fake:
-        mode = _fake_mode()
-        tensors = _stand_ins(spec.model, lambda t: _to_fake(mode, t, device))
-        inputs = _fake_inputs(spec.inputs, mode, device)
+        mode = placement.fake_mode()
+        tensors = placement.stand_ins(spec.model, lambda t: placement.to_fake(mode, t, device))
+        inputs = placement.fake_inputs(spec.inputs, mode, device)
     else:
         mode = contextlib.nullcontext()
-        tensors = _stand_ins(spec.model, lambda t: t.detach().clone().to(device))
-        inputs = _moved(spec.inputs, device)
+        tensors = placement.stand_ins(spec.model, lambda t: t.detach().clone().to(device))
+        inputs = placement.moved(spec.inputs, device)
     if backend != "cpu":
-        side = _DeviceSide(backend)
+        side = placement.DeviceSide(backend)
     elif apart:
-        seeds = [*tensors.values(), *(t for t in _leaves(inputs) if isinstance(t, torch.Tensor))]
-        side = _DeviceSide("tracked", seeds)
+        seeds = [*tensors.values(), *(t for t in placement.leaves(inputs) if isinstance(t, torch.Tensor))]
+        side = placement.DeviceSide("tracked", seeds)
     else:
-        side = _DeviceSide("all")
-    with _borrowed(spec.model, tensors, train) as model:
+        side = placement.DeviceSide("all")
+    with placement.borrowed(spec.model, tensors, train) as model:
         return _run(spec, model, inputs, mode, side, train=train, step=step, amp=amp, amp_dtype=amp_dtype,
                     table=table, kernels=kernels if steer else None, cpu_kernels=cpu_kernels,
                     backend=backend)
 
 
-def _run(spec: ModelSpec, model: torch.nn.Module, inputs: tuple, mode: Any, side: _DeviceSide, *,
+def _run(spec: ModelSpec, model: torch.nn.Module, inputs: tuple, mode: Any, side: placement.DeviceSide, *,
          train: bool, step: bool, amp: bool, amp_dtype: torch.dtype, table: RouteTable | None,
          kernels: DeviceKernels | None, cpu_kernels: bool, backend: str) -> list[OpRecord]:
     attribution = _Attribution(model)
@@ -483,21 +374,9 @@ def _run(spec: ModelSpec, model: torch.nn.Module, inputs: tuple, mode: Any, side
     return _records(recorder.calls)
 
 
-def _moved(inputs: tuple, device: str) -> tuple:
-    from torch.utils._pytree import tree_map
-
-    return tree_map(lambda v: v.to(device) if isinstance(v, torch.Tensor) else v, inputs)
-
-
 def _autocast_type(backend: str) -> str:
     """The autocast device type of the trace's device tensors (meta has none: nothing to cast)."""
     return "cpu" if backend == "meta" else backend
-
-
-def _leaves(value: Any) -> list[Any]:
-    from torch.utils._pytree import tree_leaves
-
-    return tree_leaves(value)
 
 
 def _records(calls: Counter[CallKey]) -> list[OpRecord]:
