@@ -27,7 +27,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 from gpt import GPT, lm_loss  # examples/ is not a package
 
-from torch_fl.analysis.coverage import _trace_device
+from torch_fl.analysis.coverage import trace_device
 from torch_fl.analysis.fidelity import device_kernels
 from torch_fl.analysis.model import ModelSpec
 from torch_fl.analysis.trace import trace, trace_step
@@ -55,7 +55,7 @@ def main() -> None:
     args = parser.parse_args()
     table = route_table(args.device.removeprefix("emu:"))
     kernels = device_kernels(table.description, emulated=args.device.startswith("emu:"))
-    routed = dict(table=table, kernels=kernels, device=_trace_device(kernels, amp=False))
+    routed = dict(table=table, kernels=kernels, device=trace_device(kernels, amp=False))
 
     start = time.perf_counter()
     with torch.device("meta"):

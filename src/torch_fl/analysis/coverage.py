@@ -56,7 +56,7 @@ def coverage(spec: ModelSpec, device: str, train: bool = False, amp: bool = Fals
     what = "a training step (forward, loss, backward, AdamW step)" if train else "a forward pass"
     progress(f"tracing {what} of {spec.name} on fake tensors with the routes of '{desc.name}'"
              + (f" under autocast({desc.autocast_dtype})" if amp else ""))
-    device_tensors = _trace_device(kernels, amp)
+    device_tensors = trace_device(kernels, amp)
     result = trace_step(spec, train=train, amp=amp, amp_dtype=desc.autocast_dtype, table=table,
                         kernels=kernels, device=device_tensors, real_fallback=True)
     if result.real_run:
@@ -69,7 +69,7 @@ def coverage(spec: ModelSpec, device: str, train: bool = False, amp: bool = Fals
     return _report(spec, device, data, traced)
 
 
-def _trace_device(kernels: DeviceKernels, amp: bool) -> str:
+def trace_device(kernels: DeviceKernels, amp: bool) -> str:
     """Where the trace puts the model's tensors: the host's CPU; the emulated backend itself for an
     emulated chip (so that PyTorch makes its kernel choices, autocast's included, exactly as under
     emulation) and for AMP on a backend with CUDA's autocast lists (which the emulated backend
