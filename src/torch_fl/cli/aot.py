@@ -7,6 +7,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .args import add_device
+
 
 def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> None:
     parser = sub.add_parser(
@@ -28,8 +30,7 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> No
                                                         "and its fingerprint against this stack")
     parser.add_argument("--sha256", metavar="HEX", help="with --check: the sha256 the whole package must "
                                                        "have (from a channel you trust)")
-    parser.add_argument("--device", metavar="D", help="acc0, cuda:1, cpu, emu:NAME (default: "
-                                                      "torch.fl.device())")
+    add_device(parser)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -11,6 +11,8 @@ import argparse
 import os
 import sys
 
+from .args import add_report_files
+
 OK, FOUND = 0, 1
 
 
@@ -31,7 +33,7 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> No
     parser.add_argument("model", nargs="?", metavar="MODEL",
                         help="model entry point: path/to/file.py:factory or package.module:factory")
     parser.add_argument("--train", action="store_true", help="run backward too (model mode)")
-    parser.add_argument("--json", metavar="FILE", help="write the JSON result to FILE")
+    add_report_files(parser, html=False, schema="docs/migrate-runtime.md")
     parser.add_argument("--strict", action="store_true", help="exit 1 when the run made a CUDA request")
     parser.add_argument("--script", nargs=argparse.REMAINDER, metavar="SCRIPT [ARGS]",
                         help="audit a script run with its arguments instead of a model (must come last)")

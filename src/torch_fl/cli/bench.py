@@ -11,6 +11,8 @@ import json
 import sys
 from pathlib import Path
 
+from .args import add_device, add_report_files
+
 
 def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> None:
     parser = sub.add_parser(
@@ -27,8 +29,7 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> No
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model", metavar="MODEL", help="model entry point, path/to/file.py:factory or "
                                                        "package.module:factory")
-    parser.add_argument("--device", required=True, metavar="D",
-                        help="device: acc0, cuda:1, cpu, emu:NAME")
+    add_device(parser, required=True)
     parser.add_argument("--steps", type=int, default=20, metavar="N",
                         help="timed steps per mode (default 20)")
     parser.add_argument("--warmup", type=int, default=3, metavar="W",
@@ -36,8 +37,7 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> No
     parser.add_argument("--train", action=argparse.BooleanOptionalAction, default=True,
                         help="time training steps (forward, backward, AdamW update; default) or, with "
                              "--no-train, inference forwards")
-    parser.add_argument("--json", metavar="FILE", help="write the result as JSON (schema: docs/analysis.md)")
-    parser.add_argument("--html", metavar="FILE", help="write a self-contained HTML report")
+    add_report_files(parser)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -13,6 +13,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .args import add_device, add_report_files
+
 
 def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> None:
     parser = sub.add_parser(
@@ -38,10 +40,9 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> No
                                                               "entries and leftovers of interrupted writes")
     clear.add_argument("--force", action="store_true", help="also remove entries a running process uses")
     for action in (info, verify, clear):
-        action.add_argument("--device", metavar="D", help="whose description's cache (acc0, cuda:1, "
-                                                          "emu:NAME; default: torch.fl.device())")
+        add_device(action, what="whose description's cache")
     for action in (info, verify):
-        action.add_argument("--json", metavar="FILE", help="write the result as JSON")
+        add_report_files(action, html=False, schema="docs/compile.md")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -12,6 +12,8 @@ import math
 import sys
 from pathlib import Path
 
+from .args import add_device, add_reference, add_report_files
+
 
 def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> None:
     from ..analysis.compare import DEFAULT_TOLERANCES, DTYPES
@@ -32,10 +34,8 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> No
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model", metavar="MODEL", help="model entry point, path/to/file.py:factory or "
                                                        "package.module:factory")
-    parser.add_argument("--device", required=True, metavar="D",
-                        help="device under test: acc0, cuda:1, cpu, emu:NAME (routing active)")
-    parser.add_argument("--reference", default="cpu", metavar="R",
-                        help="reference device, run with routing deactivated (default: cpu)")
+    add_device(parser, required=True, what="device under test (routing active)")
+    add_reference(parser)
     parser.add_argument("--dtype", choices=DTYPES, default="float32",
                         help="cast floating-point parameters, buffers and inputs to this dtype "
                              "(default: float32)")
@@ -45,8 +45,7 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> No
                                                                "dtype's default and the description's)")
     parser.add_argument("--atol", type=float, metavar="Y", help="absolute tolerance (same)")
     parser.add_argument("--seed", type=int, default=0, help="RNG seed set before both runs (default 0)")
-    parser.add_argument("--json", metavar="FILE", help="write the result as JSON (schema: docs/analysis.md)")
-    parser.add_argument("--html", metavar="FILE", help="write a self-contained HTML report")
+    add_report_files(parser)
 
 
 def run(args: argparse.Namespace) -> int:

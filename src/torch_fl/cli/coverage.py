@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import argparse
 
+from .args import add_report_files
+
 OK, UNSUPPORTED = 0, 1
 
 
@@ -35,8 +37,7 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> No
                         help="trace a training step (forward, loss, backward, AdamW step), not inference")
     parser.add_argument("--amp", action="store_true",
                         help="run the forward pass under autocast with the device's autocast dtype")
-    parser.add_argument("--json", metavar="FILE", help="write the JSON result to FILE")
-    parser.add_argument("--html", metavar="FILE", help="write a self-contained HTML report to FILE")
+    add_report_files(parser)
     parser.add_argument("--strict", action="store_true",
                         help="exit 1 when some op is unsupported on the device (for CI)")
 

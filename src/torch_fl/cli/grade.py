@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .args import add_device, add_reference, add_report_files
+
 USAGE = 2
 
 
@@ -35,10 +37,8 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> No
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model", metavar="MODEL", help="model entry point, path/to/file.py:factory or "
                                                        "package.module:factory")
-    parser.add_argument("--device", required=True, metavar="D",
-                        help="device to grade: acc0, cuda:1, cpu, emu:NAME")
-    parser.add_argument("--reference", default="cpu", metavar="R",
-                        help="reference device for the precision check, routing off (default: cpu)")
+    add_device(parser, required=True, what="device to grade")
+    add_reference(parser)
     parser.add_argument("--steps", type=int, default=DEFAULT_STEPS, metavar="N",
                         help=f"bench: timed training steps per mode, for alignment and the memory run "
                              f"(default {DEFAULT_STEPS}; 4 or more for a memory verdict)")
@@ -50,8 +50,7 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> No
     parser.add_argument("--no-preflight", dest="preflight", action="store_false",
                         help="do not run torch.fl.distributed's preflight in two spawned processes "
                              "(the distributed criterion is then NOT MEASURED)")
-    parser.add_argument("--json", metavar="FILE", help="write the result as JSON (schema: docs/analysis.md)")
-    parser.add_argument("--html", metavar="FILE", help="write a self-contained HTML report")
+    add_report_files(parser)
 
 
 def run(args: argparse.Namespace) -> int:

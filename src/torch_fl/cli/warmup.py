@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 
+from .args import add_device, add_report_files
+
 
 def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> None:
     parser = sub.add_parser(
@@ -26,11 +28,10 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> No
                              "default: the factory's example inputs). Under dynamic_shapes = 'static' "
                              "each shape is its own graph; under 'jit' the second shape compiles a "
                              "dynamic graph that later shapes reuse")
-    parser.add_argument("--device", metavar="D", help="acc0, cuda:1, cpu, emu:NAME (default: "
-                                                      "torch.fl.device())")
+    add_device(parser)
     parser.add_argument("--train", action="store_true",
                         help="warm a training step (forward and backward graphs) instead of inference")
-    parser.add_argument("--json", metavar="FILE", help="write the result as JSON")
+    add_report_files(parser, html=False, schema="docs/compile.md")
 
 
 def run(args: argparse.Namespace) -> int:

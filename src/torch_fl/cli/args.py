@@ -1,0 +1,41 @@
+"""Arguments several commands share, spelled and explained once: --device, --reference, --json/--html.
+
+A command adds them with these helpers so that ``torchfl bench --help`` and ``torchfl grade --help`` say
+the same thing about the same flag, and a new command gets them right by calling one function.
+
+Example::
+
+    def add_parser(sub, name, help_text):
+        parser = sub.add_parser(name, help=help_text)
+        add_device(parser, required=True)
+        add_report_files(parser)
+"""
+
+from __future__ import annotations
+
+import argparse
+
+__all__ = ["DEVICES", "add_device", "add_reference", "add_report_files"]
+
+DEVICES = "acc0, cuda:1, cpu, emu:NAME"  # what --device accepts, in every command's help
+
+
+def add_device(parser: argparse.ArgumentParser, *, required: bool = False, what: str = "device") -> None:
+    """--device D: `what` the command acts on; without `required`, the default is torch.fl.device()."""
+    default = "" if required else "; default: torch.fl.device()"
+    parser.add_argument("--device", required=required, metavar="D", help=f"{what}: {DEVICES}{default}")
+
+
+def add_reference(parser: argparse.ArgumentParser) -> None:
+    """--reference R: the device a comparison runs on with routing deactivated (default cpu)."""
+    parser.add_argument("--reference", default="cpu", metavar="R",
+                        help="reference device, run with routing deactivated (default: cpu)")
+
+
+def add_report_files(parser: argparse.ArgumentParser, *, html: bool = True,
+                     schema: str | None = "docs/analysis.md") -> None:
+    """--json FILE (the machine-readable result) and, with `html`, --html FILE (a self-contained page)."""
+    where = f" (schema: {schema})" if schema else ""
+    parser.add_argument("--json", metavar="FILE", help=f"write the result as JSON to FILE{where}")
+    if html:
+        parser.add_argument("--html", metavar="FILE", help="write a self-contained HTML report to FILE")
