@@ -111,7 +111,11 @@ def _storage_cuda(alias: CudaAlias, original: Callable[..., Any]) -> Callable[..
             return original(storage, device, non_blocking)
         target = alias._map_any(device if device is not None else _CUDA)
         alias._note("Storage.cuda", _Mapped(device if device is not None else _CUDA, target, True), caller)
-        return storage.to(device=target, non_blocking=non_blocking)
+        # As torch.load restores a storage saved there: through the deserializers registered per device
+        # type (an emulated device has no storage.to of its own; a vendor plugin registers its own).
+        from torch.serialization import default_restore_location
+
+        return default_restore_location(storage, str(target))
 
     return cuda
 
@@ -668,10 +672,35 @@ def _install_loading(alias: CudaAlias) -> None:
             mapped = alias.map_device(map_location)
             alias._note("torch.load", _Mapped(f"map_location={map_location}", mapped, True), caller)
             return load(f, mapped, *args, **kwargs)
+        if map_location is None or isinstance(map_location, dict):
+            # A dict, not a callable: torch refuses callables for tensors rebuilt from a device without
+            # storages (an emulated device's checkpoint).
+            return load(f, _CudaLocations(alias, map_location or {}, caller), *args, **kwargs)
         return load(f, _restore_cuda_storages(alias, map_location, caller, default_restore_location),
                     *args, **kwargs)
 
     alias._patch(torch, "load", load_)
+
+
+class _CudaLocations(dict):
+    """A map_location dict (the caller's, if any) that also sends every CUDA location to the alias
+    target; torch asks it with `.get(location, location)` for each storage."""
+
+    def __init__(self, alias: CudaAlias, given: dict, caller: FrameType | None):
+        super().__init__(given)
+        self.alias, self.caller, self.noted = alias, caller, False
+
+    def get(self, location: Any, default: Any = None) -> Any:
+        found = super().get(location, default)
+        if isinstance(found, torch.device):
+            found = str(found)
+        if not _is_cuda(found):
+            return found
+        mapped = self.alias.map_device(found)
+        if not self.noted:
+            self.noted = True
+            self.alias._note("torch.load", _Mapped(f"storage on {found}", mapped, True), self.caller)
+        return str(mapped)
 
 
 def _restore_cuda_storages(alias: CudaAlias, map_location: Any, caller: FrameType | None,

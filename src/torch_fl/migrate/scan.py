@@ -146,6 +146,7 @@ class _Detector:
         self.string_keys: set[_Key] = set()  # keys compared with strings ("cuda" in device)
         self.choices: list[int] = []  # raw findings of device-choice idioms (FL901), settled at the end
         self.choice_keys: dict[int, _Key | None] = {}  # id(choice expression) -> the key it is bound to
+        self.functions: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = {}  # module-level defs
 
     # Plumbing -------------------------------------------------------------------------------------
     def visit(self, node: ast.AST) -> None:
@@ -241,8 +242,8 @@ class _Detector:
     def source(self, key: _Key | None, value: ast.expr | None, target: str) -> None:
         from .rules.base import cuda_strings, nccl_strings
 
-        if key is None or value is None:
-            return
+        if key is None or value is None or self.quiet:
+            return  # a value bound inside a CUDA-only test is intended
         for node, index in cuda_strings(value):
             self.sources.append(("device", key, node, index, self.stmt_line, target))
         for node in nccl_strings(value):
@@ -278,6 +279,29 @@ class _Detector:
             if any(kw.arg in _CUDA_TEST_KEYWORDS for kw in decorator.keywords):
                 return True
         return False
+
+    def is_cuda_mark(self, node: ast.AST) -> bool:
+        """A test mark that says "CUDA only": skipif(<CUDA condition>), RunIf(min_cuda_gpus=1)."""
+        for call in _calls(node):
+            name = terminal_name(call.func)
+            if name in _SKIP_DECORATORS and call.args and self.names_cuda(call.args[0]):
+                return True
+            if any(kw.arg in _CUDA_TEST_KEYWORDS for kw in call.keywords):
+                return True
+        return False
+
+    def skip_body(self, body: list[ast.stmt]) -> bool:
+        """A branch that only skips the test: pytest.skip(...), self.skipTest(...), raise SkipTest, return."""
+        for inner in body:
+            call = inner.value if type(inner) is ast.Expr else inner.exc if type(inner) is ast.Raise else None
+            if type(call) is ast.Call and terminal_name(call.func) in _SKIP_CALLS:
+                continue
+            if type(inner) is ast.Raise and terminal_name(call) in _SKIP_CALLS:  # type: ignore[arg-type]
+                continue
+            if type(inner) is ast.Return and inner.value is None:
+                continue
+            return False
+        return bool(body)
 
     def skips_without_cuda(self, stmt: ast.stmt) -> bool:
         """`if not torch.cuda.is_available(): pytest.skip(...)` (or self.skipTest, raise SkipTest)."""
@@ -370,6 +394,9 @@ class _Detector:
                 for name in ("body", "orelse", "finalbody", "handlers"):
                     for child in getattr(stmt, name, ()):
                         pending.extend(child.body if type(child) is ast.ExceptHandler else [child])
+        for stmt in node.body:
+            if type(stmt) in (ast.FunctionDef, ast.AsyncFunctionDef):
+                self.functions[stmt.name] = stmt  # type: ignore[assignment]
         # pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), ...): a CUDA-only test module.
         for stmt in node.body:
             if (type(stmt) is ast.Assign and any(type(t) is ast.Name and t.id == "pytestmark" for t in stmt.targets)
@@ -516,8 +543,23 @@ class _Detector:
         self.generic(node)
 
     # Expressions ----------------------------------------------------------------------------------
+    def visit_Assert(self, node: ast.Assert) -> None:
+        if not self.requires_cuda_library(node):  # `assert torch.cuda.is_available(), "bitsandbytes ..."`
+            self.statement(node)
+
     def visit_If(self, node: ast.If) -> None:
         outer, self.stmt_line = self.stmt_line, node.lineno
+        if (self.names_cuda(node.test) and self.skip_body(node.body)) or self.requires_cuda_library(node):
+            # `if not torch.cuda.is_available(): pytest.skip(...)`: a CUDA-only test says so; correct.
+            self.quiet += 1
+            self.visit(node.test)
+            for stmt in node.body:
+                self.visit(stmt)
+            self.quiet -= 1
+            for stmt in node.orelse:
+                self.visit(stmt)
+            self.stmt_line = outer
+            return
         guard = self.names_cuda(node.test) and self.tuning_only(node.body)
         if guard:
             # `if torch.cuda.is_available(): torch.backends.cudnn.benchmark = True`: CUDA-only tuning,
@@ -580,6 +622,9 @@ class _Detector:
 
     # Calls ----------------------------------------------------------------------------------------
     def visit_Call(self, node: ast.Call) -> None:
+        if terminal_name(node.func) == "param" and any(kw.arg == "marks" and self.is_cuda_mark(kw.value)
+                                                       for kw in node.keywords):
+            return  # pytest.param(torch.device("cuda"), marks=RunIf(min_cuda_gpus=1)): a CUDA-only case
         func = node.func
         qual = self.qualname(func)
         if qual is not None:
@@ -597,6 +642,8 @@ class _Detector:
             for hook in HOOKS.methods.get(func.attr, ()):
                 hook(self, node, func.attr)
         name = terminal_name(func)
+        if type(func) is ast.Name and func.id in self.functions:
+            self.pass_arguments(node, self.functions[func.id])
         self.emit("call", node, qual, name)
         for kw in node.keywords:
             if kw.arg is not None and id(kw.value) not in self.done:
@@ -611,6 +658,18 @@ class _Detector:
             self.visit(arg)
         for kw in node.keywords:
             self.visit(kw.value)
+
+    def pass_arguments(self, call: ast.Call, function: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+        """`evaluate(args.device)` with `def evaluate(device): model.to(device)`: the argument's value
+        reaches the parameter (a module's own functions, by position or keyword)."""
+        params = [a.arg for a in (*function.args.posonlyargs, *function.args.args)]
+        named = set(params) | {a.arg for a in function.args.kwonlyargs}
+        pairs = [(params[i], arg) for i, arg in enumerate(call.args) if i < len(params) and type(arg) is not ast.Starred]
+        pairs += [(kw.arg, kw.value) for kw in call.keywords if kw.arg in named]
+        for param, value in pairs:
+            origin = self.key(value)
+            if origin is not None:
+                self.edges.setdefault(origin, set()).add(("name", id(function), param))
 
     # Results --------------------------------------------------------------------------------------
     def reaches(self, kind: str, key: _Key) -> int | None:
@@ -686,7 +745,7 @@ _HANDLERS.update({
     ast.Assign: _D.visit_Assign, ast.AnnAssign: _D.visit_AnnAssign, ast.AugAssign: _D.visit_AugAssign,
     ast.Dict: _D.visit_Dict, ast.If: _D.visit_If, ast.IfExp: _D.visit_IfExp,
     ast.Compare: _D.visit_Compare, ast.BinOp: _D.visit_BinOp, ast.Subscript: _D.visit_Subscript,
-    ast.Attribute: _D.visit_Attribute, ast.Call: _D.visit_Call,
+    ast.Attribute: _D.visit_Attribute, ast.Call: _D.visit_Call, ast.Assert: _D.visit_Assert,
 })
 
 

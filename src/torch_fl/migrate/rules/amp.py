@@ -19,7 +19,7 @@ AMP_DEVICE_TYPE = {
     "torch.autocast": 0, "torch.amp.autocast": 0, "torch.amp.autocast_mode.autocast": 0,
     "torch.amp.GradScaler": 0, "torch.amp.grad_scaler.GradScaler": 0,
     "torch.amp.custom_fwd": None, "torch.amp.custom_bwd": None,
-    "torch.get_autocast_dtype": 0, "torch.is_autocast_available": 0,
+    "torch.get_autocast_dtype": 0, "torch.is_autocast_available": 0, "torch.is_autocast_enabled": 0,
     "torch.amp.is_autocast_available": 0, "torch.set_autocast_dtype": 0,
 }
 # Calls that disable themselves on a CPU-only host when given "cuda": their fix gates `enabled`.

@@ -234,6 +234,14 @@ def alternatives(node: ast.expr) -> Iterator[ast.expr]:
             yield from alternatives(value)
     else:
         yield node
+        # The default of a lookup: getattr(args, "device", "cuda"), os.environ.get("DEV", "cuda"),
+        # cfg.get("device", "cuda"), os.getenv("DEV", "cuda").
+        if type(node) is ast.Call and not node.keywords:
+            name = terminal_name(node.func)
+            if name == "getattr" and len(node.args) == 3:
+                yield from alternatives(node.args[2])
+            elif name in ("get", "getenv", "pop", "setdefault") and len(node.args) == 2:
+                yield from alternatives(node.args[1])
 
 
 def cuda_strings(node: ast.expr) -> Iterator[tuple[ast.expr, str | None]]:
@@ -296,7 +304,7 @@ def deviceish(node: ast.expr) -> bool:
     lowered = name.lower()
     if lowered == "type" and type(node) is ast.Attribute:
         return deviceish(node.value)  # x.device.type, dev.type
-    return "device" in lowered or lowered == "dev"
+    return "device" in lowered or lowered in ("dev", "accelerator")
 
 
 def is_int(node: ast.AST | None) -> bool:

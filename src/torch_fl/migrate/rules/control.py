@@ -173,8 +173,11 @@ def device_comparison(det: Any, node: ast.Compare) -> None:
 @on_method("startswith")
 def device_prefix(det: Any, node: ast.Call, attr: str) -> None:
     receiver = node.func.value  # type: ignore[attr-defined]
-    if node.args and str_value(node.args[0]) == "cuda" and deviceish(receiver):
-        _report_check(det, node, receiver, node.args[0], False)
+    prefix = str_value(node.args[0]) if node.args else None
+    if prefix and prefix.startswith("cuda") and deviceish(receiver):
+        # startswith("cuda:") asks for one device, not "an accelerator": reported without a fix.
+        _report_check(det, node, receiver if prefix == "cuda" else None, node.args[0] if prefix == "cuda" else None,
+                      False)
 
 
 @on("member")

@@ -211,6 +211,7 @@ def lightning_accelerator(det: Any, call: ast.Call, arg: str, value: ast.expr, f
     """Lightning / Fabric `accelerator="cuda"` (or "gpu": CUDA or MPS only); "auto" picks what is there."""
     if (func or "").rsplit(".", 1)[-1] not in ("Trainer", "Fabric"):
         return
+    det.sink("device", value)
     for literal in alternatives(value):
         if str_value(literal) in ("cuda", "gpu"):
             det.report("FL101", literal, "safe", text=source_text(literal), replacement='"auto"')
@@ -225,8 +226,9 @@ def device_ids_keyword(det: Any, call: ast.Call, arg: str, value: ast.expr, func
     for elt in elts:
         if type(elt) is ast.Constant and elt.value is None:
             continue
-        if type(elt) is ast.Call:
-            continue  # torch.device(...) / torch.fl.device(...): a device, not an ordinal
+        if (type(elt) is ast.Call and terminal_name(elt.func) in ("device", "current_device")) \
+                or (type(elt) is ast.Attribute and elt.attr == "index"):
+            continue  # torch.device(...), torch.fl.device(...), dev.index: a real device, not an ordinal
         if id(elt) in det.done:
             continue
         text = ast.unparse(elt)

@@ -96,17 +96,24 @@ def backend_keyword(det: Any, call: ast.Call, arg: str, value: ast.expr, func: s
     check_backend(det, value)
 
 
+@on_call("torch.distributed.is_nccl_available")
+def nccl_available(det: Any, node: ast.Call, qual: str) -> None:
+    det.report("FL501", node, detail=" asked for (`is_nccl_available()`): ask `torch.fl.dist_backend()` instead")
+
+
 @on("compare")
 def backend_comparison(det: Any, node: ast.Compare) -> None:
-    """`dist.get_backend() == "nccl"`: asks whether collectives run on NVIDIA GPUs."""
+    """`dist.get_backend() == "nccl"`, `args.dist_backend == "nccl"`: asks whether collectives run on NVIDIA
+    GPUs."""
     operands = (node.left, *node.comparators)
     if not any(str_value(o) == NCCL for o in operands):
         return
     for operand in operands:
-        if type(operand) is ast.Call and terminal_name(operand.func) == "get_backend":
+        if (type(operand) is ast.Call and terminal_name(operand.func) == "get_backend") \
+                or "backend" in (terminal_name(operand) or "").lower():
             literal = next(o for o in operands if str_value(o) == NCCL)
-            det.report("FL501", literal, detail=" compared with `get_backend()`: use "
-                       "`torch.fl.is_accelerator()` to ask for device collectives")
+            det.report("FL501", literal, detail=" compared in code: ask `torch.fl.is_accelerator()` for device "
+                       "collectives, or compare with `torch.fl.dist_backend()`")
             return
 
 
