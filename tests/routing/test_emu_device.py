@@ -356,3 +356,16 @@ def test_transformers_gpt2_with_host_sampling(monkeypatch, chip):
     torch_fl.reset_route_stats()
     torch.testing.assert_close(run(torch_fl.device()), reference, rtol=1e-4, atol=1e-5)
     assert not any("randint" in r["op"] or "stack" in r["op"] for r in torch_fl.route_stats())
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_torch_compile_traces_through_the_emulated_device(backend):
+    # Inductor has no code generator for a Python backend; the tracing backends work.
+    torch._dynamo.reset()
+    with torch_fl.emulate("cuda") as activation:
+        model = torch.nn.Linear(4, 2).to(activation.device)
+        x = torch.randn(3, 4, device=activation.device)
+        out = torch.compile(model, backend=backend)(x)
+        out.sum().backward()
+        assert out.device == activation.device and model.weight.grad.device == activation.device
+        torch.testing.assert_close(out.cpu(), model(x).cpu())

@@ -380,7 +380,7 @@ def _wrap(out: Any, index: int) -> Any:
     if isinstance(out, torch.Tensor):
         if isinstance(out, EmuTensor):
             return out
-        if out._base is None:
+        if out._base is None and type(out) is torch.Tensor:  # (not a FakeTensor under torch.compile)
             _allocated(out, index)
         return EmuTensor(out, index)
     if isinstance(out, (list, tuple)):
