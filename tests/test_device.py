@@ -17,6 +17,7 @@ def test_import_installs_torch_fl():
     assert torch.fl is torch_fl and alias is torch_fl
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("fl_device", "name"), [("", "privateuseone"), ("emu:minimal", "emu")])
 def test_privateuse1_is_borrowed_only_for_emulation(fl_device, name):
     # never at import otherwise: vendor plugins own that slot. (This session's conftest borrows it for

@@ -248,6 +248,7 @@ def test_init_process_group_rejects_bad_waits_before_blaming_the_network(kwargs)
         distributed.init_process_group("gloo", world_size=1, rank=0, **kwargs)
 
 
+@pytest.mark.slow
 def test_nothing_that_can_fail_is_parsed_when_the_cli_starts(tmp_path):
     env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("FL_")}
     env.update(BAD_VALUES)

@@ -23,6 +23,7 @@ def test_each_bad_input_gives_its_message(case):
     assert "Traceback" not in message and "internal error" not in message
 
 
+@pytest.mark.slow
 def test_errors_doc_is_generated_from_the_cases():
     assert (ROOT / "docs" / "errors.md").read_text(encoding="utf-8") == cases.render(), \
         "regenerate: python scripts/error_cases.py --write"

@@ -184,6 +184,7 @@ def _description_bytes(draw) -> bytes:
 
 
 # Tests -------------------------------------------------------------------------------------------------
+@pytest.mark.slow
 @FUZZ
 @given(env=_env_strategy)
 def test_fl_values_never_crash_doctor_or_the_api(env):
