@@ -2,8 +2,9 @@
 
 Activation happens on the first device resolution or on ``torch.fl.activate()``: for a real device,
 routers are registered on its dispatch key for the ops whose route is not plain native; for an emulated
-chip (``FL_DEVICE=emu:NAME`` or ``torch.fl.emulate(NAME)``) a dispatch mode enforces the description on
-the CPU. ``torch.fl.deactivate()`` restores the dispatcher exactly.
+chip (``FL_DEVICE=emu:NAME`` or ``torch.fl.emulate(NAME)``) the emulated device ``emu:N`` (emu_device.py)
+checks its own tensors against the description, and where that device cannot exist a dispatch mode
+checks the CPU (emulation.py). ``torch.fl.deactivate()`` restores the dispatcher exactly.
 """
 
 from __future__ import annotations

@@ -1,4 +1,9 @@
-"""Emulated chips: run on the CPU while enforcing a description's native (op, dtype) set.
+"""The dispatch-mode emulator: run on the CPU while enforcing a description's native (op, dtype) set.
+
+The emulated device (emu_device.py) is the default; this mode runs instead where that device cannot
+exist (a vendor plugin owns PrivateUse1, or a backward pass ran before it was registered) and for route
+checks on host tensors (``torch.fl.emulate(name, host=True)``). Unlike the device, it checks every CPU op
+of the block, host work included, and cannot catch a forgotten ``.to(device)``.
 
 A TorchDispatchMode sees every aten call below autograd (after CompositeImplicitAutograd ops have
 decomposed, as a real backend would) and hands it to the same Router as a real dispatch key. Inside
