@@ -428,3 +428,10 @@ def test_amp_on_cuda_uses_cudas_autocast_lists(tmp_path: Path) -> None:
     assert ("aten::native_layer_norm.default", "float32") in pairs  # CUDA's float32 list
     assert ("aten::_scaled_dot_product_flash_attention.default", "float16") in pairs
     assert any("PyTorch's CUDA autocast op lists" in note for note in data["notes"])
+
+
+def test_a_virtual_id_mapped_to_an_emulated_chip_is_traced_as_that_chip(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FL_DEVICE", "emu:minimal")
+    via_id = coverage(_spec("gpt"), "acc0", train=True).data
+    direct = coverage(_spec("gpt"), "emu:minimal", train=True).data
+    assert via_id["device"] == "minimal" and via_id["summary"] == direct["summary"]

@@ -48,7 +48,7 @@ def coverage(spec: ModelSpec, device: str, train: bool = False, amp: bool = Fals
         >>> report.data["summary"]["unsupported_calls"]  # doctest: +SKIP
         0
     """
-    emulated = device.startswith(_EMULATION_PREFIX)
+    emulated = _emulated(device)
     # The description alone: resolving emu:NAME as a device would register the emulated backend.
     table = route_table(device.removeprefix(_EMULATION_PREFIX))
     desc = table.description
@@ -67,6 +67,19 @@ def coverage(spec: ModelSpec, device: str, train: bool = False, amp: bool = Fals
     traced = what + (f" under autocast({desc.autocast_dtype})" if amp else "")
     traced += ", recorded from a real CPU run" if result.real_run else ", on fake tensors"
     return _report(spec, device, data, traced)
+
+
+def _emulated(device: str) -> bool:
+    """Whether `device` is an emulated chip: emu:NAME, or a virtual id mapped to one (FL_DEVICE=emu:NAME
+    makes acc0 the emulated chip)."""
+    if device.startswith(_EMULATION_PREFIX):
+        return True
+    from ..device import resolve_spec
+
+    try:
+        return resolve_spec(device).emulated
+    except Exception:  # a description name or file rather than a device: not emulated
+        return False
 
 
 def trace_device(kernels: DeviceKernels, amp: bool) -> str:
