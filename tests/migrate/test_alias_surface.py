@@ -107,6 +107,22 @@ def test_typed_tensor_constructors_and_isinstance():
         assert torch.cuda.FloatTensor().numel() == 0
 
 
+@pytest.mark.filterwarnings("ignore:torch.set_default_tensor_type:UserWarning")
+def test_legacy_type_names_and_record_stream():
+    x = torch.ones(2)
+    with cuda_alias("cpu"):
+        assert x.type(torch.cuda.HalfTensor).dtype == torch.float16
+        assert x.type("torch.cuda.LongTensor").dtype == torch.int64 and x.type() == "torch.FloatTensor"
+        assert x.type("torch.DoubleTensor").dtype == torch.float64
+        x.cuda().record_stream(torch.cuda.current_stream())  # the host stream: nothing to record
+        try:
+            torch.set_default_tensor_type(torch.cuda.DoubleTensor)
+            assert torch.zeros(1).dtype == torch.float64
+        finally:
+            torch.set_default_tensor_type(torch.FloatTensor)
+        assert torch.zeros(1).dtype == torch.float32 and torch.get_default_device() == torch.device("cpu")
+
+
 def test_cuda_device_context_and_graphs_name_the_alternative():
     with cuda_alias("cpu"):
         with torch.cuda.device(0):

@@ -8,14 +8,20 @@ see autoload.py) do the same for a whole process. docs/migrate-runtime.md is the
 
 What CUDA code asks for, and where it goes ("the target" is ``torch.fl.device()``, or the device given):
 
-- a CUDA device argument -- ``"cuda"``, ``"cuda:N"``, ``torch.device("cuda", N)``, an int ``device=N`` --
-  of any torch function (factories, ``Tensor.to``, ``Tensor.new_*``, ...), of ``Tensor.to``,
-  ``Module.to``, ``torch.set_default_device`` and ``torch.load(map_location=...)`` (and CUDA storages
-  in a checkpoint): ``"cuda"`` is the target, ``"cuda:N"`` is the N-th virtual device ``accN`` (every
-  index is the target when the target has no index, as the host CPU);
-- ``Tensor.cuda``, ``Module.cuda``: ``.to(target)``; ``Tensor.pin_memory``: a no-op on a host target;
-- ``torch.cuda.*`` runtime calls: the ``torch.fl`` facade (table ``patches._CudaAPI``); ``torch.cuda.Stream``
-  and ``Event`` are ``torch.fl.Stream`` / ``Event``;
+- a CUDA device argument -- ``"cuda"``, ``"cuda:N"``, ``torch.device("cuda", N)``, an integer ordinal
+  (``device=N``, ``Tensor.to(N)``, ``Module.to(rank)``) -- of any torch function (factories,
+  ``Tensor.new_*``, ...), of ``Tensor.to``, ``Module.to``, ``torch.set_default_device``,
+  ``torch.Generator`` and ``torch.load(map_location=...)`` (str, int, device, dict, callable; and CUDA
+  storages in a checkpoint): ``"cuda"`` is the target, ``"cuda:N"`` and N are the N-th virtual device
+  ``accN`` (every index is the target when the target has no index, as the host CPU);
+  ``torch.device(N)`` itself is ``cuda:N`` (device objects stay CUDA, below);
+- ``Tensor.cuda``, ``Module.cuda``, ``Storage.cuda``: ``.to(target)``; ``Tensor.pin_memory``: a no-op on a
+  host target; legacy CUDA type names (``Tensor.type``, ``set_default_tensor_type``): their dtype on the
+  target;
+- ``torch.cuda.*``: what the CUDA-API table (cuda_api.py) says per entry: a handler of
+  ``patches._CudaAPI`` named by the entry's ``alias`` (the torch.fl facade, or an answer from the
+  description, listed in the alias report), a refusal (``alias_refuses``: CUDA graphs), or the original,
+  whose failure is re-raised as a ``CudaAliasError`` naming the alias and the entry's remedy;
 - ``torch.autocast("cuda")``, ``torch.amp.autocast``, ``torch.cuda.amp.autocast``: autocast on the
   target's type, in the requested dtype when the target's description lists it, else (or when none was
   requested) in the description's autocast dtype; ``torch.amp.GradScaler("cuda")`` and
@@ -59,8 +65,7 @@ disable() must run on the thread that called enable() (the mode lives on that th
 after any TorchFunctionMode entered later has exited. Other threads get the process-wide patches but
 not the mode: a factory with ``device="cuda"`` in a worker thread is not rewritten.
 
-Not covered: ``torch.Generator(device="cuda")``, legacy ``torch.cuda.FloatTensor`` types,
-``Tensor.type("torch.cuda...")``, ``torch.cuda.device(...)`` contexts, CUDA graphs, NVTX, custom CUDA
+Not covered: ``tensor.is_cuda`` (False), ``torch.UntypedStorage(n, device="cuda")``, custom CUDA
 extensions and libraries built for CUDA only. torch.compile of aliased code works; its graphs break at
 the patched Python entry points (``.to``, ``.cuda()``, ...), which Dynamo warns about.
 """

@@ -472,6 +472,65 @@ def _install_cuda_module(alias: CudaAlias) -> None:
     _install_nvtx(alias)
 
 
+# Legacy type names and streams on tensors ---------------------------------------------------------
+def _cuda_type_dtype(value: Any) -> torch.dtype | None:
+    """The dtype a legacy CUDA type names (`torch.cuda.HalfTensor`, "torch.cuda.HalfTensor"), else None."""
+    name = value if isinstance(value, str) else getattr(value, "__name__", None) \
+        if getattr(value, "__module__", "").startswith("torch.cuda") else None
+    if not isinstance(name, str):
+        return None
+    short = name.removeprefix("torch.cuda.")
+    if short == name and isinstance(value, str):
+        return None  # "torch.HalfTensor": not CUDA
+    dtype = CUDA_TENSOR_TYPES.get(short)
+    return getattr(torch, dtype) if dtype is not None else None
+
+
+def _install_legacy_types(alias: CudaAlias) -> None:
+    tensor_type, record_stream = torch.Tensor.type, torch.Tensor.record_stream
+    set_default_tensor_type = torch.set_default_tensor_type
+
+    @functools.wraps(tensor_type)
+    def type_(tensor, dtype=None, non_blocking=False, **kwargs):
+        caller = sys._getframe(1)
+        wanted = _cuda_type_dtype(dtype) if dtype is not None else None
+        if wanted is None or alias._bypass(caller):
+            return tensor_type(tensor, dtype, non_blocking, **kwargs) if dtype is not None else tensor_type(tensor)
+        alias._note("Tensor.type", _Mapped(dtype if isinstance(dtype, str) else f"torch.cuda.{dtype.__name__}",
+                                           alias.target, True), caller)
+        return tensor.to(alias.target, wanted, non_blocking=non_blocking)
+
+    @functools.wraps(record_stream)
+    def record_stream_(tensor, stream):
+        if isinstance(stream, torch.Stream):
+            return record_stream(tensor, stream)
+        # torch.fl's host stream (the target has one queue): no other queue can reuse this memory early.
+        return None
+
+    set_device = [False]  # whether a CUDA type made the target the default device
+
+    @functools.wraps(set_default_tensor_type)
+    def set_default_tensor_type_(t):
+        caller = sys._getframe(1)
+        wanted = _cuda_type_dtype(t)
+        if wanted is None or alias._bypass(caller):
+            if set_device[0]:  # a host type after a CUDA one: tensors are made on the host again, as in torch
+                torch.set_default_device(None)
+                set_device[0] = False
+            return set_default_tensor_type(t)
+        set_device[0] = True
+        alias._note("torch.set_default_tensor_type", _Mapped(t if isinstance(t, str) else f"torch.cuda.{t.__name__}",
+                                                             alias.target, True), caller)
+        torch.set_default_dtype(wanted)
+        torch.set_default_device(alias.target)
+        return None
+
+    alias._wrappers.update((type_, record_stream_))
+    alias._patch(torch.Tensor, "type", type_)
+    alias._patch(torch.Tensor, "record_stream", record_stream_)
+    alias._patch(torch, "set_default_tensor_type", set_default_tensor_type_)
+
+
 # torch.Generator and torch.backends.cuda flags ----------------------------------------------------
 def _install_generator(alias: CudaAlias) -> None:
     original = torch.Generator
@@ -770,6 +829,7 @@ def install_all(alias: CudaAlias) -> None:
     _install_tensor_and_module(alias)
     _install_cuda_module(alias)
     _install_generator(alias)
+    _install_legacy_types(alias)
     _install_backend_flags(alias)
     _install_amp(alias)
     _install_distributed(alias)
