@@ -14,7 +14,7 @@ An emulated chip (``emu:NAME``) runs on the CPU: coverage, whether the model run
 properties of the description and meaningful there; speed is the emulation's, so performance alignment
 is not measured on it.
 
-The package: criteria.py (levels, criteria, judging), runs.py (the measurements), report.py (the
+The package: levels.py (the levels, their criteria, judging), runs.py (the measurements), report.py (the
 report); this module runs them in order.
 """
 
@@ -26,7 +26,7 @@ import torch
 
 from ...report import Report, progress
 from ..model import ModelSpec
-from .criteria import (
+from .levels import (
     FAIL,
     LEVELS,
     NOT_MEASURED,

@@ -7,7 +7,7 @@ from typing import Any
 from ...report import Chart, Report, Section, Table
 from ..bench import LEAK_RULE, NOISY
 from ..bench import TARGET as ALIGNMENT_TARGET
-from .criteria import (
+from .levels import (
     FAIL,
     LEVEL_MEANING,
     LEVEL_TITLE,

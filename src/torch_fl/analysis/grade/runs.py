@@ -1,7 +1,7 @@
 """grade's measurements: real runs on the device, the distributed preflight, coverage, compare, bench.
 
 Every run is an :class:`Outcome`: an exception is the run's result (the device could not do it), never a
-crash of grade. The judges in criteria.py turn these into PASS / FAIL / NOT MEASURED.
+crash of grade. The judges in levels.py turn these into PASS / FAIL / NOT MEASURED.
 """
 
 from __future__ import annotations

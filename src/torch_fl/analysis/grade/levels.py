@@ -1,4 +1,4 @@
-"""grade's criteria: the levels, each criterion with its threshold, how a measurement is judged, and
+"""grade's levels and criteria: each criterion with its threshold, how a measurement is judged, and
 the level a set of judged criteria reaches.
 
 Every criterion is PASS, FAIL or NOT MEASURED, with the number and the measurement behind it. The achieved
