@@ -20,10 +20,13 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> No
     parser = sub.add_parser(
         name, help=help_text,
         description="Rewrite the fixable findings of `torchfl scan` to the torch.fl API: device strings "
-                    "to torch.fl.device(), .cuda() to .to(torch.fl.device()), torch.cuda.* runtime calls "
-                    "to torch.fl.*, torch.cuda.amp to torch.autocast/torch.amp.GradScaler with "
-                    "torch.fl.device_type(), 'nccl' to torch.fl.dist_backend(). Formatting and comments "
-                    "are kept; `# noqa` is respected; files are replaced atomically.",
+                    "to torch.fl.device(), .cuda() to .to(torch.fl.device()), torch.cuda.is_available() to "
+                    "torch.fl.is_accelerator(), other torch.cuda.* runtime calls to torch.fl.*, "
+                    "torch.cuda.amp to torch.autocast/torch.amp.GradScaler with torch.fl.device_type(), "
+                    "'nccl' to torch.fl.dist_backend(). A safe fix keeps behaviour on the host the code "
+                    "already ran on, the CPU included. Formatting and comments are kept; `# noqa` is "
+                    "respected; files are replaced atomically; read-only files and links out of the tree "
+                    "are skipped.",
         epilog="Examples:\n  torchfl fix train.py\n  torchfl fix src/ --diff\n"
                "  torchfl fix src/ --unsafe-fixes --select FL1,FL9\n"
                "Exit status: 0 done (or --diff: nothing to change), 1 --diff found changes or a file was "
@@ -34,8 +37,9 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> No
     parser.add_argument("--diff", action="store_true",
                         help="print a unified diff of the changes and write nothing")
     parser.add_argument("--unsafe-fixes", action="store_true", dest="unsafe",
-                        help="also apply fixes that can change behaviour (FL105 device variables, FL902 "
-                             "device-type comparisons, torch.cuda.get_device_name)")
+                        help="also apply fixes that can change behaviour on a machine the code already ran "
+                             "on (FL105 device variables, FL902 CUDA checks, torch.cuda.device_count / "
+                             "manual_seed / get_device_name); safe fixes never do")
     parser.add_argument("--select", type=_codes, action="append", metavar="CODES",
                         help="only these rule codes or prefixes, comma-separated (e.g. FL1,FL202)")
     parser.add_argument("--ignore", type=_codes, action="append", metavar="CODES",

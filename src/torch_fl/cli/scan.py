@@ -25,10 +25,13 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> No
         name, help=help_text,
         description="Scan Python files for code that only runs on CUDA: device strings, .cuda(),\n"
                     "torch.cuda.*, AMP, NCCL, cuDNN flags, raw pointers, CUDA extensions and\n"
-                    "libraries, syncs hidden in loops. Each finding has a rule code documented in\n"
-                    f"{DOCS}. `# noqa: FL101` on a line silences it; [tool.torchfl] in\n"
-                    "pyproject.toml sets select, ignore and extend-exclude.",
-        epilog="Examples:\n  torchfl scan src/\n  torchfl scan train.py --select FL1,FL2 --ignore FL203\n"
+                    "libraries. Each finding has a rule code documented in\n"
+                    f"{DOCS}. `# noqa: FL101` on a line silences it; [tool.torch_fl.scan] in\n"
+                    "pyproject.toml sets select, extend-select, ignore and extend-exclude.\n"
+                    "Performance hints (FL203, syncs hidden in loops) are opt-in: --select FL203.\n"
+                    "Needs no torch (runs in pre-commit hook environments).",
+        epilog="Examples:\n  torchfl scan src/\n  torchfl scan train.py --select FL1,FL2 --ignore FL105\n"
+               "  torchfl scan src/ --select ALL       (coupling rules and performance hints)\n"
                "  torchfl scan . --format sarif --output torchfl.sarif --exit-zero\n"
                "  torchfl scan . --statistics\n\n"
                "Exit status: 0 no findings, 1 findings (or files that could not be scanned), "
