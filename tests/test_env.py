@@ -165,6 +165,7 @@ def test_route_log_folder_must_exist_when_routing_starts(monkeypatch, tmp_path):
     assert "is a folder; name a file inside it" in _error("FL_ROUTE_LOG", str(tmp_path))
 
 
+@pytest.mark.slow
 def test_route_log_write_failure_at_exit_goes_to_stderr(tmp_path):
     target = tmp_path / "gone" / "log.json"
     target.parent.mkdir()
@@ -186,6 +187,7 @@ def test_huge_values_are_shortened_in_messages():
 
 
 # FL_LOG at import ---------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_bad_fl_log_never_breaks_import_or_help(tmp_path):
     env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("FL_")}
     env["FL_LOG"] = "garbage"

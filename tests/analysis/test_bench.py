@@ -55,6 +55,7 @@ def models(tmp_path_factory):
     return path
 
 
+@pytest.mark.slow
 def test_cpu_bench_schema(models, tmp_path):
     out = tmp_path / "bench.json"
     assert main(["bench", f"{models}:small", "--device", "cpu", "--steps", "6", "--warmup", "1",

@@ -184,6 +184,7 @@ def test_runtime_version_follows_the_torch_build() -> None:
     assert doctor.runtime_version(torch_fl.description("cpu")) == ""
 
 
+@pytest.mark.slow
 def test_module_entry_point_without_command_prints_help() -> None:
     done = subprocess.run([sys.executable, "-m", "torch_fl"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "doctor" in done.stdout

@@ -72,6 +72,7 @@ def test_a_stale_entry_is_removed_and_the_newest_kept(monkeypatch, compile_cache
     assert "torch 2.11.0 -> 2.12.0" in message and f"removed stale {oldest.path.name}" in message
 
 
+@pytest.mark.slow
 def test_an_entry_in_use_by_a_running_process_is_kept(monkeypatch, compile_cache, spawn):
     monkeypatch.setenv("FL_CACHE_KEEP", "1")
     user = spawn(code="import sys, time\nfrom torch_fl.compiler import cache\nfrom torch_fl.description "
@@ -146,6 +147,7 @@ else:
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stage", ["create", "update"])
 def test_a_writer_killed_mid_write_leaves_a_valid_cache(stage, compile_cache, spawn, capsys):
     writer = spawn(stage, code=KILLED_WRITER)

@@ -308,6 +308,7 @@ def test_runtime_facade_reports_the_emulated_devices_tensors(monkeypatch):
     ("torch.utils.rename_privateuse1_backend('fakenpu')", "belongs to 'fakenpu' (a vendor plugin)"),
     ("x = torch.ones(1, requires_grad=True); (x * 2).sum().backward()", "a backward pass ran in this process"),
 ], ids=["vendor-owns-privateuse1", "backward-ran-first"])
+@pytest.mark.slow
 def test_dispatch_mode_emulator_when_the_device_cannot_exist(before, why):
     script = (f"import torch\n{before}\nimport torch_fl\n"
               "from torch_fl.cli.doctor import collect\n"

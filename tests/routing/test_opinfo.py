@@ -94,6 +94,7 @@ def test_subset_passes_or_fails_as_documented(harness, op_db, results, mode):
     assert all(r.examined for r in results.values()), [r.name for r in results.values() if not r.examined]
 
 
+@pytest.mark.slow
 def test_subset_covers_what_it_claims(results):
     passed = [(r.name, s) for r in results.values() for s in r.samples if s.status == "pass"]
     variants = {s.variant for _, s in passed}
@@ -112,6 +113,7 @@ def test_subset_covers_what_it_claims(results):
     assert all(s.reason.startswith("random") for s in results["cauchy"].samples if s.mode == "translate")
 
 
+@pytest.mark.slow
 def test_known_failures_in_the_subset_still_fail(harness, results):
     """A fixed bug must leave the known-failure list (like a strict xfail)."""
     stale = [f"{mode} {name}" for (mode, name) in harness.KNOWN_FAILURES
