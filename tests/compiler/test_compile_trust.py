@@ -155,7 +155,7 @@ def test_problem_allows_root_owned_and_sticky_ancestors():
     assert trust.problem(os.stat("/tmp"), ancestor=True) == ""  # 1777
 
 
-def test_inductor_precompiled_headers_move_into_the_private_entry(compile_cache, monkeypatch):
+def test_inductor_precompiled_headers_move_into_the_private_root(compile_cache, monkeypatch, capsys):
     import torch
     import torch._inductor.codecache as codecache
 
@@ -167,5 +167,15 @@ def test_inductor_precompiled_headers_move_into_the_private_entry(compile_cache,
     assert codecache._HEADER_DIR.startswith(tempfile.gettempdir()), "Inductor's default: shared /tmp"
     torch.fl.compile(torch.nn.Linear(2, 2), backend="inductor")
     entry = cache.open_entry(registry.get("cpu"))
-    assert str(entry.inductor_dir / "precompiled_headers") == codecache._HEADER_DIR
-    assert str(entry.inductor_dir / "precompiled_headers" / "locks") == codecache._HEADER_LOCK_DIR
+    headers = compile_cache / cache.HEADERS
+    assert str(headers) == codecache._HEADER_DIR and str(headers / "locks") == codecache._HEADER_LOCK_DIR
+    assert _mode(headers) == 0o700 and entry.root == compile_cache
+    assert main(["cache", "verify"]) == 0
+    assert f"shared    {cache.HEADERS}: Inductor's precompiled headers" in capsys.readouterr().out
+    # Planted by another user: moved aside and recreated empty, never used.
+    (headers / "planted.h.gch").write_bytes(b"crafted")
+    if os.geteuid() == 0:
+        os.chown(headers / "planted.h.gch", OTHER, OTHER)
+        torch.fl.compile(torch.nn.Linear(2, 2), backend="inductor")
+        assert list(headers.iterdir()) == []
+        assert any(p.name.startswith(cache.QUARANTINE + cache.HEADERS) for p in compile_cache.iterdir())

@@ -120,7 +120,7 @@ def _print_info(data: dict[str, Any]) -> None:
             note = row["problem"]
         elif row["status"] in ("corrupt", "untrusted"):
             note = f"{row['status'].upper()}: {row['problem']}"
-        elif row["status"] == "quarantined":
+        elif row["status"] in ("quarantined", "shared"):
             note = row["problem"]
         elif row["current"]:
             note = "current"
@@ -153,6 +153,8 @@ def _print_verify(data: dict[str, Any]) -> int:
                 print(f"  ALTERED {altered}")
         elif row["status"] == "quarantined":
             print(f"quarantine {row['name']}: {row['problem']} (`torchfl cache clear --corrupt` removes it)")
+        elif row["status"] == "shared":
+            print(f"shared    {row['name']}: {row['problem']}")
         elif row["status"] == "leftover":
             print(f"leftover  {row['name']}: {row['problem']} (harmless; removed by the next writer or "
                   f"`torchfl cache clear --corrupt`)")
@@ -163,7 +165,7 @@ def _print_verify(data: dict[str, Any]) -> int:
                           if row["unrecorded"] else "")
             print(f"ok        {row['name']}: manifest valid, fingerprint re-hashes to its name, "
                   f"{row['artifacts']} artifacts match their sha256{unrecorded} ({state}{extra})")
-    entries = sum(1 for r in data["entries"] if r["status"] not in ("leftover", "quarantined"))
+    entries = sum(1 for r in data["entries"] if r["status"] not in ("leftover", "quarantined", "shared"))
     print(f"{entries} entries under {data['root']}: {corrupt} corrupt or untrusted")
     if corrupt:
         print("remove them with `torchfl cache clear --corrupt` (the current entry is moved aside and "

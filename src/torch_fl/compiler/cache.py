@@ -9,6 +9,7 @@ Layout (see docs/compile.md)::
         .inuse                           shared-locked by every process using the entry
         inductor/                        TORCHINDUCTOR_CACHE_DIR while the entry is in use
         triton/                          TRITON_CACHE_DIR
+      .precompiled_headers/              Inductor's precompiled headers, shared by the entries (0700)
       .quarantine-cpu-...-<pid>-<ns>/    an entry refused as untrusted or altered (kept for inspection)
 
 Trust (trust.py): the root must be this user's alone, else it is refused; an entry owned by someone else,
@@ -53,6 +54,7 @@ DEFAULT_ROOT = Path("~/.cache/torch_fl")
 _TMP = ".tmp-"
 _TRASH = ".trash-"
 QUARANTINE = ".quarantine-"
+HEADERS = ".precompiled_headers"  # Inductor's precompiled headers, shared by the root's entries (jit.py)
 _WARMUP_RECORDS = 50  # the manifest keeps the latest warm-up records only
 
 # Entries this process uses: path -> fd of its shared .inuse lock (held until exit).
@@ -336,6 +338,21 @@ def _problem_of(path: Path) -> str:
     return ""
 
 
+def private_subdir(root: Path, name: str) -> Path:
+    """`root`/`name` for files shared by the root's entries, created 0700; when it is not this user's
+    alone (or holds another user's files) it is moved aside (``.quarantine-``) and recreated."""
+    path = root / name
+    with locks.exclusive(root / LOCK):
+        if os.path.lexists(path):
+            problem = trust.entry_problem(path)
+            if problem:
+                kept = _quarantine(path)
+                _log.warning("compile cache: %s is not used: another user could have written it: %s. It was "
+                             "moved to %s for inspection.", path, problem, kept)
+        trust.make_private_dirs(path)
+    return path
+
+
 # Stale entries ------------------------------------------------------------------------------------
 def _remove_stale(entry: Entry, keep: int) -> list[Path]:
     """Move entries of the same description beyond the `keep` most recently used (the new one counts)
@@ -394,6 +411,8 @@ def seal(entry: Entry) -> list[str]:
     the entry's files 0600 and directories 0700. Called after each compilation of this process and at
     exit. Returns the artifacts whose recorded content changed (rewritten by this process's compile)."""
     trust.tighten(entry.path)
+    if (entry.root / HEADERS).is_dir():
+        trust.tighten(entry.root / HEADERS)
     changed: list[str] = []
 
     def apply(manifest: dict[str, Any]) -> None:
@@ -431,7 +450,7 @@ def _update_manifest(entry: Entry, change: Any, what: str) -> None:
 class EntryStatus:
     name: str
     path: Path
-    status: str  # ok | corrupt | untrusted | leftover | quarantined
+    status: str  # ok | corrupt | untrusted | leftover | quarantined | shared
     problem: str = ""
     manifest: dict[str, Any] | None = None
     size: int = 0
@@ -449,7 +468,8 @@ class EntryStatus:
 def scan(root: Path, *, full: bool = False) -> list[EntryStatus]:
     """Every directory under `root` with its status: ok (valid manifest whose fingerprint re-hashes to
     the directory name, this user's alone, artifacts matching their records), corrupt, untrusted,
-    quarantined (refused earlier, kept for inspection) or leftover (debris of an interrupted write).
+    quarantined (refused earlier, kept for inspection), leftover (debris of an interrupted write) or
+    shared (Inductor's precompiled headers, used by every entry of the root).
     `full`: hash every artifact (otherwise size and mtime)."""
     statuses: list[EntryStatus] = []
     if not root.is_dir():
@@ -464,6 +484,11 @@ def scan(root: Path, *, full: bool = False) -> list[EntryStatus]:
             if child.name.startswith((_TMP, _TRASH)):
                 statuses.append(EntryStatus(child.name, child, "leftover",
                                             "debris of an interrupted write or removal",
+                                            size=_size(child)))
+            elif child.name == HEADERS:
+                problem = trust.entry_problem(child)
+                statuses.append(EntryStatus(child.name, child, "untrusted" if problem else "shared",
+                                            problem or "Inductor's precompiled headers, shared by the entries",
                                             size=_size(child)))
             elif child.name.startswith(QUARANTINE):
                 statuses.append(EntryStatus(child.name, child, "quarantined",

@@ -220,18 +220,21 @@ def use_entry(entry: cache.Entry) -> None:
 
 
 def private_headers(entry: cache.Entry) -> None:
-    """Move Inductor's precompiled headers into the entry.
+    """Move Inductor's precompiled headers into the cache root (``<root>/.precompiled_headers``).
 
     Inductor keeps them in ``<tmp>/torchinductor_<user>/precompiled_headers`` whatever
     TORCHINDUCTOR_CACHE_DIR says: a predictable path in a world-writable directory, where another user
-    can create the directory first and plant a ``.gch`` that g++ then compiles into every kernel. In the
-    entry they are private and recorded like every other artifact. (torch 2.13 reads the module
-    constants ``_HEADER_DIR`` / ``_HEADER_LOCK_DIR`` at each use; a torch without them has nothing to move.)"""
+    can create the directory first and plant a ``.gch`` that g++ then compiles into every kernel. Under
+    the root they are private (the root is checked, the directory too). They stay out of the entries:
+    a header is 150 MB and is keyed by its own content (compiler, flags, preprocessed text), so every
+    entry of the root shares it, as every process of a machine shares Inductor's default one; a new
+    fingerprint does not rebuild it (15 s of a cold start under load). torch 2.13 reads the module
+    constants ``_HEADER_DIR`` / ``_HEADER_LOCK_DIR`` at each use; a torch without them has nothing to move."""
     import torch._inductor.codecache as codecache
 
     if not hasattr(codecache, "_HEADER_DIR"):
         return
-    headers = entry.inductor_dir / "precompiled_headers"
+    headers = cache.private_subdir(entry.root, cache.HEADERS)
     codecache._HEADER_DIR = str(headers)
     codecache._HEADER_LOCK_DIR = str(headers / "locks")
 
