@@ -359,11 +359,14 @@ class CudaAlias:
             self._devices = devices()
         if index < len(self._devices):
             return self._devices[index]
+        from ..routing.emu_device import NAME as EMULATED
+
+        more = (f"emulate more devices with FL_EMU_DEVICES={index + 1}" if target.type == EMULATED
+                else "map more devices with FL_DEVICE_MAP")
         raise DeviceNotFoundError(
             f"the CUDA code asks for {_CUDA}:{index}, but this machine has only {len(self._devices)} "
             f"virtual device(s) ({', '.join(f'acc{i} -> {d}' for i, d in enumerate(self._devices))}), "
-            f"and the alias maps {_CUDA}:N to accN. Run fewer processes per machine or map more devices "
-            f"with FL_DEVICE_MAP.")
+            f"and the alias maps {_CUDA}:N to accN. Run fewer processes per machine or {more}.")
 
     def _map_any(self, device: Any) -> torch.device:
         """A device argument of a torch.cuda call: None is the target, CUDA names and ordinals map."""

@@ -659,6 +659,14 @@ def _backend_for(alias: CudaAlias, backend: str) -> str:
     from ..runtime import dist_backend
 
     chosen = dist_backend(alias.target)
+    available = getattr(torch.distributed, f"is_{chosen}_available", None)
+    if available is not None and not available():
+        desc = description_for(alias.target)
+        raise CudaAliasError(
+            f"the CUDA code asks for the '{backend}' backend; the CUDA alias maps it to '{chosen}', the "
+            f"collective backend of {alias.target}'s description '{desc.name}' (collectives.backend), but this "
+            f"build of torch has no '{chosen}'. Fix: run on a machine with {chosen}, or target a device whose "
+            f"backend this build has (FL_DEVICE=cpu: gloo).")
     if ":" not in backend:
         return chosen
     # 'cpu:gloo,cuda:nccl': the CUDA entry becomes the target's, other device types keep theirs.
