@@ -45,9 +45,9 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from ..analysis.model import load_model
-    from ..analysis.report import progress
     from ..compiler.aot import export_aot
     from ..device import resolve
+    from ..report import progress
 
     spec = load_model(args.model)
     dev = resolve(args.device)

@@ -106,8 +106,8 @@ def _when(t: float) -> str:
 
 
 def _print_info(data: dict[str, Any]) -> None:
-    from ..analysis.report import Table, render_table
     from ..compiler.fingerprint import describe_change
+    from ..report import Table, render_table
 
     print(f"compile cache root: {data['root']} (from {data['root_source']})")
     if data["refused"]:
