@@ -435,3 +435,21 @@ def test_a_virtual_id_mapped_to_an_emulated_chip_is_traced_as_that_chip(monkeypa
     via_id = coverage(_spec("gpt"), "acc0", train=True).data
     direct = coverage(_spec("gpt"), "emu:minimal", train=True).data
     assert via_id["device"] == "minimal" and via_id["summary"] == direct["summary"]
+
+
+def test_a_registered_kernels_own_calls_are_routed_too() -> None:
+    # On the emulated device a kernel computes with the device's tensors, so its calls are routed (and
+    # counted) like the model's: ones_like translates on minimal.
+    def gelu(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
+        return x * 0.5 * (torch.ones_like(x) + torch.erf(x / 2.0 ** 0.5))
+
+    handle = torch.fl.register_kernel("aten::gelu", gelu)
+    try:
+        data = coverage(_spec("gpt"), "emu:minimal", train=True).data
+    finally:
+        handle.remove()
+    gelu_row = next(op for op in data["ops"] if op["op"] == "aten::gelu.default")
+    assert gelu_row["route"] == "kernel" and gelu_row["calls"] == 2 and gelu_row["verdict"] == "translate"
+    inner = next(op for op in data["ops"] if op["op"] == "aten::ones_like.default" and op["via"])
+    assert inner["via"] == [{"op": "aten::gelu.default", "dtype": "float32"}] and inner["calls"] == 2
+    assert inner["route"] == "translate"

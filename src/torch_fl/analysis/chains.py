@@ -17,8 +17,8 @@ of translated ops it was reached through. The rest mirrors torch_fl.routing.rout
   the op itself, or it returns NotImplemented, RouteTable.untranslatable decides (fallback or error);
 - fallback: counted; unsupported when ``FL_FALLBACK=error`` or when the CPU has no kernel for the op
   either (table.has_cpu_kernel: _thnn_fused_lstm_cell, fused attention);
-- kernel: counted; the kernel itself is not run (it may need the device), the op's CPU semantics give
-  the shapes to go on with;
+- kernel: counted, then the registered kernel runs on the trace's tensors with the mode re-entered, as
+  its calls on the device are routed too (a kernel that cannot run on them is a leaf);
 - unsupported: counted, and the op still runs on the trace's tensors so the rest of the model is
   reported too.
 """
@@ -67,6 +67,8 @@ class Replay:
         kind = route.kind
         if kind == "translate":
             return self._translate(mode, func, op, dtype, module, route, args, kwargs)
+        if kind == "kernel" and route.kernel is not None and not guard.in_kernel[op]:
+            return self._kernel(mode, func, op, dtype, module, route, args, kwargs)
         if kind == "fallback":
             route = self._fallback(op, route)
         out = func(*args, **kwargs)
@@ -110,6 +112,30 @@ class Replay:
         if out is NotImplemented:
             return self._untranslatable(func, op, dtype, module, route, args, kwargs,
                                         "its decomposition does not cover these inputs")
+        return out
+
+    def _kernel(self, mode: Any, func: Any, op: str, dtype: str | None, module: str, route: Route,
+                args: tuple, kwargs: dict) -> Any:
+        """A registered kernel runs on the device's tensors, so the ops it calls are routed as well
+        (the kernel calling its own op gets the native kernel, as in the router). A kernel that cannot
+        run on the trace's tensors (a Triton kernel on fake ones) is a leaf: the op's own semantics
+        give the shapes to go on with."""
+        self._count(op, dtype, module, route)
+        outer, self.calls = self.calls, Counter()
+        guard.in_kernel[op] += 1
+        self.via.append((op, dtype))
+        try:
+            with mode:
+                out = route.kernel(*args, **kwargs)
+        except Exception:
+            out = None
+        finally:
+            self.via.pop()
+            guard.in_kernel[op] -= 1
+            inner, self.calls = self.calls, outer
+        if out is None:
+            return func(*args, **kwargs)
+        self.calls.update(inner)
         return out
 
     def _untranslatable(self, func: Any, op: str, dtype: str | None, module: str, route: Route,

@@ -144,8 +144,8 @@ def _data(spec: ModelSpec, device: str, result: TraceResult) -> dict[str, Any]:
         },
         "ops": [{"op": r.op, "dtype": r.dtype, "route": r.route, "source": r.source, "calls": r.calls,
                  "via": [{"op": op, "dtype": dtype} for op, dtype in r.via],
-                 "verdict": verdicts.get((*r.via, (r.op, r.dtype)), r.route) if r.route == "translate"
-                 else r.route,
+                 "verdict": verdicts.get((*r.via, (r.op, r.dtype)), r.route)
+                 if r.route in ("translate", "kernel") else r.route,
                  "modules": [{"module": name, "calls": n} for name, n in r.modules.items()]}
                 for r in records],
         "real_run": result.real_run or None,
