@@ -321,3 +321,49 @@ def test_the_doc_table_is_generated_from_the_table():
     assert current == surface_markdown(), (
         "docs/migrate-runtime.md is stale: regenerate the table between the markers with "
         "`python -c 'from torch_fl.migrate.patches import surface_markdown; print(surface_markdown(), end=\"\")'`")
+
+
+# DDP with integer ordinals, as the DDP tutorials write it ----------------------------------------------
+DDP_SCRIPT = textwrap.dedent("""
+    import os, sys, torch
+    import torch.nn.functional as F
+    from torch.distributed import destroy_process_group, init_process_group
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    rank = int(os.environ["LOCAL_RANK"])
+    torch.cuda.set_device(rank)
+    init_process_group(backend="nccl")
+    snapshot = sys.argv[1]
+    model = torch.nn.Linear(8, 1).to(rank)
+    if os.path.exists(snapshot):
+        model.load_state_dict(torch.load(snapshot, map_location=f"cuda:{rank}"))
+    model = DDP(model, device_ids=[rank])
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    generator = torch.Generator().manual_seed(rank)
+    for step in range(3):
+        source = torch.randn(4, 8, generator=generator).to(rank)
+        target = torch.randn(4, 1, generator=generator).to(rank)
+        optimizer.zero_grad()
+        F.mse_loss(model(source), target).backward()
+        optimizer.step()
+    weights = [torch.zeros_like(model.module.weight) for _ in range(2)]
+    torch.distributed.all_gather(weights, model.module.weight.detach())
+    assert torch.equal(weights[0], weights[1]), "DDP replicas diverged"
+    if rank == 0:
+        torch.save(model.module.state_dict(), snapshot)
+        print("trained on", model.module.weight.device, "backend", torch.distributed.get_backend())
+    destroy_process_group()
+""")
+
+
+@pytest.mark.slow
+def test_ddp_tutorial_pattern_with_ordinals_runs_on_two_cpu_processes(tmp_path):
+    script = tmp_path / "ddp_ordinals.py"
+    script.write_text(DDP_SCRIPT)
+    env = {**os.environ, **CPU_ENV, "FL_CUDA_ALIAS": "1", "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(script),
+               str(tmp_path / "snapshot.pt")]
+    for run in ("fresh", "resumed from the snapshot"):
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+        assert done.returncode == 0, f"{run}: {done.stderr[-3000:]}"
+        assert "trained on cpu backend gloo" in done.stdout, run
