@@ -367,3 +367,15 @@ def test_ddp_tutorial_pattern_with_ordinals_runs_on_two_cpu_processes(tmp_path):
         done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
         assert done.returncode == 0, f"{run}: {done.stderr[-3000:]}"
         assert "trained on cpu backend gloo" in done.stdout, run
+
+
+def test_audit_lists_the_queries_answered_from_the_description(tmp_path, capsys):
+    script = tmp_path / "capability.py"
+    script.write_text("import torch\nmajor, minor = torch.cuda.get_device_capability(0)\n"
+                      "print('flash' if major >= 8 else 'math')\n")
+    out_json = tmp_path / "audit.json"
+    assert main(["audit", "--json", str(out_json), "--script", str(script)]) == 0
+    assert json.loads(out_json.read_text())["answered"] == [
+        {"query": "torch.cuda.get_device_capability", "answer": "(7, 0)", "count": 1}]
+    text = capsys.readouterr().out
+    assert "math" in text and "Answered by the alias from the description" in text

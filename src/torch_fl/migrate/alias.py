@@ -427,8 +427,12 @@ class CudaAlias:
 
     # Logging and recording --------------------------------------------------------------------------
     def answered(self, query: str, answer: Any) -> None:
-        """Record a query answered from the description (or a setting accepted) for the report."""
-        self.answers[(query, str(answer))] += 1
+        """Record a query answered from the description (or a setting accepted) for the report; the
+        first of each is logged at INFO (FL_LOG=migrate=INFO), for runs without `torchfl run --report`."""
+        key = (query, str(answer))
+        if key not in self.answers:
+            _log.info("%s answered by the CUDA alias: %s", query, key[1])
+        self.answers[key] += 1
 
     def report(self) -> str:
         """What the alias answered in place of CUDA: each query, its answer and how often."""

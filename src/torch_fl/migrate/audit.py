@@ -31,6 +31,7 @@ class Audit:
 
     def __init__(self) -> None:
         self.counts: collections.Counter[DeviceRequest] = collections.Counter()
+        self.answers: collections.Counter[tuple[str, str]] = collections.Counter()
 
     def __call__(self, request: DeviceRequest) -> None:
         self.counts[request] += 1
@@ -38,8 +39,11 @@ class Audit:
     @contextmanager
     def recording(self) -> Iterator[None]:
         """Run a block under the CUDA alias (on the CPU) with this audit recording."""
-        with suspended(), cuda_alias(AUDIT_DEVICE, recorder=self):
-            yield
+        with suspended(), cuda_alias(AUDIT_DEVICE, recorder=self) as alias:
+            try:
+                yield
+            finally:
+                self.answers.update(alias.answers)
 
     def rows(self) -> list[dict[str, Any]]:
         ordered = sorted(self.counts.items(), key=lambda item: (item[0].site.filename, item[0].site.lineno,
@@ -116,6 +120,13 @@ def build_report(audit: Audit, *, target: str, mode: str, detail: str,
     report.sections.append(cuda_section)
     if other:
         report.sections.append(Section("Other device requests made by the code", tables=[table(other)]))
+    answers = [{"query": query, "answer": answer, "count": count}
+               for (query, answer), count in sorted(audit.answers.items())]
+    data["answered"] = answers
+    if answers:
+        report.sections.append(Section(
+            "Answered by the alias from the description (on a real chip these come from its runtime)",
+            tables=[Table(["query", "answer", "count"], [[a["query"], a["answer"], a["count"]] for a in answers])]))
     if error is not None:
         data["error"] = f"{type(error).__name__}: {error}"
         report.warnings.append(f"the run stopped with {type(error).__name__}: {error} "
