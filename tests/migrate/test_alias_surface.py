@@ -379,3 +379,35 @@ def test_audit_lists_the_queries_answered_from_the_description(tmp_path, capsys)
         {"query": "torch.cuda.get_device_capability", "answer": "(7, 0)", "count": 1}]
     text = capsys.readouterr().out
     assert "math" in text and "Answered by the alias from the description" in text
+
+
+def test_device_mesh_of_cuda_is_a_mesh_of_the_target(tmp_path):
+    from torch.distributed.device_mesh import init_device_mesh
+
+    with cuda_alias("cpu"):
+        dist.init_process_group("nccl", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+        try:
+            from torch.distributed.device_mesh import init_device_mesh as aliased
+
+            assert init_device_mesh is not aliased  # imported before the alias: torch's own
+            assert aliased("cuda", (1,)).device_type == "cpu"
+        finally:
+            dist.destroy_process_group()
+
+
+def test_disable_restores_the_new_entry_points_exactly():
+    import torch.distributed.device_mesh as mesh
+
+    owners = {"torch": torch, "torch.Tensor": torch.Tensor, "StorageBase": torch.storage._StorageBase,
+              "TypedStorage": torch.storage.TypedStorage, "torch.cuda": torch.cuda, "nvtx": torch.cuda.nvtx,
+              "backends.cuda": torch.backends.cuda, "cudnn class": type(torch.backends.cudnn),
+              "matmul class": type(torch.backends.cuda.matmul), "device_mesh": mesh, "DeviceMesh": mesh.DeviceMesh}
+    before = {name: dict(vars(owner)) for name, owner in owners.items()}
+    with cuda_alias("cpu"):
+        assert torch.Generator is not before["torch"]["Generator"]
+        assert torch.cuda.get_device_capability is not before["torch.cuda"]["get_device_capability"]
+    after = {name: dict(vars(owner)) for name, owner in owners.items()}
+    for name in owners:
+        changed = {k for k in before[name].keys() | after[name].keys()
+                   if before[name].get(k, "<absent>") is not after[name].get(k, "<absent>")}
+        assert not changed, f"{name}: {sorted(changed)} not restored"

@@ -723,6 +723,37 @@ def _install_distributed(alias: CudaAlias) -> None:
         ddp_init(self, module, device_ids, output_device, *args, **kwargs)
 
     alias._patch(ddp, "__init__", ddp_init_)
+    _install_device_mesh(alias)
+
+
+def _install_device_mesh(alias: CudaAlias) -> None:
+    """init_device_mesh("cuda", ...) and DeviceMesh("cuda", ...): a mesh of the target's device type
+    (torch builds the mesh's process groups and device handle from that type)."""
+    mesh_module = sys.modules.get("torch.distributed.device_mesh")  # imported by torch.distributed itself
+    if mesh_module is None or not hasattr(mesh_module, "init_device_mesh"):
+        return
+
+    def mapped_type(call: str, device_type: Any, caller: FrameType | None) -> Any:
+        if device_type != _CUDA or alias._bypass(caller):
+            return device_type
+        alias._note(call, _Mapped(_CUDA, alias.target.type, True), caller)
+        return alias.target.type
+
+    init_device_mesh = mesh_module.init_device_mesh
+
+    @functools.wraps(init_device_mesh)
+    def init_device_mesh_(device_type, *args, **kwargs):
+        device_type = mapped_type("init_device_mesh", device_type, sys._getframe(1))
+        return init_device_mesh(device_type, *args, **kwargs)
+
+    mesh_init = mesh_module.DeviceMesh.__init__
+
+    @functools.wraps(mesh_init)
+    def mesh_init_(self, device_type, *args, **kwargs):
+        mesh_init(self, mapped_type("DeviceMesh", device_type, sys._getframe(1)), *args, **kwargs)
+
+    alias._patch(mesh_module, "init_device_mesh", init_device_mesh_)
+    alias._patch(mesh_module.DeviceMesh, "__init__", mesh_init_)
 
 
 # torch.load ----------------------------------------------------------------------------------------
