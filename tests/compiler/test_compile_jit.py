@@ -103,4 +103,6 @@ def test_inductor_hits_the_cache_in_a_fresh_process(tiny_model, compile_cache, s
     assert results[1].split("2x4", 2)[-1].splitlines()[0].rstrip().endswith("hit")
     (entry,) = [p for p in compile_cache.iterdir() if p.name.startswith("cpu-")]
     assert list((entry / "inductor" / "fxgraph").rglob("*")), "Inductor's FX graph cache is in the entry"
-    assert [s.status for s in cache.scan(compile_cache)] == ["ok"]
+    assert list((compile_cache / cache.HEADERS).glob("*.gch")), "its precompiled header is in the root"
+    assert [(s.name, s.status) for s in cache.scan(compile_cache, full=True)] == [
+        (cache.HEADERS, "shared"), (entry.name, "ok")]
