@@ -32,7 +32,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import _toml
 from .errors import ConfigError, did_you_mean
 
 CONFIG_KEYS = ("device", "backend", "device_map", "log", "routes", "scan")
@@ -66,6 +65,8 @@ def _validate(values: dict[str, Any], path: Path) -> dict[str, Any]:
 
 
 def _read(path: Path, table: str | None = None) -> ConfigFile:
+    from . import _toml  # here, not at the top: `torchfl scan` without a config file never needs it
+
     try:
         data = _toml.loads(_toml.read_text(path))
     except (OSError, ValueError, RecursionError) as exc:  # TOMLDecodeError, TextDecodeError are ValueErrors
@@ -149,6 +150,8 @@ def _string_list(value: Any, key: str, where: Path, table: str) -> tuple[str, ..
 
 
 def _scan_table(path: Path) -> tuple[dict[str, Any], str] | None:
+    from . import _toml
+
     try:
         data = _toml.loads(_toml.read_text(path))
     except (OSError, ValueError, RecursionError) as exc:

@@ -33,7 +33,6 @@ import fnmatch
 import io
 import os
 import re
-import tokenize
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -194,8 +193,11 @@ class _Detector:
             self.done.add(id(sub))
 
     def emit(self, event: str, *args: Any) -> Any:
+        hooks = _EVENTS.get(event)
+        if not hooks:
+            return False
         result = False
-        for hook in HOOKS.events.get(event, ()):
+        for hook in hooks:
             result = hook(self, *args) or result
         return result
 
@@ -608,7 +610,10 @@ class _Detector:
 
     def visit_Attribute(self, node: ast.Attribute, qual: str | bool | None = False, called: bool = False) -> None:
         # An attribute chain is checked once, at its outermost node; only its base is visited.
-        self.emit("member", node)
+        hooks = HOOKS.members.get(node.attr)
+        if hooks:
+            for hook in hooks:
+                hook(self, node)
         base: ast.AST = node.value
         while type(base) is ast.Attribute:
             base = base.value
@@ -644,7 +649,8 @@ class _Detector:
         name = terminal_name(func)
         if type(func) is ast.Name and func.id in self.functions:
             self.pass_arguments(node, self.functions[func.id])
-        self.emit("call", node, qual, name)
+        for hook in HOOKS.call_names.get(name, ()) if name else ():
+            hook(self, node, name)
         for kw in node.keywords:
             if kw.arg is not None and id(kw.value) not in self.done:
                 for hook in HOOKS.keywords.get(kw.arg, ()):
@@ -732,6 +738,7 @@ def _all_subclasses(cls: type) -> Iterator[type]:
         yield from _all_subclasses(sub)
 
 
+_EVENTS = HOOKS.events
 _D = _Detector
 _HANDLERS: dict[type, Any] = {cls: _D.statement for cls in _all_subclasses(ast.stmt)}
 _HANDLERS.update({cls: _D.leaf for cls in (ast.Name, ast.Constant, ast.Pass, ast.Break, ast.Continue)})
@@ -854,6 +861,15 @@ class _Unreadable(Exception):
 
 def _read_source(path: Path) -> str:
     data = path.read_bytes()
+    head = data[:400]
+    if b"coding" not in head and not head.startswith(b"\xef\xbb\xbf"):
+        try:
+            return data.decode("utf-8")  # PEP 3120 default; tokenize is imported only for a cookie or BOM
+        except UnicodeDecodeError as exc:
+            raise _Unreadable(f"the bytes are not valid in the file's encoding (UTF-8 unless a PEP 263 "
+                              f"coding comment says otherwise): {exc.reason}") from None
+    import tokenize
+
     try:
         encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
         return data.decode(encoding)

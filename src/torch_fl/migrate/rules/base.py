@@ -145,6 +145,8 @@ class Hooks:
     call_prefixes: list[tuple[str, Hook]] = field(default_factory=list)  # "torch.cuda." -> hook
     methods: dict[str, list[Hook]] = field(default_factory=dict)  # x.NAME(...) -> hooks
     keywords: dict[str, list[Hook]] = field(default_factory=dict)  # f(NAME=...) -> hooks
+    call_names: dict[str, list[Hook]] = field(default_factory=dict)  # NAME(...) or x.NAME(...), any receiver
+    members: dict[str, list[Hook]] = field(default_factory=dict)  # x.NAME read anywhere
     events: dict[str, list[Hook]] = field(default_factory=dict)  # "import", "compare", "if", ...
     fixes: dict[str, tuple[tuple[str, ...], Hook]] = field(default_factory=dict)  # code -> (node types, fn)
 
@@ -194,6 +196,24 @@ def on_keyword(*names: str) -> Callable[[Hook], Hook]:
     def register(fn: Hook) -> Hook:
         for name in names:
             HOOKS.keywords.setdefault(name, []).append(fn)
+        return fn
+    return register
+
+
+def on_call_name(*names: str) -> Callable[[Hook], Hook]:
+    """hook(det, call, name) for calls whose callee's last name is one of `names` (`dist.x(...)`, `x(...)`)."""
+    def register(fn: Hook) -> Hook:
+        for name in names:
+            HOOKS.call_names.setdefault(name, []).append(fn)
+        return fn
+    return register
+
+
+def on_member(*names: str) -> Callable[[Hook], Hook]:
+    """hook(det, attribute) for every `<any>.NAME` (`x.is_cuda`)."""
+    def register(fn: Hook) -> Hook:
+        for name in names:
+            HOOKS.members.setdefault(name, []).append(fn)
         return fn
     return register
 

@@ -13,7 +13,18 @@ import ast
 from typing import Any
 
 from ..cuda_api import CUDA_DEVICE, NCCL
-from .base import deviceish, fixes, is_cuda_literal, is_int, on, on_method, rule, source_text, str_value
+from .base import (
+    deviceish,
+    fixes,
+    is_cuda_literal,
+    is_int,
+    on,
+    on_member,
+    on_method,
+    rule,
+    source_text,
+    str_value,
+)
 
 _AVAILABLE = "torch.cuda.is_available"
 _COUNT = "torch.cuda.device_count"
@@ -180,10 +191,10 @@ def device_prefix(det: Any, node: ast.Call, attr: str) -> None:
                       False)
 
 
-@on("member")
+@on_member("is_cuda")
 def is_cuda_attribute(det: Any, node: ast.Attribute) -> None:
     """`x.is_cuda`: "is x on the accelerator?"."""
-    if node.attr == "is_cuda" and type(node.ctx) is ast.Load and id(node) not in det.done:
+    if type(node.ctx) is ast.Load and id(node) not in det.done:
         receiver = source_text(node.value)
         replacement = f"torch.fl.is_accelerator({receiver}.device)"
         det.report("FL902", node, "unsafe", text=ast.unparse(node), replacement_text=replacement,

@@ -6,7 +6,7 @@ import ast
 from typing import Any
 
 from ..cuda_api import NCCL
-from .base import fixes, nccl_strings, on, on_call, on_keyword, rule, str_value, terminal_name
+from .base import fixes, nccl_strings, on, on_call, on_call_name, on_keyword, rule, str_value, terminal_name
 
 BACKEND_KWARGS = ("backend", "process_group_backend", "dist_backend")
 # Functions that take "nccl" positionally, by their last name (works for dist.x and bare x):
@@ -84,9 +84,9 @@ def check_backend(det: Any, value: ast.expr) -> None:
     det.sink("backend", value)
 
 
-@on("call")
-def backend_position(det: Any, node: ast.Call, qual: str | None, name: str | None) -> None:
-    index = BACKEND_POSITIONS.get(name or "")
+@on_call_name(*BACKEND_POSITIONS)
+def backend_position(det: Any, node: ast.Call, name: str) -> None:
+    index = BACKEND_POSITIONS.get(name)
     if index is not None and len(node.args) > index:
         check_backend(det, node.args[index])
 
