@@ -6,8 +6,9 @@ or events, so there is no wrapper on the hot path. On the host CPU (sync submiss
 devices (``streams = false``, ``events = false``) they return host objects: work on one queue is already
 ordered, and an event is a host clock reading taken after the device's queued work finished.
 
-The runtime facade (torch_fl.runtime) re-exports Stream, Event and stream; this module calls back into
-it (synchronize, the device module) at call time, so the two import each other only lazily.
+The runtime facade (torch_fl.runtime) imports this module and re-exports Stream, Event and stream; this
+module calls back into the facade (synchronize, the device module) only at call time, so there is no
+import cycle.
 """
 
 from __future__ import annotations
