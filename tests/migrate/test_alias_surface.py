@@ -55,6 +55,8 @@ ALIASED_CALLS = {
     "Event": lambda f: f(enable_timing=True),
     "amp.autocast": lambda f: _enter(f()),
     "amp.GradScaler": lambda f: f(),
+    "set_rng_state": lambda f: f(torch.cuda.get_rng_state()),
+    "set_rng_state_all": lambda f: f(torch.cuda.get_rng_state_all()),
     "nvtx": lambda f: (f.range_push("step"), f.range_pop(), _enter(f.range("r{}", 1)), f.mark("m")),
 }
 REFUSED_CALLS = {
@@ -411,3 +413,13 @@ def test_disable_restores_the_new_entry_points_exactly():
         changed = {k for k in before[name].keys() | after[name].keys()
                    if before[name].get(k, "<absent>") is not after[name].get(k, "<absent>")}
         assert not changed, f"{name}: {sorted(changed)} not restored"
+
+
+def test_rng_states_of_the_target_round_trip_through_cuda_random():
+    with cuda_alias("cpu"):
+        states = torch.cuda.random.get_rng_state_all()  # as HF Trainer saves them
+        first = torch.randn(3, device="cuda")
+        torch.cuda.random.set_rng_state_all(states)
+        assert torch.equal(torch.randn(3, device="cuda"), first)
+        torch.cuda.set_rng_state(torch.cuda.get_rng_state(0), 0)
+        assert isinstance(torch.cuda.initial_seed(), int) and torch.cuda.memory.memory_allocated() >= 0

@@ -146,7 +146,8 @@ _ENTRIES: tuple[CudaAPI, ...] = (
     # Random numbers.
     _api("manual_seed", "torch.fl.manual_seed", "unsafe", alias="manual_seed", note=_SEED_NOTE),
     _api("manual_seed_all", "torch.fl.manual_seed", "unsafe", alias="manual_seed", note=_SEED_NOTE),
-    *(_api(name, remedy="Use `torch.fl.manual_seed(seed)` (every device) or `torch.random` (the CPU)")
+    *(_api(name, remedy="Use `torch.fl.manual_seed(seed)` (every device) or `torch.random` (the CPU)",
+           alias=name, takes_device=name == "get_rng_state")
       for name in ("seed", "seed_all", "initial_seed", "get_rng_state", "set_rng_state",
                    "get_rng_state_all", "set_rng_state_all")),
     # Properties.

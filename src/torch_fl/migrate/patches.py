@@ -250,6 +250,54 @@ class _CudaAPI:
         """`torch.fl.manual_seed()` (seeds every device's generator)."""
         self.fl.manual_seed(seed, self.alias.target)
 
+    def _generator(self, device: Any = None) -> torch.Generator:
+        dev = self._dev(device)
+        if dev.type == "cpu":
+            return torch.default_generator
+        generators = getattr(getattr(torch, dev.type, None), "default_generators", None)
+        if not generators:
+            raise CudaAliasError(f"the CUDA alias finds no default generator for {dev} (torch.{dev.type}."
+                                 f"default_generators): seed with torch.fl.manual_seed(seed) instead")
+        return generators[dev.index if dev.index is not None else self.fl.current_device(dev)]
+
+    def _generators(self) -> list[torch.Generator]:
+        target = self.alias.target
+        if target.index is None:
+            return [self._generator()]
+        from .. import devices
+
+        return [self._generator(d) for d in devices() if d.type == target.type]
+
+    def get_rng_state(self, device: Any = "cuda") -> torch.Tensor:
+        """The state of the mapped device's default generator (the host's: `torch.get_rng_state()`)."""
+        return self._generator(device).get_state()
+
+    def set_rng_state(self, new_state: torch.Tensor, device: Any = "cuda") -> None:
+        """Sets the state of the mapped device's default generator."""
+        self._generator(device).set_state(new_state)
+
+    def get_rng_state_all(self) -> list[torch.Tensor]:
+        """The states of the default generators of the target's devices (one for the host)."""
+        return [g.get_state() for g in self._generators()]
+
+    def set_rng_state_all(self, new_states: Any) -> None:
+        """Sets the states of the default generators of the target's devices, in order."""
+        for generator, state in zip(self._generators(), new_states, strict=False):
+            generator.set_state(state)
+
+    def seed(self) -> None:
+        """Seeds the target's default generator with a non-deterministic number."""
+        self._generator().seed()
+
+    def seed_all(self) -> None:
+        """Seeds the default generators of the target's devices with non-deterministic numbers."""
+        for generator in self._generators():
+            generator.seed()
+
+    def initial_seed(self) -> int:
+        """The initial seed of the target's default generator."""
+        return self._generator().initial_seed()
+
     def stream(self, stream: Any) -> Any:
         """`torch.fl.stream()`."""
         return self.fl.stream(stream)
@@ -453,6 +501,10 @@ def _install_nvtx(alias: CudaAlias) -> None:
             alias._patch(nvtx, name, replacement)
 
 
+# torch.cuda's submodules whose public functions torch.cuda re-exports.
+_CUDA_SUBMODULES = ("memory", "random", "streams", "graphs")
+
+
 def _wrapped(entry: Any) -> bool:
     """Whether the alias puts a wrapper on this table entry (a name directly in torch.cuda that is called)."""
     return entry.name.startswith("torch.cuda.") and "." not in entry.short and entry.kind in ("function", "class",
@@ -468,7 +520,13 @@ def _install_cuda_module(alias: CudaAlias) -> None:
     for name in sorted(names):
         original = getattr(torch.cuda, name)
         wrap = _cuda_class if isinstance(original, type) else _cuda_function
-        alias._patch(torch.cuda, name, wrap(alias, api, name, original))
+        replacement = wrap(alias, api, name, original)
+        alias._patch(torch.cuda, name, replacement)
+        # The submodule that defines it (torch.cuda.random.get_rng_state_all, as HF Trainer calls it).
+        for submodule in _CUDA_SUBMODULES:
+            module = sys.modules.get(f"torch.cuda.{submodule}")
+            if module is not None and vars(module).get(name) is original:
+                alias._patch(module, name, replacement)
     _install_nvtx(alias)
 
 
