@@ -402,6 +402,7 @@ def test_disable_restores_the_new_entry_points_exactly():
 
     owners = {"torch": torch, "torch.Tensor": torch.Tensor, "StorageBase": torch.storage._StorageBase,
               "TypedStorage": torch.storage.TypedStorage, "torch.cuda": torch.cuda, "nvtx": torch.cuda.nvtx,
+              "cuda.random": torch.cuda.random, "cuda.memory": torch.cuda.memory, "cuda.graphs": torch.cuda.graphs,
               "backends.cuda": torch.backends.cuda, "cudnn class": type(torch.backends.cudnn),
               "matmul class": type(torch.backends.cuda.matmul), "device_mesh": mesh, "DeviceMesh": mesh.DeviceMesh}
     before = {name: dict(vars(owner)) for name, owner in owners.items()}
