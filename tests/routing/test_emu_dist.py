@@ -24,6 +24,7 @@ def _free_port() -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.slow
 @pytest.mark.skipif(not emu_dist.supports_distributed(), reason="torch.distributed with gloo is unavailable")
 def test_ddp_on_two_emulated_devices_averages_gradients():
     port = _free_port()
