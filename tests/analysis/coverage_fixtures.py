@@ -16,6 +16,8 @@ The patterns, and where they come from:
 - cached_mask:   a transformer that caches its mask on the module after moving it
                  (word_language_model's ``self.src_mask = mask``): the trace must leave no tensor behind.
 - lstm_hidden:   an LSTM whose initial state is a tuple argument (word_language_model's init_hidden).
+- parametrized:  weight_norm and spectral_norm parametrizations, a submodule registered under two names
+                 and a non-persistent buffer: the trace swaps its stand-ins in and out of all of them.
 - host_sampling: a model that samples on the host inside forward (a CPU generator's randperm, then
                  ``.to(x.device)``), as data-augmenting and token-dropping models do: host work.
 """
@@ -175,3 +177,22 @@ class _HostSampling(nn.Module):
 def host_sampling():
     torch.manual_seed(0)
     return _HostSampling(), (torch.randint(0, 64, (4, 12)),)
+
+
+class _Parametrized(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        from torch.nn.utils.parametrizations import spectral_norm, weight_norm
+
+        self.a, self.b = weight_norm(nn.Linear(8, 8)), spectral_norm(nn.Linear(8, 8))
+        self.register_buffer("scale", torch.ones(8), persistent=False)
+        self.shared = nn.Linear(8, 8)
+        self.again = self.shared  # one module, two names
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.again(self.b(self.a(x)) * self.scale) + self.shared(x)
+
+
+def parametrized():
+    torch.manual_seed(0)
+    return _Parametrized(), (torch.randn(4, 8),)

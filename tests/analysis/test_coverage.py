@@ -453,3 +453,17 @@ def test_a_registered_kernels_own_calls_are_routed_too() -> None:
     inner = next(op for op in data["ops"] if op["op"] == "aten::ones_like.default" and op["via"])
     assert inner["via"] == [{"op": "aten::gelu.default", "dtype": "float32"}] and inner["calls"] == 2
     assert inner["route"] == "translate"
+
+
+def test_the_model_keeps_its_own_tensors_after_a_trace() -> None:
+    # A module registered under two names, parametrizations and a non-persistent buffer: after the trace
+    # every entry is the model's own tensor again (torch's _reparametrize_module(tie_weights=True) left
+    # a stand-in in the shared module, and `.to(device)` then failed).
+    spec = _fixture("parametrized")
+    before = {name: id(t) for name, t in (*spec.model.named_parameters(remove_duplicate=False),
+                                          *spec.model.named_buffers(remove_duplicate=False))}
+    coverage(spec, "emu:minimal", train=True)
+    after = {name: id(t) for name, t in (*spec.model.named_parameters(remove_duplicate=False),
+                                         *spec.model.named_buffers(remove_duplicate=False))}
+    assert after == before
+    assert all(not isinstance(t, torch._subclasses.fake_tensor.FakeTensor) for t in spec.model.parameters())

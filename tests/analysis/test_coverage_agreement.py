@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = Path(__file__).resolve().parent / "coverage_fixtures.py"
 MODELS = [f"{ROOT / 'examples' / name}.py:factory" for name in ("gpt", "cnn", "unusual")] + [
     f"{FIXTURES}:{name}" for name in ("dropout", "empty_like", "encoder", "lstm", "sampled_gpt", "closure_mlp",
-                                      "cached_mask", "lstm_hidden", "host_sampling")]
+                                      "cached_mask", "lstm_hidden", "host_sampling", "parametrized")]
 DEVICES = ("emu:minimal", "emu:mps", "emu:cuda")
 NON_NATIVE = ("translate", "fallback", "kernel")
 

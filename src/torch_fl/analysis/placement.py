@@ -30,15 +30,15 @@ def to_fake(mode: Any, tensor: torch.Tensor, device: str = "cpu") -> torch.Tenso
         return torch.empty_strided(tensor.shape, tensor.stride(), dtype=tensor.dtype, device=device)
 
 
-def stand_ins(model: torch.nn.Module, make: Any) -> dict[str, torch.Tensor]:
+def stand_ins(model: torch.nn.Module, make: Any) -> dict[int, torch.Tensor]:
     """Stand-ins for `model`'s parameters and buffers (``make(tensor)`` each; parameters stay
-    parameters, so autograd and the optimizer treat them as the model's). Keyed by name, one per
-    tensor: a parameter shared by two modules (tied embeddings) stays shared."""
-    out: dict[str, torch.Tensor] = {}
-    for name, param in model.named_parameters():
-        out[name] = torch.nn.Parameter(make(param.detach()), param.requires_grad)
-    for name, buffer in model.named_buffers():
-        out[name] = make(buffer)
+    parameters, so autograd and the optimizer treat them as the model's), keyed by the id of the tensor
+    they stand in for: a parameter shared by two modules (tied embeddings) gets one stand-in."""
+    out: dict[int, torch.Tensor] = {}
+    for param in model.parameters():
+        out[id(param)] = torch.nn.Parameter(make(param.detach()), param.requires_grad)
+    for buffer in model.buffers():
+        out[id(buffer)] = make(buffer)
     return out
 
 
@@ -46,21 +46,34 @@ _MISSING = object()
 
 
 @contextlib.contextmanager
-def borrowed(model: torch.nn.Module, tensors: dict[str, torch.Tensor], train: bool) -> Iterator[Any]:
-    """`model` itself, with `tensors` in place of its parameters and buffers and in `train` mode, for
-    the block; everything is put back after it (the model's values, gradients, modes and attributes
-    are never touched). The model is not copied: code that reaches its modules through a closure (minGPT's
-    ``self.mlpf = lambda x: m.c_proj(...)``) sees the stand-ins too, which a copy would not."""
-    from torch.nn.utils.stateless import _reparametrize_module
+def borrowed(model: torch.nn.Module, tensors: dict[int, torch.Tensor], train: bool) -> Iterator[Any]:
+    """`model` itself, with the stand-ins `tensors` in place of its parameters and buffers and in
+    `train` mode, for the block; everything is put back after it (the model's values, gradients, modes
+    and attributes are never touched). The model is not copied: code that reaches its modules through a
+    closure (minGPT's ``self.mlpf = lambda x: m.c_proj(...)``) sees the stand-ins too, which a copy
+    would not.
 
+    Each module's own entries are set with setattr, as a user's assignment would be (nn.LSTM keeps its
+    ``_flat_weights`` in step that way), once per module however often it is shared; torch's
+    ``_reparametrize_module(tie_weights=True)`` leaves a stand-in behind in a module registered under
+    two names."""
     # Modules' own attributes, restored after the block: code that caches a tensor on the module
     # (word_language_model's ``self.src_mask = mask``) would otherwise keep one of the trace's.
-    saved = [(module, dict(module.__dict__)) for module in model.modules()]
+    modules = list(model.modules())
+    saved = [(module, dict(module.__dict__)) for module in modules]
+    swapped: list[tuple[torch.nn.Module, str, torch.Tensor]] = []
     try:
-        with _reparametrize_module(model, tensors, tie_weights=True, strict=False):
-            model.train(train)
-            yield model
+        for module in modules:
+            for store in (module._parameters, module._buffers):
+                for name, value in list(store.items()):
+                    if value is not None and id(value) in tensors:
+                        swapped.append((module, name, value))
+                        setattr(module, name, tensors[id(value)])
+        model.train(train)
+        yield model
     finally:
+        for module, name, value in reversed(swapped):
+            setattr(module, name, value)
         for module, before in saved:
             for key in [key for key in module.__dict__ if key not in before]:
                 del module.__dict__[key]
