@@ -403,6 +403,7 @@ def test_disable_restores_the_new_entry_points_exactly():
     owners = {"torch": torch, "torch.Tensor": torch.Tensor, "StorageBase": torch.storage._StorageBase,
               "TypedStorage": torch.storage.TypedStorage, "torch.cuda": torch.cuda, "nvtx": torch.cuda.nvtx,
               "cuda.random": torch.cuda.random, "cuda.memory": torch.cuda.memory, "cuda.graphs": torch.cuda.graphs,
+              "torch.accelerator": torch.accelerator,
               "backends.cuda": torch.backends.cuda, "cudnn class": type(torch.backends.cudnn),
               "matmul class": type(torch.backends.cuda.matmul), "device_mesh": mesh, "DeviceMesh": mesh.DeviceMesh}
     before = {name: dict(vars(owner)) for name, owner in owners.items()}
@@ -424,3 +425,13 @@ def test_rng_states_of_the_target_round_trip_through_cuda_random():
         assert torch.equal(torch.randn(3, device="cuda"), first)
         torch.cuda.set_rng_state(torch.cuda.get_rng_state(0), 0)
         assert isinstance(torch.cuda.initial_seed(), int) and torch.cuda.memory.memory_allocated() >= 0
+
+
+def test_torch_accelerator_answers_for_the_target():
+    with cuda_alias("cpu"):
+        device_type = torch.accelerator.current_accelerator().type  # None on a CPU-only host without the alias
+        assert device_type == "cpu" and torch.accelerator.is_available() is True
+        assert torch.accelerator.device_count() == torch.fl.device_count("cpu")
+        torch.accelerator.synchronize()
+        with torch.accelerator.device_index(0):
+            assert torch.zeros(1, device=device_type).device.type == "cpu"

@@ -528,6 +528,55 @@ def _install_cuda_module(alias: CudaAlias) -> None:
             if module is not None and vars(module).get(name) is original:
                 alias._patch(module, name, replacement)
     _install_nvtx(alias)
+    _install_accelerator(alias, api)
+
+
+# torch.accelerator ---------------------------------------------------------------------------------
+# torch.accelerator names -> the _CudaAPI handler answering for the target. Accelerator-generic code
+# (torch >= 2.6) asks torch.accelerator what torch.cuda-era code asked torch.cuda: with the alias on, the
+# target is "the accelerator" for both, so such code takes its accelerator path on the target too.
+_ACCELERATOR = {
+    "is_available": "is_available", "device_count": "device_count", "synchronize": "synchronize",
+    "current_device_index": "current_device", "current_device_idx": "current_device",
+    "set_device_index": "set_device", "set_device_idx": "set_device", "device_index": "device",
+    "current_stream": "current_stream", "empty_cache": "empty_cache", "memory_allocated": "memory_allocated",
+    "max_memory_allocated": "max_memory_allocated", "reset_peak_memory_stats": "reset_peak_memory_stats",
+    "get_memory_info": "mem_get_info", "get_device_capability": "get_device_capability",
+}
+
+
+def _install_accelerator(alias: CudaAlias, api: _CudaAPI) -> None:
+    accelerator = getattr(torch, "accelerator", None)
+    if accelerator is None:
+        return
+    current = getattr(accelerator, "current_accelerator", None)
+    if current is not None:
+        @functools.wraps(current)
+        def current_accelerator(*args, **kwargs):
+            caller = sys._getframe(1)
+            if not _live(alias, caller):
+                return current(*args, **kwargs)
+            alias._note("torch.accelerator.current_accelerator", _Mapped(_CUDA, alias.target, True), caller)
+            return torch.device(alias.target.type)
+
+        alias._patch(accelerator, "current_accelerator", current_accelerator)
+    for name, handler_name in _ACCELERATOR.items():
+        original = getattr(accelerator, name, None)
+        if original is not None:
+            alias._patch(accelerator, name, _accelerator_function(alias, getattr(api, handler_name), name, original))
+
+
+def _accelerator_function(alias: CudaAlias, handler: Callable[..., Any], name: str,
+                          original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def wrapper(*args, **kwargs):
+        caller = sys._getframe(1)
+        if not _live(alias, caller):
+            return original(*args, **kwargs)
+        alias._note(f"torch.accelerator.{name}", _Mapped(_CUDA, alias.target, True), caller)
+        return handler(*args, **kwargs)
+
+    return wrapper
 
 
 # Legacy type names and streams on tensors ---------------------------------------------------------
