@@ -28,19 +28,18 @@ level) is still read, with a deprecation message.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from .errors import ConfigError, did_you_mean
 
 CONFIG_KEYS = ("device", "backend", "device_map", "log", "routes", "scan")
 
 
-@dataclass(frozen=True)
-class ConfigFile:
+class ConfigFile(NamedTuple):
+    # A NamedTuple, not a dataclass: `torchfl scan` reads this module, and dataclasses import inspect.
     path: Path | None
-    values: dict[str, Any] = field(default_factory=dict)
+    values: dict[str, Any] = {}  # noqa: RUF012  (never mutated: ConfigFile(None) reads as empty)
 
     def get(self, key: str) -> Any:
         return self.values.get(key)
@@ -127,8 +126,7 @@ class ScanConfigError(ConfigError):
     """A bad selector or a bad scan table."""
 
 
-@dataclass(frozen=True)
-class ScanConfig:
+class ScanConfig(NamedTuple):
     """A scan table; ``path`` is None when no pyproject.toml (or torch_fl.toml) has one."""
 
     select: tuple[str, ...] | None = None

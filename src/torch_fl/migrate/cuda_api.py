@@ -1,7 +1,8 @@
 """The CUDA API surface and what each part becomes under torch.fl: one table for the scanner, the
 fixer, the runtime CUDA alias and the runtime facade.
 
-Importable without torch (``torchfl scan`` runs in hook environments that have no torch): stdlib only.
+Importable without torch (``torchfl scan`` runs in hook environments that have no torch): stdlib only,
+and no dataclasses (their import of inspect costs a linter's start-up): entries are NamedTuples.
 
 Every entry is a :class:`CudaAPI`, keyed by its qualified name (``"torch.cuda.is_available"``). Readers:
 
@@ -22,8 +23,7 @@ there (the note says how); None when there is no mechanical rewrite.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 __all__ = [
     "ACCELERATOR_PREDICATE", "BACKEND_FLAGS", "CUDA_API", "CUDA_DEVICE", "CUDA_TENSOR_TYPES", "DEFAULT_REMEDY",
@@ -47,8 +47,7 @@ DEFAULT_REMEDY = ("No torch.fl equivalent: keep it CUDA-only behind `if torch.fl
                   "or use the torch.fl runtime API (docs/runtime.md)")
 
 
-@dataclass(frozen=True)
-class CudaAPI:
+class CudaAPI(NamedTuple):
     """One name of the CUDA Python API.
 
     Attributes:
@@ -267,8 +266,7 @@ def device_replacement(index: str | None) -> str:
 
 
 # torch.backends.cudnn / torch.backends.cuda --------------------------------------------------------
-@dataclass(frozen=True)
-class BackendFlag:
+class BackendFlag(NamedTuple):
     """A CUDA backend setting (``torch.backends.cudnn.benchmark``): the portable switch for the same
     intent, or None when it is CUDA-only tuning (then guarding it is the remedy)."""
 

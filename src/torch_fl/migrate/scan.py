@@ -34,9 +34,8 @@ import io
 import os
 import re
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..config import ScanConfig as Config
 from ..config import ScanConfigError, load_scan_config
@@ -74,8 +73,7 @@ _SKIP_CALLS = frozenset({"skip", "skipTest", "SkipTest", "xfail"})
 _CUDA_TEST_KEYWORDS = frozenset({"min_cuda_gpus", "min_gpus", "cuda"})
 
 
-@dataclass(frozen=True)
-class ScanError:
+class ScanError(NamedTuple):
     """A file that could not be scanned. ``code`` is "E999" (does not parse) or "E902" (cannot be
     read or decoded); positions as in :class:`Finding`."""
 
@@ -95,15 +93,20 @@ class ScanError:
                 "fix_title": None, "fixable": False, "safety": None}
 
 
-@dataclass
 class ScanResult:
     """What :func:`scan_paths` found: findings and errors sorted by (path, line, col), and how many
     files and Python lines were scanned."""
 
-    findings: list[Finding] = field(default_factory=list)
-    errors: list[ScanError] = field(default_factory=list)
-    files: int = 0
-    lines: int = 0
+    def __init__(self, findings: list[Finding] | None = None, errors: list[ScanError] | None = None,
+                 files: int = 0, lines: int = 0) -> None:
+        self.findings: list[Finding] = [] if findings is None else findings
+        self.errors: list[ScanError] = [] if errors is None else errors
+        self.files = files
+        self.lines = lines
+
+    def __repr__(self) -> str:
+        return (f"ScanResult({len(self.findings)} findings, {len(self.errors)} errors, {self.files} files, "
+                f"{self.lines} lines)")
 
 
 # Detection ----------------------------------------------------------------------------------------

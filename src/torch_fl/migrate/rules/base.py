@@ -8,15 +8,15 @@ registers functions with the decorators below. Detection hooks get the scanner's
 ``report``, ``qualname``, ``sink``, ``source``, loop depth, ...) and the node; fix hooks get the rewriter
 (``rw``: ``fl``, ``fl_call``, ``device``, ...), the original and updated libcst nodes and the finding.
 
-Stdlib only: ``torchfl scan`` runs without torch and without libcst.
+Stdlib only: ``torchfl scan`` runs without torch and without libcst (and without dataclasses, whose
+import of inspect is a visible part of a linter's start-up: NamedTuples instead).
 """
 
 from __future__ import annotations
 
 import ast
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from ..cuda_api import CUDA_DEVICE, NCCL
 
@@ -39,8 +39,7 @@ FAMILIES = {
 }
 
 
-@dataclass(frozen=True)
-class Rule:
+class Rule(NamedTuple):
     """One check. ``message_template`` and ``fix_title`` are ``str.format`` templates whose fields the
     scanner fills per finding (the literal, the attribute, the module...).
 
@@ -88,8 +87,7 @@ class Rule:
         return f"{text} {self.fix_notes}".strip()
 
 
-@dataclass(frozen=True)
-class Finding:
+class Finding(NamedTuple):
     """One problem at one place, as ``torchfl scan`` reports it and ``torchfl fix`` consumes it.
 
     Positions are 1-based lines and 1-based columns counted in characters (Unicode code points, not
@@ -120,10 +118,10 @@ class Finding:
     fix_title: str | None
     fixable: bool
     safety: FixSafety = None
-    replacement: str | None = field(default=None, compare=False, repr=False)
+    replacement: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
+        data = self._asdict()
         del data["replacement"]
         return data
 
@@ -137,18 +135,18 @@ RULE_LIST: list[Rule] = []
 Hook = Callable[..., Any]
 
 
-@dataclass
 class Hooks:
     """What the engines dispatch to. Detection: keyed by what the scanner meets; fixes: by code."""
 
-    calls: dict[str, list[Hook]] = field(default_factory=dict)  # qualified callee -> hooks
-    call_prefixes: list[tuple[str, Hook]] = field(default_factory=list)  # "torch.cuda." -> hook
-    methods: dict[str, list[Hook]] = field(default_factory=dict)  # x.NAME(...) -> hooks
-    keywords: dict[str, list[Hook]] = field(default_factory=dict)  # f(NAME=...) -> hooks
-    call_names: dict[str, list[Hook]] = field(default_factory=dict)  # NAME(...) or x.NAME(...), any receiver
-    members: dict[str, list[Hook]] = field(default_factory=dict)  # x.NAME read anywhere
-    events: dict[str, list[Hook]] = field(default_factory=dict)  # "import", "compare", "if", ...
-    fixes: dict[str, tuple[tuple[str, ...], Hook]] = field(default_factory=dict)  # code -> (node types, fn)
+    def __init__(self) -> None:
+        self.calls: dict[str, list[Hook]] = {}  # qualified callee -> hooks
+        self.call_prefixes: list[tuple[str, Hook]] = []  # "torch.cuda." -> hook
+        self.methods: dict[str, list[Hook]] = {}  # x.NAME(...) -> hooks
+        self.keywords: dict[str, list[Hook]] = {}  # f(NAME=...) -> hooks
+        self.call_names: dict[str, list[Hook]] = {}  # NAME(...) or x.NAME(...), any receiver
+        self.members: dict[str, list[Hook]] = {}  # x.NAME read anywhere
+        self.events: dict[str, list[Hook]] = {}  # "import", "compare", "if", ...
+        self.fixes: dict[str, tuple[tuple[str, ...], Hook]] = {}  # code -> (node types, fn)
 
 
 HOOKS = Hooks()
