@@ -460,7 +460,14 @@ def dist_backend(device: DeviceLike = None) -> str:
         >>> torch.fl.dist_backend("cpu")
         'gloo'
     """
-    return description_for(resolve(device)).collective_backend
+    dev = resolve(device)
+    if dev.type == EMULATED_TYPE:
+        # gloo runs on the host data of emulated tensors (routing/emu_dist.py), whatever chip is emulated
+        from .routing import emu_dist
+
+        emu_dist.register()
+        return emu_dist.BACKEND
+    return description_for(dev).collective_backend
 
 
 # Properties ---------------------------------------------------------------------------------------

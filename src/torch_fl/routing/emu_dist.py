@@ -22,6 +22,7 @@ import torch.distributed as dist
 from .emu_device import EmuTensor
 
 NAME = "emu"
+BACKEND = "cpu:gloo,emu:emu"  # init_process_group's backend string on emulated devices
 
 
 def _host(value: Any) -> Any:
