@@ -12,6 +12,7 @@ Precedence, highest first:
 
 from __future__ import annotations
 
+import functools
 import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -236,8 +237,14 @@ class RouteTable:
 def placeholder(ovl: torch._ops.OpOverload, args: tuple) -> bool:
     """A factory call for a tensor of no elements (batch norm's uint8 reserve of size 0): no device
     needs a kernel or a dtype for it, so it is neither routed nor counted."""
-    size = args[0] if args and ovl._schema.arguments and ovl._schema.arguments[0].name == "size" else None
+    size = args[0] if args and _size_first(ovl) else None
     return isinstance(size, (list, tuple)) and 0 in size
+
+
+@functools.cache
+def _size_first(ovl: torch._ops.OpOverload) -> bool:
+    arguments = ovl._schema.arguments  # builds the schema's Python objects: slow, so once per overload
+    return bool(arguments) and arguments[0].name == "size"
 
 
 def has_cpu_kernel(op: str) -> bool:
