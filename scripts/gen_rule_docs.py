@@ -173,8 +173,45 @@ For what the scanner cannot see, `torchfl audit` records the device requests of 
 
 ## Rules
 
-| code | name | level | fix |
+| code | name | level, category | fix |
 | --- | --- | --- | --- |
+"""
+
+
+MEASURED = """
+## Measured on public code
+
+`scripts/realworld_scan.py` scans local checkouts (fetched with git, never committed here), applies the
+fixes to temporary copies and trains known entry points on the CPU. Default rules, December 2026 heads:
+
+| repository | Python lines | findings | judged | false positives |
+| --- | --- | --- | --- | --- |
+| karpathy/nanoGPT | 1,220 | 32 | all | 0 |
+| karpathy/minGPT | 1,250 | 3 | all | 0 |
+| karpathy/llm.c | 3,596 | 81 (38 are `.cu` files) | all | 0 |
+| pytorch/examples | 10,855 | 83 | all | 0 |
+| huggingface/pytorch-image-models (timm) | 136,211 | 78 | 40 (random) | 1 |
+| Lightning-AI/litgpt | 33,577 | 87 | 40 (random) | 1 |
+
+**Precision** 277 of 279 judged findings are real couplings (99.3%). **Recall** against a grep for
+`cuda|nccl|cudnn|is_cuda|.to(<int>)|device=<int>|device_ids` (comments and docstrings left out), each
+line judged by hand: 254 of 257 real couplings found (98.8%). The three misses are `device = 0` passed on
+as a device (pytorch/examples `single_gpu.py`) and an argparse `--device` default of `"cuda"` read in
+another module (timm `train.py`, `legacy_train.py`: values imported or passed as a whole `args` across
+modules are not followed). Grep lines that are not couplings: strings in shell commands and messages,
+identifiers (`cuda_kwargs`), imports of modules whose uses are reported, device-type tables that name
+several vendors, and code inside CUDA-only tests and guards (reported as intended, see *Categories*).
+
+**Fixes** applied to copies of all six repositories (safe, then with `--unsafe-fixes`) leave every file
+parseable; nanoGPT's `train.py` with a tiny configuration and random data trains on the CPU with the
+same losses before and after, safe and unsafe, and after `--unsafe-fixes` also without `--device=cpu`
+(the original stops with "Torch not compiled with CUDA enabled").
+
+The judged samples of timm and litgpt, with the two false positives marked:
+
+```text
+{samples}
+```
 """
 
 
@@ -189,7 +226,8 @@ def render() -> str:
 
     out = [INTRO]
     for rule in RULES.values():
-        out.append(f"| [{rule.code}](#{rule.anchor}) | {rule.name} | {rule.level} | {rule.fix or 'none'} |\n")
+        out.append(f"| [{rule.code}](#{rule.anchor}) | {rule.name} | {rule.level}, {rule.category} | "
+                   f"{rule.fix or 'none'} |\n")
     family = None
     for rule in RULES.values():
         if rule.family != family:
@@ -205,6 +243,9 @@ def render() -> str:
             f"**Example.**\n\n```{lang}\n{rule.example}\n```\n\n"
             f"**Use instead.**\n\n```python\n{rule.use_instead}\n```\n\n"
             f"**Fix safety.** {rule.fix_safety_text()}\n")
+    samples = (ROOT / "scripts" / "realworld_samples.txt").read_text(encoding="utf-8")
+    lines = [line for line in samples.splitlines() if line and not line.startswith("#")]
+    out.append(MEASURED.format(samples="\n".join(lines)))
     return "".join(out)
 
 
