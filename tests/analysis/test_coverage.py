@@ -275,7 +275,7 @@ def test_cli_strict_exits_1_on_unsupported_ops(capsys: pytest.CaptureFixture[str
 
 def test_cli_unknown_device_is_an_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["coverage", f"{EXAMPLES / 'cnn.py'}:factory", "--device", "cdua"]) == 1
-    assert "Did you mean" in capsys.readouterr().err
+    assert "Did you mean 'cuda'?" in capsys.readouterr().err
 
 
 # Translation chains, host work, real-run fallback, device fidelity (issue 12) ---------------------
