@@ -26,7 +26,7 @@ from torch_fl.cli import main
 from torch_fl.errors import DeviceNotFoundError
 from torch_fl.migrate import cuda_alias
 from torch_fl.migrate.cuda_api import CUDA_API, CUDA_TENSOR_TYPES
-from torch_fl.migrate.patches import CONSERVATIVE_CAPABILITY, CudaAliasError, _wrapped, surface_markdown
+from torch_fl.migrate.cuda_surface import CONSERVATIVE_CAPABILITY, CudaAliasError, _wrapped, surface_markdown
 
 ROOT = Path(__file__).parents[2]
 DOC = ROOT / "docs" / "migrate-runtime.md"
@@ -317,12 +317,12 @@ def test_a_failing_fl_cuda_alias_ends_with_its_cause(setting, cause):
 # docs -------------------------------------------------------------------------------------------------
 def test_the_doc_table_is_generated_from_the_table():
     text = DOC.read_text()
-    begin, end = "<!-- surface:begin (generated: patches.surface_markdown) -->\n", "<!-- surface:end -->"
+    begin, end = "<!-- surface:begin (generated: cuda_surface.surface_markdown) -->\n", "<!-- surface:end -->"
     assert begin in text and end in text, "docs/migrate-runtime.md lost its generated-table markers"
     current = text.split(begin, 1)[1].split(end, 1)[0]
     assert current == surface_markdown(), (
         "docs/migrate-runtime.md is stale: regenerate the table between the markers with "
-        "`python -c 'from torch_fl.migrate.patches import surface_markdown; print(surface_markdown(), end=\"\")'`")
+        "`python -c 'from torch_fl.migrate.cuda_surface import surface_markdown; print(surface_markdown(), end=\"\")'`")
 
 
 # DDP with integer ordinals, as the DDP tutorials write it ----------------------------------------------

@@ -19,7 +19,7 @@ What CUDA code asks for, and where it goes ("the target" is ``torch.fl.device()`
   host target; legacy CUDA type names (``Tensor.type``, ``set_default_tensor_type``): their dtype on the
   target;
 - ``torch.cuda.*``: what the CUDA-API table (cuda_api.py) says per entry: a handler of
-  ``patches._CudaAPI`` named by the entry's ``alias`` (the torch.fl facade, or an answer from the
+  ``cuda_surface._CudaAPI`` named by the entry's ``alias`` (the torch.fl facade, or an answer from the
   description, listed in the alias report), a refusal (``alias_refuses``: CUDA graphs), or the original,
   whose failure is re-raised as a ``CudaAliasError`` naming the alias and the entry's remedy;
 - ``torch.autocast("cuda")``, ``torch.amp.autocast``, ``torch.cuda.amp.autocast``: autocast on the
