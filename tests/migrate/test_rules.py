@@ -157,3 +157,18 @@ def test_deeply_nested_code_is_an_error_not_a_crash(tmp_path):
     deep.write_text("x = torch.cuda.is_available()\ny = " + " + ".join(["a"] * 20000) + "\n")
     result = scan_paths([deep])
     assert [e.code for e in result.errors] == ["E999"] and result.findings == []
+
+
+def test_values_imported_from_another_module_are_followed(tmp_path):
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "settings.py").write_text('DEVICE = "cuda"\nBACKEND = "nccl"\nLABEL = "cuda"  # never used as a device\n')
+    (pkg / "train.py").write_text(
+        "import torch\nimport torch.distributed as dist\nfrom pkg.settings import DEVICE\nfrom .settings import BACKEND\n\n"
+        "def main():\n    dist.init_process_group(BACKEND)\n    return torch.zeros(1).to(DEVICE)\n")
+    result = scan_paths([pkg])
+    got = sorted((Path(f.path).name, f.line, f.code) for f in result.findings)
+    assert got == [("settings.py", 1, "FL105"), ("settings.py", 2, "FL501")]
+    assert all(not f.fixable and f.safety is None for f in result.findings)  # fix works file by file
+    assert "train.py:8" in result.findings[0].message

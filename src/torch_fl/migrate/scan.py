@@ -149,6 +149,10 @@ class _Detector:
         self.choices: list[int] = []  # raw findings of device-choice idioms (FL901), settled at the end
         self.choice_keys: dict[int, _Key | None] = {}  # id(choice expression) -> the key it is bound to
         self.functions: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = {}  # module-level defs
+        # Across modules: `from M import NAME as local` at module level, and module-level sources that
+        # reach no sink here (another module may import them).
+        self.imported: dict[str, tuple[str, int, str]] = {}  # local -> (module, level, name)
+        self.exports: dict[str, list[_Raw]] = {}  # name -> the findings it gets if imported and used
 
     # Plumbing -------------------------------------------------------------------------------------
     def visit(self, node: ast.AST) -> None:
@@ -371,6 +375,10 @@ class _Detector:
             for alias in node.names:
                 if alias.name != "*":
                     self.aliases[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+        if type(node) is ast.ImportFrom and not self.scope and not self.in_class:
+            for alias in node.names:
+                if alias.name != "*":
+                    self.imported[alias.asname or alias.name] = (node.module or "", node.level, alias.name)
 
     def visit_Import(self, node: ast.Import) -> None:
         self.stmt_line = node.lineno
@@ -716,11 +724,28 @@ class _Detector:
                 continue
             line = self.reaches(kind, key)
             if line is None:
+                if key[0] == "name" and key[1] == 0:  # a module global: maybe used where it is imported
+                    before = len(self.raw)
+                    self.stmt_line = stmt_line
+                    self.emit("flow", kind, node, index, target, 0)
+                    self.exports.setdefault(key[2], []).extend(self.raw[before:])
+                    del self.raw[before:]
                 continue
             seen.add(id(node))
             self.stmt_line = stmt_line
             self.emit("flow", kind, node, index, target, line)
         self.emit("finish")
+
+    def imported_sinks(self) -> list[tuple[str, int, str, int]]:
+        """(module, level, name, line) for each imported name whose value reaches a device or backend
+        argument here."""
+        found = []
+        for local, (module, level, name) in self.imported.items():
+            lines = [line for kind in ("device", "backend")
+                     if (line := self.reaches(kind, ("name", 0, local))) is not None]
+            if lines:
+                found.append((module, level, name, min(lines)))
+        return found
 
 
 _SKIPPED_FIELDS = frozenset({"ctx", "op", "ops", "name", "id", "attr", "arg", "asname", "module", "level",
@@ -802,7 +827,19 @@ def _has_trigger(text: str) -> bool:
     return any(word in lowered for word in _TRIGGER_WORDS) or _ITEM_CALL.search(text) is not None
 
 
-def _scan_text(text: str, path: str, codes: frozenset[str], unsafe_fixes: bool) -> list[Finding]:
+class _ModuleFacts(NamedTuple):
+    """What one module offers the cross-module pass: its unreached module-level sources, the imported
+    names it passes to a device or backend argument, and what is needed to turn a source into a finding."""
+
+    exports: dict[str, list[_Raw]]
+    imports: list[tuple[str, int, str, int]]
+    lines: list[str]
+    codes: frozenset[str]
+    unsafe_fixes: bool
+
+
+def _scan_text(text: str, path: str, codes: frozenset[str], unsafe_fixes: bool,
+               facts: dict[str, _ModuleFacts] | None = None) -> list[Finding]:
     tree = _parse(text, path)
     if not _has_trigger(text):
         return []
@@ -812,9 +849,13 @@ def _scan_text(text: str, path: str, codes: frozenset[str], unsafe_fixes: bool) 
     except RecursionError:
         raise SyntaxError("too deeply nested for the scanner", (path, 1, 1, None)) from None
     detector.flows()
+    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    if facts is not None:
+        imports = detector.imported_sinks()
+        if detector.exports or imports:
+            facts[path] = _ModuleFacts(detector.exports, imports, lines, codes, unsafe_fixes)
     if not detector.raw:
         return []
-    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
     findings = []
     for code, pos, stmt_line, safety, fields, replacement in detector.raw:
         if code not in codes or _suppressed(lines, pos[0], code) or _suppressed(lines, stmt_line, code):
@@ -924,8 +965,56 @@ def iter_files(root: Path, config: Config | None = None) -> Iterator[Path]:
         stack.extend(reversed(subdirs))
 
 
-def scan_file(path: Path, codes: frozenset[str] | None = None, *,
-              unsafe_fixes: bool = False) -> tuple[list[Finding], ScanError | None, int]:
+def _module_names(path: str) -> set[str]:
+    """Dotted names `path` may be imported as: every suffix of its path (pkg/sub/mod.py is mod, sub.mod,
+    pkg.sub.mod; a package's __init__.py is the package)."""
+    parts = list(Path(path).with_suffix("").parts)
+    if parts and parts[-1] == "__init__":
+        parts.pop()
+    return {".".join(parts[i:]) for i in range(len(parts))}
+
+
+def _cross_module(facts: dict[str, _ModuleFacts]) -> list[Finding]:
+    """FL105 / FL501 for a module global holding "cuda" or "nccl" that another scanned module imports
+    and passes to a device or backend argument (`from config import DEVICE; x.to(DEVICE)`)."""
+    by_name: dict[str, list[str]] = {}
+    for path, fact in facts.items():
+        if fact.exports:
+            for name in _module_names(path):
+                by_name.setdefault(name, []).append(path)
+    findings = []
+    done: set[tuple[str, int, int]] = set()
+    for importer, fact in facts.items():
+        for module, level, name, line in fact.imports:
+            if level:  # from .config import DEVICE: relative to the importer's package
+                base = Path(importer).parent
+                for _ in range(level - 1):
+                    base = base.parent
+                wanted = [str(base / (module.replace(".", "/") if module else "")).replace("/", ".").lstrip(".")]
+                candidates = [p for key in wanted for p in by_name.get(key, ())]
+            else:
+                candidates = by_name.get(module, [])
+            for source in candidates:
+                exporter = facts[source]
+                for code, pos, stmt_line, _safety, fields, _replacement in exporter.exports.get(name, ()):
+                    if (source, pos[0], pos[1]) in done or code not in exporter.codes \
+                            or _suppressed(exporter.lines, pos[0], code) \
+                            or _suppressed(exporter.lines, stmt_line, code):
+                        continue
+                    done.add((source, pos[0], pos[1]))
+                    where = f"{importer}:{line}"
+                    fields = {**fields, "sink_line": where}
+                    if code == "FL501":
+                        fields["detail"] = f" (via `{name}`, used in {where})"
+                    # Reported without a fix: `torchfl fix` works one file at a time, and the literal's
+                    # meaning depends on the importer's use.
+                    findings.append(_finding(code, source, pos, exporter.lines, None, fields,
+                                             exporter.unsafe_fixes, None))
+    return findings
+
+
+def scan_file(path: Path, codes: frozenset[str] | None = None, *, unsafe_fixes: bool = False,
+              facts: dict[str, _ModuleFacts] | None = None) -> tuple[list[Finding], ScanError | None, int]:
     """Scan one file: (findings, error or None, Python lines). `.cu`/`.cuh` files give FL702."""
     codes = frozenset(RULES) if codes is None else codes
     name = str(path)
@@ -943,7 +1032,7 @@ def scan_file(path: Path, codes: frozenset[str] | None = None, *,
         return [], ScanError("E902", name, 1, 1, f"cannot read: {exc.strerror or exc}"), 0
     lines = text.count("\n") + (1 if text and not text.endswith("\n") else 0)
     try:
-        return _scan_text(text, name, codes, unsafe_fixes), None, lines
+        return _scan_text(text, name, codes, unsafe_fixes, facts), None, lines
     except SyntaxError as exc:
         message = f"SyntaxError: {exc.msg} (file skipped)"
         return [], ScanError("E999", name, exc.lineno or 1, exc.offset or 1, message), lines
@@ -966,13 +1055,15 @@ def scan_paths(paths: Sequence[str | os.PathLike[str]], select: Iterable[str] | 
         >>> result.findings[0].code, result.files, result.lines  # doctest: +SKIP
     """
     result = ScanResult()
+    facts: dict[str, _ModuleFacts] = {}
     for path, codes in targets(paths, select, ignore):
-        findings, error, lines = scan_file(path, codes, unsafe_fixes=unsafe_fixes)
+        findings, error, lines = scan_file(path, codes, unsafe_fixes=unsafe_fixes, facts=facts)
         result.files += 1
         result.lines += lines
         result.findings.extend(findings)
         if error is not None:
             result.errors.append(error)
+    result.findings.extend(_cross_module(facts))
     result.findings.sort(key=lambda f: f.sort_key)
     result.errors.sort(key=lambda e: (e.path, e.line, e.col))
     return result
