@@ -166,8 +166,11 @@ names rebound at run time are not. The data flow of FL105 and FL501 follows a st
 backend argument by name: local variables within one function, module globals (not into a function
 that binds the same name itself), attribute or key names of any object (`self.device`, `cfg.device`,
 `config["device"]`, argparse `args.device` read in any function of the module), and copies
-(`self.device = device` where `device` is a parameter defaulting to `"cuda"`). A value imported from
-another module is not followed. The
+(`self.device = device` where `device` is a parameter defaulting to `"cuda"`), arguments passed to the
+module's own functions, lookup defaults (`getattr(args, "device", "cuda")`, `os.environ.get("DEV",
+"cuda")`), and module globals imported by another scanned module (`from config import DEVICE`; such a
+finding has no automatic fix, since `torchfl fix` works one file at a time). A whole `args` object
+passed into another module is not followed. The
 names `torch` and `os` are taken to be those modules even without an import (snippets, notebooks).
 For what the scanner cannot see, `torchfl audit` records the device requests of a real run.
 
