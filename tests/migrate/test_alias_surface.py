@@ -435,3 +435,22 @@ def test_torch_accelerator_answers_for_the_target():
         torch.accelerator.synchronize()
         with torch.accelerator.device_index(0):
             assert torch.zeros(1, device=device_type).device.type == "cpu"
+
+
+def test_fsdp_device_id_is_mapped(tmp_path):
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP  # imported before init, as scripts do
+
+    with cuda_alias("cpu"):
+        dist.init_process_group("nccl", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+        try:
+            # device_id=0 reaches FSDP as None (the host); without the mapping FSDP failed on CUDA ("Torch
+            # not compiled with CUDA enabled"). FSDP1 then wants torch's current accelerator: none on a
+            # CPU-only host ("FSDP needs a non-CPU accelerator device"), or the emulated device when a test
+            # registered it in this process; either way no CUDA.
+            try:
+                FSDP(torch.nn.Linear(2, 2), device_id=0)(torch.ones(1, 2))
+            except (RuntimeError, AssertionError) as err:
+                assert "CUDA" not in str(err), err
+        finally:
+            dist.destroy_process_group()
+    assert "__init__" not in vars(FSDP) or FSDP.__init__.__module__.startswith("torch.")

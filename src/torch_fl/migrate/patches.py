@@ -346,6 +346,9 @@ def _install_distributed(alias: CudaAlias) -> None:
                 alias._note(call, _Mapped(device_id, mapped, True), caller)
                 # device_id binds the process to one accelerator; the host has none to bind.
                 kwargs = {**kwargs, "device_id": mapped if mapped.index is not None else None}
+            # FSDP is too heavy to import with the alias (~1 s); scripts import it before they init the
+            # process group, so this is where its patch goes in.
+            _install_fsdp(alias)
             return original(*args, **kwargs)
 
         return wrapper
@@ -372,6 +375,28 @@ def _install_distributed(alias: CudaAlias) -> None:
 
     alias._patch(ddp, "__init__", ddp_init_)
     _install_device_mesh(alias)
+
+
+def _install_fsdp(alias: CudaAlias) -> None:
+    """FullyShardedDataParallel(device_id=N / "cuda:N" / a CUDA device): the mapped device, none on the
+    host (FSDP then keeps the module where it is). Once per alias, when torch.distributed.fsdp is loaded."""
+    module = sys.modules.get("torch.distributed.fsdp")
+    fsdp = getattr(module, "FullyShardedDataParallel", None)
+    if fsdp is None or any(patch.owner is fsdp for patch in alias._patches):
+        return
+    fsdp_init = fsdp.__init__
+
+    @functools.wraps(fsdp_init)
+    def fsdp_init_(self, *args, **kwargs):
+        device_id = kwargs.get("device_id")
+        caller = sys._getframe(1)
+        if device_id is not None and (_is_cuda(device_id) or _is_ordinal(device_id)) and not alias._bypass(caller):
+            mapped = alias.map_device(device_id)
+            alias._note("FullyShardedDataParallel", _Mapped(f"device_id={device_id}", mapped, True), caller)
+            kwargs = {**kwargs, "device_id": mapped if mapped.index is not None else None}
+        fsdp_init(self, *args, **kwargs)
+
+    alias._patch(fsdp, "__init__", fsdp_init_)
 
 
 def _install_device_mesh(alias: CudaAlias) -> None:
