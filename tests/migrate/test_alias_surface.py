@@ -437,6 +437,7 @@ def test_torch_accelerator_answers_for_the_target():
             assert torch.zeros(1, device=device_type).device.type == "cpu"
 
 
+@pytest.mark.filterwarnings("ignore::UserWarning")  # FSDP: sharding initialization on the CPU is slow
 def test_fsdp_device_id_is_mapped(tmp_path):
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP  # imported before init, as scripts do
 
