@@ -36,15 +36,50 @@ def overload(op: str) -> torch._ops.OpOverload | None:
 
 def translation(op: str) -> Callable | None:
     """A generic implementation of `op`, or None."""
+    return _translation(op)
+
+
+@functools.cache
+def _translation(op: str) -> Callable | None:
     ovl = overload(op)
     if ovl is None:
         return None
     found = _table().get(ovl)
+    inplace = _pointwise_inplace(ovl, found)
+    if inplace is not None:
+        return inplace
     if found is not None:
         return found
     if is_composite_implicit(op):
         return ovl.decompose
     return None
+
+
+def _signature(ovl: torch._ops.OpOverload) -> list[tuple[str, str]]:
+    return [(a.name, str(a.type)) for a in ovl._schema.arguments]
+
+
+def _pointwise_inplace(ovl: torch._ops.OpOverload, decomposition: Callable | None) -> Callable | None:
+    """An in-place pointwise op (lerp_, addcdiv_, mul_) as its functional op plus copy_ into self.
+
+    PyTorch's in-place decompositions go through torch._refs' Python wrappers, ~10x the cost of the
+    functional op on small tensors; optimizer updates are made of these ops. Where the functional result
+    cannot be written into self as the in-place op would (a broadcast to a larger shape, a dtype self
+    cannot hold), PyTorch's own decomposition runs instead, so errors stay PyTorch's."""
+    name = ovl._schema.name
+    if not name.endswith("_") or torch.Tag.pointwise not in ovl.tags or decomposition is None:
+        return None
+    functional = overload(f"{name[:-1]}.{ovl._overloadname}")
+    if functional is None or _signature(functional) != _signature(ovl):
+        return None  # pow_.Scalar is (Tensor self, Scalar exponent); pow.Scalar is (Scalar self, Tensor ...)
+
+    def inplace(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        out = functional(self, *args, **kwargs)
+        if out.shape != self.shape or not torch.can_cast(out.dtype, self.dtype):
+            return decomposition(self, *args, **kwargs)
+        return self.copy_(out)
+
+    return inplace
 
 
 def has_translation(op: str) -> bool:
