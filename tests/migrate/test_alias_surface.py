@@ -151,6 +151,13 @@ def test_integer_ordinals_wherever_a_device_is_accepted():
         assert x.to(torch.float64).dtype == torch.float64  # a dtype is not an ordinal
 
 
+def test_untyped_storage_on_cuda_is_a_storage_of_the_target():
+    with cuda_alias("cpu"):
+        assert torch.UntypedStorage(4, device="cuda").device.type == "cpu"
+        assert torch.UntypedStorage(4, device=0).nbytes() == 4 and torch.UntypedStorage(2).device.type == "cpu"
+    assert "__new__" not in vars(torch.UntypedStorage)
+
+
 @pytest.mark.parametrize("map_location", ["cuda:0", 0, torch.device("cuda", 1), {"cpu": "cuda:0"},
                                           lambda storage, loc: storage.cuda(), lambda storage, loc: storage.cuda(0),
                                           lambda storage, loc: None])
@@ -403,7 +410,7 @@ def test_disable_restores_the_new_entry_points_exactly():
     owners = {"torch": torch, "torch.Tensor": torch.Tensor, "StorageBase": torch.storage._StorageBase,
               "TypedStorage": torch.storage.TypedStorage, "torch.cuda": torch.cuda, "nvtx": torch.cuda.nvtx,
               "cuda.random": torch.cuda.random, "cuda.memory": torch.cuda.memory, "cuda.graphs": torch.cuda.graphs,
-              "torch.accelerator": torch.accelerator,
+              "torch.accelerator": torch.accelerator, "UntypedStorage": torch.UntypedStorage,
               "backends.cuda": torch.backends.cuda, "cudnn class": type(torch.backends.cudnn),
               "matmul class": type(torch.backends.cuda.matmul), "device_mesh": mesh, "DeviceMesh": mesh.DeviceMesh}
     before = {name: dict(vars(owner)) for name, owner in owners.items()}

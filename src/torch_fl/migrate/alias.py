@@ -65,8 +65,7 @@ disable() must run on the thread that called enable() (the mode lives on that th
 after any TorchFunctionMode entered later has exited. Other threads get the process-wide patches but
 not the mode: a factory with ``device="cuda"`` in a worker thread is not rewritten.
 
-Not covered: ``tensor.is_cuda`` (False), ``torch.UntypedStorage(n, device="cuda")``, custom CUDA
-extensions and libraries built for CUDA only. torch.compile of aliased code works; its graphs break at
+Not covered: ``tensor.is_cuda`` (False), custom CUDA extensions and libraries built for CUDA only. torch.compile of aliased code works; its graphs break at
 the patched Python entry points (``.to``, ``.cuda()``, ...), which Dynamo warns about.
 """
 

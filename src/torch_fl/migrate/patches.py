@@ -101,6 +101,18 @@ def _install_tensor_and_module(alias: CudaAlias) -> None:
     # Storages: `torch.load(f, map_location=lambda s, loc: s.cuda())` moves each storage itself.
     for owner in (torch.storage._StorageBase, torch.storage.TypedStorage):
         alias._patch(owner, "cuda", _storage_cuda(alias, owner.cuda))
+    storage_new = torch.UntypedStorage.__new__
+
+    def untyped_storage_new(cls, *args, **kwargs):
+        device = kwargs.get("device")
+        caller = sys._getframe(1)
+        if device is not None and (_is_cuda(device) or _is_ordinal(device)) and not alias._bypass(caller):
+            mapped = alias.map_device(device)
+            alias._note("torch.UntypedStorage", _Mapped(device, mapped, True), caller)
+            kwargs = {**kwargs, "device": mapped}
+        return storage_new(cls, *args, **kwargs)
+
+    alias._patch(torch.UntypedStorage, "__new__", staticmethod(untyped_storage_new))
 
 
 def _storage_cuda(alias: CudaAlias, original: Callable[..., Any]) -> Callable[..., Any]:
