@@ -191,6 +191,11 @@ def test_save_and_load_with_map_location():
         mapped = torch.load(host_file, map_location="emu")
         assert mapped["w"].device == d and mapped["w"].cpu().tolist() == [0.0, 1.0, 2.0]
         model.load_state_dict(state)
+        whole = io.BytesIO()
+        torch.save(model, whole)                                 # the module, Parameters and all
+        whole.seek(0)
+        again = torch.load(whole, weights_only=False)
+        assert isinstance(again.weight, torch.nn.Parameter) and again.weight.device == d
 
 
 def test_generator_on_the_device_reproduces():

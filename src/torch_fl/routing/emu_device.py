@@ -23,6 +23,7 @@ every CPU op (host work included) and cannot catch forgotten ``.to(device)`` cal
 
 from __future__ import annotations
 
+import collections
 import copy
 import threading
 import weakref
@@ -271,6 +272,9 @@ class EmuTensor(torch.Tensor):
     def __reduce_ex__(self, proto: Any) -> Any:
         # A tensor of a storage-less PrivateUse1 backend: PyTorch saves its CPU copy and a location
         # tag, and restores it with map_location honored (weights-only loading accepts both).
+        if getattr(self, "_is_param", False):  # an nn.Parameter on the device (torch.save(model))
+            return (torch._utils._rebuild_parameter,
+                    (EmuTensor(self._data.detach(), self._index), self.requires_grad, collections.OrderedDict()))
         return (torch._utils._rebuild_device_tensor_from_cpu_tensor,
                 (self._data.detach(), self.dtype, str(self.device), self.requires_grad))
 
