@@ -137,6 +137,7 @@ class _Detector:
         self.scope = 0  # id() of the innermost function; 0 at module level
         self.in_class = False
         self.quiet = 0  # > 0 inside a CUDA-only test or guard: findings there are intended
+        self.periodic = 0  # > 0 inside `if step % N == 0:` (a sync there happens every N steps, on purpose)
         self.done: set[int] = set()  # nodes a more specific rule already reported (one finding per site)
         self.pointers: set[str] = set()  # names bound to a data_ptr() value
         self.availability_calls = 0  # torch.cuda.is_available() / device_count() calls seen
@@ -581,8 +582,11 @@ class _Detector:
         before = self.availability_calls
         self.visit(node.test)
         self.emit("if", node, self.availability_calls > before)
+        periodic = any(type(n) is ast.BinOp and type(n.op) is ast.Mod for n in ast.walk(node.test))
+        self.periodic += periodic
         for stmt in node.body:
             self.visit(stmt)
+        self.periodic -= periodic
         self.quiet -= guard
         for stmt in node.orelse:
             self.visit(stmt)

@@ -62,7 +62,7 @@ rule(
         "FL203", "synchronize-in-loop",
         "`{call}` inside a loop waits for the device on every iteration",
         "Move it out of the loop, or read values every N steps", None, level="warning", category="performance",
-        what="`torch.cuda.synchronize()`, `torch.fl.synchronize()` or `.item()` (not on a tensor already moved with `.cpu()`) inside the body of a "
+        what="`torch.cuda.synchronize()`, `torch.fl.synchronize()` or `.item()` (not on a tensor already moved with `.cpu()`, nor under a periodic `if step % N == 0:`) inside the body of a "
              "`for`/`while` loop, a `while` condition, or a comprehension.",
         why="Each call is a hidden host-device synchronisation: the host stops queueing work until the "
             "device is idle. On asynchronous devices that costs throughput every step; on chips with "
@@ -134,7 +134,7 @@ def sync_call(det: Any, node: ast.Call, qual: str) -> None:
     if qual == "torch.cuda.synchronize":
         det.report("FL202", node, "safe")
         _claim_arguments(det, node)
-    if det.loop:
+    if det.loop and not det.periodic:
         det.report("FL203", node.func, call=f"{qual}()")
 
 
@@ -149,7 +149,8 @@ def _on_host(node: ast.AST) -> bool:
 
 @on_method("item")
 def item_call(det: Any, node: ast.Call, attr: str) -> None:
-    if det.loop and not node.args and not node.keywords and not _on_host(node.func.value):  # type: ignore[attr-defined]
+    if det.loop and not det.periodic and not node.args and not node.keywords \
+            and not _on_host(node.func.value):  # type: ignore[attr-defined]
         det.report("FL203", node, call=".item()")
 
 
