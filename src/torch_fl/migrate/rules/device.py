@@ -339,6 +339,11 @@ def argparse_default(det: Any, node: ast.Call, attr: str) -> None:
     if dest:
         dest = dest.lstrip("-").replace("-", "_")
         det.source(("member", dest), default, f"args.{dest}")
+        if "device" in dest.lower() and any(True for _ in cuda_strings(default)):
+            # `--device` says what it is: the parsed value goes to a device, here or in the module that
+            # receives `args` (timm's train.py hands args to timm.utils.distributed).
+            key = ("device", ("member", dest))
+            det.sinks[key] = min(det.sinks.get(key, node.lineno), node.lineno)
 
 
 @on("flow")
