@@ -410,7 +410,6 @@ def test_a_fallback_the_cpu_cannot_run_is_unsupported(monkeypatch: pytest.Monkey
 
 
 @pytest.mark.slow
-@pytest.mark.slow
 def test_amp_on_cuda_uses_cudas_autocast_lists(tmp_path: Path) -> None:
     # A fresh process, as a user runs it: the emulated backend (which registers PyTorch's CUDA autocast
     # lists) can be registered there before any backward pass.
