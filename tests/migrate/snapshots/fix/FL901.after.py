@@ -1,5 +1,4 @@
 import torch
-import torch.distributed as dist
 import torch_fl  # noqa: F401  (installs torch.fl)
 
 device = torch.fl.device()

@@ -1,5 +1,4 @@
 import torch
-import torch.distributed as dist
 
 device = "cuda" if torch.cuda.is_available() else "cpu"
 model = torch.nn.Linear(4, 4).to(device)
