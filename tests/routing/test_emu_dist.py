@@ -24,7 +24,6 @@ def _free_port() -> str:
 
 
 @pytest.mark.slow
-@pytest.mark.slow
 @pytest.mark.skipif(not emu_dist.supports_distributed(), reason="torch.distributed with gloo is unavailable")
 def test_ddp_on_two_emulated_devices_averages_gradients():
     port = _free_port()
@@ -47,3 +46,15 @@ def test_ddp_on_two_emulated_devices_averages_gradients():
     average = ((expected[0] + expected[1]) / 2).flatten()
     for grad in grads:
         torch.testing.assert_close(torch.tensor(grad), average)
+
+
+def test_init_process_group_picks_host_collectives_for_an_emulated_chip():
+    # emu:cuda's description names nccl, which needs a GPU; the emulated tensors live in host memory.
+    from torch_fl import description
+    from torch_fl.device import resolve_spec
+    from torch_fl.distributed import _backend_of
+
+    emulated = resolve_spec("emu:cuda").device
+    assert _backend_of(description("cuda"), emulated) == torch.fl.dist_backend(emulated)
+    assert "gloo" in _backend_of(description("cuda"), emulated)
+    assert _backend_of(description("cuda"), torch.device("cuda", 0)) == "nccl"

@@ -121,7 +121,13 @@ def device() -> torch.device:
     return _rank_device(_local_rank(int(os.environ.get("RANK", "0"))))
 
 
-def _backend_of(desc: Description) -> str:
+def _backend_of(desc: Description, dev: torch.device) -> str:
+    from ..runtime import EMULATED_TYPE, dist_backend
+
+    if dev.type == EMULATED_TYPE:
+        # An emulated chip's tensors live in host memory: its collectives are gloo on that data, whatever
+        # library the emulated chip's description names (nccl on emu:cuda would need a GPU).
+        return dist_backend(dev)
     name = desc.collective_backend
     if name == "none":
         raise DistributedError(f"the '{desc.name}' description ({desc.path}) says its device has no "
@@ -188,7 +194,7 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
 
     set_device(dev)
     desc = description_for(dev)
-    chosen = backend or _backend_of(desc)
+    chosen = backend or _backend_of(desc, dev)
     space = _checks.namespace(store) if store is not None else None
     mine = fingerprint.collect(dev, desc, chosen, explicit=backend is not None, local_rank=local_rank)
     if checks and space is not None:
