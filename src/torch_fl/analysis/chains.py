@@ -32,7 +32,7 @@ import torch
 
 from .. import _env
 from ..routing.table import Route, RouteTable, dtype_name, has_cpu_kernel, placeholder
-from ..routing.translate import guard, translation
+from ..routing.translate import guard, translation, untranslatable_reason
 
 # A translated call a sub-call was reached through: (op, dtype).
 Link = tuple[str, str | None]
@@ -92,14 +92,10 @@ class Replay:
 
     def _translate(self, mode: Any, func: Any, op: str, dtype: str | None, module: str, route: Route,
                    args: tuple, kwargs: dict) -> Any:
+        reason = untranslatable_reason(op)
+        if reason is not None:
+            return self._untranslatable(func, op, dtype, module, route, args, kwargs, reason)
         fn = translation(op)
-        if fn is None:
-            return self._untranslatable(func, op, dtype, module, route, args, kwargs,
-                                        "no generic (decomposed) implementation exists")
-        if guard.depth[op] >= guard.LIMIT:
-            return self._untranslatable(func, op, dtype, module, route, args, kwargs,
-                                        f"its decomposition keeps calling {op} itself "
-                                        f"({guard.LIMIT} levels deep)")
         self._count(op, dtype, module, route)  # the router counts the call before translating it
         guard.depth[op] += 1
         self.via.append((op, dtype))

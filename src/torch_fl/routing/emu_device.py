@@ -34,6 +34,7 @@ import torch
 from torch.utils._pytree import tree_map
 
 from ..description.probe import canonical_op_name
+from .router import first_dtype
 from .table import Route, dtype_name
 
 NAME = "emu"
@@ -427,7 +428,7 @@ def _dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
     router = state.router
     if router is None:
         return _finish(func, args, kwargs, func(*cargs, **ckwargs), index)
-    dtype = _first_dtype(cargs, ckwargs)
+    dtype = first_dtype(cargs, ckwargs)
     route = state.routes.get((func, dtype))
     if route is None:
         op = state.names.get(func)
@@ -494,19 +495,6 @@ def _logical(t: EmuTensor) -> torch.Tensor:
     if t.is_neg():
         data = torch._neg_view(data)
     return data
-
-
-def _first_dtype(args: tuple, kwargs: dict) -> str | None:
-    for arg in args:
-        if isinstance(arg, torch.Tensor):
-            return dtype_name(arg.dtype)
-        if isinstance(arg, (list, tuple)) and arg and isinstance(arg[0], torch.Tensor):
-            return dtype_name(arg[0].dtype)
-    for arg in kwargs.values():
-        if isinstance(arg, torch.Tensor):
-            return dtype_name(arg.dtype)
-    explicit = kwargs.get("dtype")
-    return dtype_name(explicit) if isinstance(explicit, torch.dtype) else None
 
 
 def _check_outputs(func: Any, route: Route, args: tuple, kwargs: dict, out: Any) -> None:
@@ -670,7 +658,7 @@ def _factory_fallback(ovl: Any, *args: Any, **kwargs: Any) -> Any:
         # unchecked, or a placeholder of no elements (batch_norm's uint8 reserve of size 0): no chip
         # needs a kernel or a dtype for it
         return _wrap(ovl(*args, **cpu_kwargs), index)
-    dtype = _first_dtype(args, cpu_kwargs)
+    dtype = first_dtype(args, cpu_kwargs)
     op = state.names.get(ovl)
     if op is None:
         op = state.names[ovl] = canonical_op_name(ovl)

@@ -19,7 +19,7 @@ from .. import _env
 from ..errors import FallbackWarning, UnsupportedOperatorError
 from . import stats
 from .table import Route, RouteTable, dtype_name
-from .translate import guard, translation
+from .translate import guard, translation, untranslatable_reason
 
 Native = Callable[[tuple, dict], Any] | None
 
@@ -112,14 +112,10 @@ class Router:
 
     def translate(self, op: str, ovl: torch._ops.OpOverload, route: Route, dtype: str | None,
                   args: tuple, kwargs: dict, native: Native, reenter: Any) -> Any:
+        reason = untranslatable_reason(op)
+        if reason is not None:
+            return self._untranslatable(op, ovl, route, dtype, args, kwargs, native, reason)
         fn = translation(op)
-        if fn is None:
-            return self._untranslatable(op, ovl, route, dtype, args, kwargs, native,
-                                        "no generic (decomposed) implementation exists")
-        if guard.depth[op] >= guard.LIMIT:
-            return self._untranslatable(op, ovl, route, dtype, args, kwargs, native,
-                                        f"its decomposition keeps calling {op} itself "
-                                        f"({guard.LIMIT} levels deep)")
         stats.record(op, dtype, "translate", route.source)
         guard.depth[op] += 1
         try:

@@ -99,3 +99,13 @@ class RecursionGuard(threading.local):
 
 
 guard = RecursionGuard()
+
+
+def untranslatable_reason(op: str) -> str | None:
+    """Why `op` cannot be translated here and now (None: it can). The router and coverage's chain
+    replay both ask this, so they refuse the same calls with the same words."""
+    if translation(op) is None:
+        return "no generic (decomposed) implementation exists"
+    if guard.depth[op] >= guard.LIMIT:
+        return f"its decomposition keeps calling {op} itself ({guard.LIMIT} levels deep)"
+    return None
