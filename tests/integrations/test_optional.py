@@ -1,0 +1,15 @@
+"""The framework integrations are optional: `import torch_fl` loads none of them, nor their frameworks."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+
+def test_import_torch_fl_loads_no_framework():
+    code = ("import sys, torch_fl, torch_fl.integrations; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('pytorch_lightning', 'lightning', 'accelerate', 'transformers') "
+            "or m.startswith('torch_fl.integrations.')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    assert out.stdout.strip() == "[]", out.stdout
