@@ -1,5 +1,5 @@
 """The migration rules: one module per family, each rule's text (the documentation), its detection
-(``ast`` hooks run by ``migrate/scan.py``) and its fix (libcst, run by ``migrate/fix.py``) together, on
+(``ast`` hooks run by the ``migrate/scan/`` engine) and its fix (libcst, run by ``migrate/fix.py``) together, on
 the shared base in ``rules/base.py``. This package assembles them and selects codes
 (``--select FL1`` / ``ignore = ["FL203"]``).
 

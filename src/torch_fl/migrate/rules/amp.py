@@ -12,7 +12,7 @@ from __future__ import annotations
 import ast
 from typing import Any
 
-from .base import alternatives, fixes, on_call, on_keyword, rule, str_value
+from .base import alternatives, fixes, on_call, on_keyword, rule, str_value, triggers
 
 # AMP entry points whose device type is "cuda" in CUDA-era code: name -> positional index or None.
 AMP_DEVICE_TYPE = {
@@ -32,6 +32,8 @@ CUDA_AMP = ("torch.cuda.amp.autocast", "torch.cuda.amp.autocast_mode.autocast", 
 # (device_type, dtype, enabled, cache_enabled), so positionals become keywords.
 _AUTOCAST_POSITIONAL = ("enabled", "dtype", "cache_enabled")
 _SCALER_POSITIONAL = ("init_scale", "growth_factor", "backoff_factor", "growth_interval", "enabled")
+
+triggers("cuda")
 
 rule(
         "FL301", "cuda-amp-autocast",

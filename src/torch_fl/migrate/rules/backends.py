@@ -12,9 +12,11 @@ import ast
 from typing import Any
 
 from ..cuda_api import backend_flag
-from .base import on, rule
+from .base import on, rule, triggers
 
 _QUERIES = frozenset({"is_available", "version", "is_built"})
+
+triggers("cuda", "cudnn", "cublas")
 
 rule(
         "FL401", "cudnn-flag",

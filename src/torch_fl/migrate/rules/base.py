@@ -1,6 +1,6 @@
 """The shared base of the rule modules: :class:`Rule` (a code with its documentation), :class:`Finding`,
 and the hook registry through which each rule module plugs its detection (``ast``, run by the scanner's
-one pass in ``migrate/scan.py``) and its fix (libcst, run by ``migrate/fix.py`` on the files it rewrites)
+one pass in the ``migrate/scan/`` package) and its fix (libcst, run by ``migrate/fix.py`` on the files it rewrites)
 in next to its text, the way TorchFix and ruff lay rules out.
 
 A rule module (``rules/device.py``, ``rules/runtime.py``, ...) defines its rules with :func:`rule` and
@@ -63,6 +63,9 @@ class Rule(NamedTuple):
     level: Level = "error"
     fix_notes: str = ""
     category: Category = "coupling"
+    # Whether a finding claims its node: a node one rule reported is not reported again by another
+    # (one finding per site). The data-flow rules do not claim: their literal may be another rule's site.
+    claims_site: bool = True
 
     @property
     def summary(self) -> str:
@@ -147,6 +150,12 @@ class Hooks:
         self.members: dict[str, list[Hook]] = {}  # x.NAME read anywhere
         self.events: dict[str, list[Hook]] = {}  # "import", "compare", "if", ...
         self.fixes: dict[str, tuple[tuple[str, ...], Hook]] = {}  # code -> (node types, fn)
+        # Words (lower case) a file must contain for any rule to apply; a file with none is parsed (to
+        # report syntax errors) but not walked. Plain substring tests: a case-insensitive regex of the
+        # same words took as long as ast.parse. Patterns (regexes) for what a word cannot say.
+        self.trigger_words: set[str] = set()
+        self.trigger_patterns: list[Any] = []
+        self.files: dict[str, list[Hook]] = {}  # file suffix (".cu") -> hook(path) for files not parsed
 
 
 HOOKS = Hooks()
@@ -154,10 +163,10 @@ HOOKS = Hooks()
 
 def rule(code: str, name: str, message: str, fix_title: str, fix: FixSafety, *, what: str, why: str,
          example: str, use_instead: str, level: Level = "error", fix_notes: str = "",
-         category: Category = "coupling") -> Rule:
+         category: Category = "coupling", claims_site: bool = True) -> Rule:
     """Define (and register) a rule. Its module registers the detection and fix hooks next to it."""
     made = Rule(code, name, FAMILIES[code[:3]], message, fix_title, fix, what, why, example.strip("\n"),
-                use_instead.strip("\n"), level, fix_notes, category)
+                use_instead.strip("\n"), level, fix_notes, category, claims_site)
     RULE_LIST.append(made)
     return made
 
@@ -222,6 +231,26 @@ def on(event: str) -> Callable[[Hook], Hook]:
     "assign" (target, value), "flow" (kind, key, literal, index, target, sink_line)."""
     def register(fn: Hook) -> Hook:
         HOOKS.events.setdefault(event, []).append(fn)
+        return fn
+    return register
+
+
+def triggers(*words: str, pattern: str | None = None) -> None:
+    """Declare the words (any case) without which a rule module's hooks cannot fire: a file containing
+    none of every module's words is not walked. `pattern`: a regex, for a trigger a word cannot say."""
+    HOOKS.trigger_words.update(word.lower() for word in words)
+    if pattern is not None:
+        import re
+
+        HOOKS.trigger_patterns.append(re.compile(pattern))
+
+
+def on_file(*suffixes: str) -> Callable[[Hook], Hook]:
+    """hook(det, path) for files with these suffixes, which are not Python and not parsed (`.cu`):
+    the hook reports at (1, 0, 1, 0)."""
+    def register(fn: Hook) -> Hook:
+        for suffix in suffixes:
+            HOOKS.files.setdefault(suffix, []).append(fn)
         return fn
     return register
 

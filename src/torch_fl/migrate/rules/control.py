@@ -24,10 +24,13 @@ from .base import (
     rule,
     source_text,
     str_value,
+    triggers,
 )
 
 _AVAILABLE = "torch.cuda.is_available"
 _COUNT = "torch.cuda.device_count"
+
+triggers("cuda", "nccl")
 
 rule(
         "FL901", "cuda-availability-branch",

@@ -21,6 +21,7 @@ from .base import (
     source_text,
     str_value,
     terminal_name,
+    triggers,
 )
 from .control import device_choice
 
@@ -29,6 +30,8 @@ DEVICE_KWARGS = ("device", "map_location", "device_map")
 # Names that hold an integer device ordinal when they reach a device argument (`x.to(local_rank)`).
 # Not `gpu` or `device_id`: those hold device strings as often as integers.
 ORDINAL_NAMES = frozenset({"rank", "local_rank", "gpu_id", "gpu_idx", "gpu_index", "local_gpu", "ddp_local_rank"})
+
+triggers("cuda", "device", "rank", "gpu")  # words without which these rules cannot fire
 
 rule(
         "FL101", "cuda-device-string",
@@ -135,6 +138,7 @@ parser.add_argument("--device", default=str(torch.fl.device()))
                   "by name within one module: a function's locals, module globals (not in a function "
                   "that binds the same name), attribute or key names of any object, and copies "
                   "(`self.device = device`, where `device` is a parameter defaulting to \"cuda\").",
+        claims_site=False,
 )
 
 rule(
@@ -347,7 +351,8 @@ def argparse_default(det: Any, node: ast.Call, attr: str) -> None:
 
 
 @on("flow")
-def device_flow(det: Any, kind: str, literal: ast.expr, index: str | None, target: str, sink_line: int) -> None:
+def device_flow(det: Any, kind: str, literal: ast.expr, index: str | None, target: str,
+                sink_line: int | str) -> None:
     if kind != "device":
         return
     replacement = ("torch.fl.device_type()" if index is None else

@@ -6,7 +6,18 @@ import ast
 from typing import Any
 
 from ..cuda_api import NCCL
-from .base import fixes, nccl_strings, on, on_call, on_call_name, on_keyword, rule, str_value, terminal_name
+from .base import (
+    fixes,
+    nccl_strings,
+    on,
+    on_call,
+    on_call_name,
+    on_keyword,
+    rule,
+    str_value,
+    terminal_name,
+    triggers,
+)
 
 BACKEND_KWARGS = ("backend", "process_group_backend", "dist_backend")
 # Functions that take "nccl" positionally, by their last name (works for dist.x and bare x):
@@ -15,6 +26,8 @@ BACKEND_POSITIONS = {"init_process_group": 0, "new_group": 2, "init_distributed"
 _ENV_WRITERS = {"os.environ.setdefault": "set", "os.environ.pop": "removed", "os.putenv": "set",
                 "os.unsetenv": "removed"}
 _ENV_READERS = {"os.environ.get": "read", "os.getenv": "read"}
+
+triggers("nccl", "cuda", "rank")
 
 rule(
         "FL501", "nccl-backend",
@@ -36,6 +49,7 @@ dist.init_process_group(torch.fl.dist_backend())
 """,
         fix_notes="A literal passed directly is a safe fix; a literal reaching the call through a "
                   "variable gets an unsafe fix, because the variable may also be compared with \"nccl\".",
+        claims_site=False,
 )
 
 rule(
@@ -118,9 +132,11 @@ def backend_comparison(det: Any, node: ast.Compare) -> None:
 
 
 @on("flow")
-def backend_flow(det: Any, kind: str, literal: ast.expr, index: str | None, target: str, sink_line: int) -> None:
+def backend_flow(det: Any, kind: str, literal: ast.expr, index: str | None, target: str, sink_line: int | str) -> None:
     if kind == "backend":
-        det.report("FL501", literal, "unsafe", detail=f" (via `{target}`, line {sink_line})")
+        # sink_line: a line here, or "file:line" in the module that imports the name.
+        where = f"line {sink_line}" if isinstance(sink_line, int) else f"used in {sink_line}"
+        det.report("FL501", literal, "unsafe", detail=f" (via `{target}`, {where})")
 
 
 def check_env(det: Any, key: str, where: ast.AST, action: str) -> None:

@@ -5,9 +5,11 @@ from __future__ import annotations
 import ast
 from typing import Any
 
-from .base import on, on_call, rule, str_value
+from .base import on, on_call, on_call_name, on_file, rule, str_value, triggers
 
 CUDA_SUFFIXES = (".cu", ".cuh")
+
+triggers("cuda", "triton", "nvrtc")
 
 rule(
         "FL701", "cuda-extension",
@@ -60,6 +62,26 @@ torch.fl.register_kernel("aten::gelu", triton_gelu, device_type="cuda")
 )
 
 
+@on_file(*CUDA_SUFFIXES)
+def cuda_source_file(det: Any, path: str) -> None:
+    det.report("FL702", (1, 0, 1, 0))
+
+
+def _cuda_sources(node: ast.Call, keywords: dict[str | None, ast.expr]) -> bool:
+    sources = keywords.get("sources", node.args[1] if len(node.args) > 1 else None)
+    files = sources.elts if type(sources) in (ast.List, ast.Tuple) else [sources]  # type: ignore[union-attr]
+    return any((str_value(f) or "").endswith(CUDA_SUFFIXES) for f in files)
+
+
+@on_call_name("load")
+def extension_by_name(det: Any, node: ast.Call, name: str) -> None:
+    """`load(name=..., sources=[..., "x.cu"])` whatever `load` is bound to (a snippet without the import,
+    `cpp_extension.load` through a name the scanner cannot resolve): the .cu source says what it is."""
+    keywords = {kw.arg: kw.value for kw in node.keywords if kw.arg}
+    if "sources" in keywords and _cuda_sources(node, keywords):
+        det.report("FL701", node, call="load(...)")
+
+
 @on_call(*(f"torch.utils.cpp_extension.{name}" for name in ("CUDAExtension", "load", "load_inline")))
 def extension(det: Any, node: ast.Call, qual: str) -> None:
     name = qual.rsplit(".", 1)[1]
@@ -67,9 +89,7 @@ def extension(det: Any, node: ast.Call, qual: str) -> None:
     if name == "CUDAExtension":
         cuda = True
     elif name == "load":
-        sources = keywords.get("sources", node.args[1] if len(node.args) > 1 else None)
-        files = sources.elts if type(sources) in (ast.List, ast.Tuple) else [sources]  # type: ignore[union-attr]
-        cuda = (any((str_value(f) or "").endswith(CUDA_SUFFIXES) for f in files)
+        cuda = (_cuda_sources(node, keywords)
                 or "extra_cuda_cflags" in keywords
                 or (type(keywords.get("with_cuda")) is ast.Constant and keywords["with_cuda"].value is True))  # type: ignore[union-attr]
     else:  # load_inline(name, cpp_sources, cuda_sources=None, ...)

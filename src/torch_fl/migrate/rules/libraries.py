@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from typing import Any
 
-from .base import on, rule
+from .base import on, rule, triggers
 from .memory import GPU_INTEROP_LIBRARIES
 
 # Third-party imports that only run on NVIDIA GPUs (FL801): module prefix -> (what it provides, the
@@ -33,6 +33,8 @@ CUDA_ONLY_LIBRARIES: dict[str, tuple[str, str]] = {
 }
 
 __all__ = ["CUDA_ONLY_LIBRARIES", "GPU_INTEROP_LIBRARIES"]
+
+triggers("nvml", *{m.split(".")[0] for m in CUDA_ONLY_LIBRARIES})
 
 rule(
         "FL801", "cuda-only-library",

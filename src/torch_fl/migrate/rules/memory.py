@@ -10,7 +10,7 @@ import ast
 import re
 from typing import Any
 
-from .base import on, on_call, on_method, rule, str_value
+from .base import on, on_call, on_method, rule, str_value, triggers
 
 GPU_INTEROP_LIBRARIES: dict[str, str] = {
     "cupy": "CuPy arrays in CUDA memory",
@@ -22,6 +22,8 @@ _CUDA_LIBRARY_FILE = re.compile(r"cud(?:a|art|nn)|cublas|cufft|curand|cusparse|c
                                 re.IGNORECASE)
 # Container methods that use a pointer as an identity: seen.add(x.data_ptr()), cache.get(x.data_ptr()).
 _IDENTITY_METHODS = frozenset({"add", "get", "setdefault", "pop", "discard", "remove", "index", "count"})
+
+triggers("data_ptr", "storage_offset", *{m.split(".")[0] for m in GPU_INTEROP_LIBRARIES})
 
 rule(
         "FL601", "data-ptr",

@@ -7,11 +7,13 @@ import ast
 from typing import Any
 
 from ..cuda_api import CUDA_TENSOR_TYPES, DEFAULT_REMEDY, lookup
-from .base import fixes, on, on_call, on_call_prefix, on_method, rule
+from .base import fixes, on, on_call, on_call_prefix, on_method, rule, triggers
 
 SYNCS = ("torch.cuda.synchronize", "torch.fl.synchronize", "torch.accelerator.synchronize")
 # Handled by other rules: amp (FL301/FL302), synchronize (FL202), typed tensors (FL103).
 _ELSEWHERE = ("amp.autocast", "amp.GradScaler", "synchronize")
+
+triggers("cuda", "synchroni", pattern=r"item\s*\(")  # .item() in a loop syncs (FL203)
 
 rule(
         "FL201", "cuda-runtime-call",

@@ -1,0 +1,115 @@
+"""The detector: the one pass over a module's AST that the rules hook into, assembled from its mixins
+(dispatch, scopes, guards, data flow), and :func:`scan_text`, which turns a module's text into findings."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from typing import Any
+
+from ..rules import HOOKS, Finding
+from .dispatch import Dispatch
+from .flow import Flow, ModuleFacts
+from .guards import Guards
+from .results import from_raw
+from .scopes import DEFAULT_ALIASES, Scopes
+
+
+class Detector(Scopes, Guards, Flow):
+    """One pass over a module's AST. Rule hooks (rules/*.py) record raw findings through
+    :meth:`report`; noqa and selection come afterwards."""
+
+    def __init__(self) -> None:
+        self.aliases = dict(DEFAULT_ALIASES)
+        self.raw = []
+        self.stmt_line = 1
+        self.loop = 0
+        self.scope = 0
+        self.in_class = False
+        self.quiet = 0  # > 0 inside a CUDA-only test or guard: findings there are intended
+        self.periodic = 0  # > 0 inside `if step % N == 0:` (a sync there happens every N steps, on purpose)
+        self.done = set()  # nodes a rule already reported (one finding per site)
+        self.fixes_allowed = True
+        self.pointers = set()  # names bound to a data_ptr() value
+        self.availability_calls = 0  # torch.cuda.is_available() / device_count() calls seen
+        self.sources = []
+        self.sinks = {}
+        self.edges = {}  # `b = a`: a's value reaches b
+        self.locals = {}  # function id -> names it binds
+        self.string_keys = set()  # keys compared with strings ("cuda" in device)
+        self.choices: list[int] = []  # raw findings of device-choice idioms, settled at the end
+        self.choice_keys: dict[int, Any] = {}  # id(choice expression) -> the key it is bound to
+        self.functions = {}  # module-level defs
+        # Across modules: `from M import NAME as local` at module level, and module-level sources that
+        # reach no sink here (another module may import them).
+        self.imported = {}
+        self.exports = {}
+
+
+def _all_subclasses(cls: type) -> Iterator[type]:
+    for sub in cls.__subclasses__():
+        yield sub
+        yield from _all_subclasses(sub)
+
+
+_D = Detector
+_HANDLERS: dict[type, Any] = {cls: _D.statement for cls in _all_subclasses(ast.stmt)}
+_HANDLERS.update({cls: _D.leaf for cls in (ast.Name, ast.Constant, ast.Pass, ast.Break, ast.Continue)})
+_HANDLERS.update({
+    ast.Module: _D.visit_Module, ast.Import: _D.visit_Import, ast.ImportFrom: _D.visit_ImportFrom,
+    ast.FunctionDef: _D.visit_FunctionDef, ast.AsyncFunctionDef: _D.visit_FunctionDef,
+    ast.Lambda: _D.visit_Lambda, ast.ClassDef: _D.visit_ClassDef,
+    ast.For: _D.visit_For, ast.AsyncFor: _D.visit_For, ast.While: _D.visit_While,
+    ast.ListComp: _D.visit_comprehension, ast.SetComp: _D.visit_comprehension,
+    ast.GeneratorExp: _D.visit_comprehension, ast.DictComp: _D.visit_comprehension,
+    ast.Assign: _D.visit_Assign, ast.AnnAssign: _D.visit_AnnAssign, ast.AugAssign: _D.visit_AugAssign,
+    ast.Dict: _D.visit_Dict, ast.If: _D.visit_If, ast.IfExp: _D.visit_IfExp,
+    ast.Compare: _D.visit_Compare, ast.BinOp: _D.visit_BinOp, ast.Subscript: _D.visit_Subscript,
+    ast.Attribute: _D.visit_Attribute, ast.Call: _D.visit_Call, ast.Assert: _D.visit_Assert,
+})
+Dispatch.HANDLERS = _HANDLERS
+
+
+def parse(text: str, path: str) -> ast.Module:
+    try:
+        return ast.parse(text, filename=path)
+    except SyntaxError:
+        raise
+    except (ValueError, MemoryError, RecursionError) as exc:  # null bytes, absurd nesting
+        raise SyntaxError(str(exc), (path, 1, 1, None)) from None
+
+
+def has_trigger(text: str) -> bool:
+    """Whether any rule can fire on `text` (the words and patterns the rule modules declare)."""
+    lowered = text.lower()
+    return any(word in lowered for word in HOOKS.trigger_words) or any(
+        pattern.search(text) is not None for pattern in HOOKS.trigger_patterns)
+
+
+def scan_text(text: str, path: str, codes: frozenset[str], unsafe_fixes: bool,
+              facts: dict[str, ModuleFacts] | None = None) -> list[Finding]:
+    tree = parse(text, path)
+    if not has_trigger(text):
+        return []
+    detector = Detector()
+    try:
+        detector.visit(tree)
+    except RecursionError:
+        raise SyntaxError("too deeply nested for the scanner", (path, 1, 1, None)) from None
+    detector.flows()
+    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    if facts is not None:
+        imports = detector.imported_sinks()
+        if detector.exports or imports:
+            facts[path] = ModuleFacts(detector.exports, imports, lines, codes, unsafe_fixes)
+    if not detector.raw:
+        return []
+    return from_raw(detector.raw, path, lines, codes, unsafe_fixes)
+
+
+def scan_other(path: str, suffix: str, codes: frozenset[str], unsafe_fixes: bool) -> list[Finding]:
+    """A file that is not Python (a `.cu` source): the rules' file hooks for its suffix."""
+    detector = Detector()
+    for hook in HOOKS.files.get(suffix, ()):
+        hook(detector, path)
+    return from_raw(detector.raw, path, [""], codes, unsafe_fixes)

@@ -1,0 +1,210 @@
+"""The detector's core: walking the tree, dispatching nodes to the rules' hooks (``rules/base.py``
+``HOOKS``), and recording what they report. It knows no rule: a rule says what it listens to (a callee,
+a method, a keyword, an event) and whether its finding claims the site (one finding per node).
+
+Scopes and imports (``scopes.py``), guards and tests (``guards.py``) and data flow (``flow.py``) are
+mixins of the one :class:`~torch_fl.migrate.scan.detector.Detector`; the handler table that routes
+each node class to its method is built there.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from typing import Any, ClassVar
+
+from ..rules import HOOKS, RULES, FixSafety
+from ..rules.base import str_value, terminal_name
+from .results import Raw, _Pos, pos
+
+# Calls that tell whether CUDA is there; a test made of them guards CUDA-only code.
+AVAILABILITY = frozenset({"torch.cuda.is_available", "torch.cuda.device_count", "torch.cuda.is_initialized",
+                          "torch.backends.cudnn.is_available"})
+
+_SKIPPED_FIELDS = frozenset({"ctx", "op", "ops", "name", "id", "attr", "arg", "asname", "module", "level",
+                             "type_comment", "kind", "is_async", "conversion", "names"})
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def child_fields(cls: type) -> tuple[str, ...]:
+    fields = _FIELDS.get(cls)
+    if fields is None:
+        fields = _FIELDS[cls] = tuple(f for f in cls._fields if f not in _SKIPPED_FIELDS)
+    return fields
+
+
+def calls(node: ast.AST) -> Iterator[ast.Call]:
+    for sub in ast.walk(node):
+        if type(sub) is ast.Call:
+            yield sub
+
+
+class Dispatch:
+    """Walking and reporting. ``HANDLERS`` (set by the detector module) maps node classes to methods."""
+
+    HANDLERS: ClassVar[dict[type, Any]] = {}
+
+    # The detector's state (set in Detector.__init__), read by the mixins and by the rules' hooks.
+    aliases: dict[str, str]
+    raw: list[Raw]
+    stmt_line: int
+    loop: int
+    scope: int  # id() of the innermost function; 0 at module level
+    in_class: bool
+    quiet: int
+    periodic: int
+    done: set[int]
+    availability_calls: int
+    fixes_allowed: bool
+    locals: dict[int, set[str]]
+    functions: dict[str, ast.FunctionDef | ast.AsyncFunctionDef]
+    imported: dict[str, tuple[str, int, str]]
+    string_keys: set[Any]
+
+    def visit(self, node: ast.AST) -> None:
+        handler = self.HANDLERS.get(node.__class__)
+        if handler is None:
+            self.generic(node)
+        else:
+            handler(self, node)
+
+    def generic(self, node: ast.AST) -> None:
+        for name in child_fields(node.__class__):
+            value = getattr(node, name, None)
+            if type(value) is list:
+                for item in value:
+                    if isinstance(item, ast.AST):
+                        self.visit(item)
+            elif isinstance(value, ast.AST):
+                self.visit(value)
+
+    def leaf(self, node: ast.AST) -> None:
+        pass
+
+    def statement(self, node: ast.stmt) -> None:
+        outer, self.stmt_line = self.stmt_line, node.lineno
+        self.generic(node)
+        self.stmt_line = outer
+
+    def report(self, code: str, where: ast.AST | _Pos, safety: FixSafety = None, *,
+               replacement: str | None = None, **fields: Any) -> None:
+        """Record a finding (dropped inside CUDA-only tests and guards). A node already reported by a
+        rule that claims its site is not reported again, except by rules that do not claim sites
+        (data-flow findings about a literal another rule may also name)."""
+        if self.quiet:
+            return
+        if not isinstance(where, tuple):
+            if id(where) in self.done and RULES[code].claims_site:
+                return
+            self.done.add(id(where))
+        where_pos = where if isinstance(where, tuple) else pos(where)
+        if replacement is not None:
+            fields.setdefault("replacement", replacement)
+        if not self.fixes_allowed:  # the message keeps the replacement it suggests; no fix is offered
+            safety, replacement = None, None
+        self.raw.append((code, where_pos, self.stmt_line, safety, fields, replacement))
+
+    def claim(self, node: ast.AST) -> None:
+        """Mark `node` and everything under it as reported: inner rules stay quiet (one finding per site)."""
+        for sub in ast.walk(node):
+            self.done.add(id(sub))
+
+    def emit(self, event: str, *args: Any) -> Any:
+        hooks = HOOKS.events.get(event)
+        if not hooks:
+            return False
+        result = False
+        for hook in hooks:
+            result = hook(self, *args) or result
+        return result
+
+    def qualname(self, node: ast.AST) -> str | None:
+        parts: list[str] = []
+        while type(node) is ast.Attribute:
+            parts.append(node.attr)
+            node = node.value
+        if type(node) is not ast.Name:
+            return None
+        base = self.aliases.get(node.id)
+        if base is None:
+            return None
+        parts.append(base)
+        return ".".join(reversed(parts))
+
+    # Expressions the rules listen to --------------------------------------------------------------
+    def visit_IfExp(self, node: ast.IfExp) -> None:
+        self.emit("ifexp", node)
+        self.visit(node.test)
+        self.visit(node.body)
+        self.visit(node.orelse)
+
+    def visit_Compare(self, node: ast.Compare) -> None:
+        for operand in (node.left, *node.comparators):
+            key = self.key(operand)
+            if key is not None and any(str_value(o) is not None for o in (node.left, *node.comparators)):
+                self.string_keys.add(key)
+        self.emit("compare", node)
+        self.generic(node)
+
+    def visit_BinOp(self, node: ast.BinOp) -> None:
+        self.emit("binop", node)
+        self.generic(node)
+
+    def visit_Subscript(self, node: ast.Subscript) -> None:
+        self.emit("subscript", node)
+        self.generic(node)
+
+    def visit_Attribute(self, node: ast.Attribute, qual: str | bool | None = False, called: bool = False) -> None:
+        # An attribute chain is checked once, at its outermost node; only its base is visited.
+        hooks = HOOKS.members.get(node.attr)
+        if hooks:
+            for hook in hooks:
+                hook(self, node)
+        base: ast.AST = node.value
+        while type(base) is ast.Attribute:
+            base = base.value
+        if type(base) is not ast.Name:
+            self.visit(node.value)
+            return
+        if qual is False:
+            qual = self.qualname(node)
+        if type(qual) is str and qual.startswith("torch.") and id(node) not in self.done:
+            self.emit("attribute", node, qual, called)
+
+    def visit_Call(self, node: ast.Call) -> None:
+        if self.cuda_only_case(node):
+            return
+        func = node.func
+        qual = self.qualname(func)
+        if qual is not None:
+            if qual in AVAILABILITY:
+                self.availability_calls += 1
+            hooks = HOOKS.calls.get(qual)
+            if hooks:
+                for hook in hooks:
+                    hook(self, node, qual)
+            else:
+                for prefix, hook in HOOKS.call_prefixes:
+                    if qual.startswith(prefix):
+                        hook(self, node, qual)
+        if type(func) is ast.Attribute:
+            for hook in HOOKS.methods.get(func.attr, ()):
+                hook(self, node, func.attr)
+        name = terminal_name(func)
+        if type(func) is ast.Name and func.id in self.functions:
+            self.pass_arguments(node, self.functions[func.id])
+        for hook in HOOKS.call_names.get(name, ()) if name else ():
+            hook(self, node, name)
+        for kw in node.keywords:
+            if kw.arg is not None and id(kw.value) not in self.done:
+                for hook in HOOKS.keywords.get(kw.arg, ()):
+                    hook(self, node, kw.arg, kw.value, qual or name)
+        # Children: the callee's chain (already resolved) and the arguments.
+        if type(func) is ast.Attribute:
+            self.visit_Attribute(func, qual, called=True)
+        else:
+            self.visit(func)
+        for arg in node.args:
+            self.visit(arg)
+        for kw in node.keywords:
+            self.visit(kw.value)

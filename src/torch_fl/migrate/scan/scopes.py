@@ -1,0 +1,161 @@
+"""Scopes and aliases: which module a name stands for (``import torch as th``, ``from torch.cuda.amp
+import autocast``), the innermost function and class, and loop depth (a call inside a loop runs once
+per iteration)."""
+
+from __future__ import annotations
+
+import ast
+from typing import Any
+
+from .dispatch import Dispatch
+
+# Names assumed to be these modules when no import binds them (snippets, exported notebooks).
+DEFAULT_ALIASES = {"torch": "torch", "os": "os"}
+
+
+class Scopes(Dispatch):
+    """Imports, functions, classes, loops (a mixin of the detector)."""
+
+    def bind_local(self, name: str) -> None:
+        if self.scope:
+            self.locals.setdefault(self.scope, set()).add(name)
+
+    def bind_import(self, node: ast.Import | ast.ImportFrom) -> None:
+        if type(node) is ast.Import:
+            for alias in node.names:
+                if alias.asname:
+                    self.aliases[alias.asname] = alias.name
+                else:
+                    top = alias.name.split(".")[0]
+                    self.aliases[top] = top
+        elif node.module and not node.level:
+            for alias in node.names:
+                if alias.name != "*":
+                    self.aliases[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+        if type(node) is ast.ImportFrom and not self.scope and not self.in_class:
+            for alias in node.names:
+                if alias.name != "*":
+                    self.imported[alias.asname or alias.name] = (node.module or "", node.level, alias.name)
+
+    def visit_Import(self, node: ast.Import) -> None:
+        self.stmt_line = node.lineno
+        self.bind_import(node)
+        for alias in node.names:
+            self.emit("import", alias.name, alias)
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        self.stmt_line = node.lineno
+        self.bind_import(node)
+        if node.level or not node.module:
+            return
+        if not self.emit("import", node.module, node):
+            for alias in node.names:
+                self.emit("import", f"{node.module}.{alias.name}", alias)
+
+    def visit_Module(self, node: ast.Module) -> None:
+        # Bind top-level imports first so functions defined above an import still resolve it.
+        pending: list[ast.stmt] = list(node.body)
+        while pending:
+            stmt = pending.pop()
+            if type(stmt) in (ast.Import, ast.ImportFrom):
+                self.bind_import(stmt)  # type: ignore[arg-type]
+            elif type(stmt) in (ast.If, ast.Try, getattr(ast, "TryStar", ast.Try)):
+                for name in ("body", "orelse", "finalbody", "handlers"):
+                    for child in getattr(stmt, name, ()):
+                        pending.extend(child.body if type(child) is ast.ExceptHandler else [child])
+        for stmt in node.body:
+            if type(stmt) in (ast.FunctionDef, ast.AsyncFunctionDef):
+                self.functions[stmt.name] = stmt  # type: ignore[assignment]
+        if self.cuda_only_module(node):
+            return
+        self.body(node.body)
+
+    def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+        outer = self.stmt_line
+        self.stmt_line = node.lineno
+        self.bind_local(node.name)
+        quiet = self.cuda_only_test(node)
+        self.quiet += quiet
+        self.emit("function", node)
+        for expr in node.decorator_list:
+            self.visit(expr)
+        args = node.args
+        positional = [*args.posonlyargs, *args.args]
+        for arg, default in zip(positional[len(positional) - len(args.defaults):], args.defaults, strict=True):
+            self.source(("name", id(node), arg.arg), default, arg.arg)
+        for arg, default in zip(args.kwonlyargs, args.kw_defaults, strict=True):
+            self.source(("name", id(node), arg.arg), default, arg.arg)
+        self.visit(args)
+        if node.returns is not None:
+            self.visit(node.returns)
+        saved = (self.loop, self.scope, self.in_class)
+        self.loop, self.scope, self.in_class = 0, id(node), False
+        self.locals[id(node)] = {a.arg for a in (*positional, *args.kwonlyargs, args.vararg, args.kwarg) if a}
+        self.body(node.body)
+        self.loop, self.scope, self.in_class = saved
+        self.quiet -= quiet
+        self.stmt_line = outer
+
+    def visit_Lambda(self, node: ast.Lambda) -> None:
+        self.visit(node.args)
+        saved, self.loop = self.loop, 0
+        self.visit(node.body)
+        self.loop = saved
+
+    def visit_ClassDef(self, node: ast.ClassDef) -> None:
+        outer = self.stmt_line
+        self.stmt_line = node.lineno
+        quiet = self.cuda_only_test(node)
+        self.quiet += quiet
+        for expr in (*node.decorator_list, *node.bases, *node.keywords):
+            self.visit(expr)
+        saved = (self.loop, self.in_class)
+        self.loop, self.in_class = 0, True
+        self.body(node.body)
+        self.loop, self.in_class = saved
+        self.quiet -= quiet
+        self.stmt_line = outer
+
+    def visit_For(self, node: ast.For | ast.AsyncFor) -> None:
+        outer = self.stmt_line
+        self.stmt_line = node.lineno
+        self.visit(node.target)
+        self.visit(node.iter)
+        self.loop += 1
+        for stmt in node.body:
+            self.visit(stmt)
+        self.loop -= 1
+        for stmt in node.orelse:
+            self.visit(stmt)
+        self.stmt_line = outer
+
+    def visit_While(self, node: ast.While) -> None:
+        outer = self.stmt_line
+        self.stmt_line = node.lineno
+        self.loop += 1  # the condition runs once per iteration too
+        self.visit(node.test)
+        for stmt in node.body:
+            self.visit(stmt)
+        self.loop -= 1
+        for stmt in node.orelse:
+            self.visit(stmt)
+        self.stmt_line = outer
+
+    def visit_comprehension(self, node: ast.ListComp | ast.SetComp | ast.GeneratorExp | ast.DictComp) -> None:
+        first, *rest = node.generators
+        if type(node) is ast.DictComp:
+            self.emit("dictcomp", node)
+        self.visit(first.iter)  # evaluated once, before the loop
+        self.loop += 1
+        self.visit(first.target)
+        for expr in first.ifs:
+            self.visit(expr)
+        for gen in rest:
+            self.visit(gen)
+        for name in ("elt", "key", "value"):
+            value: Any = getattr(node, name, None)
+            if value is not None:
+                self.visit(value)
+        self.loop -= 1
+
+
