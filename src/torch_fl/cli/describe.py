@@ -14,7 +14,7 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> No
         description="Print a device description as TOML that loads back unchanged (start a vendor "
                     "description from a copy), list known descriptions, or write one for the live "
                     "device from the dispatcher.",
-        epilog="Examples:\n  torchfl describe cuda > my-chip.toml\n  torchfl describe --list\n"
+        epilog="Examples:\n  torchfl describe cuda --as mychip > mychip.toml\n  torchfl describe --list\n"
                "  torchfl describe --probe -o probed.toml",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("name", nargs="?", help="description name or path (default: the one in use)")
@@ -22,6 +22,9 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> No
     parser.add_argument("--probe", action="store_true",
                         help="probe the live device: native op list and dtypes from the dispatcher")
     parser.add_argument("--device", help="device to probe (default: torch.fl.device())")
+    parser.add_argument("--as", dest="rename", metavar="NAME",
+                        help="rename the copy (its `name` key): a new chip's description, which loads next to "
+                             "the original instead of replacing it")
     parser.add_argument("-o", "--output", help="write to this file instead of stdout")
 
 
@@ -65,16 +68,43 @@ def probed_description(device: str | None = None):
     return parse(_toml.dumps(data), f"<probe of {dev}>")
 
 
+def renamed(desc, name: str):
+    """A copy of `desc` named `name`, saying what it was copied from (the loader checks the name)."""
+    from .. import _toml
+    from ..description.loader import parse
+
+    data = copy.deepcopy(desc.data)
+    data["name"] = name
+    data["summary"] = f"Copy of '{desc.name}' to edit into the description of {name}"
+    return parse(_toml.dumps(data), f"<copy of {desc.name} as {name}>")
+
+
+def _same_name_note(desc) -> str:
+    """A header line for a copy that keeps a built-in's name: loading it replaces that built-in."""
+    from ..description import registry
+
+    builtin = registry.descriptions().get(desc.name)
+    if builtin is None or not builtin.builtin:
+        return ""
+    return (f"# name = '{desc.name}': loaded as is, this file REPLACES the built-in '{desc.name}' (describe --list "
+            f"and doctor warn). For a new chip: torchfl describe {desc.name} --as NEWNAME\n")
+
+
 def run(args: argparse.Namespace) -> int:
     import torch_fl
 
     if args.list:
+        if args.rename:
+            print("torchfl describe: --as renames a copy of one description; it does not go with --list",
+                  file=sys.stderr)
+            return 2
         text = _list()
         _warn_shadowed()
-    elif args.probe:
-        text = probed_description(args.device).to_toml()
     else:
-        text = torch_fl.description(args.name).to_toml()
+        desc = probed_description(args.device) if args.probe else torch_fl.description(args.name)
+        if args.rename:
+            desc = renamed(desc, args.rename)
+        text = _same_name_note(desc) + desc.to_toml()
     if args.output:
         Path(args.output).write_text(text, encoding="utf-8")
         print(f"wrote {args.output}", file=sys.stderr)
