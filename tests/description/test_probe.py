@@ -288,6 +288,8 @@ def test_generator_rejects_unknown_layout(gen, tmp_path):
 
 
 def test_generator_check_reports_drift(gen, tmp_path, capsys):
+    for chip in gen.VENDORS:  # vendor tables come from vendor checkouts; --check only reads them
+        (tmp_path / f"{chip}.txt").write_bytes((TABLES / f"{chip}.txt").read_bytes())
     assert gen.main(["--out-dir", str(tmp_path)]) == 0
     assert gen.main(["--out-dir", str(tmp_path), "--check"]) == 0
     table = tmp_path / "cuda.txt"
@@ -298,6 +300,9 @@ def test_generator_check_reports_drift(gen, tmp_path, capsys):
     err = capsys.readouterr().err
     assert "cuda.txt" in err and "aten::mm.default" in err
     assert "mps.txt" not in err
+    (tmp_path / "npu.txt").unlink()
+    assert gen.main(["--out-dir", str(tmp_path), "--check"]) == 1
+    assert "npu.txt: cannot read vendor op table" in capsys.readouterr().err
 
 
 def test_generator_is_deterministic(gen):

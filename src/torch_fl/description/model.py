@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,8 @@ class Description:
     sha256: str
     builtin: bool = False
     _cache: dict[str, Any] = field(default_factory=dict, repr=False)
+    # The plugin release line asked for (coverage --plugin-version); None: the installed one.
+    plugin_version: str | None = None
 
     # Identity -------------------------------------------------------------------------------------
     @property
@@ -68,30 +71,115 @@ class Description:
     # Operators ------------------------------------------------------------------------------------
     @property
     def native_source(self) -> str:
-        """Where the native op set comes from: 'probe', 'file:PATH' or 'list'."""
+        """Where the native op set comes from: 'probe', 'file:PATH', 'list', or for a probed chip whose
+        backend is not loaded here, 'table PATH (<plugin> <version>: <why that version>)'."""
         native = self.data["ops"]["native"]
-        return "list" if isinstance(native, list) else native
+        if isinstance(native, list):
+            return "list"
+        if native == "probe" and self.native_table() is not None:
+            table, version, why = self.native_table()  # type: ignore[misc]
+            return (f"table {self._relative(table.path)} ({table.plugin} {version or 'all lines'}: {why})")
+        return native
+
+    def with_plugin_version(self, version: str | None) -> Description:
+        """This description answering for plugin release line `version` (its table's rows for that
+        line, even where the plugin is loaded); None: the installed plugin's."""
+        return dataclasses.replace(self, _cache={}, plugin_version=version)
+
+    def table_path(self) -> Path | None:
+        """The vendor op table named by ops.table, resolved against this file's folder."""
+        name = self.data["ops"]["table"]
+        if not name:
+            return None
+        path = Path(name)
+        return path if path.is_absolute() else Path(self.path).parent / path
+
+    def native_table(self) -> tuple[Any, str | None, str] | None:
+        """(VendorTable, release line, why that line) when the native set is read from ops.table
+        rather than probed: the backend is not loaded in this process (offline, emulated, no plugin),
+        or a plugin version was asked for. None when probing answers (or there is no table)."""
+        if "table" not in self._cache:
+            self._cache["table"] = self._resolve_table()
+        return self._cache["table"]
+
+    def _resolve_table(self) -> tuple[Any, str | None, str] | None:
+        from .probe import backend_loaded
+        from .vendor_table import read_vendor_table
+
+        path = self.table_path()
+        if path is None or self.data["ops"]["native"] != "probe":
+            return None
+        if self.plugin_version is None and backend_loaded(self):
+            return None
+        table = read_vendor_table(path)
+        if self.plugin_version is not None:
+            version, why = table.select(self.plugin_version, f"plugin version {self.plugin_version} asked for")
+        else:
+            installed, origin = _installed_version(table, self.plugin)
+            version, why = table.select(installed, origin)
+        return table, version, why
 
     def native_ops(self) -> frozenset[str]:
         """The native aten overloads (canonical 'aten::name.overload' names).
 
-        'probe' asks this process's dispatcher for kernels on the dispatch key; it is only meaningful
-        where that key's backend is loaded (the live device, or CPU)."""
+        'probe' asks this process's dispatcher for kernels on the dispatch key where that key's
+        backend is loaded (the live device, or CPU). Elsewhere the vendor table of ops.table answers:
+        the ops its plugin registers in the chosen release line (that exist in this torch) plus the
+        ops with a composite kernel, which decompose onto the others on any backend. A probed
+        description without a table, asked offline, is an error: its probe would only find the
+        composite ops and call a chip 95% native with nothing behind it."""
         if "native" not in self._cache:
-            from .probe import canonical_op_name, probe_native_ops, read_op_table
+            from .probe import all_aten_ops, canonical_op_name, composite_ops, probe_native_ops, read_op_table
 
             native = self.data["ops"]["native"]
             if isinstance(native, list):
                 ops = frozenset(canonical_op_name(op) for op in native)
             elif native == "probe":
-                ops = probe_native_ops(self.dispatch_key)
+                resolved = self.native_table()
+                if resolved is not None:
+                    table, version, _ = resolved
+                    ops = (table.ops(version) & frozenset(all_aten_ops())) | composite_ops()
+                else:
+                    from .probe import backend_loaded
+
+                    if not backend_loaded(self):
+                        raise self._no_table_error()
+                    ops = probe_native_ops(self.dispatch_key)
             else:
-                table = Path(native[len("file:"):])
-                if not table.is_absolute():
-                    table = Path(self.path).parent / table
-                ops = read_op_table(table)[1]
+                table_file = Path(native[len("file:"):])
+                if not table_file.is_absolute():
+                    table_file = Path(self.path).parent / table_file
+                ops = read_op_table(table_file)[1]
             self._cache["native"] = ops
         return self._cache["native"]
+
+    def explicit_ops(self, kind: str) -> list[str]:
+        """ops.translate / ops.fallback / ops.unsupported, plus the vendor table's rows of that route
+        (its CPU-fallback list) when the table answers for the chip."""
+        listed = list(self.data["ops"][kind])
+        resolved = self.native_table()
+        if resolved is None:
+            return listed
+        table, version, _ = resolved
+        return listed + sorted(table.ops(version, kind)) if kind == "fallback" else listed
+
+    def _no_table_error(self) -> Exception:
+        from ..errors import DescriptionError
+
+        return DescriptionError(
+            f"'{self.name}' takes its native op set from probing the {self.dispatch_key} dispatch key "
+            f"(ops.native = \"probe\"), but {self.plugin or 'its backend'} is not loaded in this process, "
+            f"and it names no vendor op table (ops.table) to answer from offline: probing here would "
+            f"find only the composite ops. Fix: add ops.table = \"tables/{self.name}.txt\" (written by "
+            f"scripts/gen_op_tables.py --vendor from the vendor's registrations, docs/descriptions.md), "
+            f"set ops.native to a list or 'file:PATH', or run where the plugin is loaded",
+            path=self.path, key="ops.table")
+
+    def _relative(self, path: str) -> str:
+        try:
+            return str(Path(path).relative_to(Path(self.path).parent))
+        except ValueError:
+            return path
 
     # Serialisation --------------------------------------------------------------------------------
     def to_toml(self) -> str:
@@ -104,3 +192,21 @@ class Description:
 
     def __hash__(self) -> int:
         return hash(self.name)
+
+
+def _installed_version(table: Any, plugin: str) -> tuple[str | None, str]:
+    """(version on the table's axis, where it came from) of the installed plugin, read from its
+    package metadata without importing it (importing a plugin claims the PrivateUse1 slot)."""
+    from importlib import metadata
+
+    if not plugin:
+        return None, "built into torch"
+    try:
+        installed = metadata.version(plugin)
+    except metadata.PackageNotFoundError:
+        return None, f"{plugin} is not installed"
+    if table.versions_of == "torch":  # the plugin's branches follow torch releases
+        import torch
+
+        return torch.__version__, f"{plugin} {installed} installed, built for torch {torch.__version__}"
+    return installed, f"{plugin} {installed} installed"

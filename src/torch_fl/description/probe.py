@@ -19,8 +19,10 @@ from ..errors import DescriptionError
 
 __all__ = [
     "all_aten_ops",
+    "backend_loaded",
     "cache_clear",
     "canonical_op_name",
+    "composite_ops",
     "dispatcher_op_name",
     "probe_dtypes",
     "probe_native_ops",
@@ -123,6 +125,40 @@ _COMPOSITE_KEYS = ("CompositeImplicitAutograd", "CompositeExplicitAutograd",
                    "CompositeExplicitAutogradNonFunctional")
 
 
+# Composite kernels that decompose onto other ops (the NonFunctional key is left out: torchgen puts a
+# forwarder to the out= overload there, which runs only where the backend has that overload).
+_DECOMPOSING_KEYS = ("CompositeImplicitAutograd", "CompositeExplicitAutograd")
+
+
+@functools.cache
+def composite_ops() -> frozenset[str]:
+    """The aten overloads whose kernel decomposes onto other ops on any backend, so that a chip runs
+    them natively when it runs what they call (the rule that completes a vendor op table)."""
+    has_kernel = torch._C._dispatch_has_kernel_for_dispatch_key
+    return frozenset(op for op in all_aten_ops()
+                     if any(has_kernel(dispatcher_op_name(op), key) for key in _DECOMPOSING_KEYS))
+
+
+def backend_loaded(desc: Any) -> bool:
+    """Whether this process has the description's backend, so that probing its dispatch key is the
+    truth: the CPU always; a PrivateUse1 chip when its plugin is imported and owns the slot under the
+    chip's name (torch-fl's emulator borrowing the slot is not the plugin); a built-in backend (XPU,
+    CUDA, MPS) when torch.<type>.is_available()."""
+    import sys
+
+    key = desc.dispatch_key
+    if key == "CPU":
+        return True
+    if key == "PrivateUse1":
+        return bool(desc.plugin) and desc.plugin in sys.modules and \
+            torch._C._get_privateuse1_backend_name() == desc.device_type
+    module = getattr(torch, desc.device_type, None)
+    try:
+        return bool(module is not None and module.is_available())
+    except Exception:  # a backend module that cannot even answer is not loaded
+        return False
+
+
 def has_native_kernel(name: str, dispatch_key: str) -> bool:
     """Whether dispatcher op `name` has its own kernel for `dispatch_key`, or a composite one.
 
@@ -178,6 +214,7 @@ def _dtype_name(dtype: torch.dtype) -> str:
 def cache_clear() -> None:
     """Forget memoised probes (for tests, or after loading an extension that registers kernels)."""
     probe_native_ops.cache_clear()
+    composite_ops.cache_clear()
     _probe_dtypes_cached.cache_clear()
 
 

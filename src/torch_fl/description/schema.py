@@ -95,6 +95,11 @@ SCHEMA: dict[str | None, dict[str, Key]] = {
     "ops": {
         "native": Key("native", "probe", "Native op set: 'probe' (ask the dispatcher on the live device), "
                       "'file:PATH' (a table relative to this file) or a list of op names."),
+        "table": Key("str", "", "Vendor op table (a path relative to this file, written by "
+                     "scripts/gen_op_tables.py --vendor from the vendor's public registrations) that gives "
+                     "the native set of a probed chip where its backend is not loaded (offline, emulated, "
+                     "no plugin), for the installed plugin version or the newest; its route=fallback rows "
+                     "join ops.fallback."),
         "default": Key("str", "translate-or-error", "Route of ops that are not native.", ROUTE_POLICIES),
         "translate": Key("list[str]", [], "Ops forced to a generic (decomposed) implementation."),
         "fallback": Key("list[str]", [], "Ops forced to run on the CPU (counted and warned)."),

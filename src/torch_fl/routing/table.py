@@ -89,7 +89,7 @@ class RouteTable:
         where = f"description '{desc.name}' ({desc.path})"
         self._explicit: dict[str, tuple[str, str]] = {}
         for kind in ("translate", "fallback", "unsupported"):  # unsupported last: it wins a conflict
-            for op in ops[kind]:
+            for op in desc.explicit_ops(kind):  # the list, plus a vendor table's fallback rows
                 self._explicit[_route_key(op, where)] = (kind, f"{where} ops.{kind}")
         self._described_kernels = {_route_key(op, where): ref for op, ref in ops["kernels"].items()}
         self._op_dtypes = {_route_key(op, where): frozenset(d) for op, d in ops["dtypes"].items()}
