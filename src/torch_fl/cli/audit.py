@@ -1,6 +1,9 @@
 """`torchfl audit`: run a model or script on the CPU under the CUDA alias and report every device
 request with the source line that made it.
 
+In script mode audit's ``--strict`` and ``--json`` may come anywhere on the line; arguments after ``--``
+go to the script unchanged.
+
 Exit status: 0 when the run completed (with ``--strict``: 1 when it made a CUDA request); 1 when the
 model raised; in script mode the script's own non-zero exit code wins.
 """
@@ -26,7 +29,8 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> No
         epilog="Examples:\n"
                "  torchfl audit examples/gpt.py:factory --train\n"
                "  torchfl audit mypkg.models:build --json audit.json --strict\n"
-               "  torchfl audit --script train.py --max_iters=2\n"
+               "  torchfl audit --script train.py --max_iters=2 --strict\n"
+               "  torchfl audit --script train.py -- --strict   (--strict for the script)\n"
                "\nExit status: 0; with --strict, 1 when a CUDA request was made; 1 when the model "
                "raised; a script's own non-zero exit code.\nDocs: docs/migrate-runtime.md",
         formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -36,7 +40,69 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> No
     add_report_files(parser, html=False, schema="docs/migrate-runtime.md")
     parser.add_argument("--strict", action="store_true", help="exit 1 when the run made a CUDA request")
     parser.add_argument("--script", nargs=argparse.REMAINDER, metavar="SCRIPT [ARGS]",
-                        help="audit a script run with its arguments instead of a model (must come last)")
+                        help="audit a script run with its arguments instead of a model (must come last); "
+                             "--strict and --json there are audit's, arguments after -- are the script's")
+    _keep_script_tail(parser)
+
+
+def _keep_script_tail(parser: argparse.ArgumentParser) -> None:
+    """Everything after a `--` that follows --script goes to the script. argparse ends an option's
+    REMAINDER at `--` and hands the rest to the MODEL positional, so this parser cuts the tail off
+    before parsing and puts it in `script_tail`."""
+    parse = parser.parse_known_args
+
+    def parse_known_args(args=None, namespace=None):  # type: ignore[no-untyped-def]
+        args = list(sys.argv[1:] if args is None else args)
+        tail: list[str] = []
+        if "--script" in args and "--" in args[args.index("--script"):]:
+            cut = args.index("--", args.index("--script"))
+            args, tail = args[:cut], args[cut + 1:]
+        namespace, extra = parse(args, namespace)
+        namespace.script_tail = tail
+        return namespace, extra
+
+    parser.parse_known_args = parse_known_args  # type: ignore[method-assign]
+
+
+# audit's own options that may follow --script SCRIPT (argparse's REMAINDER hands them to the script):
+# option -> whether it takes a value.
+_OWN_AFTER_SCRIPT = {"--strict": False, "--json": True}
+
+
+def split_script_args(args: argparse.Namespace) -> str | None:
+    """Take audit's own options out of `--script SCRIPT ARGS...` (the `script_tail`, after a `--`, stays
+    the script's); returns an error text, or None. Each option taken is announced on stderr, so a script
+    that has an option of the same name knows to pass it after `--`."""
+    rest = list(args.script or [])
+    if not rest:
+        return None
+    script, head = rest[0], rest[1:]
+    after = list(getattr(args, "script_tail", []))
+    if script.startswith("-"):
+        return f"--script needs the script first, got {script!r}: torchfl audit --script train.py [ARGS]"
+    kept: list[str] = []
+    i = 0
+    while i < len(head):
+        name, eq, value = head[i].partition("=")
+        if name not in _OWN_AFTER_SCRIPT:
+            kept.append(head[i])
+            i += 1
+            continue
+        if _OWN_AFTER_SCRIPT[name]:
+            if not eq:
+                if i + 1 >= len(head):
+                    return f"{name} needs a value (torchfl audit --script {script} {name} FILE)"
+                value, i = head[i + 1], i + 1
+            setattr(args, name[2:], value)
+        elif eq:
+            return f"{name} takes no value, got {head[i]!r}"
+        else:
+            setattr(args, name[2:], True)
+        print(f"torchfl audit: {name} after --script is audit's option; to give it to {script}, put it after "
+              f"--: torchfl audit --script {script} -- {name}", file=sys.stderr)
+        i += 1
+    args.script = [script, *kept, *after]
+    return None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -44,6 +110,10 @@ def run(args: argparse.Namespace) -> int:
     from ..migrate.audit import audit_model, audit_script
 
     if args.script is not None:
+        problem = split_script_args(args)
+        if problem:
+            print(f"torchfl audit: {problem}", file=sys.stderr)
+            return 2
         if not args.script or args.model:
             print("torchfl audit: give either MODEL or --script SCRIPT [ARGS]", file=sys.stderr)
             return 2
