@@ -62,12 +62,17 @@ def default_loss(output: Any) -> torch.Tensor:
     return sum(t.float().mean() for t in tensors)
 
 
+# A model file is imported under this prefix + its stem (not its own name, which may clash with an
+# installed module); compiler.aot knows the class recorded from it under that name.
+FILE_MODULE_PREFIX = "_torch_fl_model_"
+
+
 def _import(target: str) -> Any:
     path = Path(target)
     if target.endswith(".py") or path.exists():
         if not path.is_file():
             raise ModelSpecError(f"model file {target} does not exist")
-        name = f"_torch_fl_model_{path.stem}"
+        name = f"{FILE_MODULE_PREFIX}{path.stem}"
         spec = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(spec)
         # Let the model file import its siblings (examples/demo.py imports gpt.py).
