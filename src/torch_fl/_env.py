@@ -1,11 +1,18 @@
-"""Every ``FL_*`` environment variable torch-fl reads, declared once: name, type, allowed values,
-default, doc, and the one parser that turns its text into a value.
+"""Every torch-fl setting, declared once: the ``FL_*`` environment variable, its config-file key, type,
+allowed values, bounds, default, doc, and the one parser that turns a value into a typed one.
 
-Callers ask a variable for its typed value (``FL_CACHE_KEEP.value()``); nothing else parses ``FL_*``
+A setting comes from the environment (``FL_DEVICE``), else the project config (``device`` in the nearest
+``torch_fl.toml`` / ``[tool.torch_fl]``), else the user config (``FL_CONFIG`` or
+``~/.config/torch_fl/config.toml``), else its default. All three go through the same parser and checks
+(``EnvVar.resolve`` says which source won; ``torchfl doctor`` shows it); ``config.py`` only reads files.
+
+Callers ask a setting for its typed value (``FL_CACHE_KEEP.value()``); nothing else parses ``FL_*``
 text, so the API, ``torchfl doctor`` (``problems()``) and docs/env.md (generated from ``ALL``) agree.
 Values are read when asked for (not cached, never at import) so that tests and long-lived processes that
 change the environment see the change; the dispatch hot path never calls into this module. A bad value is
-a ``ConfigError`` naming the variable, the value, what is allowed and, when one is close, a did-you-mean.
+a ``ConfigError`` naming the variable (or file and key), the value, what is allowed and, when one is close,
+a did-you-mean. Numbers are ASCII digits only and bounded (``int('١٠')`` and ``int('1_0')`` are 10 in
+Python, never in a setting).
 """
 
 from __future__ import annotations
@@ -18,7 +25,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from .errors import ConfigError, did_you_mean
 
@@ -27,6 +34,18 @@ TRUE = ("1", "true", "yes", "on")
 FALSE = ("0", "false", "no", "off")
 _VIRTUAL = re.compile(r"^acc(0|[1-9][0-9]*)$")
 _DOCS = "docs/env.md"
+# re's \d and int()/float() accept every Unicode digit ('١٠' is 10) and '1_0'; settings take ASCII only.
+_INT = re.compile(r"[0-9]{1,18}", re.ASCII)
+_DECIMAL = re.compile(r"([0-9]{1,18}(\.[0-9]{0,18})?|\.[0-9]{1,18})", re.ASCII)
+
+
+class Setting(NamedTuple):
+    """A setting's typed value and where it came from: `source` is the variable name, a config file's
+    path, or 'default'; `kind` is 'environment', 'project config', 'user config' or 'default'."""
+
+    value: Any
+    source: str
+    kind: str
 
 
 @dataclass(frozen=True)
@@ -37,7 +56,9 @@ class EnvVar:
     help: str
     allowed: tuple[str, ...] = ()
     see: str = ""  # the doc page with more (docs/env.md links it)
-    parser: Callable[[EnvVar, str, str], Any] | None = field(default=None, repr=False, compare=False)
+    parser: Callable[[EnvVar, Any, str], Any] | None = field(default=None, repr=False, compare=False)
+    key: str = ""  # the config-file key of the same setting ('' : environment only)
+    maximum: float | None = None  # the largest number a numeric setting accepts
 
     def text(self) -> str:
         """The raw text (stripped), the default when unset or empty; not validated."""
@@ -54,24 +75,64 @@ class EnvVar:
         return bool(os.environ.get(self.name, "").strip())
 
     def value(self) -> Any:
-        """The typed value of the current setting (ConfigError when the text is not valid)."""
-        return self.parse(self.text())
+        """The typed value of the current setting (ConfigError when it is not valid), from the
+        environment, a config file or the default (see `resolve`)."""
+        if not self.key:
+            return self.parse(self.text())
+        return self.resolve().value
 
-    def parse(self, text: str, origin: str | None = None) -> Any:
+    def parse(self, text: Any, origin: str | None = None) -> Any:
         """Parse `text` as this variable's type; `origin` names the source in errors (default: the
-        variable, e.g. a config file for the same syntax)."""
-        text = text.strip() or self.default  # empty means unset, everywhere
+        variable, e.g. a config file for the same syntax). A config file's value may also be a TOML table
+        (device_map, routes), a boolean or a number; it goes through the same parser."""
+        if isinstance(text, str):
+            text = text.strip() or self.default  # empty means unset, everywhere
+        elif isinstance(text, bool):
+            text = "1" if text else "0"
+        elif isinstance(text, (int, float)):
+            text = repr(text)
+        elif not (isinstance(text, dict) and self.parser in _TABLES):
+            kind = "a string or a table" if self.parser in _TABLES else "a string"
+            raise ConfigError(f"{origin or self.name}: must be {kind} (the syntax of {self.name}), got "
+                              f"{type(text).__name__} {_shorten(repr(text))}. Fix: see {_DOCS}.")
         return self.parser(self, text, origin or self.name) if self.parser else text
+
+    def resolve(self) -> Setting:
+        """The typed value and its source: the environment, else the project config, else the user
+        config (for settings with a config key), else the default."""
+        for found in self.layers():
+            return found
+        return Setting(self.parse(self.default), "default", "default")
+
+    def layers(self, environment: bool = True) -> list[Setting]:
+        """Every source that sets this setting, the one that wins first (environment, project config,
+        user config). FL_ROUTE merges them per operator; every other setting takes the first."""
+        found = []
+        if environment and self.is_set():
+            found.append(Setting(self.value_from_env(), self.name, "environment"))
+        if self.key:
+            for kind, config in config_files():
+                if self.key in config.values:
+                    origin = f"{config.path}: {self.key}"
+                    found.append(Setting(self.parse(config.values[self.key], origin), str(config.path), kind))
+        return found
+
+    def value_from_env(self) -> Any:
+        return self.parse(self.text())
 
     def error(self, text: str, why: str, origin: str | None = None, *, candidates: tuple[str, ...] = (),
               near: str | None = None) -> ConfigError:
         """'FL_X: 'text' is <why>.' plus the allowed values, a did-you-mean and the fix."""
-        shown = text if len(text) <= 200 else text[:200] + f"... ({len(text)} characters)"
-        message = f"{origin or self.name}: {shown!r} is {why}."
+        message = f"{origin or self.name}: {_shorten(text)!r} is {why}."
         if candidates:
             message += _suggest(near if near is not None else text, candidates)
-        message += f" Fix: correct or unset {self.name} (see {_DOCS})."
+        where = self.name if origin is None or origin.startswith(self.name) else f"{origin} (or {self.name})"
+        message += f" Fix: correct or unset {where} (see {_DOCS})."
         return ConfigError(message)
+
+
+def _shorten(text: str) -> str:
+    return text if len(text) <= 200 else text[:200] + f"... ({len(text)} characters)"
 
 
 def _suggest(name: str, candidates: tuple[str, ...]) -> str:
@@ -115,23 +176,20 @@ def _choice(var: EnvVar, text: str, origin: str) -> str:
 
 
 def _positive_int(var: EnvVar, text: str, origin: str) -> int:
-    try:
-        number = int(text)
-    except ValueError:
-        number = 0
-    if number < 1:
-        raise var.error(text, f"not a whole number >= 1 (example: {var.default})", origin)
+    top = int(var.maximum) if var.maximum is not None else 10**18
+    number = int(text) if _INT.fullmatch(text) else 0
+    if not 1 <= number <= top:
+        raise var.error(text, f"not a whole number >= 1 (at most {top}, in ASCII digits; example: "
+                        f"{var.default})", origin)
     return number
 
 
 def _seconds(var: EnvVar, text: str, origin: str) -> float:
-    try:
-        seconds = float(text)
-    except ValueError:
-        seconds = -1.0
-    if not math.isfinite(seconds) or seconds < 0:
-        raise var.error(text, f"not a number of seconds >= 0 (example: {var.default}; 0 keeps torch's default "
-                        "timeout and turns the watchdog off)", origin)
+    top = var.maximum if var.maximum is not None else 1e9
+    seconds = float(text) if _DECIMAL.fullmatch(text) else -1.0
+    if not (math.isfinite(seconds) and 0 <= seconds <= top):
+        raise var.error(text, f"not a number of seconds >= 0 (at most {top:g}, in ASCII digits; example: "
+                        f"{var.default}; 0 keeps torch's default timeout and turns the watchdog off)", origin)
     return seconds
 
 
@@ -162,8 +220,16 @@ def _output_file(var: EnvVar, text: str, origin: str) -> Path | None:
     return path
 
 
-def pairs(var: EnvVar, text: str, origin: str, example: str) -> dict[str, str]:
-    """'K=V,K=V' -> {K: V}; every item needs both sides and a key may appear once."""
+def pairs(var: EnvVar, text: str | dict[str, Any], origin: str, example: str) -> dict[str, str]:
+    """'K=V,K=V' -> {K: V}; every item needs both sides and a key may appear once. A config file's TOML
+    table of strings is taken item by item, so it meets the same checks."""
+    if isinstance(text, dict):
+        for key, value in text.items():
+            if not isinstance(value, str) or not value.strip() or not key.strip():
+                left, _, right = example.split(",")[0].partition("=")
+                raise var.error(f"{key} = {value!r}", "not a key with a string value (example: "
+                                f'{var.key} = {{ "{left}" = "{right}" }})', origin)
+        return {key.strip(): value.strip() for key, value in text.items()}
     found: dict[str, str] = {}
     for item in filter(None, (part.strip() for part in text.split(","))):
         key, sep, value = (s.strip() for s in item.rpartition("="))
@@ -236,6 +302,9 @@ def _routes(var: EnvVar, text: str, origin: str) -> dict[str, str]:
     return routes
 
 
+_TABLES = (_device_map, _routes)  # parsers that also take a config file's TOML table
+
+
 def _log_levels(var: EnvVar, text: str, origin: str) -> dict[str, int]:
     """'dispatch=DEBUG,compile=INFO' -> {'torch_fl.dispatch': 10, ...}; a bare level sets every logger."""
     import logging
@@ -261,11 +330,11 @@ def _log_levels(var: EnvVar, text: str, origin: str) -> dict[str, int]:
 
 # The table ------------------------------------------------------------------------------------------
 FL_DEVICE = EnvVar("FL_DEVICE", "device", "", "Device used by torch.fl.device() with no argument (default "
-                   "acc0). Accepts a virtual id (acc0), a physical name (cuda:1, cpu) or emu:NAME.", parser=_device)
+                   "acc0). Accepts a virtual id (acc0), a physical name (cuda:1, cpu) or emu:NAME.", parser=_device, key="device")
 FL_DEVICE_MAP = EnvVar("FL_DEVICE_MAP", "accN=DEVICE,...", "", "Explicit virtual-to-physical map, e.g. "
-                       "'acc0=cuda:1,acc1=cpu'. Overrides config files and auto-detection.", parser=_device_map)
+                       "'acc0=cuda:1,acc1=cpu'. Overrides config files and auto-detection.", parser=_device_map, key="device_map")
 FL_BACKEND = EnvVar("FL_BACKEND", "description name", "", "Force the backend (a description name: cpu, "
-                    "cuda, npu, ...) instead of auto-detection.", parser=_text)
+                    "cuda, npu, ...) instead of auto-detection.", parser=_text, key="backend")
 FL_DESCRIPTION = EnvVar("FL_DESCRIPTION", "path", "", "Path of one description file to load last "
                         "(it overrides a description of the same name).", see="descriptions.md", parser=_path)
 FL_DESCRIPTION_PATH = EnvVar("FL_DESCRIPTION_PATH", "paths", "", "os.pathsep-separated directories "
@@ -275,32 +344,34 @@ FL_CONFIG = EnvVar("FL_CONFIG", "path", "", "Path of the user config file "
 FL_LOG = EnvVar("FL_LOG", "[LOGGER=]LEVEL,...", "", "Per-module log levels, e.g. 'dispatch=DEBUG,"
                 "compile=INFO'; a bare level ('DEBUG') applies to every torch_fl logger. Applied when "
                 "torch_fl is imported; a bad value is a warning there (never an import error).",
-                parser=_log_levels)
+                parser=_log_levels, key="log")
 FL_ROUTE = EnvVar("FL_ROUTE", "OP=ROUTE,...", "", "Per-op route overrides, e.g. 'aten::gelu=translate,"
                   "aten::bmm.default=fallback'; a bare name covers every overload. aten ops must exist in "
-                  "this torch.", see="routing.md", parser=_routes)
+                  "this torch.", see="routing.md", parser=_routes, key="routes")
 FL_ROUTE_LOG = EnvVar("FL_ROUTE_LOG", "file path (its folder must exist)", "", "Write the non-native call counts as JSON to this path "
                       "at exit. Its folder must exist when routing starts; if the write fails at exit, the "
                       "log goes to stderr.", see="routing.md", parser=_output_file)
 FL_FALLBACK = EnvVar("FL_FALLBACK", "choice", "warn", "'error' turns every CPU fallback into an error "
                      "(strict mode for CI); 'warn' (the default) runs it on the CPU with a warning.",
-                     allowed=("warn", "error"), see="routing.md", parser=_choice)
+                     allowed=("warn", "error"), see="routing.md", parser=_choice, key="fallback")
 FL_CACHE_DIR = EnvVar("FL_CACHE_DIR", "path", "", "Root of the compile cache; overrides the description's "
-                      "compile.cache_dir.", see="compile.md", parser=_path)
-FL_CACHE_KEEP = EnvVar("FL_CACHE_KEEP", "int >= 1", "3", "How many compile cache entries (fingerprints) to "
+                      "compile.cache_dir.", see="compile.md", parser=_path, key="cache_dir")
+FL_CACHE_KEEP = EnvVar("FL_CACHE_KEEP", "int 1..1000", "3", "How many compile cache entries (fingerprints) to "
                        "keep per description, the current one included; older ones are removed.",
-                       see="compile.md", parser=_positive_int)
+                       see="compile.md", parser=_positive_int, key="cache_keep", maximum=1000)
 FL_CUDA_ALIAS = EnvVar("FL_CUDA_ALIAS", "bool", "0", "Set to 1 to run CUDA-hard-coded code on "
                        "torch.fl.device() in any process that imports torch (the torch.backends autoload "
                        "hook), without importing torch_fl.", see="migrate-runtime.md", parser=_bool)
 FL_PREFLIGHT = EnvVar("FL_PREFLIGHT", "bool", "1", "Set to 0 to skip the distributed preflight of "
                       "torch.fl.distributed.init_process_group (rank consistency, checked collectives).",
-                      see="distributed.md", parser=_bool)
-FL_COLLECTIVE_TIMEOUT = EnvVar("FL_COLLECTIVE_TIMEOUT", "seconds >= 0", "600", "Seconds a collective may "
+                      see="distributed.md", parser=_bool, key="preflight")
+FL_COLLECTIVE_TIMEOUT = EnvVar("FL_COLLECTIVE_TIMEOUT", "seconds 0..604800", "600", "Seconds a collective may "
                                "take before the watchdog ends the process with a diagnosis; 0 keeps torch's "
-                               "default timeout and turns the watchdog off.", see="distributed.md", parser=_seconds)
-FL_EMU_DEVICES = EnvVar("FL_EMU_DEVICES", "int >= 1", "1", "How many emulated devices FL_DEVICE=emu:NAME "
-                        "(or torch.fl.emulate) gives: acc0..accN-1 as emu:0..emu:N-1.", parser=_positive_int)
+                               "default timeout and turns the watchdog off.", see="distributed.md", parser=_seconds,
+                               key="collective_timeout", maximum=7 * 24 * 3600.0)
+FL_EMU_DEVICES = EnvVar("FL_EMU_DEVICES", "int 1..1024", "1", "How many emulated devices FL_DEVICE=emu:NAME "
+                        "(or torch.fl.emulate) gives: acc0..accN-1 as emu:0..emu:N-1.", parser=_positive_int,
+                        key="emu_devices", maximum=1024)
 
 ALL: tuple[EnvVar, ...] = (
     FL_DEVICE, FL_DEVICE_MAP, FL_BACKEND, FL_DESCRIPTION, FL_DESCRIPTION_PATH, FL_CONFIG, FL_LOG,
@@ -308,22 +379,62 @@ ALL: tuple[EnvVar, ...] = (
     FL_CUDA_ALIAS, FL_PREFLIGHT, FL_COLLECTIVE_TIMEOUT, FL_EMU_DEVICES,
 )
 BY_NAME: dict[str, EnvVar] = {var.name: var for var in ALL}
+BY_KEY: dict[str, EnvVar] = {var.key: var for var in ALL if var.key}
+# The config-file keys: one per setting above, plus the `torchfl scan` table (config.load_scan_config).
+CONFIG_KEYS: tuple[str, ...] = (*BY_KEY, "scan")
+
+
+# Config files (read by torch_fl.config, checked here) -----------------------------------------------
+def config_files() -> list[tuple[str, Any]]:
+    """[('project config', ConfigFile), ('user config', ConfigFile)], the files that exist, each with its
+    keys checked (an unknown key is an error with a did-you-mean, the same in both)."""
+    from . import config
+
+    found = []
+    for kind, read in (("project config", config.project_config), ("user config", config.user_config)):
+        file = read()
+        if file.path is None:
+            continue
+        for key, value in file.values.items():
+            if key not in CONFIG_KEYS:
+                raise ConfigError(f"{file.path}: unknown key '{key}'.{did_you_mean(key, CONFIG_KEYS)} "
+                                  f"Known keys: {', '.join(CONFIG_KEYS)} (see {_DOCS}).")
+            if key == "scan" and not isinstance(value, dict):
+                raise ConfigError(f"{file.path}: 'scan' must be a table, e.g. [tool.torch_fl.scan]")
+        found.append((kind, file))
+    return found
+
+
+def settings() -> list[tuple[EnvVar, Setting | ConfigError]]:
+    """Every setting that is set somewhere, with its value and source, or the error it gives (doctor)."""
+    rows: list[tuple[EnvVar, Setting | ConfigError]] = []
+    for var in ALL:
+        try:
+            found = var.layers()
+        except ConfigError as exc:
+            rows.append((var, exc))
+            continue
+        if found:
+            rows.append((var, found[0]))
+    return rows
 
 
 def markdown_table() -> str:
     """The variable table of docs/env.md (tests/test_env.py checks the page contains exactly this)."""
-    rows = ["| variable | type | default | meaning |", "| --- | --- | --- | --- |"]
+    rows = ["| variable | config key | type | default | meaning |", "| --- | --- | --- | --- | --- |"]
     for var in ALL:
         kind = f"one of {', '.join(var.allowed)}" if var.allowed else var.type
         see = f" See [{var.see}]({var.see})." if var.see else ""
-        rows.append(f"| `{var.name}` | {kind} | {f'`{var.default}`' if var.default else '(unset)'} | "
+        key = f"`{var.key}`" if var.key else "(environment only)"
+        rows.append(f"| `{var.name}` | {key} | {kind} | {f'`{var.default}`' if var.default else '(unset)'} | "
                     f"{var.help}{see} |")
     return "\n".join(rows)
 
 
 # Validation (torchfl doctor) ------------------------------------------------------------------------
-def problems(environ: Mapping[str, str] | None = None) -> list[ConfigError]:
-    """The error of every FL_* variable that is set and does not parse, in table order."""
+def problems(environ: Mapping[str, str] | None = None, *, files: bool = True) -> list[ConfigError]:
+    """The error of every FL_* variable that is set and does not parse, in table order, then (with
+    `files`) those of the config files' keys: the same checks for both."""
     environ = os.environ if environ is None else environ
     found = []
     for var in ALL:
@@ -334,6 +445,19 @@ def problems(environ: Mapping[str, str] | None = None) -> list[ConfigError]:
             var.parse(text)
         except ConfigError as exc:
             found.append(exc)
+    if not files:
+        return found
+    try:
+        configs = config_files()
+    except ConfigError as exc:
+        return [*found, exc]
+    for _kind, file in configs:
+        for key, value in file.values.items():
+            if key in BY_KEY:
+                try:
+                    BY_KEY[key].parse(value, f"{file.path}: {key}")
+                except ConfigError as exc:
+                    found.append(exc)
     return found
 
 

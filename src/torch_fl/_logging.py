@@ -1,4 +1,5 @@
-"""torch_fl loggers: quiet by default (WARNING and above reach the user), per-module levels via FL_LOG.
+"""torch_fl loggers: quiet by default (WARNING and above reach the user), per-module levels via FL_LOG
+(or the config files' ``log`` key).
 
 ``FL_LOG="dispatch=DEBUG,compile=INFO"`` sets ``torch_fl.dispatch`` and ``torch_fl.compile``;
 a bare level (``FL_LOG=DEBUG``) sets the whole ``torch_fl`` tree. The syntax is parsed by
@@ -39,11 +40,12 @@ def configure(text: str | None = None, *, strict: bool = False) -> dict[str, int
         _log.propagate = False
         _log.setLevel(logging.WARNING)
     try:
-        levels = parse_levels(_env.FL_LOG.text() if text is None else text)
+        # FL_LOG, else the config files' `log` key (the same parser): both are applied here
+        levels = _env.FL_LOG.value() if text is None else parse_levels(text)
     except ConfigError as exc:
         if strict:
             raise
-        _log.warning("%s FL_LOG is ignored until then.", exc)
+        _log.warning("%s The log levels are ignored until then.", exc)
         return {}
     for name, level in levels.items():
         logging.getLogger(name).setLevel(level)

@@ -1,17 +1,20 @@
-"""Project and user config files.
+"""Project and user config files: this module finds and reads them; the settings layer
+(``torch_fl._env``) checks their keys and parses their values with the parsers the environment uses.
 
 Project file: the nearest ``torch_fl.toml`` (or a ``[tool.torch_fl]`` table in the nearest
-``pyproject.toml``) found walking up from the current directory. User file: ``FL_CONFIG``, else
-``$XDG_CONFIG_HOME/torch_fl/config.toml`` (``~/.config/torch_fl/config.toml``).
+``pyproject.toml``) found walking up from the current directory. User file: ``FL_CONFIG`` (which must
+exist when set), else ``$XDG_CONFIG_HOME/torch_fl/config.toml`` (``~/.config/torch_fl/config.toml``).
 
-Keys (all optional)::
+Keys (all optional; each is the config key of an ``FL_*`` variable, docs/env.md lists them all)::
 
-    device = "acc0"                      # default device for torch.fl.device()
-    backend = "cuda"                     # force a description instead of auto-detection
-    device_map = { acc0 = "cuda:1", acc1 = "cpu" }
-    log = "dispatch=DEBUG"               # same syntax as FL_LOG
+    device = "acc0"                      # FL_DEVICE: default device for torch.fl.device()
+    backend = "cuda"                     # FL_BACKEND: force a description instead of auto-detection
+    device_map = { acc0 = "cuda:1", acc1 = "cpu" }   # FL_DEVICE_MAP
+    log = "dispatch=DEBUG"               # FL_LOG (applied at import, like the variable)
+    fallback = "error"                   # FL_FALLBACK
+    cache_keep = 3                       # FL_CACHE_KEEP
 
-    [routes]                             # per-op routes (same meaning as FL_ROUTE)
+    [routes]                             # FL_ROUTE: per-op routes
     "aten::gelu" = "translate"
 
     [scan]                               # `torchfl scan` / `torchfl fix` (pyproject: [tool.torch_fl.scan])
@@ -33,8 +36,6 @@ from typing import Any, NamedTuple
 
 from .errors import ConfigError, did_you_mean
 
-CONFIG_KEYS = ("device", "backend", "device_map", "log", "routes", "scan")
-
 
 class ConfigFile(NamedTuple):
     # A NamedTuple, not a dataclass: `torchfl scan` reads this module, and dataclasses import inspect.
@@ -45,36 +46,33 @@ class ConfigFile(NamedTuple):
         return self.values.get(key)
 
 
-def _validate(values: dict[str, Any], path: Path) -> dict[str, Any]:
-    for key, value in values.items():
-        if key not in CONFIG_KEYS:
-            raise ConfigError(f"{path}: unknown key '{key}'.{did_you_mean(key, CONFIG_KEYS)} "
-                              f"Known keys: {', '.join(CONFIG_KEYS)}.")
-        if key == "scan":
-            if not isinstance(value, dict):
-                raise ConfigError(f"{path}: 'scan' must be a table, e.g. [tool.torch_fl.scan]")
-            continue  # checked by load_scan_config, when a scan reads it
-        if key in ("device_map", "routes"):
-            if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
-                raise ConfigError(f"{path}: '{key}' must be a table of strings, "
-                                  f"e.g. {key} = {{ acc0 = \"cuda:1\" }}")
-        elif not isinstance(value, str):
-            raise ConfigError(f"{path}: '{key}' must be a string, got {value!r}")
-    return values
+# Parsed files by (path, size, mtime): the settings layer asks for a file on every lookup.
+_CACHE: dict[Path, tuple[tuple[int, int], ConfigFile]] = {}
 
 
 def _read(path: Path, table: str | None = None) -> ConfigFile:
     from . import _toml  # here, not at the top: `torchfl scan` without a config file never needs it
 
     try:
+        stat = path.stat()
+        stamp = (stat.st_size, stat.st_mtime_ns)
+        cached = _CACHE.get(path)
+        if cached is not None and cached[0] == stamp and table is None:
+            return cached[1]
         data = _toml.loads(_toml.read_text(path))
-    except (OSError, ValueError, RecursionError) as exc:  # TOMLDecodeError, TextDecodeError are ValueErrors
+    except (OSError, ValueError, RecursionError, MemoryError) as exc:  # TOMLDecodeError is a ValueError
         raise ConfigError(f"{path}: cannot read the torch-fl config: {exc}") from None
     if table:
-        data = data.get("tool", {}).get(table)
+        tool = data.get("tool", {})
+        data = tool.get(table) if isinstance(tool, dict) else None
         if data is None:
             return ConfigFile(None)
-    return ConfigFile(path, _validate(data, path))
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path}: [tool.{table}] must be a table")
+    found = ConfigFile(path, data)
+    if table is None:
+        _CACHE[path] = (stamp, found)
+    return found
 
 
 def project_config(start: Path | None = None) -> ConfigFile:
@@ -103,16 +101,28 @@ def user_config_path() -> Path:
 
 
 def user_config() -> ConfigFile:
+    """The user file; FL_CONFIG naming a file that is not there is an error (it used to be ignored, so a
+    typo in the path silently dropped every setting of the file)."""
+    from . import _env
+
     path = user_config_path()
-    return _read(path) if path.is_file() else ConfigFile(None)
+    if path.is_file():
+        return _read(path)
+    if _env.FL_CONFIG.is_set():
+        why = "is a folder" if path.is_dir() else "exists but is not a regular file" if path.exists() else \
+            "does not exist"
+        raise ConfigError(f"FL_CONFIG: {path} {why}; it names the user config file. Fix: point FL_CONFIG at a "
+                          "TOML file (see docs/env.md), or unset it to use ~/.config/torch_fl/config.toml.")
+    return ConfigFile(None)
 
 
 def lookup(key: str) -> tuple[Any, str] | None:
-    """The value of `key` from the project file, else the user file, with where it came from."""
-    for config in (project_config(), user_config()):
-        value = config.get(key)
-        if value is not None:
-            return value, str(config.path)
+    """The value of config key `key` from the project file, else the user file, with the file's path;
+    parsed and checked by the settings layer (the same parser as its FL_* variable)."""
+    from . import _env
+
+    for found in _env.BY_KEY[key].layers(environment=False):
+        return found.value, found.source
     return None
 
 

@@ -89,7 +89,8 @@ def test_json_through_a_subprocess(tmp_path: Path, entry: str) -> None:
         pytest.skip("the torchfl console script is not installed next to this python")
     command = [sys.executable, "-m", "torch_fl"] if entry == "python -m" else [str(script)]
     env = {k: v for k, v in os.environ.items() if not k.startswith("FL_")}
-    env["FL_CONFIG"] = str(tmp_path / "no-user-config.toml")
+    env["FL_CONFIG"] = str(tmp_path / "empty-user-config.toml")  # a missing FL_CONFIG file is an error
+    (tmp_path / "empty-user-config.toml").write_text("")
     done = subprocess.run([*command, "doctor", "--json"], capture_output=True, text=True, env=env,
                           cwd=tmp_path, timeout=120)
     assert done.returncode == 0, done.stderr

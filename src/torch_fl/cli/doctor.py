@@ -104,6 +104,7 @@ def _skeleton() -> dict[str, Any]:
         "self_check": {"ok": False, "ran": False, "detail": "not run: no device was resolved",
                        "seconds": None},
         "unknown_variables": [], "shadowed_descriptions": {},
+        "settings": [],  # every setting that is set: name, key, value, source (variable or file), kind
         "emulation": {"active": False, "emulator": "", "privateuse1": "", "borrowed": False, "devices": 0,
                       "chip": "", "detail": ""},
         "errors": [],
@@ -119,11 +120,23 @@ def _check_env(data: dict[str, Any]) -> None:
     for exc in _env.problems():
         _record(data, "env", exc)
     data["unknown_variables"] = _env.unknown()
+    data["settings"] = [
+        {"name": var.name, "key": var.key, "value": _setting_text(found.value), "source": found.source,
+         "kind": found.kind}
+        for var, found in _env.settings() if not isinstance(found, Exception)]
     try:
         data["shadowed_descriptions"] = {name: f"{path} ({origin})"
                                          for name, (path, origin) in registry.shadowed().items()}
     except TorchFLError:
         pass  # a broken description is reported by the stages that load it
+
+
+def _setting_text(value: Any) -> str:
+    if isinstance(value, dict):
+        return ",".join(f"{k}={v}" for k, v in value.items())
+    if isinstance(value, list):
+        return os.pathsep.join(map(str, value))
+    return str(value)
 
 
 def _requested(data: dict[str, Any], device: str | None) -> None:
@@ -461,6 +474,9 @@ def _sections(data: dict[str, Any]) -> list[tuple[str, list[tuple[str, str]]]]:
             ("level", desc["level"] or "?"),
             *((f"compat {key}", _compat_text(c)) for key, c in desc["compat"].items())]),
         ("Routes", _route_rows(data)),
+        ("Settings", [(item["name"], f"{item['value']} (from {item['source']}"
+                       f"{'' if item['kind'] == 'environment' else ', ' + item['kind']})")
+                      for item in data["settings"]] or [("settings", "(none set: every default)")]),
         ("Platform", [("platform", data["platform"]), ("environment", data["environment"]),
                       ("cache dir", data["cache_dir"] or "?")]),
         ("Self-check", [("result", _check_text(data["self_check"])),

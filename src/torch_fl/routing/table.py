@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .. import _env, config
+from .. import _env
 from ..description.probe import canonical_op_name, dispatcher_op_name
-from ..errors import ConfigError, did_you_mean
+from ..errors import ConfigError
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -49,13 +49,6 @@ def _route_key(op: str, origin: str) -> str:
         return canonical_op_name(name)
     except (ValueError, TypeError):
         raise ConfigError(f"{origin}: '{op}' is not an operator name ('aten::name[.overload]')") from None
-
-
-def _check_kind(kind: str, origin: str, op: str) -> str:
-    if kind not in ROUTES:
-        raise ConfigError(f"{origin}: route '{kind}' for {op} is not one of {', '.join(ROUTES)}."
-                          + did_you_mean(kind, ROUTES))
-    return kind
 
 
 def _lookup(table: dict[str, object], op: str) -> object | None:
@@ -102,10 +95,11 @@ class RouteTable:
         # FL_ROUTE is parsed (ops checked against the dispatcher, kinds, duplicates) by the env layer
         self._env_routes = {_route_key(op, "FL_ROUTE"): kind for op, kind in _env.FL_ROUTE.value().items()}
         self._config_routes: dict[str, tuple[str, str]] = {}
-        for cfg in (config.user_config(), config.project_config()):  # project overrides user
-            for op, kind in (cfg.get("routes") or {}).items():
-                origin = f"{cfg.path} [routes]"
-                self._config_routes[_route_key(op, origin)] = (_check_kind(kind, origin, op), origin)
+        # The files' [routes] tables meet FL_ROUTE's checks (the settings layer parses both)
+        for found in reversed(_env.FL_ROUTE.layers(environment=False)):  # project overrides user
+            origin = f"{found.source} [routes]"
+            for op, kind in found.value.items():
+                self._config_routes[_route_key(op, origin)] = (kind, origin)
 
     def invalidate(self) -> None:
         with self._lock:
