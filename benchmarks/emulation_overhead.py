@@ -1,4 +1,4 @@
-"""What the emulated device (emu:N, routing/emu_device.py) costs against plain CPU, from one run.
+"""What the emulated device (emu:N, routing/emu/) costs against plain CPU, from one run.
 
   (a) a GPT training step (examples/gpt.py: forward, backward, AdamW) on the emulated device vs the
       same step on the plain CPU: on emu:cuda (every op the model uses is native there, so this is the

@@ -57,7 +57,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import torch_fl
 from torch_fl.description.probe import canonical_op_name
-from torch_fl.routing import emu_device, suspended
+from torch_fl.routing import emu, suspended
 from torch_fl.routing.router import cpu_fallback
 from torch_fl.routing.translate import translation
 
@@ -460,7 +460,7 @@ class Case:
             out = self.fn(*args, **kwargs)
         if device is None:
             return out, (args, kwargs)
-        out, after = emu_device.to_host((out, (args, kwargs)))
+        out, after = emu.to_host((out, (args, kwargs)))
         # the device= arguments went to the device; the comparison wants the sample's own back
         return out, pytree.tree_map(lambda moved, own: own if isinstance(moved, torch.device) else moved,
                                     after, host_inputs)

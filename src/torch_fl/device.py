@@ -28,7 +28,14 @@ _log = logging.getLogger("torch_fl.device")
 
 _VIRTUAL = re.compile(r"^acc(\d+)$")
 EMULATION_PREFIX = "emu:"
-EMULATED_TYPE = "emu"  # the torch device type of emulated chips (routing/emu_device.py)
+
+
+def is_emulated(dev: torch.device) -> bool:
+    """Whether `dev` is an emulated device (its type is the borrowed PrivateUse1 slot's name,
+    routing.emu.slot.backend_name()). Before the emulator's module loads no emulated device can exist,
+    so real devices never pay for importing it."""
+    slot = sys.modules.get("torch_fl.routing.emu.slot")
+    return slot is not None and dev.type == slot.backend_name()
 
 
 @dataclass(frozen=True)
@@ -238,7 +245,7 @@ def resolve_spec(device: str | int | torch.device | None = None) -> ResolvedDevi
 
 
 def _from_physical(dev: torch.device, spec: str, source: str, origin: str) -> ResolvedDevice:
-    emulated = dev.type == EMULATED_TYPE
+    emulated = is_emulated(dev)
     return ResolvedDevice(spec, dev, emulated, "emulation" if emulated and source == "auto-detected" else source,
                           origin)
 
@@ -261,18 +268,18 @@ def emulated_devices(create: bool = False) -> list[torch.device]:
     """The emulated devices (emu:0..emu:N-1, N = FL_EMU_DEVICES); `create` registers the emu backend
     (PyTorch's PrivateUse1 slot) on first use. Empty when it is not registered, or when a vendor plugin
     owns PrivateUse1."""
-    from .routing import emu_device
+    from .routing import emu
 
-    if create and emu_device.available():
-        emu_device.ensure(_emu_count())
-    if not emu_device.available():
-        if create and emu_device.unavailable_reason() not in _warned:
-            _warned.add(emu_device.unavailable_reason())
+    if create and emu.available():
+        emu.ensure(_emu_count())
+    if not emu.available():
+        if create and emu.unavailable_reason() not in _warned:
+            _warned.add(emu.unavailable_reason())
             _log.warning("emulated chips run on the CPU under a dispatch mode (host work is checked too, and "
                          "a forgotten .to(device) goes unnoticed): the emu device is unavailable, because %s.",
-                         emu_device.unavailable_reason())
+                         emu.unavailable_reason())
         return []
-    return [emu_device.device(i) for i in range(emu_device.state.count)]
+    return [emu.device(i) for i in range(emu.state.count)]
 
 
 _warned: set[str] = set()
@@ -359,7 +366,7 @@ def _resolve(device: str | int | None) -> torch.device:
 def description_for(dev: torch.device) -> Description:
     """The description that governs a physical device: the selected backend when its type matches,
     else the highest-priority description of that device type."""
-    if dev.type == EMULATED_TYPE:
+    if is_emulated(dev):
         return emulating() or _last_emulated() or registry.get("cpu")
     selected = backend().description
     if selected.device_type == dev.type:
@@ -383,9 +390,9 @@ sys.modules[__name__].__class__ = _CallableModule
 
 
 def _last_emulated() -> Description | None:
-    from .routing import emu_device
+    from .routing import emu
 
-    return emu_device.state.description
+    return emu.state.description
 
 try:
     register_emulated_early()

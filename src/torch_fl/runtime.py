@@ -41,7 +41,7 @@ import torch
 
 from . import hostmem, plugins
 from .description.model import Description
-from .device import EMULATED_TYPE, description_for, device_map, resolve
+from .device import description_for, device_map, is_emulated, resolve
 from .errors import DeviceNotFoundError, PluginImportError, RuntimeUnsupportedError
 from .streams import Event, Stream, stream
 
@@ -99,7 +99,7 @@ def _device_module(dev: torch.device) -> ModuleType | None:
 
 def _accelerator(dev: torch.device) -> ModuleType | None:
     """torch.accelerator when it speaks for `dev` (its calls act on the current accelerator only)."""
-    if dev.type == EMULATED_TYPE:
+    if is_emulated(dev):
         return None  # a Python backend's C++ hooks report nothing; its module (torch.emu) does
     acc = getattr(torch, "accelerator", None)
     current = getattr(acc, "current_accelerator", None)
@@ -272,7 +272,7 @@ _watermarks = hostmem.Watermarks()  # key -> highest memory_allocated seen since
 def _host_memory(dev: torch.device, desc: Description) -> bool:
     """Whether `dev`'s memory is the process's own (an emulated device counts its live tensors even
     when the chip it emulates shares host memory)."""
-    return _is_host(desc) and dev.type != EMULATED_TYPE
+    return _is_host(desc) and not is_emulated(dev)
 
 
 def _watermark_key(dev: torch.device, desc: Description) -> str:
@@ -461,12 +461,12 @@ def dist_backend(device: DeviceLike = None) -> str:
         'gloo'
     """
     dev = resolve(device)
-    if dev.type == EMULATED_TYPE:
-        # gloo runs on the host data of emulated tensors (routing/emu_dist.py), whatever chip is emulated
-        from .routing import emu_dist
+    if is_emulated(dev):
+        # gloo runs on the host data of emulated tensors (routing/emu/dist.py), whatever chip is emulated
+        from .routing.emu import dist
 
-        emu_dist.register()
-        return emu_dist.BACKEND
+        dist.register()
+        return dist.backend_string()
     return description_for(dev).collective_backend
 
 

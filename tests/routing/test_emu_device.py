@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import torch_fl
-from torch_fl.routing import emu_device
+from torch_fl.routing import emu
 
 ROOT = Path(__file__).parents[2]
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -225,16 +225,16 @@ def test_transfers_syncs_and_memory_are_counted():
     torch_fl.reset_route_stats()
     with torch_fl.emulate("cuda") as activation:
         d = activation.device
-        before = emu_device.memory_allocated(d.index)
+        before = emu.memory_allocated(d.index)
         x = torch.ones(256, device=d)                # made on the device: no transfer
         host = torch.ones(128).to(d)                 # 512 bytes to the device
-        assert emu_device.memory_allocated(d.index) - before == 256 * 4 + 128 * 4
+        assert emu.memory_allocated(d.index) - before == 256 * 4 + 128 * 4
         x.sum().item()
         x.cpu()
         x.tolist()
         repr(x)
         del x, host
-        assert emu_device.memory_allocated(d.index) == before
+        assert emu.memory_allocated(d.index) == before
     transfers = torch_fl.route_stats()["transfers"]
     assert transfers["h2d_bytes"] == 512 and transfers["h2d_calls"] == 1
     assert transfers["d2h_calls"] == 2 and transfers["d2h_bytes"] == 2 * 256 * 4   # .cpu(), .tolist()

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from torch_fl.routing import emu_dist
+from torch_fl.routing.emu import dist as emu_dist
 
 FIXTURE = Path(__file__).parent / "fixtures" / "ddp_emu.py"
 

@@ -16,6 +16,7 @@ from collections import Counter, defaultdict
 from typing import Any
 
 from ..routing import route_table
+from ..routing.emu.slot import backend_name
 from ..routing.table import ROUTES, RouteTable
 from .fidelity import CUDA_AUTOCAST_BACKENDS, DeviceKernels, device_kernels
 from .model import ModelSpec
@@ -177,7 +178,8 @@ def _notes(table: RouteTable, result: TraceResult, kernels: DeviceKernels, devic
     attention = _attention_note(desc, records, kernels)
     if attention:
         notes.append(attention)
-    if kernels.emulated and not device_tensors.startswith("emu"):  # the emu device is unavailable
+    on_emu = device_tensors.split(":")[0] == backend_name()  # tensors of the emulated backend
+    if kernels.emulated and not on_emu:  # the emu device is unavailable
         notes.append("The emulated device could not be registered in this process (a backward pass ran "
                      "before it, or a vendor plugin owns PrivateUse1; torch-fl logged why), so the trace "
                      "used meta tensors: choices PyTorch makes in C++ for the emulated backend (dropout "
@@ -191,11 +193,11 @@ def _notes(table: RouteTable, result: TraceResult, kernels: DeviceKernels, devic
         if cpu_less:
             notes.append(f"Native on '{desc.name}', but the CPU has no kernel to emulate them with: "
                          f"{', '.join(cpu_less)}. The chip runs them; an emulated run stops there.")
-    if device_tensors.startswith("emu") and kernels.emulated:
+    if on_emu and kernels.emulated:
         notes.append(f"The model's tensors were tensors of the emulated backend ({device_tensors}), so "
                      f"PyTorch made that backend's kernel choices (fused dropout and LSTM cells, no "
                      f"oneDNN or *_for_cpu kernels, SDPA's math path) exactly as under emulation.")
-    elif device_tensors.startswith("emu"):
+    elif on_emu:
         notes.append(f"For its autocast lists the model's tensors were tensors of the emulated backend "
                      f"({device_tensors}), with attention and dropout steered to '{desc.name}''s kernels: "
                      f"no oneDNN or *_for_cpu kernels, LSTM cells as _thnn_fused_lstm_cell (a GPU with "
@@ -214,13 +216,13 @@ def _notes(table: RouteTable, result: TraceResult, kernels: DeviceKernels, devic
     if amp:
         backend = device_tensors.split(":")[0]
         lists = ("the emulated device's autocast op lists (PyTorch's CUDA lists, as under emulation)"
-                 if backend == "emu" and kernels.emulated else
-                 "PyTorch's CUDA autocast op lists (registered by the emulated backend)" if backend == "emu"
+                 if on_emu and kernels.emulated else
+                 "PyTorch's CUDA autocast op lists (registered by the emulated backend)" if on_emu
                  else "the CPU's autocast op lists")
         notes.append(f"AMP: the forward pass and the loss ran under torch.autocast('{backend}', "
                      f"dtype={desc.autocast_dtype}) ({desc.autocast_dtype} is precision.autocast_dtype "
                      f"of '{desc.name}'); {lists} decided which ops ran in {desc.autocast_dtype}"
-                     + ("." if backend == "emu" else f", and '{desc.name}''s lists may differ."))
+                     + ("." if on_emu else f", and '{desc.name}''s lists may differ."))
     if desc.native_source == "probe" and desc.dispatch_key != "CPU":
         notes.append(f"'{desc.name}' takes its native op set from probing the {desc.dispatch_key} "
                      f"dispatch key of this process; without its plugin loaded that set is incomplete "

@@ -36,7 +36,7 @@ from torch.overrides import TorchFunctionMode
 FUSED_DROPOUT_BACKENDS = frozenset({"CUDA", "XPU", "PrivateUse1"})
 EMULATED_BACKEND = "PrivateUse1"
 # Backends whose autocast op lists are PyTorch's CUDA lists (aten/src/ATen/autocast_mode.cpp), which the
-# emulated backend registers too (routing/emu_autocast.py): an AMP trace of them runs on fake tensors of
+# emulated backend registers too (routing/emu/autocast.py): an AMP trace of them runs on fake tensors of
 # the emulated backend to get those lists (the CPU's lists differ).
 CUDA_AUTOCAST_BACKENDS = frozenset({"CUDA"})
 

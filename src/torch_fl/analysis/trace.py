@@ -39,6 +39,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..description.probe import canonical_op_name
 from ..errors import TorchFLError
+from ..routing.emu.slot import backend_name
 from ..routing.router import first_dtype
 from . import placement
 from .chains import CallKey, Replay
@@ -321,7 +322,7 @@ def _trace(spec: ModelSpec, *, fake: bool, train: bool, step: bool, amp: bool, a
     backend = torch.device(device).type
     # For an emulated chip on the emulated backend PyTorch makes the chip's kernel choices itself;
     # elsewhere (a real device's trace, whichever tensors it uses) they are steered (fidelity.py).
-    steer = kernels is not None and not (backend == "emu" and kernels.emulated)
+    steer = kernels is not None and not (backend == backend_name() and kernels.emulated)
     if fake:
         mode = placement.fake_mode()
         tensors = placement.stand_ins(spec.model, lambda t: placement.to_fake(mode, t, device))

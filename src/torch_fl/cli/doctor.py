@@ -66,9 +66,9 @@ def collect(device: str | None = None) -> dict[str, Any]:
 
 
 def _emulation() -> dict[str, Any]:
-    from ..routing import emu_device
+    from ..routing import emu
 
-    return emu_device.status()
+    return emu.status()
 
 
 def _governing(data: dict[str, Any], dev: torch.device | None, selected: Description) -> Description:

@@ -122,9 +122,10 @@ def device() -> torch.device:
 
 
 def _backend_of(desc: Description, dev: torch.device) -> str:
-    from ..runtime import EMULATED_TYPE, dist_backend
+    from ..device import is_emulated
+    from ..runtime import dist_backend
 
-    if dev.type == EMULATED_TYPE:
+    if is_emulated(dev):
         # An emulated chip's tensors live in host memory: its collectives are gloo on that data, whatever
         # library the emulated chip's description names (nccl on emu:cuda would need a GPU).
         return dist_backend(dev)

@@ -358,9 +358,9 @@ class CudaAlias:
             self._devices = devices()
         if index < len(self._devices):
             return self._devices[index]
-        from ..routing.emu_device import NAME as EMULATED
+        from ..device import is_emulated
 
-        more = (f"emulate more devices with FL_EMU_DEVICES={index + 1}" if target.type == EMULATED
+        more = (f"emulate more devices with FL_EMU_DEVICES={index + 1}" if is_emulated(target)
                 else "map more devices with FL_DEVICE_MAP")
         raise DeviceNotFoundError(
             f"the CUDA code asks for {_CUDA}:{index}, but this machine has only {len(self._devices)} "

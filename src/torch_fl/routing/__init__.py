@@ -2,9 +2,9 @@
 
 Activation happens on the first device resolution or on ``torch.fl.activate()``: for a real device,
 routers are registered on its dispatch key for the ops whose route is not plain native; for an emulated
-chip (``FL_DEVICE=emu:NAME`` or ``torch.fl.emulate(NAME)``) the emulated device ``emu:N`` (emu_device.py)
+chip (``FL_DEVICE=emu:NAME`` or ``torch.fl.emulate(NAME)``) the emulated device ``emu:N`` (emu/)
 checks its own tensors against the description, and where that device cannot exist a dispatch mode
-checks the CPU (emulation.py). ``torch.fl.deactivate()`` restores the dispatcher exactly.
+checks the CPU (emu/mode.py). ``torch.fl.deactivate()`` restores the dispatcher exactly.
 """
 
 from __future__ import annotations
@@ -77,11 +77,11 @@ def _activate(desc, device: torch.device, emulated: bool) -> Activation:
         f"emu:{desc.name} (on cpu)" if emulated else str(device)
     router = Router(table, label, host_is_device=emulated or device.type == "cpu")
     if on_device:
-        from .emu_device import DeviceEmulation
+        from .emu import DeviceEmulation
 
         installation = DeviceEmulation(router).install()
     elif emulated:
-        from .emulation import Emulation
+        from .emu.mode import Emulation
 
         installation = Emulation(router).install()
     else:

@@ -58,7 +58,7 @@ def transfers() -> dict[str, int]:
     """Copies between host and emulated device (bytes and calls each way) and syncs (.item(), .cpu(),
     .tolist(), printing a device tensor) so far. Real devices are not counted (zeros): only an emulated
     device sees every copy without slowing it down."""
-    emu = sys.modules.get("torch_fl.routing.emu_device")
+    emu = sys.modules.get("torch_fl.routing.emu")
     if emu is None:
         return {"h2d_bytes": 0, "h2d_calls": 0, "d2h_bytes": 0, "d2h_calls": 0, "syncs": 0}
     return emu.transfers()
@@ -89,7 +89,7 @@ def reset_route_stats() -> None:
         _counts.clear()
         _seconds.clear()
         _top_level.clear()
-    emu = sys.modules.get("torch_fl.routing.emu_device")
+    emu = sys.modules.get("torch_fl.routing.emu")
     if emu is not None:
         emu.reset_transfers()
 

@@ -19,10 +19,14 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from .emu_device import EmuTensor
+from .slot import backend_name
+from .tensor import EmuTensor
 
-NAME = "emu"
-BACKEND = "cpu:gloo,emu:emu"  # init_process_group's backend string on emulated devices
+
+def backend_string() -> str:
+    """init_process_group's backend on emulated devices: gloo for host tensors, this one for device ones."""
+    name = backend_name()
+    return f"cpu:gloo,{name}:{name}"
 
 
 def _host(value: Any) -> Any:
@@ -41,7 +45,7 @@ class EmuProcessGroup(dist.ProcessGroup):
         self._gloo = dist.ProcessGroupGloo(dist.PrefixStore("emu-gloo", store), rank, size, timeout)
 
     def getBackendName(self) -> str:
-        return NAME
+        return backend_name()
 
     def allreduce(self, tensors: Any, opts: Any = None) -> Any:
         return self._gloo.allreduce(_host(tensors), opts or dist.AllreduceOptions())
@@ -76,8 +80,9 @@ class EmuProcessGroup(dist.ProcessGroup):
 
 def register() -> None:
     """Make ``emu`` a c10d backend (idempotent)."""
-    if NAME not in dist.Backend.backend_list:
-        dist.Backend.register_backend(NAME, EmuProcessGroup, devices=[NAME])
+    name = backend_name()
+    if name not in dist.Backend.backend_list:
+        dist.Backend.register_backend(name, EmuProcessGroup, devices=[name])
 
 
 def supports_distributed() -> bool:

@@ -1,6 +1,6 @@
 """The dispatch-mode emulator: run on the CPU while enforcing a description's native (op, dtype) set.
 
-The emulated device (emu_device.py) is the default; this mode runs instead where that device cannot
+The emulated device (the rest of this package) is the default; this mode runs instead where that device cannot
 exist (a vendor plugin owns PrivateUse1, or a backward pass ran before it was registered) and for route
 checks on host tensors (``torch.fl.emulate(name, host=True)``). Unlike the device, it checks every CPU op
 of the block, host work included, and cannot catch a forgotten ``.to(device)``.
@@ -21,9 +21,9 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ..description.probe import canonical_op_name
-from .router import Router, first_dtype
-from .table import Route, dtype_name
+from ...description.probe import canonical_op_name
+from ..router import Router, first_dtype
+from ..table import Route, dtype_name
 
 
 class EmulationMode(TorchDispatchMode):

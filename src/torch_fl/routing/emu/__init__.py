@@ -1,0 +1,57 @@
+"""The emulated chip as a device: PyTorch's PrivateUse1 slot borrowed as a Python backend (``emu``).
+
+A tensor on ``emu:N`` is a CPU tensor wrapped in an ``EmuTensor`` whose every aten call is checked
+against the emulated description's route table, as a real backend's dispatch key would be. Host tensors
+never reach it: they are neither routed, counted nor flagged.
+
+The modules, lowest first:
+
+- ``slot``: the borrowed PrivateUse1 slot (``backend_name()``, availability) and the state of the
+  emulated devices; ``register``: borrowing it (``ensure``), with everything below;
+- ``memory``: live/peak device bytes and host-device transfer counters;
+- ``tensor``: ``EmuTensor`` and its dispatch (device checks, routes, wrapping);
+- ``copies``: host <-> device copies, dtype conversions, syncs;
+- ``factories``: ``torch.zeros(.., device="emu")`` and friends (a PrivateUse1 fallback), pinning;
+- ``serialization``: ``torch.save`` / ``torch.load(map_location="emu")``, ``set_``;
+- ``generator``: ``torch.Generator(device="emu")``;
+- ``module``: the backend module ``torch.emu``, the hooks and the device guard;
+- ``autocast``: ``torch.autocast("emu")``; ``dist``: a c10d backend on gloo;
+- ``mode``: the dispatch-mode emulator, used where the device cannot exist.
+
+PrivateUse1 has one owner per process. When a vendor plugin (torch_npu, ...) owns it, ``emu`` cannot
+be a device: emulation then falls back to the dispatch mode (``mode.py``), which checks every CPU op
+(host work included) and cannot catch forgotten ``.to(device)`` calls; see ``borrowed()`` and
+``owner()``.
+"""
+
+from __future__ import annotations
+
+# copies and serialization add their ops to the tensor's dispatch table when imported
+from . import copies, serialization  # noqa: F401
+from .memory import (
+    max_memory_allocated,
+    memory_allocated,
+    reset_peak_memory_stats,
+    reset_transfers,
+    transfers,
+)
+from .register import ensure
+from .slot import (
+    DeviceEmulation,
+    available,
+    backend_name,
+    borrowed,
+    device,
+    owner,
+    set_router,
+    state,
+    status,
+    unavailable_reason,
+)
+from .tensor import EmuTensor, to_host
+
+__all__ = [
+    "DeviceEmulation", "EmuTensor", "available", "backend_name", "borrowed", "device", "ensure",
+    "max_memory_allocated", "memory_allocated", "owner", "reset_peak_memory_stats", "reset_transfers",
+    "set_router", "state", "status", "to_host", "transfers", "unavailable_reason",
+]

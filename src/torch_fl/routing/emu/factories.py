@@ -1,0 +1,133 @@
+"""Factories: calls with ``device="emu"`` and no EmuTensor argument (``torch.zeros(.., device=d)``)
+reach one backend fallback registered on the PrivateUse1 key, plus per-op kernels for the factories
+PyTorch implements as CompositeExplicitAutograd; and host pinning for the emulated device."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from ...description.probe import canonical_op_name
+from ..router import first_dtype
+from ..table import Route
+from .copies import _copy_
+from .slot import _no_device, backend_name, state
+from .tensor import _check_outputs, _wrap
+
+aten = torch.ops.aten
+
+
+def _factory_fallback(ovl: Any, *args: Any, **kwargs: Any) -> Any:
+    target = kwargs.get("device")
+    index = state.current if target is None or target.index is None else target.index
+    if index >= state.count:
+        raise _no_device(index)
+    cpu_kwargs = dict(kwargs)
+    if "device" in cpu_kwargs:
+        cpu_kwargs["device"] = torch.device("cpu")
+    if cpu_kwargs.get("pin_memory"):
+        cpu_kwargs["pin_memory"] = False
+    router = state.router
+    if router is None or _empty(ovl, args):
+        # unchecked, or a placeholder of no elements (batch_norm's uint8 reserve of size 0): no chip
+        # needs a kernel or a dtype for it
+        return _wrap(ovl(*args, **cpu_kwargs), index)
+    dtype = first_dtype(args, cpu_kwargs)
+    op = state.names.get(ovl)
+    if op is None:
+        op = state.names[ovl] = canonical_op_name(ovl)
+    if dtype is not None and dtype not in state.dtypes:
+        # a tensor the chip cannot hold: fail at its creation, as the chip does
+        raise router.error(op, args, kwargs, Route("unsupported", "precision.dtypes"),
+                           f"it produces {dtype}, which is not in precision.dtypes")
+    route = state.routes.get((ovl, dtype))
+    if route is None:
+        route = state.routes[(ovl, dtype)] = state.table.route(op, dtype)
+    if route.kind == "native":
+        out = ovl(*args, **cpu_kwargs)
+        _check_outputs(ovl, route, args, kwargs, out)
+        return _wrap(out, index)
+    return router.call(op, ovl, route, dtype, args, kwargs,
+                       native=lambda a, k: _wrap(ovl(*args, **cpu_kwargs), index))
+
+
+def _empty(ovl: Any, args: tuple) -> bool:
+    """A factory call for a tensor of no elements (its size is its first argument)."""
+    size = args[0] if args and ovl._schema.arguments and ovl._schema.arguments[0].name == "size" else None
+    return isinstance(size, (list, tuple)) and 0 in size
+
+
+_libraries: list[Any] = []
+
+
+def _register_factories() -> None:
+    """One backend fallback for factories without a kernel of their own, and per-op kernels for the
+    factories PyTorch implements as CompositeExplicitAutograd (arange, zeros, randn, ...): those would
+    otherwise decompose into ``empty`` plus an out= variant before any backend sees the call, and a chip
+    is asked for ``arange``, not ``arange.start_out``. The libraries live as long as the process: a
+    backend cannot be unregistered."""
+    library = torch.library.Library("_", "IMPL")
+    library.fallback(_factory_fallback, "PrivateUse1")
+    per_op = torch.library.Library("aten", "IMPL")
+    # torch.tensor(data, device=d) copies into the new device tensor with the Python key excluded: the
+    # call reaches PrivateUse1 itself, where PyTorch's Python fallback cannot serve it (a per-op kernel can)
+    per_op.impl("copy_", _copy_kernel, "PrivateUse1")
+    for name in _composite_factories():
+        ovl = _overload(name)
+        per_op.impl(name[len("aten::"):], _factory_kernel(ovl), "PrivateUse1")
+    _libraries.extend((library, per_op, _pinning()))
+
+
+def _pinning() -> Any:
+    """Pinned host memory for the emulated device is plain host memory. Once PrivateUse1 is the current
+    accelerator, DataLoader(pin_memory=True) pins for it, and PyTorch asks PrivateUse1's hooks for a
+    pinned allocator, which a Python backend cannot provide; these two CPU kernels answer for it and
+    leave every other device to PyTorch's own kernel."""
+    library = torch.library.Library("aten", "IMPL")
+    for name, emulated in (("_pin_memory", lambda t: t.clone()), ("is_pinned", lambda t: False)):
+        original = torch.library.get_kernel(f"aten::{name}", "CPU")
+
+        def kernel(keyset: Any, tensor: torch.Tensor, device: Any = None, *, _original: Any = original,
+                   _emulated: Any = emulated) -> Any:
+            target = torch.accelerator.current_accelerator() if device is None else torch.device(device)
+            if target is not None and target.type == backend_name():
+                return _emulated(tensor)
+            return _original.call_boxed(keyset, tensor, device)
+
+        library.impl(name, kernel, "CPU", with_keyset=True)
+    return library
+
+
+def _copy_kernel(*args: Any, **kwargs: Any) -> Any:
+    return _copy_(aten.copy_.default, args, kwargs)
+
+
+def _overload(name: str) -> Any:
+    base, _, overload = name[len("aten::"):].partition(".")
+    return getattr(getattr(aten, base), overload or "default")
+
+
+def _composite_factories() -> list[str]:
+    """Aten overloads with no tensor argument that return a tensor and are CompositeExplicitAutograd."""
+    names = []
+    for name in torch._C._dispatch_get_all_op_names():
+        if not name.startswith("aten::") or "sparse" in name or \
+                not torch._C._dispatch_has_kernel_for_dispatch_key(name, "CompositeExplicitAutograd"):
+            continue
+        try:
+            schema = _overload(name)._schema
+        except AttributeError:
+            continue
+        if any("Tensor" in str(a.type) for a in schema.arguments):
+            continue
+        if any("Tensor" in str(r.type) for r in schema.returns):
+            names.append(name)
+    return names
+
+
+def _factory_kernel(ovl: Any) -> Callable[..., Any]:
+    def factory(*args: Any, **kwargs: Any) -> Any:
+        return _factory_fallback(ovl, *args, **kwargs)
+    return factory

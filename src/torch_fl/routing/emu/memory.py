@@ -1,0 +1,62 @@
+"""Memory of the emulated devices: live and peak bytes of device storage per device, and the copies
+and syncs between host and device."""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import torch
+
+from .slot import state
+
+_tracked: dict[int, Any] = {}  # data pointer -> weak reference of each storage counted in state.live
+
+
+def _allocated(data: torch.Tensor, index: int) -> None:
+    """Count a new storage as live on `index` until PyTorch frees it (its Python storage object lives as
+    long as the storage)."""
+    storage = data.untyped_storage()
+    size = storage.nbytes()
+    key = storage.data_ptr()
+    if not size or key in _tracked:
+        return
+    _tracked[key] = weakref.ref(storage, lambda _ref: _freed(key, index, size))
+    live = state.live
+    live[index] += size
+    if live[index] > state.peak[index]:
+        state.peak[index] = live[index]
+
+
+def _freed(key: int, index: int, size: int) -> None:
+    _tracked.pop(key, None)
+    state.live[index] -= size
+
+
+def memory_allocated(index: int) -> int:
+    """Bytes of live tensor storage on emu:`index`."""
+    return state.live[index] if index < len(state.live) else 0
+
+
+def max_memory_allocated(index: int) -> int:
+    return state.peak[index] if index < len(state.peak) else 0
+
+
+def reset_peak_memory_stats(index: int) -> None:
+    if index < len(state.peak):
+        state.peak[index] = state.live[index]
+
+
+def transfers() -> dict[str, int]:
+    """Host-device copies and syncs so far on the emulated devices."""
+    return {"h2d_bytes": state.h2d_bytes, "h2d_calls": state.h2d_calls, "d2h_bytes": state.d2h_bytes,
+            "d2h_calls": state.d2h_calls, "syncs": state.syncs}
+
+
+def reset_transfers() -> None:
+    state.h2d_bytes = state.h2d_calls = state.d2h_bytes = state.d2h_calls = state.syncs = 0
+
+
+
+def _nbytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()

@@ -1,0 +1,129 @@
+"""The backend module PyTorch asks for (``torch.emu``: device count, current device, seeding, amp
+dtypes, memory), the PrivateUse1 hooks and the device guard."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from . import memory
+from .slot import state
+
+
+class _BackendModule:
+    """``torch.emu``: what PyTorch asks a backend module for (device count, amp dtypes, seeding)."""
+
+    @staticmethod
+    def is_initialized() -> bool:
+        return True
+
+    @staticmethod
+    def is_available() -> bool:
+        return True
+
+    @staticmethod
+    def current_device() -> int:
+        return state.current
+
+    @staticmethod
+    def set_device(index: int | torch.device) -> None:
+        state.current = index.index or 0 if isinstance(index, torch.device) else int(index)
+
+    @staticmethod
+    def device_count() -> int:
+        return state.count
+
+    @staticmethod
+    def _is_in_bad_fork() -> bool:
+        return False
+
+    @staticmethod
+    def manual_seed_all(seed: int) -> None:
+        pass  # device randomness is the CPU generator's (seeded by torch.manual_seed)
+
+    @staticmethod
+    def manual_seed(seed: int) -> None:
+        pass
+
+    @staticmethod
+    def get_rng_state(device: Any = None) -> torch.Tensor:
+        return torch.get_rng_state()
+
+    @staticmethod
+    def set_rng_state(new_state: torch.Tensor, device: Any = None) -> None:
+        torch.set_rng_state(new_state)
+
+    @staticmethod
+    def get_amp_supported_dtype() -> list[torch.dtype]:
+        desc = state.description
+        names = desc.dtypes if desc is not None else ("float16", "bfloat16")
+        return [getattr(torch, n) for n in names if n in ("float16", "bfloat16")]
+
+    @staticmethod
+    def synchronize(device: Any = None) -> None:
+        state.syncs += 1
+
+    # What torch.fl.memory_allocated() and friends report on the emulated device: its live tensor bytes.
+    @staticmethod
+    def memory_allocated(device: Any = None) -> int:
+        return memory.memory_allocated(_index_of(device))
+
+    @staticmethod
+    def max_memory_allocated(device: Any = None) -> int:
+        return memory.max_memory_allocated(_index_of(device))
+
+    @staticmethod
+    def reset_peak_memory_stats(device: Any = None) -> None:
+        memory.reset_peak_memory_stats(_index_of(device))
+
+    @staticmethod
+    def empty_cache() -> None:
+        pass  # nothing is cached: freed device tensors return their host memory at once
+
+    class device:  # torch.emu.device(i), the context manager PyTorch uses
+        def __init__(self, where: Any) -> None:
+            self.index = torch.device(where).index if not isinstance(where, int) else where
+            self.prev = 0
+
+        def __enter__(self) -> None:
+            self.prev = state.current
+            if self.index is not None:
+                state.current = self.index
+
+        def __exit__(self, *exc: Any) -> None:
+            state.current = self.prev
+
+
+def _index_of(where: Any) -> int:
+    if where is None:
+        return state.current
+    if isinstance(where, int):
+        return where
+    index = torch.device(where).index
+    return state.current if index is None else index
+
+
+def _make_hook() -> Any:
+    # PyTorch binds only these three hooks for Python backends (no generator hook: see Generator below).
+    class Hook(torch._C._acc.PrivateUse1Hooks):
+        def is_available(self) -> bool:
+            return True
+
+        def has_primary_context(self, dev_id: int) -> bool:
+            return True
+
+        def is_built(self) -> bool:
+            return True
+
+    return Hook()
+
+
+def _make_guard() -> Any:
+    # Only type_ is bound for Python guards: PyTorch counts one device (see docs/routing.md, several
+    # emulated devices, for what that means for backward on emu:1 and above).
+    class Guard(torch._C._acc.DeviceGuard):
+        def type_(self) -> Any:
+            return torch._C._autograd.DeviceType.PrivateUse1
+
+    return Guard()

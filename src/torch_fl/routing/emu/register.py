@@ -1,0 +1,57 @@
+"""Registering the emulated backend: PrivateUse1 borrowed (once per process) with the backend module,
+hooks, device guard, factories, serialization, generator and autocast of this package."""
+
+from __future__ import annotations
+
+import threading
+
+import torch
+
+from . import autocast, factories, generator, module, serialization
+from .slot import backend_name, borrowed, device, state
+
+_lock = threading.Lock()
+
+
+def ensure(count: int) -> None:
+    """Register the ``emu`` backend (once: PyTorch cannot unregister a backend) with `count` devices
+    (FL_EMU_DEVICES; a later call sets the count again)."""
+    with _lock:
+        if state.count == count and state.probed:
+            return
+        if not borrowed():
+            from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
+
+            _setup_privateuseone_for_python_backend(backend_name(), backend_module=module._BackendModule(),
+                                                    hook=module._make_hook(), device_guard=module._make_guard())
+            factories._register_factories()
+            serialization._register_serialization()
+            generator._register_generator()
+            autocast.register(backend_name())
+        state.count = count
+        state.live += [0] * max(0, count - len(state.live))
+        state.peak += [0] * max(0, count - len(state.peak))
+        if not state.probed and not _torch_importing():
+            # (while torch itself imports, FL_CUDA_ALIAS's autoload hook: no backward can have run yet, and
+            # a backward would deadlock on the import lock; the next resolution probes)
+            state.probed = True
+            _probe_autograd()
+
+
+def _torch_importing() -> bool:
+    return bool(getattr(getattr(torch, "__spec__", None), "_initializing", False))
+
+
+def _probe_autograd() -> None:
+    """PyTorch's autograd engine sizes its per-device queues once, at the first backward pass of the
+    process; a backend registered after that cannot run backward. One tiny backward tells."""
+    probe = torch.ones(1, device=device(0), requires_grad=True)
+    try:
+        (probe * 2).sum().backward()
+    except RuntimeError as exc:
+        if "device_ready_queues_" not in str(exc):
+            raise
+        state.broken = ("a backward pass ran in this process before the emulated device was registered, "
+                        "and PyTorch's autograd engine fixes its devices at the first backward. Set "
+                        "FL_DEVICE=emu:NAME in the environment (torch-fl then registers the device at "
+                        "import), or resolve the emulated device before any backward")

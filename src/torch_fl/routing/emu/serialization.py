@@ -1,0 +1,77 @@
+"""``torch.save`` / ``torch.load(map_location="emu")`` and storage calls (``set_``) on the emulated
+device."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .slot import _no_device, backend_name, device, state
+from .tensor import SPECIAL, EmuTensor, _mismatch
+
+aten = torch.ops.aten
+
+
+def _register_serialization() -> None:
+    """map_location="emu" for checkpoints saved from host tensors: PyTorch's PrivateUse1 deserializer
+    would allocate an untyped storage on the device, which a Python backend has none of."""
+    from torch import serialization
+
+    def tag(obj: Any) -> str | None:
+        return None
+
+    def restore(obj: Any, location: str) -> Any:
+        name = backend_name()
+        if location == name or location.startswith(name + ":"):
+            return _device_storage(obj, torch.device(location))
+        return None
+
+    serialization.register_package(19, tag, restore)
+
+
+def _device_storage(host: Any, where: torch.device) -> Any:
+    """A storage that says it is on `where` and points at `host`'s memory (kept alive as `_host`):
+    torch._utils._rebuild_tensor then builds ``torch.empty(0, device=where).set_(storage, ...)``, which
+    `_set_storage` turns into an EmuTensor over `host`."""
+    host = getattr(host, "_untyped_storage", host)
+    if where.index is None:
+        where = device(state.current)
+    if where.index >= state.count:
+        raise _no_device(where.index)
+    storage = torch._C._construct_storage_from_data_pointer(host.data_ptr(), where, host.nbytes())
+    storage._host = host
+    state.h2d_bytes += host.nbytes()
+    state.h2d_calls += 1
+    return storage
+
+
+def _set_storage(func: Any, args: tuple, kwargs: dict) -> Any:
+    self = args[0]
+    source = args[1]
+    if isinstance(source, EmuTensor):
+        self._data.set_(source._data, *args[2:], **kwargs)
+        return self
+    if isinstance(source, torch.Tensor):
+        raise _mismatch(func, self.device, source.device)
+    host = getattr(source, "_host", None)
+    if host is None:
+        if source.device.type != "cpu":
+            raise _mismatch(func, self.device, source.device)
+        raise RuntimeError(f"set_: {self.device} tensors cannot use a cpu storage; copy the data with "
+                           f".to('{self.device}')")
+    self._data.set_(host, *args[2:], **kwargs)
+    return self
+
+
+for _op in (aten.set_.source_Storage, aten.set_.source_Storage_storage_offset, aten.set_.source_Tensor,
+            aten.set_.source_Tensor_storage_offset):
+    SPECIAL[_op] = _set_storage
+
+
+def _set_empty(func: Any, args: tuple, kwargs: dict) -> Any:
+    args[0]._data.set_()
+    return args[0]
+
+
+SPECIAL[aten.set_.default] = _set_empty

@@ -1,0 +1,143 @@
+"""The backend slot: PyTorch's PrivateUse1 borrowed as a Python backend, and the state of the
+emulated devices (how many, which description checks them, memory and transfer counters).
+
+Every module of the emulator asks `backend_name()` for the device type of its tensors: it is the one
+place that says what the borrowed slot is called.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..table import Route
+
+_DEFAULT_NAME = "privateuseone"
+
+
+def backend_name() -> str:
+    """The torch device type of emulated tensors (the name PrivateUse1 is borrowed as)."""
+    return "emu"
+
+
+class _State:
+    """What the emulated devices are: how many, the router that checks them (None: unchecked),
+    the per-device memory accounting and the transfer counters."""
+
+    def __init__(self) -> None:
+        self.count = 0                 # devices registered (0: the backend is not set up)
+        self.router: Any = None        # routing.router.Router of the emulated description, or None
+        self.table: Any = None
+        self.dtypes: frozenset[str] = frozenset()
+        self.torch_dtypes: frozenset[torch.dtype] = frozenset()
+        self.description: Any = None   # the description governing emu devices (even when inactive)
+        self.routes: dict[tuple[Any, str | None], Route] = {}
+        self.names: dict[Any, str] = {}
+        self.current = 0
+        self.live = [0]                # live bytes per device
+        self.peak = [0]
+        self.h2d_bytes = self.h2d_calls = self.d2h_bytes = self.d2h_calls = self.syncs = 0
+        self.broken = ""               # why the registered backend cannot be used (autograd probe)
+        self.probed = False
+
+
+state = _State()
+
+
+def owner() -> str:
+    """The backend name PrivateUse1 carries now ('privateuseone' when nobody renamed it)."""
+    return torch._C._get_privateuse1_backend_name()
+
+
+def borrowed() -> bool:
+    """Whether torch-fl has registered the ``emu`` backend in this process."""
+    return state.count > 0
+
+
+def available() -> bool:
+    """Whether ``emu`` can be (or already is) a device: PrivateUse1 is free or already ours, this
+    torch has the Python-backend hooks, and autograd can run on it (see `unavailable_reason`)."""
+    return not unavailable_reason()
+
+
+def unavailable_reason() -> str:
+    """Why ``emu`` cannot be a device in this process ('' when it can)."""
+    from torch.utils import backend_registration
+
+    if state.broken:
+        return state.broken
+    if owner() not in (_DEFAULT_NAME, backend_name()) or _vendor_kernels():
+        return (f"PyTorch's PrivateUse1 slot belongs to '{owner()}' (a vendor plugin), and a process has "
+                f"one PrivateUse1 backend")
+    if not hasattr(backend_registration, "_setup_privateuseone_for_python_backend"):
+        return f"torch {torch.__version__} has no Python backend hooks (torch >= 2.5 has)"
+    return ""
+
+
+def _vendor_kernels() -> bool:
+    """A C++ plugin that registered PrivateUse1 kernels without renaming the slot still owns it."""
+    if borrowed():
+        return False
+    return torch._C._dispatch_has_kernel_for_dispatch_key("aten::empty.memory_format", "PrivateUse1")
+
+
+def status() -> dict[str, Any]:
+    """Which emulator this process uses, for `torchfl doctor`: the emulated device ('device': PrivateUse1
+    borrowed as 'emu'), the dispatch-mode fallback ('dispatch mode', and why), or none."""
+    emulating = state.router is not None or state.count > 0
+    reason = unavailable_reason()
+    if state.count and not reason:
+        kind = "device"
+        name = backend_name()
+        detail = (f"PyTorch's PrivateUse1 slot is borrowed as '{name}' ({state.count} device(s): "
+                  + ", ".join(f"{name}:{i}" for i in range(state.count)) + "); host tensors are never checked")
+    elif reason:
+        kind = "dispatch mode"
+        detail = f"the emulated device is unavailable because {reason}; every CPU op of an emulated block is checked"
+    else:
+        kind, detail = "", "no emulated chip in this process"
+    return {"active": emulating, "emulator": kind, "privateuse1": owner(), "borrowed": borrowed(),
+            "devices": state.count, "chip": getattr(state.description, "name", ""), "detail": detail}
+
+
+def device(index: int = 0) -> torch.device:
+    return torch.device(backend_name(), index)
+
+
+def set_router(router: Any) -> None:
+    """Check emulated devices against `router`'s description (None: run them unchecked)."""
+    state.router = router
+    state.routes = {}
+    if router is not None:
+        state.table = router.table
+        state.description = router.table.description
+        state.dtypes = frozenset(router.table.description.dtypes)
+        state.torch_dtypes = frozenset(getattr(torch, n) for n in state.dtypes if hasattr(torch, n))
+        # torch.autocast("emu") without dtype= takes the chip's dtype, as autocast on the real chip would
+        torch.set_autocast_dtype(backend_name(), getattr(torch, router.table.description.autocast_dtype))
+    else:
+        state.table = None
+
+
+class DeviceEmulation:
+    """An activation of emulated devices: their router; `remove()` restores the previous one (nesting)."""
+
+    def __init__(self, router: Any) -> None:
+        self.router = router
+        self._previous: Any = None
+
+    def install(self) -> DeviceEmulation:
+        self._previous = state.router
+        set_router(self.router)
+        return self
+
+    def remove(self) -> None:
+        set_router(self._previous)
+
+
+
+def _no_device(index: int) -> RuntimeError:
+    return RuntimeError(
+        f"emu:{index} does not exist: {state.count} emulated device(s) (emu:0..emu:{state.count - 1}). "
+        f"Set FL_EMU_DEVICES={index + 1} for more.")

@@ -1,0 +1,363 @@
+"""The tensor of an emulated device and its dispatch.
+
+A tensor on ``emu:N`` is an ``EmuTensor``: a wrapper subclass that holds a CPU tensor with its data.
+Every aten call on it reaches ``EmuTensor.__torch_dispatch__`` (below autograd, after
+CompositeImplicitAutograd ops have decomposed, as on a real backend), which
+
+- raises PyTorch's device-mismatch error when a host tensor (other than a 0-dim scalar) or a tensor of
+  another emulated device takes part;
+- asks the route table of the emulated description for (op, dtype): native calls run the CPU kernel
+  on the held data, other routes go through the same Router as a real dispatch key (a translation
+  runs on the wrapped tensors, so its sub-ops are checked too);
+- wraps the results (in-place ops return their argument itself; views alias through the CPU data).
+
+Ops that need more than unwrap-run-wrap (copies, storage calls) are in `SPECIAL`, filled by the modules
+that handle them (copies.py, serialization.py).
+"""
+
+from __future__ import annotations
+
+import collections
+import copy
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.utils._pytree import tree_map
+
+from ...description.probe import canonical_op_name
+from ..router import first_dtype
+from ..table import Route, dtype_name
+from .memory import _allocated, _nbytes
+from .slot import backend_name, device, state
+
+aten = torch.ops.aten
+
+
+class EmuTensor(torch.Tensor):
+    """A tensor on an emulated device; its data is the CPU tensor ``_data``."""
+
+    _data: torch.Tensor
+    _index: int
+
+    @staticmethod
+    def __new__(cls, data: torch.Tensor, index: int = 0) -> EmuTensor:
+        out = torch.Tensor._make_wrapper_subclass(
+            cls, data.size(), strides=data.stride(), storage_offset=data.storage_offset(),
+            dtype=data.dtype, layout=data.layout, device=torch.device(backend_name(), index),
+            requires_grad=data.requires_grad)
+        out._data = data
+        out._index = index
+        return out
+
+    def __init__(self, data: torch.Tensor, index: int = 0) -> None:
+        pass
+
+    def __repr__(self, *, tensor_contents: Any = None) -> str:
+        state.syncs += 1
+        text = repr(_logical(self).detach())
+        return text[:-1] + f", device='{self.device}')" if text.endswith(")") else text
+
+    # A traceable wrapper subclass: module.to() swaps such tensors into the existing Parameter objects
+    # (torch.utils.swap_tensors), as param.data = ... does on a real device, so tied weights stay tied.
+    def __tensor_flatten__(self) -> tuple[list[str], int]:
+        return ["_data"], self._index
+
+    @staticmethod
+    def __tensor_unflatten__(inner: dict, index: int, outer_size: Any, outer_stride: Any) -> EmuTensor:
+        return EmuTensor(inner["_data"], index)
+
+    def __deepcopy__(self, memo: dict) -> EmuTensor:
+        """A copy on the same device; a Parameter copies as nn.Parameter does (without its .grad)."""
+        if id(self) in memo:
+            return memo[id(self)]
+        with torch.no_grad():
+            result = _wrap(self._data.clone(memory_format=torch.preserve_format), self._index)
+        result.requires_grad_(self.requires_grad)
+        memo[id(self)] = result
+        is_param = getattr(self, "_is_param", False)
+        if self.grad is not None and not is_param:
+            result.grad = copy.deepcopy(self.grad, memo)
+        for key, value in self.__dict__.items():
+            if key not in ("_data", "_index"):
+                setattr(result, key, copy.deepcopy(value, memo))
+        return result
+
+    # No __torch_function__ layer: every call goes straight to the dispatcher (as for a plain tensor).
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    def tolist(self) -> Any:
+        state.syncs += 1
+        state.d2h_calls += 1
+        state.d2h_bytes += _nbytes(self._data)
+        return _logical(self).tolist()
+
+    def numpy(self, *, force: bool = False) -> Any:
+        if not force:
+            raise TypeError(f"can't convert {self.device} device type tensor to numpy. Use Tensor.cpu() to "
+                            f"copy the tensor to host memory first.")
+        return self.cpu().numpy()
+
+    def __reduce_ex__(self, proto: Any) -> Any:
+        # A tensor of a storage-less PrivateUse1 backend: PyTorch saves its CPU copy and a location
+        # tag, and restores it with map_location honored (weights-only loading accepts both).
+        if getattr(self, "_is_param", False):  # an nn.Parameter on the device (torch.save(model))
+            return (torch._utils._rebuild_parameter,
+                    (EmuTensor(self._data.detach(), self._index), self.requires_grad, collections.OrderedDict()))
+        return (torch._utils._rebuild_device_tensor_from_cpu_tensor,
+                (self._data.detach(), self.dtype, str(self.device), self.requires_grad))
+
+    @classmethod
+    def __torch_dispatch__(cls, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        try:
+            return _dispatch(func, args, kwargs or {})
+        except Exception as exc:
+            if not _on_engine_thread():
+                raise
+            return _deferred(exc, func, args, kwargs or {})
+
+
+def _on_engine_thread() -> bool:
+    """Inside a backward pass, on one of the autograd engine's device threads (started by C++)."""
+    return torch._C._current_graph_task_id() != -1 and \
+        isinstance(threading.current_thread(), threading._DummyThread)
+
+
+def _deferred(exc: Exception, func: Any, args: tuple, kwargs: dict) -> Any:
+    """An error in backward on the engine's device thread aborts the process (PyTorch's engine
+    terminates on exceptions from Python backends there); raise it from the end of the backward pass,
+    in the thread that called backward, and let this call finish on the CPU meanwhile."""
+    def reraise() -> None:
+        raise exc
+
+    torch.autograd.Variable._execution_engine.queue_callback(reraise)
+    data = to_host((args, kwargs))
+    index = next((a._index for a in (*args, *kwargs.values()) if isinstance(a, EmuTensor)), 0)
+    return _wrap(func(*data[0], **data[1]), index)
+
+
+def _mismatch(func: Any, first: torch.device, other: torch.device) -> RuntimeError:
+    return RuntimeError(
+        f"Expected all tensors to be on the same device, but found at least two devices, {first} and "
+        f"{other}! (when checking argument for {canonical_op_name(func)}; torch-fl emulates '{first}' as "
+        f"a device of its own: move the tensor with .to(device) as you would on the real chip)")
+
+
+def _unwrap(func: Any, args: tuple, kwargs: dict) -> tuple[int, tuple, dict]:
+    """The device index and the arguments with every EmuTensor replaced by its data; raises on a host
+    tensor (other than a 0-dim scalar, or an index tensor of an indexing op, both of which PyTorch
+    accepts on its accelerators) or a tensor of another emulated device."""
+    # The common call: positional tensors and scalars of real dtypes, no lists, no keywords.
+    if not kwargs:
+        index = -1
+        plain = []
+        for arg in args:
+            kind = type(arg)
+            if kind is EmuTensor:
+                if arg.dtype.is_complex:
+                    break
+                if index < 0:
+                    index = arg._index
+                elif arg._index != index:
+                    break
+                plain.append(arg._data)
+            elif kind is list or kind is tuple or (isinstance(arg, torch.Tensor) and arg.dim() != 0):
+                break
+            else:
+                plain.append(arg)
+        else:
+            return index, tuple(plain), kwargs
+    return _unwrap_all(func, args, kwargs)
+
+
+def _unwrap_all(func: Any, args: tuple, kwargs: dict) -> tuple[int, tuple, dict]:
+    index = -1
+    host: torch.Tensor | None = None
+    host_indices = func in _HOST_INDICES
+
+    def one(value: Any, in_list: bool = False) -> Any:
+        nonlocal index, host
+        if isinstance(value, EmuTensor):
+            if index < 0:
+                index = value._index
+            elif value._index != index:
+                raise _mismatch(func, device(index), value.device)
+            # complex: the kernel sees the lazy bits as the CPU would (conj-aware ops: clone, copy_), except
+            # a view, which views raw memory and keeps the bits on the wrapper (_wrap_bits)
+            return _logical(value) if value.dtype.is_complex and not _is_view(func) else value._data
+        if isinstance(value, torch.Tensor) and value.dim() != 0 and host is None and \
+                not (in_list and host_indices):
+            host = value
+        return value
+
+    def value(arg: Any) -> Any:
+        if isinstance(arg, list):
+            return [one(a, True) for a in arg]
+        if isinstance(arg, tuple):
+            return tuple(one(a, True) for a in arg)
+        return one(arg)
+
+    new_args = tuple(value(arg) for arg in args)
+    new_kwargs = {k: value(v) for k, v in kwargs.items()} if kwargs else kwargs
+    if host is not None:
+        raise _mismatch(func, device(index), host.device)
+    return index, new_args, new_kwargs
+
+
+# x_device[host_index] works on PyTorch's accelerators (the indices are copied over).
+_HOST_INDICES = {aten.index.Tensor, aten.index_put.default, aten.index_put_.default,
+                 aten._index_put_impl_.default, aten._unsafe_index.Tensor, aten._unsafe_index_put.default}
+
+
+def _wrap(out: Any, index: int) -> Any:
+    if isinstance(out, torch.Tensor):
+        if isinstance(out, EmuTensor):
+            return out
+        if out._base is None and type(out) is torch.Tensor:  # (not a FakeTensor under torch.compile)
+            _allocated(out, index)
+        return EmuTensor(out, index)
+    if isinstance(out, (list, tuple)):
+        return type(out)(_wrap(o, index) for o in out) if isinstance(out, list) else \
+            tuple(_wrap(o, index) for o in out)
+    return out
+
+
+def _inplace_result(func: Any, args: tuple, kwargs: dict, out: Any) -> Any:
+    """For ops that write an argument and return it (add_, copy_, out=): that very argument."""
+    written = _written.get(func, _UNKNOWN)
+    if written is _UNKNOWN:
+        written = _written[func] = _written_argument(func)
+    if written is None:
+        return None
+    position, name = written
+    return args[position] if position < len(args) else kwargs[name]
+
+
+_UNKNOWN: Any = object()
+_written: dict[Any, tuple[int, str] | None] = {}
+
+
+def _written_argument(func: Any) -> tuple[int, str] | None:
+    """(position, name) of the argument a single-result op writes and returns, else None."""
+    returns = func._schema.returns
+    if len(returns) != 1 or returns[0].alias_info is None or not returns[0].alias_info.is_write:
+        return None
+    for i, argument in enumerate(func._schema.arguments):
+        if argument.alias_info is not None and argument.alias_info.is_write:
+            return i, argument.name
+    return None
+
+
+def _dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
+    special = SPECIAL.get(func)
+    if special is not None:
+        return special(func, args, kwargs)
+    index, cargs, ckwargs = _unwrap(func, args, kwargs)
+    router = state.router
+    if router is None:
+        return _finish(func, args, kwargs, func(*cargs, **ckwargs), index)
+    dtype = first_dtype(cargs, ckwargs)
+    route = state.routes.get((func, dtype))
+    if route is None:
+        op = state.names.get(func)
+        if op is None:
+            op = state.names[func] = canonical_op_name(func)
+        route = state.routes[(func, dtype)] = state.table.route(op, dtype)
+    if route.kind == "native":
+        out = func(*cargs, **ckwargs)
+        _check_outputs(func, route, args, kwargs, out)
+        return _finish(func, args, kwargs, out, index)
+    op = state.names[func]
+
+    def native(_a: tuple, _k: dict) -> Any:
+        return _finish(func, args, kwargs, func(*cargs, **ckwargs), index)
+
+    return router.call(op, func, route, dtype, args, kwargs, native=native)
+
+
+def _finish(func: Any, args: tuple, kwargs: dict, out: Any, index: int) -> Any:
+    same = _inplace_result(func, args, kwargs, out)
+    if same is not None:
+        return same
+    if isinstance(out, torch.Tensor) and out.dtype.is_complex:
+        return _wrap_bits(func, args, out, max(index, 0))
+    return _wrap(out, max(index, 0))
+
+
+_views: dict[Any, bool] = {}
+
+
+def _is_view(func: Any) -> bool:
+    view = _views.get(func)
+    if view is None:
+        returns = func._schema.returns
+        view = _views[func] = bool(returns) and returns[0].alias_info is not None and \
+            not returns[0].alias_info.is_write
+    return view
+
+
+def _wrap_bits(func: Any, args: tuple, out: torch.Tensor, index: int) -> EmuTensor:
+    """Complex results: the lazy conjugate/negative bits live on the wrapper, never on the data.
+    PyTorch resolves those bits above the Python key, so kernels here see raw memory, as a real
+    backend's kernels do; a view keeps the bits of the tensor it views, and _conj/_neg_view toggle them."""
+    conj, neg = out.is_conj(), out.is_neg()
+    raw = out.conj() if conj else out
+    raw = torch._neg_view(raw) if neg else raw
+    if _is_view(func):
+        base = next((a for a in args if isinstance(a, EmuTensor)), None)
+        if base is not None:
+            conj, neg = conj ^ base.is_conj(), neg ^ base.is_neg()
+    wrapped = _wrap(raw, index)
+    if conj:
+        torch._C._set_conj(wrapped, True)
+    if neg:
+        torch._C._set_neg(wrapped, True)
+    return wrapped
+
+
+def _logical(t: EmuTensor) -> torch.Tensor:
+    """The CPU data of `t` with its lazy conjugate/negative bits (what its values are)."""
+    data = t._data
+    if t.is_conj():
+        data = data.conj()
+    if t.is_neg():
+        data = torch._neg_view(data)
+    return data
+
+
+def _check_outputs(func: Any, route: Route, args: tuple, kwargs: dict, out: Any) -> None:
+    """A native op can still produce a dtype the chip lacks (rfft: float32 in, complex64 out); on the
+    chip that fails here, not at the next op that happens to read the result."""
+    if type(out) is torch.Tensor:
+        if out.dtype in state.torch_dtypes:
+            return
+        out = (out,)
+    for value in out if isinstance(out, (tuple, list)) else (out,):
+        if isinstance(value, torch.Tensor) and dtype_name(value.dtype) not in state.dtypes:
+            raise state.router.error(
+                state.names[func], args, kwargs, Route("unsupported", route.source),
+                f"it produces {dtype_name(value.dtype)}, which is not in precision.dtypes")
+
+
+
+def _sdp_choice(func: Any, args: tuple, kwargs: dict) -> int:
+    """SDPA asks the device which fused kernel to use; the CPU's answer names CPU-only kernels (the CPU
+    flash attention, whose backward no other chip has): an emulated chip takes the math path, as a chip
+    without a fused kernel of its own does."""
+    from torch.nn.attention import SDPBackend
+
+    return int(SDPBackend.MATH)
+
+
+
+# Ops with a handler of their own (the other modules of the emulator add theirs).
+SPECIAL: dict[Any, Callable[[Any, tuple, dict], Any]] = {
+    aten._fused_sdp_choice.default: _sdp_choice,
+}
+
+
+def to_host(value: Any) -> Any:
+    """The CPU data of every EmuTensor in `value` (a tensor, or a pytree of them), with its lazy
+    conjugate/negative bits; aliasing is kept (a device view is a view of the same CPU data)."""
+    return tree_map(lambda t: _logical(t) if isinstance(t, EmuTensor) else t, value)
