@@ -344,7 +344,8 @@ def _warnings(data: dict[str, Any]) -> list[str]:
     if share < NATIVE_CALLS_WARNING:
         warnings.append(f"only {share:.1%} of calls are native on {data['device']} (below "
                         f"{NATIVE_CALLS_WARNING:.0%}): expect translation and fallback overhead; the "
-                        f"ops table above lists what to add to the description or provide kernels for.")
+                        f"table 'Ops that are not native on {data['device']}' lists what to add to the "
+                        f"description or provide kernels for.")
     unsupported = [op for op in data["ops"] if op["route"] == "unsupported"]
     if unsupported:
         names = ", ".join(f"{op['op']} ({op['dtype'] or 'any dtype'})"
