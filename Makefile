@@ -21,14 +21,16 @@ demo: venv
 	cd examples && ../$(PY) demo.py --steps 20
 	$(VENV)/bin/torchfl doctor
 
-# The whole suite (CI runs this).
+# The whole suite (CI runs this). Bounded: each test by pytest-timeout (600 s, pyproject.toml), the whole run
+# by --session-timeout (the suite takes ~10 minutes on 2 cores), so a hang fails CI instead of stalling it.
+TEST_SESSION_TIMEOUT ?= 2700
 test: venv
-	$(PY) -m pytest
+	$(PY) -m pytest --session-timeout=$(TEST_SESSION_TIMEOUT)
 
 # The edit-test loop: everything but the tests marked slow (multi-process runs, real compiles, subprocess
 # launches), under 2 minutes on a quiet 2-core machine.
 test-fast: venv
-	$(PY) -m pytest -m "not slow"
+	$(PY) -m pytest -m "not slow" --session-timeout=$(TEST_SESSION_TIMEOUT)
 
 lint: venv
 	$(VENV)/bin/ruff check .

@@ -211,6 +211,26 @@ def test_the_watchdog_stops_with_the_process_group(one_rank):
     assert not thread.is_alive()
 
 
+def test_the_watchdog_does_not_adopt_the_next_process_group(one_rank):
+    # destroy and init again faster than the watchdog wakes: the old thread used to see "initialised"
+    # and watch the new group (and its store, and every later test's collectives) for good
+    from torch_fl import distributed
+
+    old = distributed._state.watchdog
+    dist.destroy_process_group()
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1,
+                            timeout=timedelta(seconds=30))
+    try:
+        assert not old.watching()
+        old._thread.join(timeout=old.interval + 5)
+        assert not old._thread.is_alive() and old.store is None
+    finally:
+        dist.destroy_process_group()
+
+
 def test_initialising_twice_is_refused(one_rank):
     with pytest.raises(torch.fl.distributed.DistributedError, match="already initialised"):
         torch.fl.distributed.init_process_group()

@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -171,13 +172,19 @@ def test_map_location_of_every_kind(map_location):
 
 
 def test_ddp_device_ids_and_output_device_as_ordinals(tmp_path):
+    # A bounded store timeout (torch's default is 30 minutes: a FileStore retries a missing file that
+    # long) and the DDP model released before the group is destroyed, so that the gloo group's destructor
+    # runs here, while its store file exists, not at some later garbage collection (where it once hung
+    # the suite for 30 minutes). The watchdog of an earlier torch.fl group no longer adopts this group.
     with cuda_alias("cpu"):
-        dist.init_process_group("nccl", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+        dist.init_process_group("nccl", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1,
+                                timeout=timedelta(seconds=60))
         try:
             model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(2, 2).to(0), device_ids=[0],
                                                               output_device=0)
             model(torch.ones(1, 2).to(0)).sum().backward()
             assert model.device_ids is None and model.module.weight.grad is not None
+            del model
         finally:
             dist.destroy_process_group()
 

@@ -126,22 +126,35 @@ class Watchdog:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="torch_fl-collective-watchdog", daemon=True)
         self._warned_empty = False
+        self._group: Any = None
 
     def start(self) -> Watchdog:
+        # The group this watchdog watches: a later group (after destroy_process_group and a new
+        # init_process_group within one interval) is not its business. Without this, the old thread
+        # saw "initialised" again and kept reading the flight recorder, publishing into the old store and
+        # judging the new group's collectives against the old timeout, for the rest of the process.
+        self._group = dist.group.WORLD if dist.is_initialized() else None
         self._thread.start()
         return self
 
     def stop(self) -> None:
         self._stop.set()
 
+    def watching(self) -> bool:
+        """Whether the group this watchdog started with is still the default group."""
+        return dist.is_initialized() and (self._group is None or dist.group.WORLD is self._group)
+
     def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            if not dist.is_initialized():
-                return  # destroy_process_group ends the watch
-            try:
-                self.check()
-            except Exception as exc:  # the watchdog must never be what kills training
-                _log.debug("collective watchdog: %s: %s", type(exc).__name__, exc)
+        try:
+            while not self._stop.wait(self.interval):
+                if not self.watching():
+                    return  # destroy_process_group ends the watch
+                try:
+                    self.check()
+                except Exception as exc:  # the watchdog must never be what kills training
+                    _log.debug("collective watchdog: %s: %s", type(exc).__name__, exc)
+        finally:
+            self.store = self._group = None  # keep neither the old store nor the old group alive
 
     def check(self, now_ns: int | None = None) -> str | None:
         """One round: publish progress, and end the process if a collective is overdue. Returns the
