@@ -171,10 +171,20 @@ def test_registered_ops_are_native_and_unregistered_backend_ops_are_not(chip):
     assert len(registered & native) / len(registered) >= 0.95
     # A CPU kernel that no composite provides and the vendor does not register (any version) is
     # backend-only: not native on the chip.
-    backend_only = probe.probe_native_ops("CPU") - probe.composite_ops() - table.ops(None) - \
-        table.ops(None, "fallback")
+    every_line = table.ops(None)
+    backend_only = probe.probe_native_ops("CPU") - probe.composite_ops() - every_line - \
+        probe.forwarded_ops(every_line) - table.ops(None, "fallback")
     assert len(backend_only) > 50
     assert not backend_only & native
+
+
+def test_structured_ops_forward_to_a_registered_out_overload():
+    # Ascend registers gelu.out only; PyTorch's generated kernel runs gelu and gelu_ through it
+    desc = torch_fl.description("npu")
+    table = desc.native_table()[0]
+    assert "aten::gelu.out" in table.ops(None) and "aten::gelu.default" not in table.ops(None)
+    assert {"aten::gelu.default", "aten::gelu_.default"} <= desc.native_ops()
+    assert probe.structured_delegates()["aten::gelu_.default"] == "aten::gelu.out"
 
 
 def test_description_says_which_table_and_version():

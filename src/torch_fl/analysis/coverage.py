@@ -30,7 +30,8 @@ _SDPA_PREFIX = "aten::_scaled_dot_product_"
 _EMULATION_PREFIX = "emu:"
 
 
-def coverage(spec: ModelSpec, device: str, train: bool = False, amp: bool = False) -> Report:
+def coverage(spec: ModelSpec, device: str, train: bool = False, amp: bool = False,
+             plugin_version: str | None = None) -> Report:
     """Trace `spec` and classify every (op, dtype) it calls with the route table of `device`.
 
     Args:
@@ -38,6 +39,9 @@ def coverage(spec: ModelSpec, device: str, train: bool = False, amp: bool = Fals
         device: a description name (``cuda``, ``mps``, ``cpu``), ``emu:NAME`` or a description .toml path.
         train: trace a training step (forward, loss, backward, one AdamW step) instead of inference.
         amp: run the forward pass under autocast with the description's ``precision.autocast_dtype``.
+        plugin_version: for a chip with a vendor op table (npu, mlu, musa, xpu), answer for that plugin
+            release line ('2.5') instead of the installed one or the newest; the report lists the traced
+            ops whose registration differs between lines ('native from 2.7').
 
     Returns:
         A Report whose ``data`` is the documented JSON (docs/analysis.md, "torchfl coverage").
@@ -52,6 +56,8 @@ def coverage(spec: ModelSpec, device: str, train: bool = False, amp: bool = Fals
     emulated = _emulated(device)
     # The description alone: resolving emu:NAME as a device would register the emulated backend.
     table = route_table(device.removeprefix(_EMULATION_PREFIX))
+    if plugin_version is not None:
+        table = _for_plugin_version(table, plugin_version)
     desc = table.description
     kernels = device_kernels(desc, emulated=emulated)
     what = "a training step (forward, loss, backward, AdamW step)" if train else "a forward pass"
@@ -65,9 +71,49 @@ def coverage(spec: ModelSpec, device: str, train: bool = False, amp: bool = Fals
                  f"of the example inputs instead")
     data = _data(spec, desc.name, result)
     data["notes"] = _notes(table, result, kernels, device_tensors, train=train, amp=amp)
+    plugin = _plugin_data(desc, result.records)
+    if plugin is not None:
+        data["plugin"] = plugin
     traced = what + (f" under autocast({desc.autocast_dtype})" if amp else "")
     traced += ", recorded from a real CPU run" if result.real_run else ", on fake tensors"
     return _report(spec, device, data, traced)
+
+
+def _for_plugin_version(table: RouteTable, version: str) -> RouteTable:
+    """The route table of `table`'s chip answering for plugin release line `version`."""
+    from ..description import registry
+    from ..errors import DescriptionError
+
+    desc = table.description.with_plugin_version(version)
+    if desc.table_path() is None or desc.native_table() is None:
+        with_tables = sorted(name for name, d in registry.descriptions().items() if d.table_path() is not None)
+        raise DescriptionError(
+            f"--plugin-version {version}: '{desc.name}' has no vendor op table (ops.table), so there are no "
+            f"plugin versions to answer for; chips with one: {', '.join(with_tables)}", path=desc.path,
+            key="ops.table")
+    return RouteTable(desc, table.kernels)
+
+
+def _plugin_data(desc: Any, records: list[OpRecord]) -> dict[str, Any] | None:
+    """What a vendor chip's native set is based on, and the traced ops whose registration differs
+    between the table's plugin release lines (None: the set is probed or listed, not a table)."""
+    resolved = desc.native_table()
+    if resolved is None:
+        return None
+    from ..description.probe import composite_ops, structured_delegates
+
+    table, version, why = resolved
+    changes = table.changes(version)
+    delegates = structured_delegates()
+    composite = composite_ops()  # native in every line whatever the vendor registers
+    rows = []
+    for op in sorted({r.op for r in records} - composite):
+        if op in changes:
+            rows.append({"op": op, "change": changes[op]})
+        elif delegates.get(op) in changes:  # runs through its out= overload, which changes
+            rows.append({"op": op, "change": f"{changes[delegates[op]]} (through {delegates[op]})"})
+    return {"table": table.path, "plugin": table.plugin, "version": version, "why": why,
+            "sources": table.sources(), "changes": rows}
 
 
 def _emulated(device: str) -> bool:
@@ -223,10 +269,16 @@ def _notes(table: RouteTable, result: TraceResult, kernels: DeviceKernels, devic
                      f"dtype={desc.autocast_dtype}) ({desc.autocast_dtype} is precision.autocast_dtype "
                      f"of '{desc.name}'); {lists} decided which ops ran in {desc.autocast_dtype}"
                      + ("." if on_emu else f", and '{desc.name}''s lists may differ."))
-    if desc.native_source == "probe" and desc.dispatch_key != "CPU":
-        notes.append(f"'{desc.name}' takes its native op set from probing the {desc.dispatch_key} "
-                     f"dispatch key of this process; without its plugin loaded that set is incomplete "
-                     f"and ops show as not native.")
+    resolved = desc.native_table()
+    if resolved is not None:
+        vendor_table, version, why = resolved
+        notes.append(f"'{desc.name}''s native op set comes from its vendor op table {vendor_table.path}, "
+                     f"{vendor_table.plugin} {version or '(one release line)'} ({why}): the ops the vendor "
+                     f"registers in that line, from {'; '.join(vendor_table.sources())}, plus the ops whose "
+                     f"composite kernels decompose onto them. `--plugin-version` answers for another line.")
+    elif desc.native_source == "probe" and desc.dispatch_key != "CPU":
+        notes.append(f"'{desc.name}''s native op set was probed from this process's {desc.dispatch_key} "
+                     f"dispatch key, where its plugin ({desc.plugin or 'built into torch'}) is loaded.")
     return notes
 
 
@@ -277,6 +329,8 @@ def _report(spec: ModelSpec, device: str, data: dict[str, Any], traced: str) -> 
         ],
     )
     report.sections.append(_not_native_section(data))
+    if "plugin" in data:
+        report.sections.append(_plugin_section(data))
     report.sections.append(_module_section(spec, data))
     report.sections.append(Section("Notes", text=[f"- {note}" for note in data["notes"]]))
     report.warnings.extend(_warnings(data))
@@ -302,6 +356,21 @@ def _not_native_section(data: dict[str, Any]) -> Section:
                                  "decided by"], rows))
     section.text.append("'translate -> X': the translation runs, but the worst route in its chain is X. "
                         "Rows with 'via' are reached inside translations (outermost first).")
+    return section
+
+
+def _plugin_section(data: dict[str, Any]) -> Section:
+    plugin = data["plugin"]
+    line = f"{plugin['plugin']} {plugin['version']}" if plugin["version"] else plugin["plugin"]
+    section = Section(f"Plugin versions ({line}: {plugin['why']})")
+    if not plugin["changes"]:
+        section.text.append(f"Every traced op is registered alike in all release lines of {plugin['table']}.")
+        return section
+    routes = {}
+    for op in data["ops"]:
+        routes.setdefault(op["op"], op["route"])
+    section.tables.append(Table(["op", f"route with {line}", "across plugin versions"],
+                                [[c["op"], routes.get(c["op"], "-"), c["change"]] for c in plugin["changes"]]))
     return section
 
 

@@ -26,6 +26,7 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> No
                "  torchfl coverage examples/gpt.py:factory --device emu:minimal --train\n"
                "  torchfl coverage examples/cnn.py:factory --device mps --amp --html cnn-mps.html\n"
                "  torchfl coverage mypkg.models:build --device ./my-chip.toml --train --strict\n"
+               "  torchfl coverage examples/gpt.py:factory --device npu --train --plugin-version 2.5\n"
                "\nExit status: 0 (the report ran); with --strict, 1 when an op is unsupported.\n"
                "Docs: docs/analysis.md",
         formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -37,6 +38,10 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> No
                         help="trace a training step (forward, loss, backward, AdamW step), not inference")
     parser.add_argument("--amp", action="store_true",
                         help="run the forward pass under autocast with the device's autocast dtype")
+    parser.add_argument("--plugin-version", metavar="VERSION",
+                        help="for a chip with a vendor op table (npu, mlu, musa, xpu): answer for that "
+                             "plugin release line (e.g. 2.5), and list the traced ops that change between "
+                             "lines ('native from 2.7'); default: the installed plugin's, else the newest")
     add_report_files(parser)
     parser.add_argument("--strict", action="store_true",
                         help="exit 1 when some op is unsupported on the device (for CI)")
@@ -48,6 +53,7 @@ def run(args: argparse.Namespace) -> int:
     from ..analysis.report import emit, progress
 
     progress(f"loading {args.model}")
-    report = coverage(load_model(args.model), args.device, train=args.train, amp=args.amp)
+    report = coverage(load_model(args.model), args.device, train=args.train, amp=args.amp,
+                      plugin_version=args.plugin_version)
     emit(report, json_path=args.json, html_path=args.html)
     return UNSUPPORTED if args.strict and report.data["summary"]["unsupported_calls"] else OK

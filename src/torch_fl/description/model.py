@@ -124,12 +124,20 @@ class Description:
 
         'probe' asks this process's dispatcher for kernels on the dispatch key where that key's
         backend is loaded (the live device, or CPU). Elsewhere the vendor table of ops.table answers:
-        the ops its plugin registers in the chosen release line (that exist in this torch) plus the
-        ops with a composite kernel, which decompose onto the others on any backend. A probed
+        the ops its plugin registers in the chosen release line (that exist in this torch), the ops
+        with a composite kernel, which decompose onto others on any backend, and the structured ops
+        whose out= overload is registered (PyTorch's generated kernel forwards them to it). A probed
         description without a table, asked offline, is an error: its probe would only find the
         composite ops and call a chip 95% native with nothing behind it."""
         if "native" not in self._cache:
-            from .probe import all_aten_ops, canonical_op_name, composite_ops, probe_native_ops, read_op_table
+            from .probe import (
+                all_aten_ops,
+                canonical_op_name,
+                composite_ops,
+                forwarded_ops,
+                probe_native_ops,
+                read_op_table,
+            )
 
             native = self.data["ops"]["native"]
             if isinstance(native, list):
@@ -138,7 +146,8 @@ class Description:
                 resolved = self.native_table()
                 if resolved is not None:
                     table, version, _ = resolved
-                    ops = (table.ops(version) & frozenset(all_aten_ops())) | composite_ops()
+                    registered = table.ops(version) & frozenset(all_aten_ops())
+                    ops = registered | composite_ops() | forwarded_ops(registered)
                 else:
                     from .probe import backend_loaded
 

@@ -24,9 +24,11 @@ __all__ = [
     "canonical_op_name",
     "composite_ops",
     "dispatcher_op_name",
+    "forwarded_ops",
     "probe_dtypes",
     "probe_native_ops",
     "read_op_table",
+    "structured_delegates",
 ]
 
 _IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
@@ -139,6 +141,39 @@ def composite_ops() -> frozenset[str]:
                      if any(has_kernel(dispatcher_op_name(op), key) for key in _DECOMPOSING_KEYS))
 
 
+@functools.cache
+def structured_delegates() -> dict[str, str]:
+    """op -> the out= overload its CompositeExplicitAutogradNonFunctional forwarder calls, for the
+    structured ops of this torch (``aten::gelu.default`` -> ``aten::gelu.out``), read from the
+    ``native_functions.yaml`` the wheel ships ({} when it ships none: no forwarder then counts)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("torchgen")
+    if spec is None or spec.origin is None:
+        return {}
+    path = Path(spec.origin).parent / "packaged/ATen/native/native_functions.yaml"
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError:
+        return {}
+    delegates: dict[str, str] = {}
+    name = ""
+    for line in text.splitlines():
+        if line.startswith("- func:"):
+            name = line[len("- func:"):].split("(", 1)[0].strip()
+        elif line.startswith("  structured_delegate:") and name:
+            delegates[canonical_op_name(name)] = canonical_op_name(line.split(":", 1)[1].split("#")[0].strip())
+    return delegates
+
+
+def forwarded_ops(registered: frozenset[str]) -> frozenset[str]:
+    """The structured ops (functional and in-place) that run where their out= overload is `registered`:
+    PyTorch's generated NonFunctional kernel forwards them to it on any backend."""
+    has_kernel = torch._C._dispatch_has_kernel_for_dispatch_key
+    return frozenset(op for op, target in structured_delegates().items() if target in registered
+                     and has_kernel(dispatcher_op_name(op), "CompositeExplicitAutogradNonFunctional"))
+
+
 def backend_loaded(desc: Any) -> bool:
     """Whether this process has the description's backend, so that probing its dispatch key is the
     truth: the CPU always; a PrivateUse1 chip when its plugin is imported and owns the slot under the
@@ -215,6 +250,7 @@ def cache_clear() -> None:
     """Forget memoised probes (for tests, or after loading an extension that registers kernels)."""
     probe_native_ops.cache_clear()
     composite_ops.cache_clear()
+    structured_delegates.cache_clear()
     _probe_dtypes_cached.cache_clear()
 
 
