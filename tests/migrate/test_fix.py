@@ -183,10 +183,12 @@ def test_imports_from_torch_cuda_are_removed_only_when_unused() -> None:
               "with autocast():\n    pass\n"
               "with autocast():  # noqa: FL301\n    pass\n")
     out = fix_source(source).new_source
-    assert out.startswith("from torch.cuda.amp import autocast\nimport torch\n" + TORCH_FL_IMPORT + "\n")
+    assert out.startswith("from torch.cuda.amp import autocast\nimport contextlib\nimport torch\n" + TORCH_FL_IMPORT + "\n")
     # enabled=torch.fl.is_accelerator(): torch.cuda.amp.GradScaler() was off on a CPU-only host, and stays off.
     assert "scaler = torch.amp.GradScaler(torch.fl.device_type(), enabled=torch.fl.is_accelerator())" in out
-    assert "with torch.autocast(torch.fl.device_type(), enabled=torch.fl.is_accelerator()):" in out
+    # The region stays scoped to the accelerator: nothing on a CPU-only host (not a CPU autocast region).
+    assert ("with torch.autocast(torch.fl.device_type()) if torch.fl.is_accelerator() else contextlib.nullcontext():"
+            in out)
     assert "with autocast():  # noqa: FL301" in out
 
 

@@ -73,11 +73,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import functools
-import linecache
-import logging
-import os
-import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -85,188 +80,29 @@ from types import FrameType
 from typing import Any
 
 import torch
-from torch.overrides import TorchFunctionMode, _get_current_function_mode_stack, resolve_name
+from torch.overrides import _get_current_function_mode_stack
 
 from ..device import description_for, resolve
 from ..errors import DeviceNotFoundError
+from . import patches
+from .alias_calls import (
+    CUDA,
+    DeviceMode,
+    DeviceRequest,
+    Mapped,
+    Recorder,
+    Site,
+    from_torch_fl,
+    has_cuda,
+    is_cuda,
+    is_device,
+    is_internal,
+    is_ordinal,
+    log,
+    user_frame,
+)
 
 __all__ = ["CudaAlias", "DeviceRequest", "Site", "active", "cuda_alias"]
-
-_log = logging.getLogger("torch_fl.migrate")
-
-_CUDA = "cuda"
-_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
-_FL_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
-_MODE_MACHINERY = (os.path.join(_TORCH_DIR, "overrides.py"),)
-
-
-# Call sites --------------------------------------------------------------------------------------
-@functools.lru_cache(maxsize=4096)
-def _is_internal(filename: str) -> bool:
-    """Code of torch or torch-fl: never the site a user should look at."""
-    return filename.startswith((_TORCH_DIR, _FL_DIR))
-
-
-def _user_frame(frame: FrameType | None) -> FrameType | None:
-    while frame is not None and _is_internal(frame.f_code.co_filename):
-        frame = frame.f_back
-    return frame
-
-
-@dataclass(frozen=True)
-class Site:
-    """A line of user code."""
-
-    filename: str
-    lineno: int
-
-    @property
-    def source(self) -> str:
-        return linecache.getline(self.filename, self.lineno).strip()
-
-    def __str__(self) -> str:
-        try:
-            shown = os.path.relpath(self.filename)
-        except ValueError:  # another drive (Windows)
-            shown = self.filename
-        return f"{self.filename if shown.startswith('..') else shown}:{self.lineno}"
-
-
-@dataclass(frozen=True)
-class DeviceRequest:
-    """One call that asked for a device: where, what, and where it ran."""
-
-    site: Site
-    call: str       # 'torch.zeros', 'Tensor.to', 'torch.cuda.synchronize', ...
-    requested: str  # 'cuda', 'cuda:1', 'cpu', 'nccl', ...
-    resolved: str   # where it ran instead ('cpu', 'gloo'), or 'not aliased'
-    cuda: bool      # a CUDA request (aliased, or a torch.cuda call with no counterpart)
-
-
-Recorder = Callable[[DeviceRequest], None]
-
-
-# Device arguments --------------------------------------------------------------------------------
-def _is_cuda(value: Any) -> bool:
-    kind = type(value)
-    if kind is str:
-        return value == _CUDA or value.startswith("cuda:")
-    return kind is torch.device and value.type == _CUDA
-
-
-def _is_ordinal(value: Any) -> bool:
-    return type(value) is int  # bool is not an ordinal
-
-
-@functools.lru_cache(maxsize=1024)
-def _names_device(text: str) -> bool:
-    try:
-        torch.device(text)
-    except (RuntimeError, ValueError):
-        return False
-    return True
-
-
-def _is_device(value: Any) -> bool:
-    return type(value) is torch.device or (type(value) is str and _names_device(value))
-
-
-def _label(value: Any) -> str:
-    return str(value)
-
-
-@functools.lru_cache(maxsize=2048)
-def _call_name(func: Any) -> str:
-    name = resolve_name(func) or getattr(func, "__qualname__", None) or repr(func)
-    return name.replace("torch.Tensor.", "Tensor.", 1) if name.startswith("torch.Tensor.") else name
-
-
-class _Mapped:
-    """What a call asked for and where it goes."""
-
-    __slots__ = ("cuda", "requested", "resolved")
-
-    def __init__(self, requested: Any, resolved: Any, cuda: bool):
-        self.requested, self.resolved, self.cuda = _label(requested), _label(resolved), cuda
-
-
-class _DeviceMode(TorchFunctionMode):
-    """Rewrites CUDA device arguments of every torch function called on this thread."""
-
-    def __init__(self, alias: CudaAlias):
-        super().__init__()
-        self.alias = alias
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        alias = self.alias
-        if alias._recorder is None and not _has_cuda(args, kwargs, func is torch.device):
-            return func(*args, **kwargs)  # the hot path: nothing to rewrite, nothing to record
-        if torch.compiler.is_compiling():
-            # Dynamo traces this method into the graph: no frame inspection (it cannot trace it), no
-            # logging; the mapped device is a constant of the graph.
-            args, kwargs = alias._map_plain(args, kwargs)
-            return func(*args, **kwargs)
-        if func in alias._wrappers:
-            return func(*args, **kwargs)  # torch looked the method up on torch.Tensor: our patch, which maps
-        if func is torch.device:  # device objects stay CUDA (module docstring); user-made ones are recorded
-            caller = _caller(sys._getframe(1), func)
-            if len(args) == 1 and not kwargs and _is_ordinal(args[0]) and not alias._bypass(caller):
-                # torch.device(N) is "the N-th accelerator": in CUDA code, cuda:N (mapped where used).
-                args = (_CUDA, args[0])
-            result = func(*args, **kwargs)
-            if alias._recorder is not None and caller is not None and not _is_internal(caller.f_code.co_filename):
-                cuda = result.type == _CUDA
-                alias._note("torch.device", _Mapped(result, alias.map_device(result) if cuda else result, cuda),
-                            caller)
-            return result
-        caller = _caller(sys._getframe(1), func)
-        args, kwargs, mapped = alias._map_args(args, kwargs, caller)
-        if mapped is not None:
-            alias._note(_call_name(func), mapped, caller)
-        return func(*args, **kwargs)
-
-
-def _has_cuda(args: tuple, kwargs: dict, ordinal_first: bool = False) -> bool:
-    """Whether a call carries a CUDA device argument. `ordinal_first`: the first positional argument
-    is a device when it is an int (``Tensor.to(0)``, ``Module.to(rank)``; a factory's ints are sizes)."""
-    if ordinal_first and args and _is_ordinal(args[0]):
-        return True
-    for value in args:
-        if _is_cuda(value):
-            return True
-    if kwargs:
-        device = kwargs.get("device")
-        if device is not None and (_is_cuda(device) or _is_ordinal(device)):
-            return True
-        return kwargs.get("device_type") == _CUDA
-    return False
-
-
-def _caller(frame: FrameType | None, func: Any = None) -> FrameType | None:
-    """The frame that called `func`, past the torch-function machinery (handle_torch_function, the
-    alias's mode and, for functions written in Python, the function's own frame)."""
-    code = getattr(func, "__code__", None)
-    while frame is not None and (frame.f_code.co_filename in _MODE_MACHINERY or frame.f_code is code
-                                 or frame.f_code is _MODE_CODE):
-        frame = frame.f_back
-    return frame
-
-
-_MODE_CODE = _DeviceMode.__torch_function__.__code__
-_ALIAS_FILE = _MODE_CODE.co_filename
-
-
-def _from_torch_fl(frame: FrameType | None) -> bool:
-    """Whether torch-fl itself made the call (through torch, or not): its analyses name devices on
-    purpose (`torchfl coverage --device cuda` traces fake CUDA tensors) and must not be aliased."""
-    while frame is not None:
-        filename = frame.f_code.co_filename
-        if not (filename.startswith(_TORCH_DIR) or filename == _ALIAS_FILE):
-            return filename.startswith(_FL_DIR)
-        frame = frame.f_back
-    return False
-
 
 # The alias ---------------------------------------------------------------------------------------
 @dataclass
@@ -302,7 +138,7 @@ class CudaAlias:
         self._target: torch.device | None = None
         self._devices: list[torch.device] | None = None
         self._patches: list[_Patch] = []
-        self._mode: _DeviceMode | None = None
+        self._mode: DeviceMode | None = None
         self._thread: int | None = None
         self._logged: set[tuple[Site, str]] = set()
         self._wrappers: set[Callable[..., Any]] = set()  # patched Tensor methods the mode may be handed
@@ -320,19 +156,19 @@ class CudaAlias:
             with self._lock:
                 if self._target is None:
                     target = resolve(self._device)
-                    if target.type == _CUDA:
-                        _log.info("the CUDA alias does nothing: the target %s is a real CUDA device", target)
+                    if target.type == CUDA:
+                        log.info("the CUDA alias does nothing: the target %s is a real CUDA device", target)
                     self._target = target
         return self._target
 
     def _bypass(self, caller: FrameType | None) -> bool:
         """Leave a CUDA request alone: the target is CUDA itself, or torch-fl made the request."""
-        return self.real_cuda or _from_torch_fl(caller)
+        return self.real_cuda or from_torch_fl(caller)
 
     @property
     def real_cuda(self) -> bool:
         """True when the target is CUDA itself: every entry point then behaves as the original."""
-        return self.target.type == _CUDA
+        return self.target.type == CUDA
 
     def map_device(self, value: Any) -> torch.device:
         """The device a CUDA device argument runs on: 'cuda' -> the target, 'cuda:N' or N -> accN (the
@@ -346,10 +182,10 @@ class CudaAlias:
         if index is not None and index < 0:
             raise DeviceNotFoundError(
                 f"the CUDA code asks for device ordinal {index}: device ordinals count from 0 (the alias "
-                f"maps {_CUDA}:N and the ordinal N to accN)")
+                f"maps {CUDA}:N and the ordinal N to accN)")
         target = self.target
-        if target.type == _CUDA:
-            return torch.device(_CUDA, index)  # real CUDA: nothing to alias
+        if target.type == CUDA:
+            return torch.device(CUDA, index)  # real CUDA: nothing to alias
         if index is None or target.index is None:
             return target
         if self._devices is None:
@@ -363,61 +199,61 @@ class CudaAlias:
         more = (f"emulate more devices with FL_EMU_DEVICES={index + 1}" if is_emulated(target)
                 else "map more devices with FL_DEVICE_MAP")
         raise DeviceNotFoundError(
-            f"the CUDA code asks for {_CUDA}:{index}, but this machine has only {len(self._devices)} "
+            f"the CUDA code asks for {CUDA}:{index}, but this machine has only {len(self._devices)} "
             f"virtual device(s) ({', '.join(f'acc{i} -> {d}' for i, d in enumerate(self._devices))}), "
-            f"and the alias maps {_CUDA}:N to accN. Run fewer processes per machine or {more}.")
+            f"and the alias maps {CUDA}:N to accN. Run fewer processes per machine or {more}.")
 
     def _map_any(self, device: Any) -> torch.device:
         """A device argument of a torch.cuda call: None is the target, CUDA names and ordinals map."""
         if device is None:
             return self.target
-        if _is_cuda(device) or _is_ordinal(device):
+        if is_cuda(device) or is_ordinal(device):
             return self.map_device(device)
         return device if isinstance(device, torch.device) else torch.device(device)
 
     def _map_args(self, args: tuple, kwargs: dict, caller: FrameType | None,
-                  ordinal_first: bool = False) -> tuple[tuple, dict, _Mapped | None]:
+                  ordinal_first: bool = False) -> tuple[tuple, dict, Mapped | None]:
         """args and kwargs with CUDA device arguments mapped, and the first device argument seen
         (None when the call carried none, or when `caller` is torch-fl's own code). `ordinal_first`:
         an int first positional argument is a device ordinal (``Tensor.to(0)``, ``Module.to(rank)``)."""
-        if self._recorder is None and not _has_cuda(args, kwargs, ordinal_first):
+        if self._recorder is None and not has_cuda(args, kwargs, ordinal_first):
             return args, kwargs, None
         if self._bypass(caller):
             return args, kwargs, None
-        mapped: _Mapped | None = None
-        if ordinal_first and args and _is_ordinal(args[0]):
+        mapped: Mapped | None = None
+        if ordinal_first and args and is_ordinal(args[0]):
             first = self.map_device(args[0])
-            mapped = _Mapped(args[0], first, True)
+            mapped = Mapped(args[0], first, True)
             args = (first, *args[1:])
-        if any(_is_cuda(a) for a in args):
+        if any(is_cuda(a) for a in args):
             new_args = list(args)
             for i, value in enumerate(args):
-                if _is_cuda(value):
+                if is_cuda(value):
                     new_args[i] = self.map_device(value)
-                    mapped = mapped or _Mapped(value, new_args[i], True)
+                    mapped = mapped or Mapped(value, new_args[i], True)
             args = tuple(new_args)
         elif self._recorder is not None:
-            first = next((a for a in args if _is_device(a)), None)
-            mapped = _Mapped(first, first, False) if first is not None else None
+            first = next((a for a in args if is_device(a)), None)
+            mapped = Mapped(first, first, False) if first is not None else None
         device = kwargs.get("device")
         if device is not None:
-            if _is_cuda(device) or _is_ordinal(device):
+            if is_cuda(device) or is_ordinal(device):
                 kwargs = {**kwargs, "device": self.map_device(device)}
-                mapped = mapped or _Mapped(device, kwargs["device"], True)
+                mapped = mapped or Mapped(device, kwargs["device"], True)
             elif mapped is None and self._recorder is not None:
-                mapped = _Mapped(device, device, False)
-        if kwargs.get("device_type") == _CUDA:
+                mapped = Mapped(device, device, False)
+        if kwargs.get("device_type") == CUDA:
             kwargs = {**kwargs, "device_type": self.target.type}
-            mapped = mapped or _Mapped(_CUDA, self.target.type, True)
+            mapped = mapped or Mapped(CUDA, self.target.type, True)
         return args, kwargs, mapped
 
     def _map_plain(self, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
         """_map_args without caller, bypass or record: what torch.compile can trace."""
-        args = tuple(self.map_device(a) if _is_cuda(a) else a for a in args)
+        args = tuple(self.map_device(a) if is_cuda(a) else a for a in args)
         device = kwargs.get("device")
-        if device is not None and (_is_cuda(device) or _is_ordinal(device)):
+        if device is not None and (is_cuda(device) or is_ordinal(device)):
             kwargs = {**kwargs, "device": self.map_device(device)}
-        if kwargs.get("device_type") == _CUDA:
+        if kwargs.get("device_type") == CUDA:
             kwargs = {**kwargs, "device_type": self.target.type}
         return args, kwargs
 
@@ -430,7 +266,7 @@ class CudaAlias:
         first of each is logged at INFO (FL_LOG=migrate=INFO), for runs without `torchfl run --report`."""
         key = (query, str(answer))
         if key not in self.answers:
-            _log.info("%s answered by the CUDA alias: %s", query, key[1])
+            log.info("%s answered by the CUDA alias: %s", query, key[1])
         self.answers[key] += 1
 
     def report(self) -> str:
@@ -443,20 +279,20 @@ class CudaAlias:
             lines.append(f"  {query} -> {answer}  ({count}x)")
         return "\n".join(lines)
 
-    def _note(self, call: str, mapped: _Mapped, caller: FrameType | None) -> None:
+    def _note(self, call: str, mapped: Mapped, caller: FrameType | None) -> None:
         """Log a CUDA request once per (site, call); record it, and user-made requests, for audits."""
         if self.real_cuda:
             return
-        direct = caller is not None and not _is_internal(caller.f_code.co_filename)
+        direct = caller is not None and not is_internal(caller.f_code.co_filename)
         if not mapped.cuda and not (direct and self._recorder is not None):
             return
-        frame = _user_frame(caller)
+        frame = user_frame(caller)
         site = Site(frame.f_code.co_filename, frame.f_lineno) if frame is not None else Site("<unknown>", 0)
         if self._recorder is not None:
             self._recorder(DeviceRequest(site, call, mapped.requested, mapped.resolved, mapped.cuda))
         if mapped.cuda and (site, call) not in self._logged:
             self._logged.add((site, call))
-            _log.info("%s: %s(%s) runs on %s", site, call, mapped.requested, mapped.resolved)
+            log.info("%s: %s(%s) runs on %s", site, call, mapped.requested, mapped.resolved)
 
     # Enable / disable -------------------------------------------------------------------------------
     def enable(self, *, resolve_now: bool = True) -> CudaAlias:
@@ -480,7 +316,7 @@ class CudaAlias:
             if not (resolve_now and self.real_cuda):
                 try:
                     self._install()
-                    self._mode = _DeviceMode(self)
+                    self._mode = DeviceMode(self)
                     self._mode.__enter__()
                 except BaseException:
                     self._restore()
@@ -532,15 +368,7 @@ class CudaAlias:
                 delattr(patch.owner, patch.name)
 
     def _install(self) -> None:
-        # Imported here: patches.py builds on this module's helpers.
-        from . import patches
-
         patches.install_all(self)
-
-
-def _live(alias: CudaAlias, caller: FrameType | None) -> bool:
-    """Whether a patched torch.cuda entry point answers for torch.fl (user code, target not CUDA)."""
-    return caller is not None and not _is_internal(caller.f_code.co_filename) and not alias.real_cuda
 
 
 def cuda_alias(device: str | int | torch.device | None = None, *, recorder: Recorder | None = None) -> CudaAlias:

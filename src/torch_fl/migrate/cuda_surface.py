@@ -12,14 +12,17 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from ..device import description_for
 from ..errors import TorchFLError
-from .alias import _CUDA, CudaAlias, _is_ordinal, _live, _Mapped
+from .alias_calls import CUDA, Mapped, is_ordinal, live
 from .cuda_api import CUDA_API, CUDA_TENSOR_TYPES, DEFAULT_REMEDY, lookup
+
+if TYPE_CHECKING:  # alias.py imports this module: the type only
+    from .alias import CudaAlias
 
 __all__ = ["CONSERVATIVE_CAPABILITY", "CudaAliasError", "CudaDeviceProperties", "install_cuda_module",
            "surface_markdown"]
@@ -264,7 +267,7 @@ class _DeviceContext:
 
     def __init__(self, api: _CudaAPI, device: Any):
         self.api = api
-        none = device is None or (_is_ordinal(device) and device == -1)
+        none = device is None or (is_ordinal(device) and device == -1)
         self.device = None if none else api._dev(device)
         self.previous: int | None = None
 
@@ -300,22 +303,22 @@ def _cuda_function(alias: CudaAlias, api: _CudaAPI, name: str, original: Callabl
     @functools.wraps(original)
     def wrapper(*args, **kwargs):
         caller = sys._getframe(1)
-        if not _live(alias, caller):
+        if not live(alias, caller):
             return original(*args, **kwargs)
         call = f"torch.cuda.{name}"
         requested = _requested(takes_device, args, kwargs)
         if entry is not None and entry.alias_refuses:
-            alias._note(call, _Mapped(requested or _CUDA, "refused", True), caller)
+            alias._note(call, Mapped(requested or CUDA, "refused", True), caller)
             raise _alias_error(call, remedy, alias, "would be wrong off CUDA, so it does not run")
         if handler is None:
-            alias._note(call, _Mapped(requested or _CUDA, "not aliased", True), caller)
+            alias._note(call, Mapped(requested or CUDA, "not aliased", True), caller)
             try:
                 return original(*args, **kwargs)
             except Exception as exc:
                 raise _alias_error(call, remedy, alias, f"has no torch.fl counterpart; run as is, it failed "
                                    f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from exc
         resolved = alias._map_any(requested) if requested is not None else alias.target
-        alias._note(call, _Mapped(requested or _CUDA, resolved, True), caller)
+        alias._note(call, Mapped(requested or CUDA, resolved, True), caller)
         return handler(*args, **kwargs)
 
     return wrapper
@@ -325,10 +328,10 @@ def _requested(takes_device: bool, args: tuple, kwargs: dict) -> Any:
     if not takes_device:
         return None
     requested = args[0] if args else kwargs.get("device")
-    return None if _is_ordinal(requested) and requested == -1 else requested  # -1: "no device" (torch.cuda.device)
+    return None if is_ordinal(requested) and requested == -1 else requested  # -1: "no device" (torch.cuda.device)
 
 
-class _ClassAliasMeta(type):
+class ClassAliasMeta(type):
     """isinstance() against the aliased class asks `_instancecheck` (default: the class it stands for)."""
 
     _stands_for: Any
@@ -347,20 +350,20 @@ def _cuda_class(alias: CudaAlias, api: _CudaAPI, name: str, original: type) -> t
 
     def __new__(cls, *args, **kwargs):
         caller = sys._getframe(1)
-        if not _live(alias, caller):
+        if not live(alias, caller):
             return original(*args, **kwargs)
         if entry is not None and entry.alias_refuses:
-            alias._note(call, _Mapped(_CUDA, "refused", True), caller)
+            alias._note(call, Mapped(CUDA, "refused", True), caller)
             raise _alias_error(call, remedy, alias, "would be wrong off CUDA, so it does not run")
         requested = _requested(takes_device, args, kwargs)
         if handler is None:
-            alias._note(call, _Mapped(requested or _CUDA, "not aliased", True), caller)
+            alias._note(call, Mapped(requested or CUDA, "not aliased", True), caller)
             try:
                 return original(*args, **kwargs)
             except Exception as exc:
                 raise _alias_error(call, remedy, alias, f"has no torch.fl counterpart; run as is, it failed "
                                    f"({type(exc).__name__})") from exc
-        alias._note(call, _Mapped(requested or _CUDA, alias._map_any(requested), True), caller)
+        alias._note(call, Mapped(requested or CUDA, alias._map_any(requested), True), caller)
         return handler(*args, **kwargs)
 
     namespace: dict[str, Any] = {"__new__": __new__, "_stands_for": getattr(api.fl, name, original),
@@ -371,7 +374,7 @@ def _cuda_class(alias: CudaAlias, api: _CudaAPI, name: str, original: type) -> t
             lambda obj: isinstance(obj, torch.Tensor) and obj.dtype == dtype and obj.device.type == alias.target.type)
     elif name in ("device", "device_of"):
         namespace["_instancecheck"] = staticmethod(lambda obj: isinstance(obj, (_DeviceContext, original)))
-    return _ClassAliasMeta(name, (), namespace)
+    return ClassAliasMeta(name, (), namespace)
 
 
 def _public_functions(module: ModuleType) -> list[str]:
@@ -459,9 +462,9 @@ def _install_accelerator(alias: CudaAlias, api: _CudaAPI) -> None:
         @functools.wraps(current)
         def current_accelerator(*args, **kwargs):
             caller = sys._getframe(1)
-            if not _live(alias, caller):
+            if not live(alias, caller):
                 return current(*args, **kwargs)
-            alias._note("torch.accelerator.current_accelerator", _Mapped(_CUDA, alias.target, True), caller)
+            alias._note("torch.accelerator.current_accelerator", Mapped(CUDA, alias.target, True), caller)
             return torch.device(alias.target.type)
 
         alias._patch(accelerator, "current_accelerator", current_accelerator)
@@ -476,9 +479,9 @@ def _accelerator_function(alias: CudaAlias, handler: Callable[..., Any], name: s
     @functools.wraps(original)
     def wrapper(*args, **kwargs):
         caller = sys._getframe(1)
-        if not _live(alias, caller):
+        if not live(alias, caller):
             return original(*args, **kwargs)
-        alias._note(f"torch.accelerator.{name}", _Mapped(_CUDA, alias.target, True), caller)
+        alias._note(f"torch.accelerator.{name}", Mapped(CUDA, alias.target, True), caller)
         return handler(*args, **kwargs)
 
     return wrapper

@@ -215,6 +215,12 @@ def _make_rewriter() -> type:
             self.torch_name = torch_name
             self.quote = quote
             self.applied: list[_Target] = []
+            self.imports: set[str] = set()  # modules a fix's code names (`contextlib`)
+
+        def need_import(self, module: str) -> None:
+            """The fixed code names `module`: import it unless the file binds that name to it."""
+            if self.names.get(module) != module:
+                self.imports.add(module)
 
         # -- matching findings to nodes -------------------------------------------------------------
 
@@ -391,7 +397,7 @@ def _drop_unused_imports(module: cst.Module, before: dict[str, int], after: dict
     return module.with_changes(body=body)
 
 
-def _add_imports(module: cst.Module, *, torch: bool, torch_fl: bool) -> cst.Module:
+def _add_imports(module: cst.Module, *, torch: bool, torch_fl: bool, modules: Sequence[str] = ()) -> cst.Module:
     """Insert `import torch` and/or the torch_fl import after the last import at the top of the
     module: before any other code runs, so module-level uses of torch.fl already find it. Where torch
     itself is imported only after some code (a script that sets environment variables first), after
@@ -415,7 +421,7 @@ def _add_imports(module: cst.Module, *, torch: bool, torch_fl: bool) -> cst.Modu
             comment = body[later].trailing_whitespace.comment  # type: ignore[attr-defined]
             noqa = "E402" if comment is not None and "E402" in comment.value else ""
         break
-    lines = []
+    lines = [f"import {name}  # noqa: {noqa}" if noqa else f"import {name}" for name in modules]
     if torch:
         lines.append(f"import torch  # noqa: {noqa}" if noqa else "import torch")
     if torch_fl:
@@ -482,8 +488,9 @@ def _rewrite(source: str, findings: list[Finding]) -> tuple[str, list[Finding]]:
     new = _drop_unused_imports(new, _name_refs(module), _name_refs(new), names)
     # Fixes that name torch.fl need torch_fl imported (Lightning's accelerator="auto" does not).
     uses_fl = new.code.count(f"{torch_name}.fl.") > source.count(f"{torch_name}.fl.")
-    if uses_fl and (not torch_aliases or not has_torch_fl):
-        new = _add_imports(new, torch=not torch_aliases, torch_fl=not has_torch_fl)
+    if (uses_fl and (not torch_aliases or not has_torch_fl)) or rewriter.imports:
+        new = _add_imports(new, torch=uses_fl and not torch_aliases, torch_fl=uses_fl and not has_torch_fl,
+                           modules=sorted(rewriter.imports))
     return new.code, [t.finding for t in rewriter.applied]
 
 

@@ -8,27 +8,20 @@ import functools
 import sys
 from collections.abc import Callable
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from ..device import description_for
-from .alias import (
-    _CUDA,
-    CudaAlias,
-    _caller,
-    _has_cuda,
-    _is_cuda,
-    _is_internal,
-    _is_ordinal,
-    _log,
-    _Mapped,
-)
+from .alias_calls import CUDA, Mapped, calling_frame, has_cuda, is_cuda, is_internal, is_ordinal, log
 from .cuda_api import CUDA_TENSOR_TYPES
-from .cuda_surface import CudaAliasError, _ClassAliasMeta, install_cuda_module
+from .cuda_surface import ClassAliasMeta, CudaAliasError, install_cuda_module
 from .cuda_surface import (
     _CudaAPI as _CudaAPI,  # read by tests/migrate/test_cuda_api.py (handler per torch.cuda name)
 )
+
+if TYPE_CHECKING:  # alias.py imports this module: the type only
+    from .alias import CudaAlias
 
 
 # Tensor and Module --------------------------------------------------------------------------------
@@ -38,28 +31,28 @@ def _install_tensor_and_module(alias: CudaAlias) -> None:
     tensor_cuda_, module_cuda_ = torch.Tensor.cuda, torch.nn.Module.cuda
 
     def to(tensor, *args, **kwargs):
-        if alias._recorder is None and not _has_cuda(args, kwargs, True):
+        if alias._recorder is None and not has_cuda(args, kwargs, True):
             return tensor_to(tensor, *args, **kwargs)
-        caller = _caller(sys._getframe(1))
+        caller = calling_frame(sys._getframe(1))
         args, kwargs, mapped = alias._map_args(args, kwargs, caller, ordinal_first=True)
         if mapped is not None:
             alias._note("Tensor.to", mapped, caller)
         return tensor_to(tensor, *args, **kwargs)
 
     def tensor_cuda(tensor, device=None, non_blocking=False, memory_format=torch.preserve_format):
-        caller = _caller(sys._getframe(1))
+        caller = calling_frame(sys._getframe(1))
         if alias._bypass(caller):
             return tensor_cuda_(tensor, device, non_blocking, memory_format=memory_format)
-        target = alias._map_any(device if device is not None else _CUDA)
-        alias._note("Tensor.cuda", _Mapped(device if device is not None else _CUDA, target, True), caller)
+        target = alias._map_any(device if device is not None else CUDA)
+        alias._note("Tensor.cuda", Mapped(device if device is not None else CUDA, target, True), caller)
         return tensor_to(tensor, target, non_blocking=non_blocking, memory_format=memory_format)
 
     def tensor_pin_memory(tensor, *args, **kwargs):
-        caller = _caller(sys._getframe(1))
+        caller = calling_frame(sys._getframe(1))
         if alias._bypass(caller) or not alias._host():
             return pin_memory(tensor, *args, **kwargs)
         # Pinned pages speed host-to-accelerator copies; a host target makes no copy to speed up.
-        alias._note("Tensor.pin_memory", _Mapped(_CUDA, alias.target, True), caller)
+        alias._note("Tensor.pin_memory", Mapped(CUDA, alias.target, True), caller)
         return tensor
 
     def module_to_(module, *args, **kwargs):
@@ -73,8 +66,8 @@ def _install_tensor_and_module(alias: CudaAlias) -> None:
         caller = sys._getframe(1)
         if alias._bypass(caller):
             return module_cuda_(module, device)
-        target = alias._map_any(device if device is not None else _CUDA)
-        alias._note("Module.cuda", _Mapped(device if device is not None else _CUDA, target, True), caller)
+        target = alias._map_any(device if device is not None else CUDA)
+        alias._note("Module.cuda", Mapped(device if device is not None else CUDA, target, True), caller)
         return module_to(module, target)
 
     alias._wrappers.update((to, tensor_cuda, tensor_pin_memory))
@@ -90,8 +83,8 @@ def _install_tensor_and_module(alias: CudaAlias) -> None:
     @functools.wraps(set_default_device)
     def set_default_device_(device):
         caller = sys._getframe(1)
-        if (_is_cuda(device) or _is_ordinal(device)) and not alias._bypass(caller):
-            mapped = _Mapped(device, alias.map_device(device), True)
+        if (is_cuda(device) or is_ordinal(device)) and not alias._bypass(caller):
+            mapped = Mapped(device, alias.map_device(device), True)
             alias._note("torch.set_default_device", mapped, caller)
             device = alias.map_device(device)
         return set_default_device(device)
@@ -106,9 +99,9 @@ def _install_tensor_and_module(alias: CudaAlias) -> None:
     def untyped_storage_new(cls, *args, **kwargs):
         device = kwargs.get("device")
         caller = sys._getframe(1)
-        if device is not None and (_is_cuda(device) or _is_ordinal(device)) and not alias._bypass(caller):
+        if device is not None and (is_cuda(device) or is_ordinal(device)) and not alias._bypass(caller):
             mapped = alias.map_device(device)
-            alias._note("torch.UntypedStorage", _Mapped(device, mapped, True), caller)
+            alias._note("torch.UntypedStorage", Mapped(device, mapped, True), caller)
             kwargs = {**kwargs, "device": mapped}
         return storage_new(cls, *args, **kwargs)
 
@@ -121,8 +114,8 @@ def _storage_cuda(alias: CudaAlias, original: Callable[..., Any]) -> Callable[..
         caller = sys._getframe(1)
         if alias._bypass(caller):
             return original(storage, device, non_blocking)
-        target = alias._map_any(device if device is not None else _CUDA)
-        alias._note("Storage.cuda", _Mapped(device if device is not None else _CUDA, target, True), caller)
+        target = alias._map_any(device if device is not None else CUDA)
+        alias._note("Storage.cuda", Mapped(device if device is not None else CUDA, target, True), caller)
         # As torch.load restores a storage saved there: through the deserializers registered per device
         # type (an emulated device has no storage.to of its own; a vendor plugin registers its own).
         from torch.serialization import default_restore_location
@@ -156,7 +149,7 @@ def _install_legacy_types(alias: CudaAlias) -> None:
         wanted = _cuda_type_dtype(dtype) if dtype is not None else None
         if wanted is None or alias._bypass(caller):
             return tensor_type(tensor, dtype, non_blocking, **kwargs) if dtype is not None else tensor_type(tensor)
-        alias._note("Tensor.type", _Mapped(dtype if isinstance(dtype, str) else f"torch.cuda.{dtype.__name__}",
+        alias._note("Tensor.type", Mapped(dtype if isinstance(dtype, str) else f"torch.cuda.{dtype.__name__}",
                                            alias.target, True), caller)
         return tensor.to(alias.target, wanted, non_blocking=non_blocking)
 
@@ -179,7 +172,7 @@ def _install_legacy_types(alias: CudaAlias) -> None:
                 set_device[0] = False
             return set_default_tensor_type(t)
         set_device[0] = True
-        alias._note("torch.set_default_tensor_type", _Mapped(t if isinstance(t, str) else f"torch.cuda.{t.__name__}",
+        alias._note("torch.set_default_tensor_type", Mapped(t if isinstance(t, str) else f"torch.cuda.{t.__name__}",
                                                              alias.target, True), caller)
         torch.set_default_dtype(wanted)
         torch.set_default_device(alias.target)
@@ -197,13 +190,13 @@ def _install_generator(alias: CudaAlias) -> None:
 
     def __new__(cls, device: Any = "cpu"):
         caller = sys._getframe(1)
-        if (_is_cuda(device) or _is_ordinal(device)) and not alias._bypass(caller):
+        if (is_cuda(device) or is_ordinal(device)) and not alias._bypass(caller):
             mapped = alias.map_device(device)
-            alias._note("torch.Generator", _Mapped(device, mapped, True), caller)
+            alias._note("torch.Generator", Mapped(device, mapped, True), caller)
             device = mapped
         return original(device=device)
 
-    alias._patch(torch, "Generator", _ClassAliasMeta(
+    alias._patch(torch, "Generator", ClassAliasMeta(
         "Generator", (), {"__new__": __new__, "_stands_for": original, "__doc__": original.__doc__,
                           "__module__": "torch"}))
 
@@ -235,7 +228,7 @@ def _recorded_flag(alias: CudaAlias, name: str, original: Callable[..., Any]) ->
     @functools.wraps(original)
     def flag(*args, **kwargs):
         caller = sys._getframe(1)
-        if args and not alias.real_cuda and not _is_internal(caller.f_code.co_filename):
+        if args and not alias.real_cuda and not is_internal(caller.f_code.co_filename):
             alias.answered(f"torch.backends.cuda.{name}({', '.join(map(repr, args))})",
                            "accepted (a CUDA setting)")
         return original(*args, **kwargs)
@@ -246,17 +239,17 @@ def _recorded_flag(alias: CudaAlias, name: str, original: Callable[..., Any]) ->
 # Autocast and GradScaler ---------------------------------------------------------------------------
 def _autocast_args(alias: CudaAlias, call: str, device_type: Any, dtype: torch.dtype | None,
                    caller: FrameType | None) -> tuple[Any, torch.dtype | None]:
-    if device_type != _CUDA or alias._bypass(caller):
+    if device_type != CUDA or alias._bypass(caller):
         if alias._recorder is not None:
-            alias._note(call, _Mapped(device_type, device_type, False), caller)
+            alias._note(call, Mapped(device_type, device_type, False), caller)
         return device_type, dtype
     desc = description_for(alias.target)
     chosen = dtype
     if dtype is None or str(dtype).removeprefix("torch.") not in desc.dtypes:
         chosen = getattr(torch, desc.autocast_dtype)
         if dtype is not None:
-            _log.info("autocast: %s does not support %s; using its autocast dtype %s", desc.name, dtype, chosen)
-    alias._note(call, _Mapped(_CUDA, f"{alias.target.type} ({str(chosen).removeprefix('torch.')})", True), caller)
+            log.info("autocast: %s does not support %s; using its autocast dtype %s", desc.name, dtype, chosen)
+    alias._note(call, Mapped(CUDA, f"{alias.target.type} ({str(chosen).removeprefix('torch.')})", True), caller)
     return alias.target.type, chosen
 
 
@@ -275,13 +268,13 @@ def _install_amp(alias: CudaAlias) -> None:
         is a CUDA fact, not a request)."""
 
         def __init__(self, enabled=True, dtype=None, cache_enabled=True):
-            device_type, dtype = _autocast_args(alias, "torch.cuda.amp.autocast", _CUDA, dtype, sys._getframe(1))
+            device_type, dtype = _autocast_args(alias, "torch.cuda.amp.autocast", CUDA, dtype, sys._getframe(1))
             super().__init__(device_type, dtype=dtype, enabled=enabled, cache_enabled=cache_enabled)
 
     def scaler_device(call: str, device: str, caller: FrameType | None) -> str:
-        if device != _CUDA or alias._bypass(caller):
+        if device != CUDA or alias._bypass(caller):
             return device
-        alias._note(call, _Mapped(_CUDA, alias.target.type, True), caller)
+        alias._note(call, Mapped(CUDA, alias.target.type, True), caller)
         return alias.target.type
 
     class GradScaler(scaler):
@@ -297,7 +290,7 @@ def _install_amp(alias: CudaAlias) -> None:
 
         def __init__(self, init_scale=2.0**16, growth_factor=2.0, backoff_factor=0.5, growth_interval=2000,
                      enabled=True):
-            device = scaler_device("torch.cuda.amp.GradScaler", _CUDA, sys._getframe(1))
+            device = scaler_device("torch.cuda.amp.GradScaler", CUDA, sys._getframe(1))
             super().__init__(device, init_scale, growth_factor, backoff_factor, growth_interval, enabled)
 
     autocast.__name__ = autocast.__qualname__ = "autocast"
@@ -331,7 +324,7 @@ def _backend_for(alias: CudaAlias, backend: str) -> str:
         return chosen
     # 'cpu:gloo,cuda:nccl': the CUDA entry becomes the target's, other device types keep theirs.
     pairs = dict(item.split(":", 1) for item in backend.split(","))
-    pairs.pop(_CUDA, None)
+    pairs.pop(CUDA, None)
     pairs.setdefault(alias.target.type, chosen)
     return ",".join(f"{k}:{v}" for k, v in pairs.items())
 
@@ -350,12 +343,12 @@ def _install_distributed(alias: CudaAlias) -> None:
             bypass = alias._bypass(caller)
             if isinstance(backend, str) and "nccl" in backend.lower() and not bypass:
                 chosen = _backend_for(alias, backend)
-                alias._note(call, _Mapped(backend, chosen, True), caller)
+                alias._note(call, Mapped(backend, chosen, True), caller)
                 args, kwargs = ((chosen, *args[1:]), kwargs) if args else (args, {**kwargs, "backend": chosen})
             device_id = kwargs.get("device_id")
-            if device_id is not None and (_is_cuda(device_id) or _is_ordinal(device_id)) and not bypass:
+            if device_id is not None and (is_cuda(device_id) or is_ordinal(device_id)) and not bypass:
                 mapped = alias.map_device(device_id)
-                alias._note(call, _Mapped(device_id, mapped, True), caller)
+                alias._note(call, Mapped(device_id, mapped, True), caller)
                 # device_id binds the process to one accelerator; the host has none to bind.
                 kwargs = {**kwargs, "device_id": mapped if mapped.index is not None else None}
             # FSDP is too heavy to import with the alias (~1 s); scripts import it before they init the
@@ -376,7 +369,7 @@ def _install_distributed(alias: CudaAlias) -> None:
         caller = sys._getframe(1)
         if device_ids is not None and not alias._bypass(caller):
             mapped = [alias._map_any(d) for d in device_ids]
-            alias._note("DistributedDataParallel", _Mapped(f"device_ids={list(device_ids)}",
+            alias._note("DistributedDataParallel", Mapped(f"device_ids={list(device_ids)}",
                                                            [str(d) for d in mapped], True), caller)
             if all(d.index is None for d in mapped):
                 device_ids, output_device = None, None  # DDP takes no device ids for host modules
@@ -402,9 +395,9 @@ def _install_fsdp(alias: CudaAlias) -> None:
     def fsdp_init_(self, *args, **kwargs):
         device_id = kwargs.get("device_id")
         caller = sys._getframe(1)
-        if device_id is not None and (_is_cuda(device_id) or _is_ordinal(device_id)) and not alias._bypass(caller):
+        if device_id is not None and (is_cuda(device_id) or is_ordinal(device_id)) and not alias._bypass(caller):
             mapped = alias.map_device(device_id)
-            alias._note("FullyShardedDataParallel", _Mapped(f"device_id={device_id}", mapped, True), caller)
+            alias._note("FullyShardedDataParallel", Mapped(f"device_id={device_id}", mapped, True), caller)
             kwargs = {**kwargs, "device_id": mapped if mapped.index is not None else None}
         fsdp_init(self, *args, **kwargs)
 
@@ -419,9 +412,9 @@ def _install_device_mesh(alias: CudaAlias) -> None:
         return
 
     def mapped_type(call: str, device_type: Any, caller: FrameType | None) -> Any:
-        if device_type != _CUDA or alias._bypass(caller):
+        if device_type != CUDA or alias._bypass(caller):
             return device_type
-        alias._note(call, _Mapped(_CUDA, alias.target.type, True), caller)
+        alias._note(call, Mapped(CUDA, alias.target.type, True), caller)
         return alias.target.type
 
     init_device_mesh = mesh_module.init_device_mesh
@@ -449,11 +442,11 @@ def _install_loading(alias: CudaAlias) -> None:
     @functools.wraps(load)
     def load_(f, map_location=None, *args, **kwargs):
         caller = sys._getframe(1)
-        if alias._bypass(caller) or (isinstance(map_location, (str, torch.device)) and not _is_cuda(map_location)):
+        if alias._bypass(caller) or (isinstance(map_location, (str, torch.device)) and not is_cuda(map_location)):
             return load(f, map_location, *args, **kwargs)
-        if _is_cuda(map_location) or _is_ordinal(map_location):
+        if is_cuda(map_location) or is_ordinal(map_location):
             mapped = alias.map_device(map_location)
-            alias._note("torch.load", _Mapped(f"map_location={map_location}", mapped, True), caller)
+            alias._note("torch.load", Mapped(f"map_location={map_location}", mapped, True), caller)
             return load(f, mapped, *args, **kwargs)
         if map_location is None or isinstance(map_location, dict):
             # A dict, not a callable: torch refuses callables for tensors rebuilt from a device without
@@ -477,12 +470,12 @@ class _CudaLocations(dict):
         found = super().get(location, default)
         if isinstance(found, torch.device):
             found = str(found)
-        if not _is_cuda(found):
+        if not is_cuda(found):
             return found
         mapped = self.alias.map_device(found)
         if not self.noted:
             self.noted = True
-            self.alias._note("torch.load", _Mapped(f"storage on {found}", mapped, True), self.caller)
+            self.alias._note("torch.load", Mapped(f"storage on {found}", mapped, True), self.caller)
         return str(mapped)
 
 
@@ -502,11 +495,11 @@ def _restore_cuda_storages(alias: CudaAlias, map_location: Any, caller: FrameTyp
             location = map_location.get(location, location)
         if isinstance(location, torch.device):
             location = str(location)
-        if _is_cuda(location):
+        if is_cuda(location):
             mapped = alias.map_device(location)
             if not noted:
                 noted = True
-                alias._note("torch.load", _Mapped(f"storage on {location}", mapped, True), caller)
+                alias._note("torch.load", Mapped(f"storage on {location}", mapped, True), caller)
             location = str(mapped)
         return default_restore_location(storage, location)
 

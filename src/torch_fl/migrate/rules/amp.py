@@ -2,9 +2,18 @@
 
 The fixes keep meaning on a CPU-only host: there ``torch.cuda.amp.autocast()``, ``torch.autocast("cuda")``
 and ``torch.cuda.amp.GradScaler()`` disable themselves (CUDA is not available), while
-``torch.autocast("cpu")`` and ``torch.amp.GradScaler("cpu")`` would be on. So the rewrite passes
+``torch.autocast("cpu")`` and ``torch.amp.GradScaler("cpu")`` would be on. The scaler's rewrite passes
 ``enabled=torch.fl.is_accelerator()`` (and-ed with the call's own ``enabled``): off on the CPU as before,
 on for CUDA as before, and on for every other accelerator.
+
+An autocast region is scoped to its device type: ``torch.cuda.amp.autocast(enabled=False)`` turns off
+CUDA autocast only, so inside an outer ``torch.autocast("cpu")`` the CPU still computes in bfloat16. Its
+rewrite must not become ``torch.autocast("cpu", enabled=False)`` on the CPU, which would switch the
+outer region off. So an autocast entered in a ``with`` (or built as a value) becomes
+``torch.autocast(torch.fl.device_type(), ...) if torch.fl.is_accelerator() else
+contextlib.nullcontext()``: the accelerator's autocast where there is one, nothing on the CPU, as
+before. As a decorator (``@torch.cuda.amp.autocast()``) no such expression applies: that rewrite is
+the gated one, and unsafe (inside an outer CPU autocast, the decorated function runs in float32 there).
 """
 
 from __future__ import annotations
@@ -12,7 +21,7 @@ from __future__ import annotations
 import ast
 from typing import Any
 
-from .base import alternatives, fixes, on_call, on_keyword, rule, str_value, triggers
+from .base import alternatives, fixes, on_call, on_call_name, on_keyword, rule, str_value, triggers
 
 # AMP entry points whose device type is "cuda" in CUDA-era code: name -> positional index or None.
 AMP_DEVICE_TYPE = {
@@ -31,6 +40,10 @@ CUDA_AMP = ("torch.cuda.amp.autocast", "torch.cuda.amp.autocast_mode.autocast", 
 # torch.cuda.amp.autocast(enabled, dtype, cache_enabled): positional order differs from torch.autocast's
 # (device_type, dtype, enabled, cache_enabled), so positionals become keywords.
 _AUTOCAST_POSITIONAL = ("enabled", "dtype", "cache_enabled")
+# The replacement tag of an autocast used as a decorator: the fix writes the gated form there.
+DECORATOR = "decorator"
+# torch.autocast entry points whose region is scoped (a `with` or a value, not a decorator).
+SCOPED = ("torch.autocast", "torch.amp.autocast", "torch.amp.autocast_mode.autocast")
 _SCALER_POSITIONAL = ("init_scale", "growth_factor", "backoff_factor", "growth_interval", "enabled")
 
 triggers("cuda")
@@ -98,7 +111,21 @@ with torch.autocast(torch.fl.device_type(), dtype=torch.bfloat16):
 
 @on_call(*CUDA_AMP)
 def cuda_amp_call(det: Any, node: ast.Call, qual: str) -> None:
-    det.report("FL301" if qual.endswith("autocast") else "FL302", node, "safe")
+    if qual.endswith("autocast"):
+        # The decorator form gets the gated rewrite (unsafe); a region entered with `with`, the scoped one.
+        det.report("FL301", node, "unsafe" if det.decorating else "safe",
+                   replacement=DECORATOR if det.decorating else None)
+    else:
+        det.report("FL302", node, "safe")
+
+
+@on_call_name("partial")
+def amp_partial(det: Any, node: ast.Call, name: str) -> None:
+    """`partial(torch.cuda.amp.autocast, dtype=...)`: the CUDA autocast, called later."""
+    if node.args and det.qualname(node.args[0]) in CUDA_AMP:
+        qual = det.qualname(node.args[0])
+        det.report("FL301" if qual.endswith("autocast") else "FL302", node.args[0])
+        det.claim(node.args[0])
 
 
 def _device_type_literals(det: Any, call: ast.Call, value: ast.expr, func: str) -> None:
@@ -106,7 +133,9 @@ def _device_type_literals(det: Any, call: ast.Call, value: ast.expr, func: str) 
     for literal in literals:
         if func in GATED and value is literal and len(literals) == 1:
             # The whole call is rewritten (device type and `enabled`), so the finding is the call.
-            det.report("FL303", call, "safe", func=func, text='"cuda"')
+            decorator = det.decorating and func in SCOPED
+            det.report("FL303", call, "unsafe" if decorator else "safe", func=func, text='"cuda"',
+                       replacement=DECORATOR if decorator else None)
             det.done.add(id(literal))
         else:
             det.report("FL303", literal, "safe" if func not in GATED else None, func=func, text='"cuda"')
@@ -159,6 +188,20 @@ def _gate(rw: Any, args: list[Any], positional_before: int) -> list[Any] | None:
     return out
 
 
+def _scoped(rw: Any, call: Any) -> Any:
+    """`CALL if torch.fl.is_accelerator() else contextlib.nullcontext()`: the accelerator's autocast
+    where there is one, and on a CPU-only host nothing (not a CPU autocast region that would switch an
+    outer one off)."""
+    import libcst as cst
+
+    rw.need_import("contextlib")
+    space = cst.SimpleWhitespace(" ")
+    return cst.IfExp(test=rw.fl_call("is_accelerator"), body=call,
+                     orelse=cst.Call(cst.Attribute(cst.Name("contextlib"), cst.Name("nullcontext"))),
+                     whitespace_before_if=space, whitespace_after_if=space, whitespace_before_else=space,
+                     whitespace_after_else=space)
+
+
 @fixes("FL301", "Call")
 def fix_cuda_autocast(rw: Any, original: Any, updated: Any, finding: Any) -> Any:
     import libcst as cst
@@ -176,11 +219,13 @@ def fix_cuda_autocast(rw: Any, original: Any, updated: Any, finding: Any) -> Any
             arg = arg.with_changes(keyword=cst.Name(_AUTOCAST_POSITIONAL[positional]), equal=rw.no_space)
             positional += 1
         args.append(arg)
+    func = cst.Attribute(cst.Name(rw.torch_name), cst.Name("autocast"))
+    if finding.replacement != DECORATOR:
+        return _scoped(rw, updated.with_changes(func=func, args=rw.commas(args, updated)))
     gated = _gate(rw, args, 1)
     if gated is None:
         return None
-    return updated.with_changes(func=cst.Attribute(cst.Name(rw.torch_name), cst.Name("autocast")),
-                                args=rw.commas(gated, updated))
+    return updated.with_changes(func=func, args=rw.commas(gated, updated))
 
 
 @fixes("FL302", "Call")
@@ -228,5 +273,7 @@ def fix_device_type(rw: Any, original: Any, updated: Any, finding: Any) -> Any:
         args.append(arg)
     if not replaced:
         return None
+    if qual in SCOPED and finding.replacement != DECORATOR:
+        return _scoped(rw, updated.with_changes(args=rw.commas(args, updated)))
     gated = _gate(rw, args, GATED[qual])
     return None if gated is None else updated.with_changes(args=rw.commas(gated, updated))

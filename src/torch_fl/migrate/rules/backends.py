@@ -39,6 +39,7 @@ if torch.fl.device_type() == "cuda":            # CUDA-only tuning, said so
 """,
         fix_notes="Whether a flag should become portable (`torch.use_deterministic_algorithms`) or "
                   "stay CUDA-only behind a guard is a decision for a person.",
+        runs_off_cuda=True,
 )
 
 rule(
@@ -59,6 +60,7 @@ torch.set_float32_matmul_precision("high")
 with torch.nn.attention.sdpa_kernel([SDPBackend.MATH]):
     out = attention(q, k, v)
 """,
+        runs_off_cuda=True,
 )
 
 

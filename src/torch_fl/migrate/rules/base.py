@@ -66,6 +66,10 @@ class Rule(NamedTuple):
     # Whether a finding claims its node: a node one rule reported is not reported again by another
     # (one finding per site). The data-flow rules do not claim: their literal may be another rule's site.
     claims_site: bool = True
+    # Whether code this rule reports still runs (does no harm) on another accelerator when left as it
+    # is: a flag write, a hint, a comparison. A guard around such code may be rewritten alone; a guard
+    # around code that is not (a CUDA-only call without a fix) is rewritten with its body or not at all.
+    runs_off_cuda: bool = False
 
     @property
     def summary(self) -> str:
@@ -163,10 +167,10 @@ HOOKS = Hooks()
 
 def rule(code: str, name: str, message: str, fix_title: str, fix: FixSafety, *, what: str, why: str,
          example: str, use_instead: str, level: Level = "error", fix_notes: str = "",
-         category: Category = "coupling", claims_site: bool = True) -> Rule:
+         category: Category = "coupling", claims_site: bool = True, runs_off_cuda: bool = False) -> Rule:
     """Define (and register) a rule. Its module registers the detection and fix hooks next to it."""
     made = Rule(code, name, FAMILIES[code[:3]], message, fix_title, fix, what, why, example.strip("\n"),
-                use_instead.strip("\n"), level, fix_notes, category, claims_site)
+                use_instead.strip("\n"), level, fix_notes, category, claims_site, runs_off_cuda)
     RULE_LIST.append(made)
     return made
 

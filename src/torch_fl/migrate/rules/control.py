@@ -80,6 +80,7 @@ if torch.fl.is_accelerator(device_type):
                   "a non-CUDA accelerator (MPS included) the accelerator branch now runs, and it may hold "
                   "CUDA-only code (then fix that too). Comparisons with `\"cuda:N\"` and membership in a tuple "
                   "of device types are reported without a fix.",
+        runs_off_cuda=True,
 )
 
 

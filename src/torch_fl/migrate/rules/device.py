@@ -260,7 +260,7 @@ def torch_device(det: Any, node: ast.Call, qual: str) -> None:
         return  # FL901 rewrites the choice; torch.device(torch.fl.device()) is fine
     det.done.add(id(value))
     if is_int(value) and len(node.args) == 1 and not node.keywords:
-        det.report("FL106", node, "safe", text=str(value.value),  # type: ignore[attr-defined]
+        det.report("FL106", node, _object_safety(str(value.value)), text=str(value.value),  # type: ignore[attr-defined]
                    remedy=f'Replace with `torch.fl.device("acc{value.value}")`',  # type: ignore[attr-defined]
                    replacement=f'torch.fl.device("acc{value.value}")')  # type: ignore[attr-defined]
         return
@@ -276,8 +276,17 @@ def torch_device(det: Any, node: ast.Call, qual: str) -> None:
     if index is None and rest:
         number = rest[0].value if type(rest[0]) is ast.Constant else None
         index = str(number) if type(number) is int and len(rest) == 1 else "?"
-    det.report("FL101", node, None if index == "?" else "safe", text=source_text(value),
+    det.report("FL101", node, _object_safety(index), text=source_text(value),
                replacement=device_replacement(index))
+
+
+def _object_safety(index: str | None) -> str | None:
+    """A `torch.device("cuda:N")` object. acc0 exists on every host, so "cuda" and "cuda:0" are safe;
+    `torch.fl.device("acc1")` raises on a host with one device, where `torch.device("cuda:1")` only
+    built an object (the failure came at first use, if ever): unsafe."""
+    if index == "?":
+        return None
+    return "safe" if index is None or index == "0" else "unsafe"
 
 
 @on_call("torch.set_default_device", "torch.set_default_tensor_type")

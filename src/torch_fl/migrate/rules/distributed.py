@@ -69,6 +69,7 @@ os.environ.setdefault("NCCL_DEBUG", "INFO")
 # In the launcher or job spec, for the clusters that use NCCL:
 #   NCCL_P2P_DISABLE=1 torchrun --nproc-per-node 8 train.py
 """,
+        runs_off_cuda=True,
 )
 
 rule(
@@ -89,6 +90,7 @@ device = torch.fl.device(f"acc{local_rank}")
 # FL_DEVICE_MAP="acc0=cuda:1" maps virtual devices without touching the runtime's variable;
 # torch.fl.description().visible_devices_env names the variable of the current chip.
 """,
+        runs_off_cuda=True,
 )
 
 

@@ -59,6 +59,7 @@ def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
 # Route the op to the Triton kernel only where Triton runs; other devices keep their own route:
 torch.fl.register_kernel("aten::gelu", triton_gelu, device_type="cuda")
 """,
+        runs_off_cuda=True,
 )
 
 

@@ -32,7 +32,15 @@ CUDA_ONLY_LIBRARIES: dict[str, tuple[str, str]] = {
     "tensorrt": ("TensorRT inference engines", "`torch.compile` / `torch.export` with AOTInductor"),
 }
 
-__all__ = ["CUDA_ONLY_LIBRARIES", "GPU_INTEROP_LIBRARIES"]
+# Names of CUDA-only packages and providers of other frameworks, as strings in code. A CUDA check that
+# picks one of them (`providers = ["CUDAExecutionProvider", ...] if torch.cuda.is_available() else
+# [...]`, `pip install onnxruntime-gpu` when CUDA is there) is correct as it is: on another accelerator
+# those packages would not run, so the scanner leaves such a check alone.
+CUDA_ONLY_PACKAGES = ("CUDAExecutionProvider", "TensorrtExecutionProvider", "onnxruntime-gpu", "onnxruntime_gpu",
+                      "tensorflow-gpu", "tensorflow[and-cuda]", "paddlepaddle-gpu", "paddle-gpu", "cupy-cuda",
+                      "faiss-gpu", "jax[cuda")
+
+__all__ = ["CUDA_ONLY_LIBRARIES", "CUDA_ONLY_PACKAGES", "GPU_INTEROP_LIBRARIES"]
 
 triggers("nvml", *{m.split(".")[0] for m in CUDA_ONLY_LIBRARIES})
 

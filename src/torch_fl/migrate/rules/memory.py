@@ -43,6 +43,7 @@ lib.scale_inplace(x.data_ptr(), x.numel())
 lib.scale_inplace(torch.utils.dlpack.to_dlpack(x))   # carries device, dtype, shape and strides
 # Identity checks (a.data_ptr() == b.data_ptr()) are portable: mark them `# noqa: FL601`.
 """,
+        runs_off_cuda=True,
 )
 
 rule(

@@ -83,6 +83,7 @@ for i, batch in enumerate(loader):
         print(total.item())         # one sync every 100 steps
 """,
         fix_notes="Whether a sync is needed is a design decision; a warning, not an error.",
+        runs_off_cuda=True,
 )
 
 

@@ -28,6 +28,7 @@ class Detector(Scopes, Guards, Flow):
         self.in_class = False
         self.quiet = 0  # > 0 inside a CUDA-only test or guard: findings there are intended
         self.periodic = 0  # > 0 inside `if step % N == 0:` (a sync there happens every N steps, on purpose)
+        self.decorating = 0
         self.done = set()  # nodes a rule already reported (one finding per site)
         self.fixes_allowed = True
         self.pointers = set()  # names bound to a data_ptr() value
@@ -44,6 +45,9 @@ class Detector(Scopes, Guards, Flow):
         # reach no sink here (another module may import them).
         self.imported = {}
         self.exports = {}
+        self.check_keys = {}
+        self.dropped = set()
+        self.guards: list[tuple[list[int], range, range]] = []  # (test findings, guarded findings, sources)
 
 
 def _all_subclasses(cls: type) -> Iterator[type]:
@@ -97,14 +101,16 @@ def scan_text(text: str, path: str, codes: frozenset[str], unsafe_fixes: bool,
     except RecursionError:
         raise SyntaxError("too deeply nested for the scanner", (path, 1, 1, None)) from None
     detector.flows()
+    detector.settle_guards()
     lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
     if facts is not None:
         imports = detector.imported_sinks()
         if detector.exports or imports:
             facts[path] = ModuleFacts(detector.exports, imports, lines, codes, unsafe_fixes)
-    if not detector.raw:
+    raw = [r for i, r in enumerate(detector.raw) if i not in detector.dropped] if detector.dropped else detector.raw
+    if not raw:
         return []
-    return from_raw(detector.raw, path, lines, codes, unsafe_fixes)
+    return from_raw(raw, path, lines, codes, unsafe_fixes)
 
 
 def scan_other(path: str, suffix: str, codes: frozenset[str], unsafe_fixes: bool) -> list[Finding]:

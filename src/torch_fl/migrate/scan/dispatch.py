@@ -53,6 +53,7 @@ class Dispatch:
     in_class: bool
     quiet: int
     periodic: int
+    decorating: int  # > 0 while visiting a function's decorators
     done: set[int]
     availability_calls: int
     fixes_allowed: bool
@@ -60,6 +61,8 @@ class Dispatch:
     functions: dict[str, ast.FunctionDef | ast.AsyncFunctionDef]
     imported: dict[str, tuple[str, int, str]]
     string_keys: set[Any]
+    check_keys: dict[Any, list[int]]  # a variable holding a CUDA check -> the raw findings of its value
+    dropped: set[int]  # raw findings withdrawn (a check found correct after the fact)
 
     def visit(self, node: ast.AST) -> None:
         handler = self.HANDLERS.get(node.__class__)
@@ -132,12 +135,6 @@ class Dispatch:
         return ".".join(reversed(parts))
 
     # Expressions the rules listen to --------------------------------------------------------------
-    def visit_IfExp(self, node: ast.IfExp) -> None:
-        self.emit("ifexp", node)
-        self.visit(node.test)
-        self.visit(node.body)
-        self.visit(node.orelse)
-
     def visit_Compare(self, node: ast.Compare) -> None:
         for operand in (node.left, *node.comparators):
             key = self.key(operand)

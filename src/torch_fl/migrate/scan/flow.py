@@ -22,6 +22,22 @@ Source = tuple[str, Key, ast.expr, "str | None", int, str]
 KINDS = ("device", "backend")
 
 
+def _carriers(value: ast.expr) -> list[ast.expr]:
+    """The names whose value `value` carries on: `b = a`, `b = a if c else d`, and the head of a string
+    built from it (`f"{DEVICE}:{ID}"`, `DEVICE + ":0"`, `"%s:0" % DEVICE`): a device type stays one."""
+    found: list[ast.expr] = []
+    for alt in alternatives(value):
+        if type(alt) in (ast.Name, ast.Attribute):
+            found.append(alt)
+        elif type(alt) is ast.JoinedStr and alt.values and type(alt.values[0]) is ast.FormattedValue:
+            head = alt.values[0].value  # type: ignore[attr-defined]
+            if type(head) in (ast.Name, ast.Attribute):
+                found.append(head)
+        elif type(alt) is ast.BinOp and type(alt.op) is ast.Add and type(alt.left) in (ast.Name, ast.Attribute):
+            found.append(alt.left)
+    return found
+
+
 class Flow(Dispatch):
     """Sources, sinks and edges (a mixin of the detector)."""
 
@@ -83,7 +99,13 @@ class Flow(Dispatch):
                     self.assign(elt, value)
             else:
                 self.assign(target, node.value)
+        start = len(self.raw)
         self.generic(node)
+        if len(self.raw) > start and len(node.targets) == 1 and self.names_cuda(node.value):  # type: ignore[attr-defined]
+            # `use_cuda = torch.cuda.is_available()`: a later `if use_cuda:` is a guard on this check.
+            key = self.key(node.targets[0])
+            if key is not None:
+                self.check_keys[key] = list(range(start, len(self.raw)))
         self.stmt_line = outer
 
     def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
@@ -106,10 +128,11 @@ class Flow(Dispatch):
             value = next((kw.value for kw in value.keywords if kw.arg == "default"), value)
         key = self.key(target)
         self.source(key, value, ast.unparse(target) if cuda_or_nccl(value) else "")
-        if key is not None and type(value) in (ast.Name, ast.Attribute):
-            origin = self.key(value)
-            if origin is not None and origin != key:
-                self.edges.setdefault(origin, set()).add(key)
+        if key is not None:
+            for part in _carriers(value):
+                origin = self.key(part)
+                if origin is not None and origin != key:
+                    self.edges.setdefault(origin, set()).add(key)
         self.emit("assign", target, value)
 
     def visit_Dict(self, node: ast.Dict) -> None:

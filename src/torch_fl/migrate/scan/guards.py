@@ -6,9 +6,11 @@ CUDA-only library are intended and not reported (``quiet``)."""
 from __future__ import annotations
 
 import ast
+import re
 
+from ..rules import RULES
 from ..rules.base import terminal_name
-from ..rules.libraries import CUDA_ONLY_LIBRARIES
+from ..rules.libraries import CUDA_ONLY_LIBRARIES, CUDA_ONLY_PACKAGES
 from .dispatch import AVAILABILITY, Dispatch, calls
 
 # Test-skip decorators and calls (pytest, unittest) whose condition names CUDA: the test is CUDA-only.
@@ -16,6 +18,12 @@ _SKIP_DECORATORS = frozenset({"skipif", "skipIf", "skipUnless"})
 _SKIP_CALLS = frozenset({"skip", "skipTest", "SkipTest", "xfail"})
 # Functions whose whole body is CUDA-only by its decorator (lightning's RunIf(min_cuda_gpus=1)).
 _CUDA_TEST_KEYWORDS = frozenset({"min_cuda_gpus", "min_gpus", "cuda"})
+# Test marks and decorators whose name says "CUDA only": @pytest.mark.requires_cuda, @requires_gpu,
+# @pytest.mark.cuda, @cuda_only, @skip_if_no_cuda, @onlyCUDA (PyTorch's own tests).
+_CUDA_MARK = re.compile(r"(requires?_?|needs?_?|only_?|skip_?if_?no_?|skip_?unless_?)?(cuda|gpu)s?(_?only)?"
+                        r"|only_?cuda|onlycuda|cuda_?required", re.IGNORECASE)
+# Statements that leave a function or loop: `if not torch.cuda.is_available(): return`.
+_EXITS = (ast.Return, ast.Raise, ast.Continue, ast.Break)
 
 
 class Guards(Dispatch):
@@ -32,10 +40,14 @@ class Guards(Dispatch):
                 return True
             if kind is ast.Attribute and (sub.attr == "is_cuda" or self.qualname(sub) == "torch.version.cuda"):
                 return True
+            if self.check_keys and kind in (ast.Name, ast.Attribute) and self.key(sub) in self.check_keys:  # type: ignore[attr-defined]
+                return True  # `use_cuda = torch.cuda.is_available()`; `if use_cuda:`
         return False
 
     def is_cuda_mark(self, node: ast.AST) -> bool:
         """A test mark that says "CUDA only": skipif(<CUDA condition>), RunIf(min_cuda_gpus=1)."""
+        if any(type(sub) is ast.Attribute and _CUDA_MARK.fullmatch(sub.attr) for sub in ast.walk(node)):
+            return True  # marks=pytest.mark.requires_cuda
         for call in calls(node):
             name = terminal_name(call.func)
             if name in _SKIP_DECORATORS and call.args and self.names_cuda(call.args[0]):
@@ -48,6 +60,9 @@ class Guards(Dispatch):
         """@pytest.mark.skipif(not torch.cuda.is_available(), ...), @unittest.skipUnless(...cuda...),
         @RunIf(min_cuda_gpus=1): the test exists to exercise CUDA."""
         for decorator in node.decorator_list:
+            if _CUDA_MARK.fullmatch(terminal_name(decorator.func if type(decorator) is ast.Call else decorator)
+                                    or ""):
+                return True
             if type(decorator) is not ast.Call:
                 continue
             name = terminal_name(decorator.func)
@@ -121,18 +136,118 @@ class Guards(Dispatch):
         return bool(body)
 
     def body(self, statements: list[ast.stmt]) -> None:
-        """A function or module body: after a `skip unless CUDA` statement, the rest is CUDA-only."""
+        """A function or module body: after a `skip unless CUDA` statement, the rest is CUDA-only; after
+        `if not torch.cuda.is_available(): return`, the rest is guarded by it."""
         quiet = False
-        for stmt in statements:
+        for index, stmt in enumerate(statements):
             if not quiet and self.skips_without_cuda(stmt):
                 quiet = True
                 self.quiet += 1
                 continue
             if self.requires_cuda_library(stmt):
                 continue
+            if not quiet and self.exits_without_cuda(stmt):
+                rest = statements[index + 1:]
+                if self.tuning_only(rest):
+                    # `if not torch.cuda.is_available(): return` then cuDNN flags: correctly guarded.
+                    self.quiet += 1
+                    self.visit(stmt)
+                    self.body(rest)
+                    self.quiet -= 1
+                    break
+                start = len(self.raw)
+                self.visit(stmt)
+                test = list(range(start, len(self.raw)))
+                guarded, sources = len(self.raw), len(self.sources)  # type: ignore[attr-defined]
+                self.body(rest)
+                self.guards.append((test, range(guarded, len(self.raw)),
+                                    range(sources, len(self.sources))))  # type: ignore[attr-defined]
+                break
             self.visit(stmt)
         if quiet:
             self.quiet -= 1
+
+    def exits_without_cuda(self, stmt: ast.stmt) -> bool:
+        """`if not torch.cuda.is_available(): return` (raise, continue, break): what follows runs only
+        where the check passes."""
+        return (type(stmt) is ast.If and not stmt.orelse and bool(stmt.body)
+                and all(type(inner) in _EXITS for inner in stmt.body) and self.negated_check(stmt.test))
+
+    def negated_check(self, test: ast.expr) -> bool:
+        """Whether the CUDA check in `test` is negated (`not torch.cuda.is_available()`, `device != "cuda"`):
+        the guarded code is then the else branch."""
+        for sub in ast.walk(test):
+            if type(sub) is ast.UnaryOp and type(sub.op) is ast.Not and self.names_cuda(sub.operand):
+                return True
+            if type(sub) is ast.Compare and any(type(op) in (ast.NotEq, ast.IsNot, ast.NotIn) for op in sub.ops) \
+                    and self.names_cuda(sub):
+                return True
+        return False
+
+    def picks_cuda_package(self, branch: list[ast.AST]) -> bool:
+        """A branch that names a CUDA-only package or provider ("CUDAExecutionProvider",
+        "onnxruntime-gpu"): the CUDA check choosing it is correct on every host."""
+        for node in branch:
+            for sub in ast.walk(node):
+                if type(sub) is ast.Constant and type(sub.value) is str \
+                        and any(name in sub.value for name in CUDA_ONLY_PACKAGES):
+                    return True
+        return False
+
+    def check_findings(self, test: ast.expr, start: int) -> list[int]:
+        """Raw findings of a guard's test: those recorded from `start` on, and those of a variable the
+        test reads that holds a CUDA check (`use_cuda = torch.cuda.is_available()`; `if use_cuda:`)."""
+        found = list(range(start, len(self.raw)))
+        for sub in ast.walk(test):
+            if type(sub) in (ast.Name, ast.Attribute):
+                key = self.key(sub)  # type: ignore[attr-defined]
+                found.extend(self.check_keys.get(key, ()))
+        return found
+
+    def settle_guards(self) -> None:
+        """Settle every guard recorded during the walk, innermost first, once the data-flow findings
+        (which come at the end) are in."""
+        for test, guarded, sources in self.guards:
+            self.settle_guard(test, guarded, sources)
+
+    def settle_guard(self, test: list[int], guarded: range, sources: range) -> None:
+        """A guard's test is fixed only together with the code it guards. Rewriting the test alone opens
+        the guard on every accelerator; code under it that does not run there (a CUDA-only call with no
+        fix, a "cuda" string no fix rewrites) would then run where the original took the other branch.
+        So the test's fixes get the weakest safety of the guarded findings (code that runs off CUDA, a
+        flag write, does not count): all safe, safe; some unsafe, unsafe (fixed together under
+        --unsafe-fixes); some with no fix, no fix, with the reason in the message."""
+        by_pos = {raw[1]: raw for i, raw in enumerate(self.raw) if i not in self.dropped}
+        weakest: str | None = "safe"
+        blocker = ""
+        candidates = [(self.raw[i][0], self.raw[i][1][0], self.raw[i][3]) for i in guarded
+                      if i not in self.dropped and not RULES[self.raw[i][0]].runs_off_cuda]
+        for kind, _key, literal, _index, _line, _target in (self.sources[i] for i in sources):  # type: ignore[attr-defined]
+            found = by_pos.get((literal.lineno, literal.col_offset, literal.end_lineno, literal.end_col_offset))
+            if found is None:  # bound here and used as a string: no fix rewrites it
+                candidates.append((f'the {kind} string "{literal.value}"', literal.lineno, None))  # type: ignore[attr-defined]
+            elif not RULES[found[0]].runs_off_cuda:
+                candidates.append((found[0], literal.lineno, found[3]))
+        for what, line, safety in candidates:
+            if safety is None:
+                weakest, blocker = None, f"{what}, line {line}"
+                break
+            if safety == "unsafe" and weakest == "safe":
+                weakest, blocker = "unsafe", f"{what}, line {line}"
+        if weakest == "safe":
+            return
+        if weakest is None:
+            note = (f"not fixed: it guards CUDA-only code that has no automatic fix ({blocker}); rewritten "
+                    f"alone, the check would run that code on other accelerators, where the original took "
+                    f"the other branch: port the guarded code, then the check")
+        else:
+            note = f"unsafe: it guards code whose fix is unsafe ({blocker}); --unsafe-fixes rewrites both"
+        for index in test:
+            code, where, stmt_line, safety, fields, replacement = self.raw[index]
+            if safety is None or (safety == "unsafe" and weakest == "unsafe"):
+                continue
+            self.raw[index] = (code, where, stmt_line, weakest, {**fields, "note": note},
+                               replacement if weakest else None)
 
     def visit_Assert(self, node: ast.Assert) -> None:
         if not self.requires_cuda_library(node):  # `assert torch.cuda.is_available(), "bitsandbytes ..."`
@@ -140,8 +255,12 @@ class Guards(Dispatch):
 
     def visit_If(self, node: ast.If) -> None:
         outer, self.stmt_line = self.stmt_line, node.lineno
-        if (self.names_cuda(node.test) and self.skip_body(node.body)) or self.requires_cuda_library(node):
-            # `if not torch.cuda.is_available(): pytest.skip(...)`: a CUDA-only test says so; correct.
+        names_cuda = self.names_cuda(node.test)
+        negated = names_cuda and self.negated_check(node.test)
+        if (names_cuda and self.skip_body(node.body)) or self.requires_cuda_library(node) \
+                or (names_cuda and self.picks_cuda_package(node.orelse if negated else node.body)):
+            # `if not torch.cuda.is_available(): pytest.skip(...)`: a CUDA-only test says so; a check
+            # that picks a CUDA-only package (onnxruntime's CUDAExecutionProvider) is right as it is.
             self.quiet += 1
             self.visit(node.test)
             for stmt in node.body:
@@ -151,20 +270,45 @@ class Guards(Dispatch):
                 self.visit(stmt)
             self.stmt_line = outer
             return
-        guard = self.names_cuda(node.test) and self.tuning_only(node.body)
+        guard = names_cuda and self.tuning_only(node.body)
         if guard:
             # `if torch.cuda.is_available(): torch.backends.cudnn.benchmark = True`: CUDA-only tuning,
             # correctly guarded: neither the guard nor the flags are couplings.
             self.quiet += 1
         before = self.availability_calls
+        start = len(self.raw)
         self.visit(node.test)
+        test = self.check_findings(node.test, start) if names_cuda or self.check_keys else []
         self.emit("if", node, self.availability_calls > before)
         periodic = any(type(n) is ast.BinOp and type(n.op) is ast.Mod for n in ast.walk(node.test))
         self.periodic += periodic
+        body_start, body_sources = len(self.raw), len(self.sources)  # type: ignore[attr-defined]
         for stmt in node.body:
             self.visit(stmt)
         self.periodic -= periodic
         self.quiet -= guard
+        body_end, else_sources = len(self.raw), len(self.sources)  # type: ignore[attr-defined]
         for stmt in node.orelse:
             self.visit(stmt)
+        if test:
+            end, sources_end = len(self.raw), len(self.sources)  # type: ignore[attr-defined]
+            self.guards.append((test, range(body_end, end), range(else_sources, sources_end)) if negated
+                               else (test, range(body_start, body_end), range(body_sources, else_sources)))
         self.stmt_line = outer
+
+    def visit_IfExp(self, node: ast.IfExp) -> None:
+        if self.names_cuda(node.test) and self.picks_cuda_package(
+                [node.orelse if self.negated_check(node.test) else node.body]):
+            # providers = ["CUDAExecutionProvider", ...] if torch.cuda.is_available() else [...]: correct.
+            start = len(self.raw)
+            self.quiet += 1
+            self.visit(node.test)
+            self.quiet -= 1
+            self.dropped.update(self.check_findings(node.test, start))
+            self.visit(node.body)
+            self.visit(node.orelse)
+            return
+        self.emit("ifexp", node)
+        self.visit(node.test)
+        self.visit(node.body)
+        self.visit(node.orelse)

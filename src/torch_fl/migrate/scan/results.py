@@ -80,8 +80,11 @@ def finding(code: str, path: str, where: _Pos, lines: list[str], safety: FixSafe
     rule = RULES[code]
     line, col, end_line, end_col = where
     fixable = safety == "safe" or (unsafe_fixes and safety == "unsafe")
+    message = rule.message_template.format(**fields)
+    if fields.get("note"):  # why this finding's fix differs from the rule's (a guard around CUDA-only code)
+        message = f"{message} ({fields['note']})"
     return Finding(code, rule.name, path, line, char_col(lines, line, col), end_line,
-                   char_col(lines, end_line, end_col), rule.message_template.format(**fields),
+                   char_col(lines, end_line, end_col), message,
                    rule.fix_title.format(**fields), fixable, safety, replacement)
 
 

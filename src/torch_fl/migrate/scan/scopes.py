@@ -77,8 +77,10 @@ class Scopes(Dispatch):
         quiet = self.cuda_only_test(node)
         self.quiet += quiet
         self.emit("function", node)
+        self.decorating += 1  # a call here is applied to the function, not entered (`@autocast()`)
         for expr in node.decorator_list:
             self.visit(expr)
+        self.decorating -= 1
         args = node.args
         positional = [*args.posonlyargs, *args.args]
         for arg, default in zip(positional[len(positional) - len(args.defaults):], args.defaults, strict=True):

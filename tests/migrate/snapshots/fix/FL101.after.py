@@ -6,7 +6,7 @@ import torch_fl  # noqa: F401  (installs torch.fl)
 
 def make(rank: int):
     dev = torch.fl.device()  # the training device
-    second = torch.fl.device('acc1')
+    second = torch.device('cuda:1')
     by_index = torch.device("cuda", rank)
     x = torch.zeros(3, device=torch.fl.device())
     y = torch.ones(

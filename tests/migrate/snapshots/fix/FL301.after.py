@@ -1,11 +1,12 @@
 import torch
+import contextlib
 import torch_fl  # noqa: F401  (installs torch.fl)
 
 
 def step(model, x):
-    with torch.autocast(torch.fl.device_type(), enabled=torch.fl.is_accelerator()):
+    with torch.autocast(torch.fl.device_type()) if torch.fl.is_accelerator() else contextlib.nullcontext():
         y = model(x)
-    with torch.autocast(torch.fl.device_type(), dtype=torch.bfloat16, enabled=torch.fl.is_accelerator()):
+    with torch.autocast(torch.fl.device_type(), dtype=torch.bfloat16) if torch.fl.is_accelerator() else contextlib.nullcontext():
         z = model(y)
-    with torch.autocast(torch.fl.device_type(), enabled=False):  # fp32 region
+    with torch.autocast(torch.fl.device_type(), enabled=False) if torch.fl.is_accelerator() else contextlib.nullcontext():  # fp32 region
         return model(z)

@@ -1,0 +1,143 @@
+"""A fix is safe only if it keeps the meaning on the host AND is right on the target (issue 21).
+
+Every program in fixtures/target/ (our own code, in the shapes of public repositories: yolov5's
+select_device, ChatGLM-6B's cache cleanup, alpaca-lora's device choice, dinov2's nested autocast, a
+CUDA-only onnxruntime provider...) runs before and after `torchfl fix` on the CPU host, where the
+output must be the same, and after the fix on emulated chips (FL_DEVICE=emu:mps, emu:npu), where it
+must run and its own code must call no CUDA-only function (target_runner.py watches the calls).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("libcst")
+
+from torch_fl.migrate.fix import fix_paths, fix_source
+from torch_fl.migrate.scan import scan_source
+
+HERE = Path(__file__).parent
+PROGRAMS = sorted((HERE / "fixtures" / "target").glob("*.py"))
+CHIPS = ("emu:mps", "emu:npu")
+# What an unsafe fix is allowed to change, and why it is unsafe: torch.fl.device("acc1") raises on a
+# one-device host where torch.device("cuda:1") only built an object.
+UNSAFE_RAISES = {"device_objects.py": "DeviceNotFoundError"}
+
+
+def _run(folder: Path, device: str | None) -> dict[str, dict]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FL_")}
+    env["CUDA_VISIBLE_DEVICES"] = ""
+    if device:
+        env["FL_DEVICE"] = device
+    programs = sorted(str(p) for p in folder.glob("*.py"))
+    proc = subprocess.run([sys.executable, str(HERE / "target_runner.py"), *programs], env=env, cwd=folder,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    return {r["path"]: r for r in results}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("unsafe", [False, True], ids=["safe", "unsafe"])
+def test_fixed_programs_keep_the_host_and_take_no_cuda_path_on_emulated_chips(tmp_path, unsafe):
+    original, fixed = tmp_path / "original", tmp_path / "fixed"
+    for folder in (original, fixed):
+        folder.mkdir()
+        for program in PROGRAMS:
+            shutil.copy(program, folder / program.name)
+    report = fix_paths([fixed], unsafe=unsafe)
+    assert report.errors == [] and report.applied > 0
+    before, after = _run(original, None), _run(fixed, None)
+    assert set(before) == {p.name for p in PROGRAMS}
+    for name, run in before.items():
+        assert run["status"] == "ok", (name, run)
+        if unsafe and name in UNSAFE_RAISES:
+            assert UNSAFE_RAISES[name] in after[name]["status"], after[name]
+            continue
+        if not unsafe:  # safe fixes: the same output on the host the code already ran on
+            assert after[name]["stdout"] == run["stdout"], (name, run["stdout"], after[name]["stdout"])
+        assert after[name]["status"] == "ok", (name, after[name])
+    for chip in CHIPS:
+        for name, run in _run(fixed, chip).items():
+            if unsafe and name in UNSAFE_RAISES:
+                assert UNSAFE_RAISES[name] in run["status"], run
+                continue
+            assert run["status"] == "ok", (chip, name, run)
+            assert run["cuda_calls"] == [], (chip, name, run["cuda_calls"])
+
+
+def _fixable(source: str) -> list[tuple[str, int]]:
+    return [(f.code, f.line) for f in scan_source(source) if f.fixable]
+
+
+def test_a_guard_around_cuda_only_code_is_not_rewritten_alone():
+    source = (PROGRAMS[0].parent / "select_device.py").read_text()
+    findings = {f.line: f for f in scan_source(source)}
+    guard = next(f for f in findings.values() if f.code == "FL201" and "is_available" in f.message)
+    assert guard.safety is None and not guard.fixable
+    assert "not fixed: it guards CUDA-only code that has no automatic fix (FL201, line 17)" in guard.message
+    assert "if not cpu and torch.cuda.is_available():" in fix_source(source, unsafe=True).new_source
+
+
+def test_a_guard_is_fixed_with_its_body_when_the_body_is_fixable():
+    source = ("import torch\nx = torch.ones(2)\nif torch.cuda.is_available():\n"
+              "    torch.backends.cudnn.benchmark = True\n    x = x.cuda()\n")
+    fixed = fix_source(source).new_source
+    assert "if torch.fl.is_accelerator():" in fixed and "x.to(torch.fl.device())" in fixed
+
+
+def test_a_guard_around_an_unsafe_fix_is_unsafe_and_fixed_together():
+    source = ("import torch\nif torch.cuda.is_available():\n    device = 'cuda'\nelse:\n    device = 'cpu'\n"
+              "model.to(device)\n")
+    guard = next(f for f in scan_source(source) if f.code == "FL201")
+    assert guard.safety == "unsafe" and "(FL105, line 3)" in guard.message
+    assert "torch.cuda.is_available()" in fix_source(source).new_source
+    unsafe = fix_source(source, unsafe=True).new_source
+    assert "if torch.fl.is_accelerator():\n    device = torch.fl.device_type()" in unsafe
+
+
+def test_an_early_return_guard_covers_the_rest_of_the_function():
+    tuning = ("import torch\ndef setup():\n    if not torch.cuda.is_available():\n        return\n"
+              "    torch.backends.cudnn.benchmark = True\n    torch.backends.cuda.matmul.allow_tf32 = True\n")
+    assert scan_source(tuning) == []  # correctly guarded CUDA tuning
+    props = ("import torch\ndef info():\n    if not torch.cuda.is_available():\n        return None\n"
+             "    return torch.cuda.get_device_properties(0).name\n")
+    assert _fixable(props) == []
+
+
+def test_a_variable_holding_the_check_is_a_guard_too():
+    source = ("import torch\nuse_cuda = torch.cuda.is_available()\nif use_cuda:\n"
+              "    print(torch.cuda.get_device_name(0), torch.cuda.get_device_capability())\n")
+    check = next(f for f in scan_source(source) if f.line == 2)
+    assert check.safety is None and "not fixed" in check.message
+
+
+def test_checks_that_pick_cuda_only_packages_are_left_alone():
+    source = (PROGRAMS[0].parent / "onnx_providers.py").read_text()
+    assert scan_source(source) == []
+    source = ("import torch\ncuda = torch.cuda.is_available()\n"
+              "providers = ['CUDAExecutionProvider', 'CPUExecutionProvider'] if cuda else ['CPUExecutionProvider']\n")
+    assert scan_source(source) == []
+
+
+def test_nested_autocast_stays_scoped_to_its_device():
+    fixed = fix_source("import torch\nwith torch.cuda.amp.autocast(enabled=False):\n    y = x @ x\n").new_source
+    assert ("with torch.autocast(torch.fl.device_type(), enabled=False) if torch.fl.is_accelerator() "
+            "else contextlib.nullcontext():") in fixed
+    assert "import contextlib\n" in fixed
+    assert scan_source(fixed) == []  # idempotent
+    decorated = "import torch\n@torch.cuda.amp.autocast(enabled=False)\ndef f(x):\n    return x\n"
+    assert [(f.code, f.safety) for f in scan_source(decorated)] == [("FL301", "unsafe")]
+
+
+def test_a_cuda_device_object_with_an_index_is_an_unsafe_fix():
+    findings = scan_source('import torch\na = torch.device("cuda:0")\nb = torch.device("cuda:1")\n'
+                           'c = torch.device("cuda", 2)\nd = torch.device(1)\n')
+    assert [(f.line, f.safety) for f in findings] == [(2, "safe"), (3, "unsafe"), (4, "unsafe"), (5, "unsafe")]
