@@ -22,7 +22,7 @@ import torch
 from . import _env, config, plugins
 from .description import registry
 from .description.model import Description
-from .errors import ConfigError, DeviceNotFoundError, did_you_mean
+from .errors import ConfigError, DeviceNotFoundError, TorchFLError, did_you_mean
 
 _log = logging.getLogger("torch_fl.device")
 
@@ -259,19 +259,20 @@ def _emulated(text: str, origin: str) -> ResolvedDevice:
             raise _not_found(text, origin, device_map(), "does not exist")
         return ResolvedDevice(text, emulated_devices()[index], True, "physical name", origin)
     desc = registry.get(name)  # validates the name ("did you mean" on typos)
-    devices = emulated_devices(create=True)
+    devices = emulated_devices(create=True, chip=desc)
     # Where PrivateUse1 belongs to a vendor plugin, the emulated chip is the CPU under a dispatch mode.
     return ResolvedDevice(text, devices[0] if devices else torch.device("cpu"), True, "emulation", origin, desc)
 
 
-def emulated_devices(create: bool = False) -> list[torch.device]:
+def emulated_devices(create: bool = False, chip: Description | None = None) -> list[torch.device]:
     """The emulated devices (emu:0..emu:N-1, N = FL_EMU_DEVICES); `create` registers the emu backend
     (PyTorch's PrivateUse1 slot) on first use. Empty when it is not registered, or when a vendor plugin
     owns PrivateUse1."""
     from .routing import emu
 
     if create and emu.available():
-        emu.ensure(_emu_count())
+        # the first registration names the slot after the chip (npu:0 for emu:npu; routing/emu/vendor.py)
+        emu.ensure(_emu_count(), chip if chip is not None else _emulated_chip())
     if not emu.available():
         if create and emu.unavailable_reason() not in _warned:
             _warned.add(emu.unavailable_reason())
@@ -291,6 +292,14 @@ def register_emulated_early() -> None:
     torch.fl.device() call."""
     if _env.FL_DEVICE.get().startswith(EMULATION_PREFIX):
         emulated_devices(create=True)
+
+
+def _emulated_chip() -> Description | None:
+    """The chip FL_DEVICE (or the config) emulates, for naming the emulated slot; None when unknown."""
+    try:
+        return emulating()
+    except TorchFLError:  # an unknown chip name is reported where the device is resolved
+        return None
 
 
 def _emu_count() -> int:

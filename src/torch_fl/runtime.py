@@ -92,7 +92,7 @@ def _is_sync(desc: Description) -> bool:
 
 def _device_module(dev: torch.device) -> ModuleType | None:
     desc = description_for(dev)
-    if desc.device_type == dev.type:
+    if desc.device_type == dev.type and not is_emulated(dev):  # emulated npu:0's torch.npu is torch-fl's
         plugins.import_plugin(desc)  # torch.npu and friends exist only once their plugin is imported
     return getattr(torch, dev.type, None)
 

@@ -4,25 +4,29 @@ hooks, device guard, factories, serialization, generator and autocast of this pa
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import torch
 
-from . import autocast, factories, generator, module, serialization
+from . import autocast, factories, generator, module, serialization, vendor
 from .slot import backend_name, borrowed, device, state
 
 _lock = threading.Lock()
 
 
-def ensure(count: int) -> None:
+def ensure(count: int, chip: Any = None) -> None:
     """Register the ``emu`` backend (once: PyTorch cannot unregister a backend) with `count` devices
-    (FL_EMU_DEVICES; a later call sets the count again)."""
+    (FL_EMU_DEVICES; a later call sets the count again). The first registration names the slot after
+    `chip` (the emulated description) where that chip is a PrivateUse1 plugin's (vendor.py)."""
     with _lock:
         if state.count == count and state.probed:
             return
         if not borrowed():
             from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
 
-            _setup_privateuseone_for_python_backend(backend_name(), backend_module=module._BackendModule(),
+            state.name = vendor.emulated_name(chip)
+            vendor.announce(chip, backend_name())
+            _setup_privateuseone_for_python_backend(backend_name(), backend_module=vendor.backend_module(state.name),
                                                     hook=module._make_hook(), device_guard=module._make_guard())
             factories._register_factories()
             serialization._register_serialization()

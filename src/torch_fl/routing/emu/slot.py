@@ -17,8 +17,9 @@ _DEFAULT_NAME = "privateuseone"
 
 
 def backend_name() -> str:
-    """The torch device type of emulated tensors (the name PrivateUse1 is borrowed as)."""
-    return "emu"
+    """The torch device type of emulated tensors (the name PrivateUse1 is borrowed as): 'emu', or a
+    PrivateUse1 plugin chip's own name (npu, mlu, musa) when the first registration emulated it (vendor.py)."""
+    return state.name or "emu"
 
 
 class _State:
@@ -27,6 +28,7 @@ class _State:
 
     def __init__(self) -> None:
         self.count = 0                 # devices registered (0: the backend is not set up)
+        self.name = ""                 # the slot's name once registered ('' = 'emu'; vendor.emulated_name)
         self.router: Any = None        # routing.router.Router of the emulated description, or None
         self.table: Any = None
         self.dtypes: frozenset[str] = frozenset()

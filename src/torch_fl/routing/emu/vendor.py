@@ -1,0 +1,186 @@
+"""An emulated chip under its vendor's name: what torch_npu-style code sees under ``FL_DEVICE=emu:npu``.
+
+A chip whose plugin registers it as PyTorch's PrivateUse1 backend (npu, mlu, musa: a description with a
+``plugin`` and ``dispatch_key = "PrivateUse1"``) renames that slot to its device type. The emulator
+borrows the same slot, so it can register it under the same name: ``torch.device("npu:0")``,
+``Tensor.npu()``, ``x.is_npu`` (PyTorch generates those for the renamed backend) and the backend module
+``torch.npu`` with the calls such code makes (``is_available``, ``device_count``, ``synchronize``,
+``current_device``, ``set_device``, ``manual_seed``, ``memory_allocated``, ``Stream``, ``Event``).
+
+A chip with a type PyTorch already has (``xpu``, ``cuda``) cannot take the slot's name: it stays ``emu``.
+The name is fixed by the first registration of the process (PyTorch cannot rename a backend twice), and
+never taken when the real plugin owns the slot (``slot.unavailable_reason``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from typing import Any
+
+import torch
+
+EMU = "emu"
+_log = logging.getLogger("torch_fl.routing")
+
+
+def emulated_name(desc: Any) -> str:
+    """The device type emulated tensors of chip `desc` get: its own for a PrivateUse1 plugin chip whose
+    type PyTorch does not already have, else 'emu'."""
+    if desc is None or desc.dispatch_key != "PrivateUse1" or not desc.plugin:
+        return EMU
+    kind = desc.device_type
+    if not kind.isidentifier() or kind == EMU:
+        return EMU
+    if kind == torch._C._get_privateuse1_backend_name():
+        return kind  # already ours (or the plugin's, and then the slot is unavailable anyway)
+    try:
+        torch.device(kind)
+    except RuntimeError:
+        return kind  # a type torch does not know: the plugin's own name, free to take
+    return EMU  # a built-in torch type (xpu, cuda, privateuseone): the slot cannot be renamed to it
+
+
+def announce(desc: Any, name: str) -> None:
+    """Log, once at registration, under which name chip `desc` is emulated and why."""
+    reason = why_emu(desc)
+    if reason:
+        _log.info("%s; its tensors are on emu:N", reason)
+    elif desc is not None:
+        _log.info("'%s' is emulated under its own name: tensors on %s:N, torch.%s, Tensor.%s() (the PrivateUse1 "
+                  "slot is renamed to '%s' for this process)", desc.name, name, name, name, name)
+
+
+def why_emu(desc: Any) -> str:
+    """One line for doctor and the logs: why chip `desc` is emulated as 'emu' ('' when it is not)."""
+    if desc is None or emulated_name(desc) != EMU:
+        return ""
+    if desc.dispatch_key == "PrivateUse1":
+        return f"'{desc.name}' is emulated as '{EMU}': its device type '{desc.device_type}' is not a plugin name"
+    return (f"'{desc.name}' is emulated as '{EMU}': '{desc.device_type}' is a device type built into PyTorch "
+            f"({desc.dispatch_key} key), and PyTorch's borrowed PrivateUse1 slot cannot take that name")
+
+
+def backend_module(name: str) -> Any:
+    """The object registered as ``torch.<name>``: the emulator's backend module, with the vendor's
+    device-module surface when the slot carries a vendor's name."""
+    from .module import _BackendModule
+
+    if name == EMU:
+        return _BackendModule()
+    return _vendor_module_class(_BackendModule, name)()
+
+
+class Stream:
+    """``torch.<chip>.Stream`` of an emulated chip: work on the CPU is already ordered, so waits are
+    no-ops and synchronize() is the device's (counted as a sync)."""
+
+    def __init__(self, device: Any = None, priority: int = 0, **_: Any) -> None:
+        from .slot import backend_name, state
+
+        index = device.index if isinstance(device, torch.device) else device
+        self.device = torch.device(backend_name(), state.current if index is None else int(index))
+        self.priority = priority
+
+    def query(self) -> bool:
+        return True
+
+    def synchronize(self) -> None:
+        from .slot import state
+
+        state.syncs += 1
+
+    def wait_stream(self, stream: Any) -> None:
+        pass
+
+    def wait_event(self, event: Any) -> None:
+        pass
+
+    def record_event(self, event: Any = None) -> Any:
+        event = event if event is not None else Event()
+        event.record(self)
+        return event
+
+    def __enter__(self) -> Stream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+    def __repr__(self) -> str:
+        return f"<emulated Stream device={self.device}>"
+
+
+class Event:
+    """``torch.<chip>.Event`` of an emulated chip, timed with the host clock (milliseconds)."""
+
+    def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False) -> None:
+        self.enable_timing = enable_timing
+        self._recorded_ns: int | None = None
+
+    def record(self, stream: Any = None) -> None:
+        self._recorded_ns = time.perf_counter_ns()
+
+    def query(self) -> bool:
+        return True
+
+    def synchronize(self) -> None:
+        pass
+
+    def wait(self, stream: Any = None) -> None:
+        pass
+
+    def elapsed_time(self, end_event: Event) -> float:
+        if not (self.enable_timing and end_event.enable_timing):
+            raise RuntimeError("Events were not created with enable_timing=True; create both with "
+                               "Event(enable_timing=True) to time between them")
+        if self._recorded_ns is None or end_event._recorded_ns is None:
+            raise RuntimeError("elapsed_time needs both events recorded: call record() on each first")
+        return (end_event._recorded_ns - self._recorded_ns) / 1e6
+
+
+def _vendor_module_class(base: type, name: str) -> type:
+    def _chip() -> str:
+        from .slot import state
+
+        return getattr(state.description, "name", name)
+
+    class VendorModule(base):  # type: ignore[misc, valid-type]
+        """``torch.<chip>`` of an emulated plugin chip: the plugin's device-module calls."""
+
+        Stream = Stream
+        Event = Event
+
+        @staticmethod
+        def stream(stream: Any) -> Any:
+            return contextlib.nullcontext(stream)
+
+        @staticmethod
+        def current_stream(device: Any = None) -> Stream:
+            return Stream(device)
+
+        @staticmethod
+        def default_stream(device: Any = None) -> Stream:
+            return Stream(device)
+
+        @staticmethod
+        def init() -> None:
+            pass
+
+        @staticmethod
+        def empty_cache() -> None:
+            pass  # emulated memory is the host's; its live bytes are still counted
+
+        @staticmethod
+        def get_device_name(device: Any = None) -> str:
+            return f"{_chip()} (emulated by torch-fl on the CPU)"
+
+        @staticmethod
+        def is_bf16_supported() -> bool:
+            from .slot import state
+
+            return state.description is None or "bfloat16" in state.description.dtypes
+
+    VendorModule.__name__ = VendorModule.__qualname__ = f"torch.{name} (torch-fl emulation)"
+    return VendorModule
