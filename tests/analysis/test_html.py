@@ -178,11 +178,51 @@ def test_log_axis_with_zeros_and_negatives():
     figure = render_chart(Chart("line", "log", [1, 2, 3, 4], [{"name": "a", "values": [0, 1e-3, -5, 1e4]}],
                                 log_y=True))
     assert "<svg" in figure and "nan" not in figure.lower() and "inf" not in figure.lower()
-    assert "smallest positive value" in figure
+    assert "band marked 0" in figure
     # Decade ticks from 1e-3 to 1e4.
     assert ">0.001</text>" in figure and ">10000</text>" in figure
     all_bad = render_chart(Chart("bar", "log", ["a", "b"], [{"name": "a", "values": [0, -1]}], log_y=True))
     assert "<svg" in all_bad and "linear axis" in all_bad
+
+
+def _axis_bottom(figure: str) -> float:
+    """y of the horizontal axis line (the plot's bottom on a log axis)."""
+    ys = [float(a) for a, b in re.findall(r'<line class="axis" x1="[\d.]+" x2="[\d.]+" y1="([\d.]+)" '
+                                          r'y2="([\d.]+)"', figure) if a == b]
+    return max(ys)
+
+
+def test_zero_error_is_drawn_below_a_log_axis_not_at_the_threshold():
+    """compare's chart: errors of 0 next to an rtol line at the smallest positive value. A zero drawn at
+    the floor would sit exactly on the rtol line, as if every module were at the threshold."""
+    figure = render_chart(Chart("line", "Max relative error per module", ["a", "b", "c"],
+                                [{"name": "max relative error", "values": [0, 3e-6, 0]},
+                                 {"name": "rtol", "values": [1e-4, 1e-4, 1e-4]}], log_y=True))
+    circles = [(float(cy), 'fill="#fff"' in paint) for cy, paint in
+               re.findall(r'<circle cx="[\d.]+" cy="([\d.]+)" r="[\d.]+" ([^>]*)>', figure)]
+    bottom = _axis_bottom(figure)
+    zeros = [cy for cy, hollow in circles if hollow]
+    filled = [cy for cy, hollow in circles if not hollow]
+    assert len(zeros) == 2 and all(cy > bottom for cy in zeros)  # under the axis
+    assert all(cy <= bottom for cy in filled) and len(filled) == 4  # 3e-6 and the rtol line, on the axis
+    assert re.search(r'<g class="zero-band">.*?>0</text></g>', figure)  # the band is labelled 0
+    assert "values of 0 or below are drawn under it" in figure
+    # A bar of 0 on a log axis is a mark on the band too, and the smallest positive bar has a height.
+    bars = render_chart(Chart("bar", "b", ["a", "b"], [{"name": "err", "values": [0, 1e-3]}], log_y=True))
+    heights = [float(h) for h in re.findall(r'<rect x="[\d.]+" y="[\d.]+" width="[\d.]+" height="([\d.]+)"',
+                                            bars)]
+    assert len(heights) == 2 and min(heights) == 3.0 and max(heights) > 50
+
+
+def test_a_line_of_non_negative_values_starts_at_zero():
+    """bench's memory chart: 0.17 MiB after every step must not fill the chart, nor the axis go below 0."""
+    figure = render_chart(Chart("line", "Memory after each step", list(range(1, 11)),
+                                [{"name": "native", "values": [0.17] * 10}], y_label="MiB"))
+    ticks = [float(t) for t in re.findall(r'text-anchor="end">(-?[\d.e+-]+)</text>', figure)]
+    assert min(ticks) == 0 and max(ticks) <= 0.5
+    # Data that does go negative keeps its negative part.
+    signed = render_chart(Chart("line", "delta", [1, 2, 3], [{"name": "d", "values": [-2, 1, 3]}]))
+    assert min(float(t) for t in re.findall(r'text-anchor="end">(-?[\d.e+-]+)</text>', signed)) < 0
 
 
 def test_empty_charts_give_a_note():
@@ -211,8 +251,8 @@ def test_large_table_collapses():
     visible, _, hidden = page.partition('<details class="more-rows">')
     assert hidden, "rows beyond the limit must be in a <details>"
     assert f"Show {2500 - MAX_VISIBLE_ROWS} more rows" in hidden
-    assert "aten::op_199<" in visible and "aten::op_200<" not in visible
-    assert "aten::op_2499<" in hidden
+    assert "aten::<wbr>op_199<" in visible and "aten::<wbr>op_200<" not in visible
+    assert "aten::<wbr>op_2499<" in hidden
     small = _html(nasty_report(rows=10))
     assert '<details class="more-rows">' not in small
 
@@ -315,7 +355,7 @@ def test_report_renders_in_chromium(tmp_path):
     assert dom.count('role="img"') == PLOTTED
     assert '<script type="application/json" id="report-data">' in dom
     assert "<b>bold</b>" not in dom  # the browser saw text, not markup
-    assert "aten::op_2499" in dom
+    assert "aten::<wbr>op_2499" in dom
 
 
 def test_report_screenshot(tmp_path):
@@ -331,3 +371,123 @@ def test_report_screenshot(tmp_path):
     width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
     assert (width, height) == (1200, 3000)
     assert len(data) > 20_000  # a blank page compresses to a few KB; charts and tables do not
+
+
+# ------------------------------------------------------------------- layout of real reports, two widths
+
+# Written into a copy of the page (the report itself runs no script): what the browser laid out.
+# A word (a run of non-spaces inside one text node; <wbr> ends a text node) whose pieces sit on two
+# lines was broken mid-word. Closed <details> are not laid out and have no rects: they are skipped.
+LAYOUT_JS = """
+(function () {
+  const root = document.documentElement;
+  const out = {clientWidth: root.clientWidth, scrollWidth: root.scrollWidth, midword: [], overflow: [],
+               verdicts: [], scrolled_tables: 0, notes: document.querySelectorAll('ul.notes li').length};
+  const walker = document.createTreeWalker(document.querySelector('main'), NodeFilter.SHOW_TEXT);
+  let node;
+  while ((node = walker.nextNode())) {
+    const el = node.parentElement;
+    if (!el.closest('td, th, li, dd, caption')) continue;
+    const words = /\\S+/g;
+    let m;
+    while ((m = words.exec(node.data))) {
+      const range = document.createRange();
+      range.setStart(node, m.index);
+      range.setEnd(node, m.index + m[0].length);
+      const lines = new Set([...range.getClientRects()].filter(r => r.width > 0).map(r => Math.round(r.top)));
+      if (lines.size > 1) out.midword.push(m[0]);
+    }
+  }
+  for (const el of document.querySelectorAll('main *')) {
+    if (el.closest('.table-wrap') || el.closest('details:not([open])')) continue;
+    const box = el.getBoundingClientRect();
+    if (box.width && box.right > root.clientWidth + 1) out.overflow.push(el.tagName + '.' + el.className);
+  }
+  for (const wrap of document.querySelectorAll('.table-wrap'))
+    if (wrap.scrollWidth > wrap.clientWidth + 1) out.scrolled_tables += 1;
+  for (const v of document.querySelectorAll('.verdict'))
+    out.verdicts.push([v.textContent, getComputedStyle(v).backgroundColor]);
+  const pre = document.createElement('pre');
+  pre.id = 'layout';
+  pre.textContent = JSON.stringify(out);
+  document.body.appendChild(pre);
+})();
+"""
+
+
+def measure_layout(page_html: str, width: int, tmp_path: Path) -> dict:
+    """Lay the page out in Chromium at `width` CSS pixels and return LAYOUT_JS's measurements."""
+    import html as html_lib
+
+    measured = page_html.replace("default-src 'none';", "default-src 'none'; script-src 'unsafe-inline';", 1)
+    measured = measured.replace("</body>", f"<script>{LAYOUT_JS}</script></body>", 1)
+    page = tmp_path / f"layout-{width}.html"
+    page.write_text(measured, encoding="utf-8")
+    result = _run_chromium(page, tmp_path, "--dump-dom", "--hide-scrollbars", f"--window-size={width},900")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert console_errors(result.stderr) == [], result.stderr[-4000:]
+    found = re.search(r'<pre id="layout">(.*?)</pre>', result.stdout, re.S)
+    assert found, result.stdout[-2000:]
+    return json.loads(html_lib.unescape(found.group(1)))
+
+
+def _rgb(css: str) -> tuple[int, ...]:
+    return tuple(int(v) for v in re.findall(r"\d+", css)[:3])
+
+
+@pytest.fixture(scope="module")
+def real_pages():
+    """HTML of a real coverage report (unusual.py on the minimal chip: unsupported, translated and
+    complex64 rows) and of a real grade report (cnn.py on emu:cuda), plus every verdict."""
+    from torch_fl.analysis.coverage import coverage
+    from torch_fl.analysis.grade import grade
+    from torch_fl.analysis.model import load_model
+
+    examples = Path(__file__).parents[2] / "examples"
+    cov = coverage(load_model(f"{examples}/unusual.py:factory"), "minimal", train=True)
+    graded = grade(load_model(f"{examples}/cnn.py:factory"), "emu:cuda", steps=6, warmup=1, preflight=False)
+    graded.sections.append(Section("Every verdict", text=["- [FAIL] made up: a failing row"], tables=[
+        Table(["criterion", "status"], [["a", "PASS"], ["b", "FAIL"], ["c", "NOT MEASURED"]])]))
+    return {"coverage": (cov, _html(cov)), "grade": (graded, _html(graded))}
+
+
+@pytest.mark.slow  # a real coverage trace and a real grade run, then 4 browser layouts
+@pytest.mark.parametrize("width", [1280, 640])
+@pytest.mark.parametrize("name", ["coverage", "grade"])
+def test_real_reports_lay_out_without_overflow_or_mid_word_breaks(real_pages, name, width, tmp_path):
+    report, page = real_pages[name]
+    layout = measure_layout(page, width, tmp_path)
+    assert layout["clientWidth"] == width
+    # Nothing runs off the page: a table too wide for it scrolls inside its own box.
+    assert layout["scrollWidth"] <= layout["clientWidth"], layout["overflow"]
+    assert layout["overflow"] == []
+    # Table cells, notes and summary values wrap at spaces, '::', '.' and '/' only.
+    assert layout["midword"] == [], layout["midword"][:20]
+    notes = sum(line.startswith("- ") for s in report.sections for line in s.text)
+    assert layout["notes"] == notes > 0  # every "- " line is a list item, none a literal "- "
+    assert "<p class=\"text\">- " not in page
+    if name == "grade":
+        colours = {text: _rgb(bg) for text, bg in layout["verdicts"]}
+        (pr, pg, _), (fr, fg, _) = colours["PASS"], colours["FAIL"]
+        assert pg > pr + 40 and fr > fg + 40  # green and red
+        assert len({colours["PASS"], colours["FAIL"], colours["NOT MEASURED"]}) == 3
+    else:
+        # The warning names the table instead of saying where it is (the page puts warnings first).
+        assert "table above" not in page and "table below" not in page
+        assert "the table &#x27;Ops that are not native on minimal&#x27; lists" in page
+        assert "<h2>Ops that are not native on minimal</h2>" in page
+        assert "complex64" in page and "compl" not in page.replace("complex", "")
+
+
+@pytest.mark.slow
+def test_the_layout_check_catches_a_mid_word_break_and_an_overflow(tmp_path):
+    """The measurement is not vacuous: the old CSS (overflow-wrap: anywhere) breaks PASS in a narrow
+    column, and a fixed-width block runs off a narrow page."""
+    rows = [["aten::_scaled_dot_product_efficient_attention.default", "NOT MEASURED", "complex64 " * 8, "x" * 3]]
+    report = Report("t", {}, sections=[Section("s", tables=[Table(["op", "status", "dtypes", "n"], rows)])])
+    page = _html(report).replace("max-width: 48em; overflow-wrap: normal;", "max-width: 3em; overflow-wrap: anywhere;")
+    page = page.replace('<span class="verdict verdict-not-measured">', "<span>")
+    assert measure_layout(page, 640, tmp_path)["midword"]
+    wide = _html(report).replace("<main>", '<main><div style="width: 2000px">wide</div>', 1)
+    layout = measure_layout(wide, 640, tmp_path)
+    assert layout["scrollWidth"] > layout["clientWidth"] and layout["overflow"]

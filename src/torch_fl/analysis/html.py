@@ -248,7 +248,9 @@ def _log_axis(chart: Chart, kind: str, series: _Series) -> tuple[bool, float | N
     if kind == "stacked-bar":
         notes = ["Log axis: negative values are left out of the stacks."] if any(v < 0 for v in values) else []
     elif any(v <= 0 for v in values):
-        notes = [f"Log axis: values ≤ 0 are drawn at the smallest positive value ({_fmt(floor)})"
+        # Not at the floor: a zero drawn at the smallest positive value (often a threshold line) would
+        # look like a value sitting on that threshold.
+        notes = ["Log axis: it has no 0, so values of 0 or below are drawn under it, on the band marked 0"
                  + (", as hollow markers." if kind == "line" else ".")]
     else:
         notes = []
@@ -268,9 +270,13 @@ def _extent(kind: str, series: _Series) -> list[float]:
 def _y_scale(kind: str, series: _Series, floor: float | None, top: float, bottom: float) -> _Scale:
     extent = _extent(kind, series)
     if floor is not None:
-        return _log_scale(floor, max(max(extent), floor), bottom, top)
+        # Bars start a decade under the smallest one, or that bar would have no height at all.
+        return _log_scale(floor / 10 if kind == "bar" else floor, max(max(extent), floor), bottom, top)
     lo, hi = min(extent), max(extent)
-    if kind != "line":  # bars grow from zero, so zero must be on the axis
+    # Bars grow from zero, so zero must be on the axis; a line of values that cannot be negative
+    # (memory, time, counts) starts at zero too, so that 0.2 MiB does not fill the chart (nor an axis
+    # reach below zero).
+    if kind != "line" or lo >= 0:
         lo, hi = min(lo, 0.0), max(hi, 0.0)
     return _linear_scale(lo, hi, bottom, top)
 
@@ -295,6 +301,7 @@ class _Plot:
     band: float  # width of one x slot (categorical axes)
     rotate: bool  # x labels rotated
     height: float
+    zero_band: float = 0.0  # height of the band under a log axis where values <= 0 are drawn (0: none)
 
     @property
     def base_y(self) -> float:
@@ -303,6 +310,19 @@ class _Plot:
 
     def clamp(self, v: float) -> float:
         return max(v, self.floor) if self.floor is not None else v
+
+    @property
+    def zero_y(self) -> float:
+        """Where a value <= 0 is drawn on a log axis: the middle of the band under the axis."""
+        return self.bottom + self.zero_band / 2 + 2
+
+    def value_y(self, v: float) -> float:
+        return self.zero_y if self.zero_band and v <= 0 else self.y(self.clamp(v))
+
+    @property
+    def labels_top(self) -> float:
+        """Top of the x tick labels: under the zero band when there is one."""
+        return self.bottom + self.zero_band
 
     def tip(self, i: int, name: str, v: float | None) -> str:
         return f"<title>{_e(self.labels[i])} · {_e(name)}: {'no value' if v is None else _e(format_cell(v))}</title>"
@@ -322,9 +342,11 @@ def _layout(chart: Chart, kind: str, series: _Series, use_log: bool, floor: floa
     labels = [format_cell(x) for x in chart.x]
     right = _WIDTH - 18.0
     left, x_pos, x_ticks, rotate, label_h = _x_axis(chart, kind, labels, left, right)
-    height = bottom + 8 + label_h + (22 if chart.x_label else 0) + 8
+    nonpositive = any(v is not None and v <= 0 for _, vals in series for v in vals)
+    zero_band = 30.0 if use_log and kind != "stacked-bar" and nonpositive else 0.0
+    height = bottom + zero_band + 8 + label_h + (22 if chart.x_label else 0) + 8
     return _Plot(kind, series, colors, labels, floor if use_log else None, legend, top, bottom, left, right,
-                 yscale, x_ticks, x_pos, (right - left) / len(chart.x), rotate, height)
+                 yscale, x_ticks, x_pos, (right - left) / len(chart.x), rotate, height, zero_band)
 
 
 def _x_axis(chart: Chart, kind: str, labels: list[str], left: float,
@@ -373,13 +395,19 @@ def _axes(chart: Chart, plot: _Plot) -> list[str]:
     p.append(f'<line class="axis" x1="{left:.1f}" x2="{left:.1f}" y1="{plot.top:.1f}" y2="{bottom:.1f}"/>')
     base_y = plot.base_y
     p.append(f'<line class="axis" x1="{left:.1f}" x2="{right:.1f}" y1="{base_y:.1f}" y2="{base_y:.1f}"/>')
+    if plot.zero_band:
+        zy = plot.zero_y
+        p.append(f'<g class="zero-band"><line class="zero-line" x1="{left:.1f}" x2="{right:.1f}" y1="{zy:.1f}" '
+                 f'y2="{zy:.1f}" stroke-dasharray="4 3"/><text class="tick" x="{left - 6:.1f}" y="{zy + 4:.1f}" '
+                 f'text-anchor="end">0</text></g>')
+    label_y = plot.labels_top
     for x, text in plot.x_ticks:
         title = f"<title>{_e(text)}</title>" if len(text) > _LABEL_MAX else ""
         if plot.rotate:
-            p.append(f'<text class="tick" x="{x:.1f}" y="{bottom + 10:.1f}" text-anchor="end" '
-                     f'transform="rotate(-{_ROTATE} {x:.1f} {bottom + 10:.1f})">{title}{_e(_short(text))}</text>')
+            p.append(f'<text class="tick" x="{x:.1f}" y="{label_y + 10:.1f}" text-anchor="end" '
+                     f'transform="rotate(-{_ROTATE} {x:.1f} {label_y + 10:.1f})">{title}{_e(_short(text))}</text>')
         else:
-            p.append(f'<text class="tick" x="{x:.1f}" y="{bottom + 16:.1f}" text-anchor="middle">{title}'
+            p.append(f'<text class="tick" x="{x:.1f}" y="{label_y + 16:.1f}" text-anchor="middle">{title}'
                      f"{_e(_short(text))}</text>")
     if chart.x_label:
         p.append(f'<text class="axis-label" x="{(left + right) / 2:.1f}" y="{plot.height - 10:.1f}" '
@@ -411,6 +439,10 @@ def _bars(plot: _Plot) -> list[str]:
             if v is None:
                 continue
             fill = ROUTE_COLORS.get(route_of(label) or "", plot.colors[0]) if by_route else color
+            if plot.zero_band and v <= 0:  # a log axis has no 0: a short mark on the zero band
+                p.append(_rect(x0 + j * w, plot.zero_y - 1.5, plot.zero_y + 1.5, max(w - 1, 0.5), fill,
+                               plot.tip(i, name, v)))
+                continue
             p.append(_rect(x0 + j * w, plot.y(plot.clamp(v)), plot.base_y, max(w - 1, 0.5), fill,
                            plot.tip(i, name, v)))
     return p
@@ -445,11 +477,15 @@ def _lines(plot: _Plot) -> list[str]:
     p: list[str] = []
     for (name, vals), color in zip(plot.series, plot.colors, strict=True):
         runs: list[list[tuple[float, float, int]]] = [[]]
+        zeros: list[tuple[float, float, int]] = []
         for i, v in enumerate(vals):
             if v is None:
                 runs.append([])  # a missing value breaks the line rather than drawing through it
+            elif plot.zero_band and v <= 0:
+                runs.append([])  # under the axis: a point on the zero band, not joined to the line
+                zeros.append((plot.x_pos(i), plot.zero_y, i))
             else:
-                runs[-1].append((plot.x_pos(i), plot.y(plot.clamp(v)), i))
+                runs[-1].append((plot.x_pos(i), plot.value_y(v), i))
         g = [f'<g class="series"><title>{_e(name)}</title>']
         for run in runs:
             if len(run) > 1:
@@ -458,13 +494,14 @@ def _lines(plot: _Plot) -> list[str]:
                          f'stroke-linejoin="round"/>')
             if markers or len(run) == 1:
                 g += [_marker(plot, x, y, color, vals[i], plot.tip(i, name, vals[i])) for x, y, i in run]
+        g += [_marker(plot, x, y, color, vals[i], plot.tip(i, name, vals[i])) for x, y, i in zeros]
         g.append("</g>")
         p.append("".join(g))
     return p
 
 
 def _marker(plot: _Plot, x: float, y: float, color: str, value: float | None, tip: str) -> str:
-    # Hollow: a value ≤ 0 that a log axis can only show at its floor.
+    # Hollow: a value ≤ 0 that a log axis can only show on the zero band under it.
     hollow = plot.floor is not None and (value or 0) <= 0
     paint = f'fill="#fff" stroke="{color}" stroke-width="1.5"' if hollow else f'fill="{color}"'
     return f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3.2" {paint}>{tip}</circle>'
@@ -472,15 +509,44 @@ def _marker(plot: _Plot, x: float, y: float, color: str, value: float | None, ti
 
 # ---------------------------------------------------------------------------------------------- tables
 
+# Where a long token may wrap: after '::' and '/', and after a '.' not followed by a digit (op names,
+# dtype lists, paths; never inside 2.41503). Table cells wrap only at spaces and these points, never
+# mid-word: a table too wide for the page scrolls in its own box instead.
+_BREAK_AFTER = re.compile(r"(::|/|,|\.(?![\d\s]))(?=\S)")
+
+
+def _breakable(value: Any) -> str:
+    """Escaped text with <wbr> at the break points above. A piece with a hyphen is kept on one line
+    (browsers break after any '-': '--compile' and 'translate-or-error' are names, not prose)."""
+    out = []
+    for part in re.split(r"(\s+)", str(value)):
+        if not part or part.isspace():
+            out.append(_e(part))
+            continue
+        pieces = _BREAK_AFTER.sub("\\1\0", part).split("\0")
+        out.append("<wbr>".join(f'<span class="nw">{_e(p)}</span>' if "-" in p else _e(p) for p in pieces))
+    return "".join(out)
+
+
+def _verdict_class(text: str) -> str | None:
+    """CSS class of a grade verdict (PASS, FAIL, NOT MEASURED: grade's own vocabulary), else None."""
+    from .grade.levels import STATUSES
+
+    return f"verdict-{text.lower().replace(' ', '-')}" if text in STATUSES else None
+
+
 def _td(value: Any) -> str:
-    text = _e(format_cell(value))
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return f'<td class="num">{text}</td>'
-    # Only a cell that is exactly a route name gets the route's chip, not text that mentions one.
-    route = _ROUTE_CANON.get(value.strip().lower(), value.strip().lower()) if isinstance(value, str) else ""
+        return f'<td class="num">{_e(format_cell(value))}</td>'
+    text = format_cell(value)
+    # Only a cell that is exactly a route name or a verdict gets its chip, not text that mentions one.
+    route = _ROUTE_CANON.get(text.strip().lower(), text.strip().lower())
     if route in ROUTE_COLORS:
-        return f'<td><span class="route route-{route}">{text}</span></td>'
-    return f"<td>{text}</td>"
+        return f'<td><span class="route route-{route}">{_e(text)}</span></td>'
+    verdict = _verdict_class(text.strip())
+    if verdict:
+        return f'<td><span class="verdict {verdict}">{_e(text)}</span></td>'
+    return f"<td>{_breakable(text)}</td>"
 
 
 def _rows(rows: Iterable[Sequence[Any]]) -> str:
@@ -488,7 +554,7 @@ def _rows(rows: Iterable[Sequence[Any]]) -> str:
 
 
 def _table(table: Table) -> str:
-    head = "<thead><tr>" + "".join(f'<th scope="col">{_e(c)}</th>' for c in table.columns) + "</tr></thead>"
+    head = "<thead><tr>" + "".join(f'<th scope="col">{_breakable(c)}</th>' for c in table.columns) + "</tr></thead>"
     caption = f"<caption>{_e(table.title)}</caption>" if table.title else ""
     visible, rest = table.rows[:MAX_VISIBLE_ROWS], table.rows[MAX_VISIBLE_ROWS:]
     out = [f'<div class="table-wrap"><table>{caption}{head}<tbody>{_rows(visible)}</tbody></table></div>']
@@ -516,7 +582,7 @@ h2 { font-size: 1.3em; margin: 32px 0 8px; padding-bottom: 4px; border-bottom: 1
 dl.summary { display: grid; grid-template-columns: max-content 1fr; gap: 4px 16px; margin: 0 0 16px;
   padding: 12px 16px; background: var(--alt); border: 1px solid var(--line); border-radius: 6px; }
 dl.summary dt { font-weight: 600; }
-dl.summary dd { margin: 0; overflow-wrap: anywhere; }
+dl.summary dd { margin: 0; overflow-wrap: break-word; min-width: 0; }
 .warnings { margin: 16px 0; padding: 10px 16px; background: #fff4e5; border: 1px solid #f0b35a;
   border-left: 6px solid #e8590c; border-radius: 6px; }
 .warnings h2 { margin: 0 0 4px; border: 0; font-size: 1.1em; color: #8a3b00; }
@@ -527,12 +593,17 @@ nav.toc ol { margin: 0; padding-left: 20px; columns: 2; }
 table { border-collapse: collapse; font-size: 13px; min-width: 40%; }
 caption { text-align: left; font-weight: 600; padding: 4px 0; }
 th, td { padding: 3px 10px; border-bottom: 1px solid var(--line); text-align: left; vertical-align: top;
-  overflow-wrap: anywhere; max-width: 48em; }
+  max-width: 48em; overflow-wrap: normal; word-break: normal; hyphens: manual; }
 thead th { background: var(--alt); }
 tbody tr:nth-child(even) { background: #fbfcfd; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 details > summary { cursor: pointer; color: var(--muted); margin: 4px 0; }
-.route { display: inline-block; padding: 0 6px; border-radius: 8px; color: #fff; font-size: 12px; }
+.route, .verdict { display: inline-block; padding: 0 6px; border-radius: 8px; color: #fff; font-size: 12px;
+  white-space: nowrap; }
+.verdict { font-weight: 600; } .nw { white-space: nowrap; }
+.verdict-pass { background: #2e7d32; } .verdict-fail { background: #c62828; }
+.verdict-not-measured { background: #eceff1; color: #37474f; border: 1px dashed #78909c; }
+ul.notes { margin: 6px 0; padding-left: 22px; } ul.notes li { margin: 3px 0; overflow-wrap: break-word; }
 .route-native { background: #2e7d32; } .route-translate { background: #e6a700; color: #1d232a; }
 .route-fallback { background: #e8590c; } .route-kernel { background: #1c6dd0; }
 .route-unsupported { background: #8b1a1a; }
@@ -544,6 +615,7 @@ figure.chart figcaption { font-weight: 600; margin-bottom: 6px; overflow-wrap: a
 .chart-svg .axis-label { font-size: 12px; font-weight: 600; }
 .chart-svg .grid { stroke: #e9edf1; stroke-width: 1; }
 .chart-svg .axis { stroke: #8c959f; stroke-width: 1; }
+.chart-svg .zero-line { stroke: #8c959f; stroke-width: 1; }
 .chart-svg rect:hover, .chart-svg circle:hover { opacity: .75; }
 .note { color: var(--muted); font-style: italic; margin: 6px 0; }
 footer { max-width: 1120px; margin: 24px auto; padding: 12px 20px; color: var(--muted); font-size: 12px;
@@ -574,9 +646,37 @@ def _finite(value: Any) -> Any:
     return value
 
 
+_VERDICT_PREFIX = re.compile(r"^\[([A-Z][A-Z ]*[A-Z])\] ")
+
+
+def _note(text: str) -> str:
+    """One list item; a leading '[PASS] ' (grade's evidence lines) becomes the verdict's chip."""
+    m = _VERDICT_PREFIX.match(text)
+    verdict = _verdict_class(m.group(1)) if m else None
+    if m and verdict:
+        return f'<li><span class="verdict {verdict}">{_e(m.group(1))}</span> {_breakable(text[m.end():])}</li>'
+    return f"<li>{_breakable(text)}</li>"
+
+
+def _text(lines: Sequence[str]) -> list[str]:
+    """A section's text: runs of '- ' lines (notes, evidence) as a list, other lines as paragraphs."""
+    out: list[str] = []
+    items: list[str] = []
+    for line in [*lines, None]:
+        if line is not None and line.startswith("- "):
+            items.append(_note(line[2:]))
+            continue
+        if items:
+            out.append('<ul class="notes">' + "".join(items) + "</ul>")
+            items = []
+        if line is not None:
+            out.append(f'<p class="text">{_e(line)}</p>')
+    return out
+
+
 def _section(index: int, section: Section) -> str:
     out = [f'<section id="section-{index}"><h2>{_e(section.title)}</h2>']
-    out += [f'<p class="text">{_e(line)}</p>' for line in section.text]
+    out += _text(section.text)
     out += [_table(t) for t in section.tables]
     out += [render_chart(c) for c in section.charts]
     if not (section.text or section.tables or section.charts):
@@ -596,7 +696,7 @@ def render_html(report: Report, *, generated: datetime | None = None) -> str:
              f"<title>{_e(report.title)}</title><style>{_CSS}</style></head><body><main>",
              f"<h1>{_e(report.title)}</h1>"]
     if report.summary:
-        parts.append('<dl class="summary">' + "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>"
+        parts.append('<dl class="summary">' + "".join(f"<dt>{_e(k)}</dt><dd>{_breakable(v)}</dd>"
                                                       for k, v in report.summary) + "</dl>")
     if report.warnings:
         parts.append(f'<section class="warnings" role="alert" aria-label="Warnings">'
