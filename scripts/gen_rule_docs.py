@@ -66,7 +66,7 @@ use `extend-exclude`). From Python:
 ## Output
 
 `text` (default), one line per finding, ruff-style, sorted by path, line and column; `[*]` marks
-the findings `torchfl fix` rewrites:
+the findings `torchfl fix` rewrites, `[u]` those only `torchfl fix --unsafe-fixes` rewrites:
 
 ```
 train.py:12:17: FL101 [*] Hard-coded CUDA device "cuda" used as a device
@@ -76,9 +76,12 @@ Found 2 findings (1 fixable with `torchfl fix`).
 
 Columns are 1-based and count characters. `--statistics` prints the number of findings per rule
 instead. `json` is a list of objects with `code`, `name`, `path`, `line`, `col`, `end_line`,
-`end_col` (exclusive), `message`, `fix_title`, `fixable` and `safety` (`"safe"`, `"unsafe"` or
-`null`). `sarif` is a SARIF 2.1.0 log for code-scanning dashboards (GitHub code scanning and
-others): every rule with its description and a `helpUri` into this page, one result per finding.
+`end_col` (exclusive), `message`, `fix_title`, `fixable`, `safety` (`"safe"`, `"unsafe"` or
+`null`) and `fix_command` (`"torchfl fix"`, `"torchfl fix --unsafe-fixes"` or `null`). `fixable` means
+the same in every format: the finding has an automatic fix (at either level), and `safety` says which;
+the text marks say the same (`[*]`, `[u]`, none). `sarif` is a SARIF 2.1.0 log for code-scanning
+dashboards (GitHub code scanning and others): every rule with its description and a `helpUri` into
+this page, one result per finding, with `fixable`, `fixSafety` and `fixCommand` in its properties.
 Paths are reported as given on the command line, so `torchfl scan .` gives relative paths.
 
 Files that cannot be scanned are reported and skipped, never a crash: `E999` for a file that does

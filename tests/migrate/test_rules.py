@@ -117,7 +117,8 @@ def test_scan_source_api():
     assert finding.to_json() == {
         "code": "FL102", "name": "cuda-method", "path": "model.py", "line": 2, "col": 5,
         "end_line": 2, "end_col": 26, "message": "`.cuda()` moves to a CUDA device only",
-        "fix_title": "Replace with `.to(torch.fl.device())`", "fixable": True, "safety": "safe"}
+        "fix_title": "Replace with `.to(torch.fl.device())`", "fixable": True, "safety": "safe",
+        "fix_command": "torchfl fix"}
     assert scan_source(source, select=["FL2"]) == []
     with pytest.raises(SyntaxError):
         scan_source("def broken(:\n")

@@ -246,9 +246,16 @@ def test_unsafe_fixes_flag(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     Path("flow.py").write_text("device = 'cuda'\nmodel.to(device)\nm.cuda()\n")
     _, out, _ = run(capsys, "flow.py")
-    assert "flow.py:1:10: FL105 CUDA device" in out
-    assert out.endswith("Found 2 findings (1 fixable with `torchfl fix`; 1 more with "
+    assert "flow.py:1:10: FL105 [u] CUDA device" in out
+    assert out.endswith("Found 2 findings (1 fixable with `torchfl fix`; 1 more, marked [u], with "
                         "`torchfl fix --unsafe-fixes`).\n")
+    # JSON and SARIF say the same as the text: the finding has a fix, an unsafe one (issue 21).
+    _, out, _ = run(capsys, "flow.py", "--format", "json")
+    flow = next(item for item in json.loads(out) if item["code"] == "FL105")
+    assert (flow["fixable"], flow["safety"], flow["fix_command"]) == (True, "unsafe", "torchfl fix --unsafe-fixes")
+    _, out, _ = run(capsys, "flow.py", "--format", "sarif")
+    props = next(r["properties"] for r in json.loads(out)["runs"][0]["results"] if r["ruleId"] == "FL105")
+    assert props == {"fixable": True, "fixSafety": "unsafe", "fixCommand": "torchfl fix --unsafe-fixes"}
     _, out, _ = run(capsys, "flow.py", "--unsafe-fixes")
     assert "flow.py:1:10: FL105 [*] CUDA device" in out
     assert out.endswith("Found 2 findings (2 fixable with `torchfl fix --unsafe-fixes`).\n")

@@ -113,7 +113,7 @@ def summary(result: Any, unsafe_fixes: bool = False) -> str:
         fixable = sum(f.fixable for f in findings)
         hidden = 0 if unsafe_fixes else sum(f.safety == "unsafe" for f in findings)
         command = "`torchfl fix --unsafe-fixes`" if unsafe_fixes else "`torchfl fix`"
-        more = f"; {hidden} more with `torchfl fix --unsafe-fixes`" if hidden else ""
+        more = f"; {hidden} more, marked [u], with `torchfl fix --unsafe-fixes`" if hidden else ""
         lines.append(f"Found {_plural(len(findings), 'finding')} ({fixable} fixable with {command}{more}).")
     else:
         lines.append(f"All checks passed: {_plural(result.files, 'file')}, "
@@ -130,8 +130,10 @@ def text(result: Any, statistics_only: bool = False, unsafe_fixes: bool = False)
             marker = "[*]" if row["fixable"] else "[ ]"
             out.append(f"{row['count']:>5}\t{row['code']}\t{marker} {row['name']}")
     else:
+        marks = {(f.path, f.line, f.col, f.code): f.marker for f in result.findings}
         for item in _items(result):
-            marker = "[*] " if item["fixable"] else ""
+            marker = marks.get((item["path"], item["line"], item["col"], item["code"]), "")
+            marker = f"{marker} " if marker else ""
             out.append(f"{item['path']}:{item['line']}:{item['col']}: {item['code']} {marker}{item['message']}")
     out.append(summary(result, unsafe_fixes))
     return "\n".join(out) + "\n"
@@ -141,7 +143,7 @@ def statistics(result: Any) -> list[dict[str, Any]]:
     """Findings (and unscannable files) per code, most frequent first."""
     counts = Counter(item["code"] for item in _items(result))
     names = {item["code"]: item["name"] for item in _items(result)}
-    fixable = {f.code for f in result.findings if f.fixable}
+    fixable = {f.code for f in result.findings if f.safety is not None}  # has a fix, as in JSON and SARIF
     return [{"code": code, "name": names[code], "count": count, "fixable": code in fixable}
             for code, count in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
 
@@ -182,7 +184,8 @@ def sarif(result: Any) -> dict[str, Any]:
             "artifactLocation": {"uri": _uri(f.path)},
             "region": _region(f.line, f.col, f.end_line, f.end_col),
         }}],
-        "properties": {"fixable": f.fixable, "fixSafety": f.safety or "none"},
+        "properties": {"fixable": f.safety is not None, "fixSafety": f.safety or "none",
+                       "fixCommand": f.fix_command},
     } for f in result.findings]
     notifications = [{
         "level": "error",

@@ -52,8 +52,14 @@ rule(
         "FL301", "cuda-amp-autocast",
         "`torch.cuda.amp.autocast` is deprecated and CUDA-only",
         "Replace with `torch.autocast(torch.fl.device_type(), ...)`", "safe",
-        fix_notes="The call also gets `enabled=torch.fl.is_accelerator()` (and-ed with its own `enabled`): "
-                  "torch.cuda.amp.autocast disabled itself on a CPU-only host, and the rewrite still does.",
+        fix_notes="An autocast region is scoped to its device type: `torch.cuda.amp.autocast(enabled=False)` "
+                  "switched CUDA autocast off, never an outer CPU one. So the call becomes "
+                  "`torch.autocast(torch.fl.device_type(), ...) if torch.fl.is_accelerator() else "
+                  "contextlib.nullcontext()`: the accelerator's region where there is one, nothing on a "
+                  "CPU-only host (as before; `import contextlib` is added). As a decorator "
+                  "(`@torch.cuda.amp.autocast()`) it gets `enabled=torch.fl.is_accelerator()` instead, an "
+                  "unsafe fix: inside an outer CPU autocast the decorated function then runs in float32 on "
+                  "the CPU. `partial(torch.cuda.amp.autocast, ...)` is reported without a fix.",
         what="A `torch.cuda.amp.autocast(...)` call, including `autocast()` imported from "
              "`torch.cuda.amp`.",
         why="It enables autocast for CUDA only; on any other device the region silently runs in "
@@ -91,9 +97,12 @@ rule(
         "FL303", "autocast-cuda-device-type",
         "`{func}` with the hard-coded device type {text}", "Replace {text} with `torch.fl.device_type()`",
         "safe",
-        fix_notes="`torch.autocast` and `torch.amp.GradScaler` calls also get `enabled=torch.fl.is_accelerator()` "
-                  "(and-ed with their own): with \"cuda\" they disabled themselves on a CPU-only host, and "
-                  "still do.",
+        fix_notes="With \"cuda\" these calls disabled themselves on a CPU-only host, and still do: a "
+                  "`torch.autocast` region becomes `... if torch.fl.is_accelerator() else "
+                  "contextlib.nullcontext()` (scoped as FL301 says), `torch.amp.GradScaler` gets "
+                  "`enabled=torch.fl.is_accelerator()` (and-ed with its own). `device_type=\"cuda\"` in a "
+                  "kernel registration (`torch.fl.register_kernel`, `torch.library.register_kernel`) names "
+                  "CUDA on purpose and is not reported.",
         what="`\"cuda\"` as the device type of `torch.autocast`, `torch.amp.autocast`, "
              "`torch.amp.GradScaler`, `torch.amp.custom_fwd/custom_bwd`, or any `device_type=` keyword.",
         why="Autocast for `\"cuda\"` does nothing for tensors on another device: the region silently "
@@ -154,8 +163,14 @@ def amp_device_type(det: Any, node: ast.Call, qual: str) -> None:
             det.sink("device", kw.value)
 
 
+# Calls where `device_type="cuda"` names the CUDA kernel on purpose: registering a kernel for CUDA.
+_REGISTRATIONS = frozenset({"register_kernel", "impl", "register_fake", "register_autocast", "Library"})
+
+
 @on_keyword("device_type")
 def device_type_keyword(det: Any, call: ast.Call, arg: str, value: ast.expr, func: str | None) -> None:
+    if (func or "").startswith("torch.fl.") or (func or "").rsplit(".", 1)[-1] in _REGISTRATIONS:
+        return  # torch.fl.register_kernel(..., device_type="cuda"): this kernel is for CUDA only
     _device_type_literals(det, call, value, func or "call")
     det.sink("device", value)
 

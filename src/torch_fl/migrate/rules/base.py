@@ -128,9 +128,25 @@ class Finding(NamedTuple):
     replacement: str | None = None
 
     def to_json(self) -> dict[str, Any]:
+        """The JSON object (`torchfl scan --format json`). `fixable` there says whether the finding has an
+        automatic fix at all, whatever level this scan ran at, as in SARIF and the text report's
+        markers; `safety` says which, and `fix_command` what applies it."""
         data = self._asdict()
         del data["replacement"]
+        data["fixable"] = self.safety is not None
+        data["fix_command"] = self.fix_command
         return data
+
+    @property
+    def fix_command(self) -> str | None:
+        """The command that applies this finding's fix: "torchfl fix", "torchfl fix --unsafe-fixes", None."""
+        return None if self.safety is None else "torchfl fix" if self.safety == "safe" else "torchfl fix --unsafe-fixes"
+
+    @property
+    def marker(self) -> str:
+        """The text report's mark: "[*]" fixed by `torchfl fix` at the level asked for, "[u]" an unsafe fix
+        (`--unsafe-fixes`) not asked for, "" no automatic fix."""
+        return "[*]" if self.fixable else "[u]" if self.safety == "unsafe" else ""
 
     @property
     def sort_key(self) -> tuple[str, int, int, str]:

@@ -55,7 +55,9 @@ dev = torch.fl.device()
 """,
         fix_notes="`\"cuda\"` becomes `torch.fl.device()` and `\"cuda:N\"` / `torch.device(\"cuda\", N)` "
                   "becomes `torch.fl.device(\"accN\")`: on a CUDA machine accN is cuda:N unless "
-                  "FL_DEVICE_MAP says otherwise. f-strings and other computed strings are not fixed.",
+                  "FL_DEVICE_MAP says otherwise. f-strings and other computed strings are not fixed. "
+                  "`torch.device(\"cuda:N\")` with N > 0 is an unsafe fix: `torch.fl.device(\"accN\")` "
+                  "raises on a host with fewer devices, where the original only built an object.",
 )
 
 rule(
@@ -191,10 +193,28 @@ def report_ordinals(det: Any, value: ast.expr, *, any_name: bool = False) -> Non
                        remedy=f'Replace with `torch.fl.device("acc{alt.value}")`',  # type: ignore[attr-defined]
                        replacement=f'torch.fl.device("acc{alt.value}")')  # type: ignore[attr-defined]
         elif (any_name and type(alt) in (ast.Name, ast.Attribute, ast.Subscript)) \
-                or terminal_name(alt) in ORDINAL_NAMES:
+                or terminal_name(alt) in ORDINAL_NAMES or _rank_number(alt):
             text = ast.unparse(alt)
             det.report("FL106", alt, None, text=text,
                        remedy=f"Use `torch.fl.device({text})` (the ordinal names accN)")
+
+
+def _rank_number(node: ast.expr) -> bool:
+    """`int(os.environ["LOCAL_RANK"])`, `int(os.environ.get("LOCAL_RANK") or 0)`: a rank read as a
+    number is a CUDA ordinal where a device goes."""
+    if not (type(node) is ast.Call and type(node.func) is ast.Name and node.func.id == "int" and node.args):
+        return False
+    return any("rank" in (str_value(sub) or terminal_name(sub) or "").lower() for sub in ast.walk(node.args[0]))
+
+
+@on_keyword("device_id")
+def fsdp_device_id(det: Any, call: ast.Call, arg: str, value: ast.expr, func: str | None) -> None:
+    """FSDP(model, device_id=0 / local_rank): a CUDA ordinal (FSDP moves the module to that GPU)."""
+    if is_int(value) or terminal_name(value) in ORDINAL_NAMES or _rank_number(value):
+        text = ast.unparse(value)
+        det.report("FL106", value, None, text=text,
+                   remedy="Use `device_id=torch.fl.device(...)` where the module goes to an accelerator, "
+                          "none on the CPU")
 
 
 @on_keyword(*DEVICE_KWARGS)

@@ -18,6 +18,7 @@ from .base import (
     terminal_name,
     triggers,
 )
+from .control import device_choice
 
 BACKEND_KWARGS = ("backend", "process_group_backend", "dist_backend")
 # Functions that take "nccl" positionally, by their last name (works for dist.x and bare x):
@@ -95,6 +96,8 @@ device = torch.fl.device(f"acc{local_rank}")
 
 
 def check_backend(det: Any, value: ast.expr) -> None:
+    if type(value) is ast.IfExp and device_choice(det, value) is not None:
+        return  # `"nccl" if torch.cuda.is_available() else "gloo"`: one finding, on the whole choice
     for literal in nccl_strings(value):
         det.report("FL501", literal, "safe", detail="")
     det.sink("backend", value)
@@ -151,10 +154,9 @@ def check_env(det: Any, key: str, where: ast.AST, action: str) -> None:
 @on("subscript")
 def environ_subscript(det: Any, node: ast.Subscript) -> None:
     if det.qualname(node.value) == "os.environ":
-        key = str_value(node.slice)
-        if key is not None:
-            ctx = type(node.ctx)
-            action = "read" if ctx is ast.Load else "set" if ctx is ast.Store else "removed"
+        ctx = type(node.ctx)
+        action = "read" if ctx is ast.Load else "set" if ctx is ast.Store else "removed"
+        for key in det.string_values(node.slice):  # a literal, or a variable bound to literals
             check_env(det, key, node, action)
 
 
@@ -170,8 +172,9 @@ def environ_call(det: Any, node: ast.Call, qual: str) -> None:
         for kw in node.keywords:
             if kw.arg:
                 check_env(det, kw.arg, kw.value, "set")
-    elif action and node.args and str_value(node.args[0]) is not None:
-        check_env(det, str_value(node.args[0]), node, action)  # type: ignore[arg-type]
+    elif action and node.args:
+        for key in det.string_values(node.args[0]):
+            check_env(det, key, node, action)
 
 
 @fixes("FL501", "SimpleString")

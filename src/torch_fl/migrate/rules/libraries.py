@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from typing import Any
 
-from .base import on, rule, triggers
+from .base import on, on_call_name, on_keyword, rule, triggers
 from .memory import GPU_INTEROP_LIBRARIES
 
 # Third-party imports that only run on NVIDIA GPUs (FL801): module prefix -> (what it provides, the
@@ -42,7 +42,7 @@ CUDA_ONLY_PACKAGES = ("CUDAExecutionProvider", "TensorrtExecutionProvider", "onn
 
 __all__ = ["CUDA_ONLY_LIBRARIES", "CUDA_ONLY_PACKAGES", "GPU_INTEROP_LIBRARIES"]
 
-triggers("nvml", *{m.split(".")[0] for m in CUDA_ONLY_LIBRARIES})
+triggers("nvml", "load_in_", "bitsandbytesconfig", *{m.split(".")[0] for m in CUDA_ONLY_LIBRARIES})
 
 rule(
         "FL801", "cuda-only-library",
@@ -70,3 +70,20 @@ def cuda_only_import(det: Any, module: str, where: ast.AST) -> bool:
             det.report("FL801", where, module=prefix, provides=provides, alternative=alternative)
             return True
     return False
+
+
+@on_keyword("load_in_8bit", "load_in_4bit")
+def quantized_load(det: Any, call: ast.Call, arg: str, value: ast.expr, func: str | None) -> None:
+    """transformers' `from_pretrained(..., load_in_8bit=True)`: bitsandbytes, behind a keyword."""
+    if (type(value) is ast.Constant and not value.value) or (func or "").endswith("BitsAndBytesConfig"):
+        return  # off, or the config call (reported itself)
+    provides, alternative = CUDA_ONLY_LIBRARIES["bitsandbytes"]
+    det.report("FL801", value, module="bitsandbytes", provides=f"{provides}, loaded by `{arg}=`",
+               alternative=alternative)
+
+
+@on_call_name("BitsAndBytesConfig")
+def quantization_config(det: Any, node: ast.Call, name: str) -> None:
+    provides, alternative = CUDA_ONLY_LIBRARIES["bitsandbytes"]
+    det.report("FL801", node, module="bitsandbytes", provides=f"{provides}, configured by `{name}`",
+               alternative=alternative)

@@ -45,6 +45,7 @@ class Detector(Scopes, Guards, Flow):
         # reach no sink here (another module may import them).
         self.imported = {}
         self.exports = {}
+        self.strings = {}
         self.check_keys = {}
         self.dropped = set()
         self.guards: list[tuple[list[int], range, range]] = []  # (test findings, guarded findings, sources)

@@ -46,6 +46,7 @@ class Flow(Dispatch):
     edges: dict[Key, set[Key]]
     pointers: set[str]
     exports: dict[str, list[Source]]
+    strings: dict[Key, set[str]]  # names bound to string literals
 
     def key(self, target: ast.AST) -> Key | None:
         """Data-flow key of an assignment target or an argument expression."""
@@ -79,6 +80,24 @@ class Flow(Dispatch):
             self.sources.append(("device", key, node, index, self.stmt_line, target))
         for node in nccl_strings(value):
             self.sources.append(("backend", key, node, None, self.stmt_line, target))
+
+    def string_values(self, node: ast.AST) -> list[str]:
+        """The strings `node` may be: a literal, or a name bound to literals (`key = "NCCL_DEBUG"`,
+        `for key in ("NCCL_A", "NCCL_B"):`), for rules that read a key through a variable."""
+        text = str_value(node)
+        if text is not None:
+            return [text]
+        key = self.key(node) if type(node) in (ast.Name, ast.Attribute) else None
+        return sorted(self.strings.get(key, ())) if key is not None else []
+
+    def bind_strings(self, target: ast.expr, value: ast.expr) -> None:
+        key = self.key(target) if type(target) in (ast.Name, ast.Attribute) else None
+        if key is None:
+            return
+        values = value.elts if type(value) in (ast.Tuple, ast.List, ast.Set) else [value]  # type: ignore[attr-defined]
+        texts = [str_value(v) for v in values]
+        if texts and all(t is not None for t in texts):
+            self.strings.setdefault(key, set()).update(texts)  # type: ignore[arg-type]
 
     def is_pointer(self, node: ast.AST) -> bool:
         return (type(node) is ast.Call and type(node.func) is ast.Attribute
@@ -127,6 +146,8 @@ class Flow(Dispatch):
         if type(value) is ast.Call and terminal_name(value.func) == "field":  # dataclass field(default=)
             value = next((kw.value for kw in value.keywords if kw.arg == "default"), value)
         key = self.key(target)
+        if type(value) is ast.Constant:
+            self.bind_strings(target, value)
         self.source(key, value, ast.unparse(target) if cuda_or_nccl(value) else "")
         if key is not None:
             for part in _carriers(value):

@@ -123,6 +123,8 @@ class Scopes(Dispatch):
         self.stmt_line = node.lineno
         self.visit(node.target)
         self.visit(node.iter)
+        if type(node.iter) in (ast.Tuple, ast.List, ast.Set):
+            self.bind_strings(node.target, node.iter)  # type: ignore[attr-defined]  # for key in ("A", "B"):
         self.loop += 1
         for stmt in node.body:
             self.visit(stmt)
