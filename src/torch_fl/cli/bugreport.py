@@ -1,12 +1,15 @@
 """``torchfl bugreport``: a Markdown issue report with environment, versions, log tail and placeholders.
 
-Secrets stay out, by name and by shape (`redact`):
+Secrets stay out, by name and by shape (`torch_fl.cli.redact`):
 - values of environment variables whose names contain TOKEN, KEY, SECRET, PASSWORD (or PASSWD, CREDENTIAL,
   AUTH), in the variable list, in ``NAME=value`` assignments, and wherever such a value appears verbatim;
-- credentials in URLs (``postgres://user:pass@host``), ``Authorization:`` headers and ``Bearer`` tokens,
-  known token shapes (GitHub ``ghp_``/``github_pat_``, Hugging Face ``hf_``, OpenAI ``sk-``, AWS ``AKIA``,
-  Slack ``xox?-``, GitLab ``glpat-``), secret-like keys in JSON/YAML/TOML (``"password": "..."``,
-  ``api_key: ...``) and on command lines (``--password x``, ``--api-key=x``);
+  the other listed variables are redacted by the shape of their value (a ``?token=`` URL in FL_CONFIG);
+- credentials in URLs (``postgres://user:p@ss/word@host``), query parameters (``?token=``, ``&sig=``),
+  ``Authorization:`` headers and ``Bearer`` tokens, JWTs, PEM private-key blocks, known token shapes
+  (GitHub, Hugging Face, OpenAI, AWS, Slack, GitLab, Stripe ``sk_live_``, Google ``AIza``, PyPI ``pypi-``,
+  Azure ``AccountKey=``), plus detect-secrets' vendor plugins when installed (``torch-fl[redact]``),
+  secret-like keys in JSON/YAML/TOML (``"password": "..."``, ``api_key: ...``, full-width colons too) and
+  on command lines (``--password x``, ``--token x``);
 - the home directory is written as ``~`` and the user name as ``<user>``.
 The report is always produced (rc 0), also when doctor finds problems: they are listed in it.
 """
@@ -14,7 +17,6 @@ The report is always produced (rc 0), also when doctor finds problems: they are 
 from __future__ import annotations
 
 import argparse
-import getpass
 import os
 import re
 import sys
@@ -26,119 +28,24 @@ from typing import Any
 from ..description import registry
 from ..errors import TorchFLError
 from . import doctor, positive_int
+from .redact import REDACTED, SECRET_WORDS, USER, is_secret, redact, redact_value, secret_name
 
-SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH")
-REDACTED = "<redacted>"
-USER = "<user>"
+__all__ = ["REDACTED", "SECRET_WORDS", "USER", "build_report", "is_secret", "redact", "relevant_env",
+           "secret_name"]
+
 DEFAULT_LINES = 100
 # Always worth seeing: they decide which shared libraries and Python modules load.
 _FIXED_VARS = ("LD_LIBRARY_PATH", "PYTHONPATH")
-# Shorter values ('1', 'true') are too common to replace wherever they occur.
-_MIN_VERBATIM = 6
-# Names whose value is a secret in any spelling (db_password, apiKey, client-secret) ...
-_STRONG = frozenset({"password", "passwd", "pwd", "passphrase", "secret", "credential", "credentials", "apikey",
-                     "accesstoken", "authtoken", "apitoken", "privatekey", "accesskey", "secretkey"})
-# ... and 'key' or 'token' as the last word after a qualifier (hf_token, api_key, accessToken): bare ones
-# (cls_token, class_token, sort_key, key=lambda) fill the tracebacks of ordinary ML code.
-_QUALIFIERS = frozenset({"api", "access", "secret", "private", "auth", "aws", "ssh", "signing", "encryption",
-                         "license", "client", "master", "hf", "hub", "github", "gh", "gitlab", "refresh",
-                         "session", "oauth", "bearer", "personal", "wandb", "slack", "bot", "openai", "jwt"})
-_NAME = r"[A-Za-z_][\w.-]*"
-_VALUE = r"(\"[^\"]*\"|'[^']*'|[^\s,;}\]]+)"
-_ASSIGNMENT = re.compile(rf"(?<![\w.-])({_NAME})=(\"[^\"]*\"|'[^']*'|\S+)")
-_KEY_VALUE = re.compile(rf"([\"']?)(?<![\w.-])({_NAME})\1(\s*[:=]\s*){_VALUE}")
-_OPTION = re.compile(rf"(--{_NAME})(=|\s+){_VALUE}")
-# (pattern, replacement) applied in order; each keeps enough context to show what was removed.
-_VALUE_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
-    # scheme://user:password@host -> scheme://<redacted>@host
-    (re.compile(r"\b([a-zA-Z][\w+.-]*://)[^\s/:@'\"]+:[^\s/@'\"]+@"), rf"\1{REDACTED}@"),
-    # Authorization: Bearer xyz / Authorization=Basic xyz / "Authorization": "token xyz"
-    (re.compile(r"(?i)(authorization[\"']?\s*[:=]\s*[\"']?)(?:(bearer|basic|token|digest)\s+)?[^\s\"',}]+"),
-     rf"\1\2 {REDACTED}"),
-    (re.compile(r"(?i)\b(bearer)\s+[A-Za-z0-9._~+/=-]{8,}"), rf"\1 {REDACTED}"),
-    (re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{16,}|github_pat_\w{20,}|hf_[A-Za-z0-9]{16,}|sk-[A-Za-z0-9_-]{16,}"
-                r"|(?:AKIA|ASIA)[0-9A-Z]{16}|xox[abposr]-[A-Za-z0-9-]{10,}|glpat-[\w-]{16,})"), REDACTED),
-)
-# Generic account names: replacing them as words would mangle ordinary text ('root' of a tree).
-_GENERIC_USERS = frozenset({"root", "user", "admin", "ubuntu", "runner", "nobody"})
-
-
-# Redaction ----------------------------------------------------------------------------------------
-def is_secret(name: str) -> bool:
-    """An environment variable name that holds a secret (any of SECRET_WORDS inside it)."""
-    upper = name.upper()
-    return any(word in upper for word in SECRET_WORDS)
-
-
-def secret_name(name: str) -> bool:
-    """A key, option or assignment name in text whose value is a secret: an env-style UPPER_CASE name as
-    in `is_secret`; otherwise a strong word (password, secret, apiKey) or a last word 'key'/'token' after
-    a qualifier (api_key, hf_token, access-key)."""
-    if name.isupper():
-        return is_secret(name)
-    words = [w for w in re.split(r"[_.\-]+", re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name).lower()) if w]
-    if not words:
-        return False
-    if any(w in _STRONG for w in words):
-        return True
-    return words[-1] in ("key", "token") and len(words) > 1 and words[-2] in _QUALIFIERS
-
-
-def _keep_value(value: str) -> bool:
-    # references to secrets are not secrets: ${{ secrets.X }}, $TOKEN, {token}, <redacted>
-    return value.strip("\"'").startswith(("$", "{", "<", "%"))
-
-
-def redact(text: str, environ: Mapping[str, str] | None = None, *, home: str | None = None,
-           user: str | None = None) -> str:
-    """`text` without secrets (by variable name and by value shape), home as ~ and the user as <user>."""
-    environ = os.environ if environ is None else environ
-    for pattern, replacement in _VALUE_PATTERNS:
-        text = pattern.sub(replacement, text)
-    text = _ASSIGNMENT.sub(lambda m: f"{m.group(1)}={REDACTED}" if secret_name(m.group(1))
-                           and not _keep_value(m.group(2)) else m.group(0), text)
-    text = _KEY_VALUE.sub(lambda m: f"{m.group(1)}{m.group(2)}{m.group(1)}{m.group(3)}{REDACTED}"
-                          if secret_name(m.group(2)) and not _keep_value(m.group(4)) else m.group(0), text)
-    text = _OPTION.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}"
-                       if secret_name(m.group(1)[2:]) and not _keep_value(m.group(3)) else m.group(0), text)
-    secrets = sorted((v for k, v in environ.items() if is_secret(k) and len(v) >= _MIN_VERBATIM),
-                     key=len, reverse=True)  # longest first, so a value containing another goes whole
-    for value in secrets:
-        text = text.replace(value, REDACTED)
-    return _anonymise(text, home if home is not None else _home(environ),
-                      user if user is not None else _user(environ))
-
-
-def _home(environ: Mapping[str, str]) -> str:
-    return environ.get("HOME") or os.path.expanduser("~")
-
-
-def _user(environ: Mapping[str, str]) -> str:
-    try:
-        return environ.get("USER") or environ.get("USERNAME") or getpass.getuser()
-    except Exception:  # no user name at all (a container with an unknown uid)
-        return ""
-
-
-def _anonymise(text: str, home: str, user: str) -> str:
-    home = home.rstrip("/\\")
-    if len(home) > 1:  # '/' as home would turn every absolute path into ~
-        text = re.sub(r"(?<![\w.-])" + re.escape(home) + r"(?=[/\\\s'\":]|$)", "~", text)
-    if len(user) >= 2:
-        if user in _GENERIC_USERS:  # only where it is clearly the account: paths, user@host, USER=
-            text = re.sub(rf"(?<=[/\\]){re.escape(user)}(?=[/\\])|\b{re.escape(user)}(?=@)", USER, text)
-        else:
-            text = re.sub(rf"(?<![\w.-]){re.escape(user)}(?![\w-])", USER, text)
-    return text
 
 
 # Environment --------------------------------------------------------------------------------------
 def relevant_env(environ: Mapping[str, str], visible_env: str = "") -> dict[str, str]:
-    """FL_* plus the variables of every device stack torch-fl knows, values of secrets redacted."""
+    """FL_* plus the variables of every device stack torch-fl knows, values of secrets redacted (by name,
+    and by the shape of the value: FL_CONFIG=https://host/c.toml?token=... is still a token)."""
     prefixes = ("FL_", *_stack_prefixes())
     names = sorted(name for name in environ
                    if name.startswith(prefixes) or name in (*_FIXED_VARS, visible_env))
-    return {name: REDACTED if is_secret(name) else environ[name] for name in names}
+    return {name: redact_value(name, environ[name]) for name in names}
 
 
 def _stack_prefixes() -> tuple[str, ...]:
