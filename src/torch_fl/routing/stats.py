@@ -1,14 +1,24 @@
-"""Accounting of non-native calls per (op, dtype, route), the route log, and the dispatch logger."""
+"""Accounting of non-native calls per (op, dtype, route), the route log, and the dispatch logger.
+
+The route log at exit (FL_ROUTE_LOG) merges: processes that share one path (the ranks of a torchrun job,
+DataLoader workers that route, two scripts run side by side) each add their counts under a file lock
+(read, add, write to a temporary file, rename), so no process's records are lost. A log written before
+this process started (a previous run) is replaced, not added to.
+"""
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import logging
 import os
 import sys
+import tempfile
 import threading
+import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 log = logging.getLogger("torch_fl.dispatch")
@@ -18,6 +28,8 @@ _top_level: Counter[str] = Counter()                  # time of outermost routed
 _lock = threading.Lock()
 _context: dict[str, str] = {"device": "", "description": ""}
 _log_path: list[str] = []
+_STARTED = time.time()  # a route log written after this is a concurrent writer's: merged, not replaced
+_LOCK_TIMEOUT_S = 60.0  # a writer holds the lock for milliseconds
 
 
 def record(op: str, dtype: str | None, route: str, source: str) -> None:
@@ -103,12 +115,94 @@ def route_log() -> dict[str, object]:
     return {**_context, "records": list(stats), "transfers": stats.transfers}
 
 
-def write_route_log(path: str | Path) -> None:
-    Path(path).write_text(json.dumps(route_log(), indent=2) + "\n", encoding="utf-8")
+def write_route_log(path: str | Path, *, merge: bool = False) -> None:
+    """Write the route log to `path` (atomically: a reader never sees half a file). With `merge`, add
+    this process's counts to a log another running process wrote there (see the module docstring)."""
+    path = Path(path)
+    data: dict[str, object] = {**route_log(), "processes": 1, "written": time.time()}
+    if not merge:
+        _replace(path, data)
+        return
+    with _locked(path):
+        existing = _read_log(path)
+        if existing is not None and float(existing.get("written", 0) or 0) >= _STARTED:
+            data = merge_logs(existing, data)
+        _replace(path, data)
+
+
+def merge_logs(first: dict, second: dict) -> dict[str, object]:
+    """Two route logs as one: calls and seconds added per (op, dtype, route), transfers per counter."""
+    totals: dict[tuple[str, str, str], dict[str, object]] = {}
+    for record in [*first.get("records", []), *second.get("records", [])]:
+        key = (record["op"], record["dtype"], record["route"])
+        into = totals.setdefault(key, {"op": key[0], "dtype": key[1], "route": key[2], "calls": 0,
+                                       "seconds": 0.0})
+        into["calls"] += int(record.get("calls", 0))  # type: ignore[operator]
+        into["seconds"] = round(into["seconds"] + float(record.get("seconds", 0.0)), 6)  # type: ignore[operator]
+    transfers = Counter(first.get("transfers") or {})
+    transfers.update(second.get("transfers") or {})
+    context = {name: " + ".join(dict.fromkeys(v for v in (first.get(name), second.get(name)) if v))
+               for name in ("device", "description")}
+    records = sorted(totals.values(), key=lambda r: (-r["calls"], r["op"], r["dtype"], r["route"]))  # type: ignore[operator]
+    return {**context, "records": records, "transfers": dict(transfers),
+            "processes": int(first.get("processes", 1)) + int(second.get("processes", 1)),
+            "written": second.get("written", time.time())}
+
+
+def _read_log(path: Path) -> dict | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None  # no log yet, or not one (a torn or foreign file is replaced)
+    if not isinstance(data, dict) or not isinstance(data.get("records"), list):
+        return None
+    try:
+        merge_logs(data, {})  # every record has the fields the merge adds
+    except (KeyError, TypeError, ValueError):
+        return None
+    return data
+
+
+def _replace(path: Path, data: dict[str, object]) -> None:
+    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(json.dumps(data, indent=2) + "\n")
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """An exclusive flock on PATH.lock (the kernel drops it if the holder dies); no lock on Windows."""
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    fd = os.open(f"{path}.lock", os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    try:
+        deadline = time.monotonic() + _LOCK_TIMEOUT_S
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise OSError(f"the route log lock {path}.lock is held by another process for more than "
+                                  f"{_LOCK_TIMEOUT_S:.0f} s") from None
+                time.sleep(0.01)
+        yield
+    finally:
+        os.close(fd)
 
 
 def write_at_exit(path: str) -> None:
-    """Write the route log to `path` when the process exits (FL_ROUTE_LOG); registered once."""
+    """Write the route log to `path` when the process exits (FL_ROUTE_LOG), merged with the logs of the
+    other processes writing there; registered once."""
     if not _log_path:
         atexit.register(_write_at_exit)
     # Absolute now: a script (or a test) that changes directory later must not move the log.
@@ -120,9 +214,7 @@ def _write_at_exit() -> None:
     # disk full), the log goes to stderr instead of being lost behind a traceback at exit.
     path = _log_path[-1]
     try:
-        write_route_log(path)
+        write_route_log(path, merge=True)
     except OSError as exc:
-        import sys
-
         print(f"torch-fl: could not write the route log to {path} (FL_ROUTE_LOG): {exc.strerror or exc}; "
               f"here it is instead:\n{json.dumps(route_log(), indent=2)}", file=sys.stderr)
