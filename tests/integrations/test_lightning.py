@@ -130,3 +130,51 @@ def test_devices_beyond_the_machine_are_refused(emu_cuda):
 def test_an_instance_names_its_own_device(emu_cuda):
     model, trainer = _fit(fl_pl.TorchFLAccelerator("cpu"))
     assert {s[0] for s in model.seen} == {"cpu"} and trainer.strategy.root_device == torch.device("cpu")
+
+
+ALIAS_SCRIPT = '''
+import os, torch, torch_fl
+import pytorch_lightning as pl
+from pytorch_lightning import seed_everything
+from pytorch_lightning.utilities.seed import isolate_rng
+import torch_fl.integrations.lightning  # noqa: F401  registers "torchfl" and the device's own names
+
+class Tiny(pl.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(4, 2)
+    def training_step(self, batch, i):
+        x, y = batch
+        print("step on", x.device, self.layer.weight.device, flush=True)
+        return torch.nn.functional.mse_loss(self.layer(x), y)
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+    def train_dataloader(self):
+        data = torch.utils.data.TensorDataset(torch.randn(8, 4), torch.randn(8, 2))
+        return torch.utils.data.DataLoader(data, batch_size=4)
+
+seed_everything(1, verbose=False)
+with isolate_rng():  # saves torch.cuda's generators: the alias's, i.e. the emulated chip's
+    torch.rand(3, device="cuda" if torch.cuda.is_available() else torch.fl.device())
+pl.Trainer(accelerator=os.environ["ACCELERATOR"], max_steps=2, logger=False, enable_checkpointing=False,
+           enable_progress_bar=False, enable_model_summary=False).fit(Tiny())
+print("done", torch.fl.device())
+'''
+
+
+@pytest.mark.parametrize(("env", "accelerator", "device"), [
+    ({"FL_DEVICE": "emu:cuda", "FL_CUDA_ALIAS": "1"}, "auto", "emu:0"),  # auto -> Lightning's cuda -> alias
+    ({"FL_DEVICE": "emu:cuda", "FL_CUDA_ALIAS": "1"}, "torchfl", "emu:0"),
+    ({"FL_DEVICE": "emu:npu"}, "npu", "npu:0"),  # an emulated PrivateUse1 chip under its own name
+])
+def test_fresh_process(env, accelerator, device, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "train.py"
+    script.write_text(ALIAS_SCRIPT)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
+                          cwd=tmp_path, env={**os.environ, **env, "ACCELERATOR": accelerator}, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.count(f"step on {device} {device}") == 2 and f"done {device}" in done.stdout, done.stdout

@@ -50,6 +50,12 @@ class _BackendModule:
     def get_rng_state(device: Any = None) -> torch.Tensor:
         return torch.get_rng_state()
 
+    @property
+    def default_generators(self) -> tuple[torch.Generator, ...]:
+        """One per emulated device, each the host generator that device's randomness is drawn from
+        (what torch.cuda.default_generators gives under the CUDA alias: Lightning's isolate_rng)."""
+        return (torch.default_generator,) * state.count
+
     @staticmethod
     def set_rng_state(new_state: torch.Tensor, device: Any = None) -> None:
         torch.set_rng_state(new_state)
