@@ -112,6 +112,33 @@ CASES: tuple[Case, ...] = (
     Case("`torchfl bugreport` with an unknown `FL_DEVICE`: still a report (rc 0) that lists the problem",
          ("bugreport",), env={"FL_DEVICE": "nosuch"}, expect="1. device 'nosuch' (from FL_DEVICE)", rc=0,
          show="stdout"),
+    # Files that scan and fix meet (issue 22, item 3; this block is kept by the migrate helper)
+    Case("`torchfl scan` on a FIFO (it used to block forever)",
+         code='import os; from torch_fl.cli import main; os.mkfifo("pipe.py"); raise SystemExit(main(["scan", "pipe.py"]))',
+         expect="pipe.py: skipped: a FIFO, not a regular file", rc=0),
+    Case("`torchfl fix` on a FIFO in a folder (it used to block forever)",
+         code='import os; from torch_fl.cli import main; os.mkfifo("pipe.py"); raise SystemExit(main(["fix", "."]))',
+         expect="pipe.py: skipped: a FIFO, not a regular file", rc=0),
+    Case("`torchfl scan /dev/zero` (it used to end in MemoryError, an internal error)", ("scan", "/dev/zero"),
+         expect="/dev/zero: skipped: a character device, not a regular file", rc=0),
+    Case("A symlink loop in a scanned folder (it used to abort the whole scan)",
+         code='import os; from torch_fl.cli import main; os.symlink("b.py", "a.py"); os.symlink("a.py", "b.py"); '
+              'raise SystemExit(main(["scan", "."]))',
+         files={"train.py": b"x = x.cuda()\n"}, expect="a.py: skipped: a symlink loop", rc=1),
+    Case("`torchfl scan f.py --output f.py` (it used to overwrite the source with the report)",
+         ("scan", "f.py", "--output", "f.py"), files={"f.py": b"x = x.cuda()\n"},
+         expect="--output f.py is a file being scanned", rc=2),
+    Case("`torchfl fix` on a hard-linked file (the atomic write used to split it from its other names)",
+         code='import os; from torch_fl.cli import main; os.link("f.py", "g.py"); raise SystemExit(main(["fix", "f.py"]))',
+         files={"f.py": b"x = x.cuda()\n"}, expect="f.py: hard-linked file (2 links), not changed"),
+    Case("`torchfl fix` keeps a CR-only file's last line ending (it used to drop the final `\\r`)",
+         code='import sys; from torch_fl.cli import main; main(["fix", "cr.py"]); '
+              'print(repr(open("cr.py", "rb").read()[-12:]), file=sys.stderr)',
+         files={"cr.py": b"import torch\rx = y.cuda()\r"}, expect="device())\\r'", rc=0),
+    Case("`torchfl fix` keeps the file's permission bits (owner and group too: tests/migrate/test_file_safety.py)",
+         code='import os, sys; from torch_fl.cli import main; os.chmod("f.py", 0o640); main(["fix", "f.py"]); '
+              'print("mode after fix:", oct(os.stat("f.py").st_mode & 0o777), file=sys.stderr)',
+         files={"f.py": b"x = x.cuda()\n"}, expect="mode after fix: 0o640", rc=0),
 )
 
 

@@ -47,14 +47,14 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> No
 
 
 def run(args: argparse.Namespace) -> int:
-    from pathlib import Path
+    import os
 
     from ..migrate.fix import LIBCST_MISSING, have_libcst
 
     if not have_libcst():
         print(LIBCST_MISSING, file=sys.stderr)
         return USAGE
-    missing = [p for p in args.paths if not Path(p).exists()]
+    missing = [p for p in args.paths if not os.path.lexists(p)]
     if missing:
         print(f"torchfl fix: error: no such file or directory: {', '.join(missing)}", file=sys.stderr)
         return USAGE
@@ -70,6 +70,8 @@ def run(args: argparse.Namespace) -> int:
     except ScanConfigError as exc:
         print(f"torchfl fix: error: {exc}", file=sys.stderr)
         return USAGE
+    for path, reason in report.skipped:
+        print(f"{path}: skipped: {reason}", file=sys.stderr)
     for entry in report.errors:
         print(f"{entry.path}: {entry.error}", file=sys.stderr)
     for entry in report.files:

@@ -60,12 +60,24 @@ def _codes(values: list[str] | None) -> list[str] | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..migrate.scan import ScanConfigError, scan_paths
+    import os
 
-    missing = [p for p in args.paths if not Path(p).exists()]
+    from ..migrate.scan import ScanConfigError, scan_paths, targets
+
+    missing = [p for p in args.paths if not os.path.lexists(p)]
     if missing:
         print(f"torchfl scan: error: no such file or directory: {', '.join(missing)}", file=sys.stderr)
         return USAGE
+    if args.output and os.path.lexists(args.output):
+        output = os.path.realpath(args.output)
+        try:
+            scanned = any(os.path.realpath(path) == output for path, _ in targets(args.paths))
+        except ScanConfigError:
+            scanned = False  # reported below
+        if scanned or any(os.path.realpath(p) == output for p in args.paths):
+            print(f"torchfl scan: error: --output {args.output} is a file being scanned; writing the report "
+                  f"there would overwrite it: choose another path (e.g. torchfl-scan.txt)", file=sys.stderr)
+            return USAGE
     if args.statistics and args.format == "sarif":
         print("torchfl scan: error: --statistics works with --format text or json", file=sys.stderr)
         return USAGE
@@ -75,6 +87,8 @@ def run(args: argparse.Namespace) -> int:
     except ScanConfigError as exc:
         print(f"torchfl scan: error: {exc}", file=sys.stderr)
         return USAGE
+    for path, reason in result.skipped:
+        print(f"{path}: skipped: {reason}", file=sys.stderr)
     if args.format == "sarif":
         report = json.dumps(sarif(result), indent=2) + "\n"
     elif args.format == "json":

@@ -84,6 +84,8 @@ class FixReport:
     """What `fix_paths` did, file by file, with totals."""
 
     files: list[FileFix] = field(default_factory=list)
+    # Paths never opened, with why: FIFOs, devices, symlink loops (fix reads only regular files).
+    skipped: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def applied(self) -> int:
@@ -491,7 +493,16 @@ def _rewrite(source: str, findings: list[Finding]) -> tuple[str, list[Finding]]:
     if (uses_fl and (not torch_aliases or not has_torch_fl)) or rewriter.imports:
         new = _add_imports(new, torch=uses_fl and not torch_aliases, torch_fl=uses_fl and not has_torch_fl,
                            modules=sorted(rewriter.imports))
-    return new.code, [t.finding for t in rewriter.applied]
+    return _keep_final_newline(source, new.code), [t.finding for t in rewriter.applied]
+
+
+def _keep_final_newline(source: str, code: str) -> str:
+    """libcst drops a final lone "\r" (a CR-only file, or a mixed one ending in CR): put back the line
+    ending the original ended with."""
+    for ending in ("\r\n", "\n", "\r"):
+        if source.endswith(ending):
+            return code if code.endswith(ending) else code.rstrip("\r\n") + ending
+    return code
 
 
 def fix_source(source: str, *, unsafe: bool = False, select: Sequence[str] | None = None,
@@ -540,17 +551,28 @@ def _read(path: Path) -> tuple[str, str]:
 def write_atomic(path: Path, text: str, encoding: str = "utf-8") -> None:
     """Replace `path`'s content with `text` so that readers see the old file or the new one, never a
     mix: temp file in the same directory (same filesystem, so os.replace is atomic), fsync, replace.
-    The file's permission bits are kept; on any failure the temp file is removed."""
+    The file's permission bits, owner and group are kept (or the file is not replaced); on any failure
+    the temp file is removed."""
     path = Path(os.path.realpath(path))  # a symlink keeps pointing at the file we rewrote
     data = text.encode(encoding)
-    mode = stat.S_IMODE(path.stat().st_mode)
+    before = path.stat()
+    mode = stat.S_IMODE(before.st_mode)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".torchfl-tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as out:
             out.write(data)
             out.flush()
             os.fsync(out.fileno())
-        os.chmod(tmp, mode)
+        made = os.stat(tmp)
+        if (made.st_uid, made.st_gid) != (before.st_uid, before.st_gid):
+            # Written as another user (root fixing a user's tree): the file keeps its owner and group,
+            # or is not replaced at all.
+            try:
+                os.chown(tmp, before.st_uid, before.st_gid)
+            except OSError as exc:
+                raise OSError(exc.errno, f"cannot keep the file's owner and group (uid {before.st_uid}, gid "
+                                         f"{before.st_gid}): {exc.strerror}; file not changed") from None
+        os.chmod(tmp, mode)  # after chown, which may clear setuid/setgid bits
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -586,16 +608,17 @@ def _unified_diff(path: Path, old: str, new: str) -> str:
 
 
 def _files(paths: Iterable[str | os.PathLike[str]], select: Sequence[str] | None,
-           ignore: Sequence[str] | None) -> Iterable[tuple[Path, frozenset[str], Path]]:
+           ignore: Sequence[str] | None,
+           skipped: list[tuple[str, str]]) -> Iterable[tuple[Path, frozenset[str], Path]]:
     """The Python files `torchfl scan` would scan, with their enabled codes (FL702's CUDA sources
     have no fix) and the tree they were found in (a directory argument, or a file argument's folder),
     so that scan and fix see the same findings."""
     seen: set[Path] = set()
     for argument in paths:
         root = Path(argument)
-        tree = (root if root.is_dir() else root.parent).resolve()
-        for path, codes in targets([argument], select, ignore):
-            resolved = path.resolve()
+        tree = Path(os.path.realpath(root if root.is_dir() else root.parent))
+        for path, codes in targets([argument], select, ignore, skipped):
+            resolved = Path(os.path.realpath(path))
             if resolved in seen or path.name.endswith((".cu", ".cuh")):
                 continue
             seen.add(resolved)
@@ -605,7 +628,7 @@ def _files(paths: Iterable[str | os.PathLike[str]], select: Sequence[str] | None
 def _outside(path: Path, tree: Path) -> bool:
     """Whether `path` (a link, or inside a linked folder) resolves to a file outside `tree`."""
     try:
-        path.resolve().relative_to(tree)
+        Path(os.path.realpath(path)).relative_to(tree)
     except ValueError:
         return True
     return False
@@ -632,12 +655,12 @@ def fix_paths(paths: Iterable[str | os.PathLike[str]], *, unsafe: bool = False, 
         FileNotFoundError: a path that does not exist.
     """
     report = FixReport()
-    for path, codes, tree in _files(paths, select, ignore):
+    for path, codes, tree in _files(paths, select, ignore, report.skipped):
         entry = FileFix(path)
         report.files.append(entry)
         try:
             if _outside(path, tree):
-                entry.error = (f"skipped: a symlink to {path.resolve()}, outside {tree} (torchfl fix does not "
+                entry.error = (f"skipped: a symlink to {os.path.realpath(path)}, outside {tree} (torchfl fix does not "
                                f"follow links out of the tree it was given; fix that file where it lives)")
                 continue
             _fix_file(entry, codes, unsafe=unsafe, diff=diff)
@@ -678,6 +701,13 @@ def _fix_file(entry: FileFix, codes: frozenset[str], *, unsafe: bool, diff: bool
     if _read_only(path):
         entry.error, entry.applied = ("read-only file, not changed (make it writable, e.g. chmod u+w, to fix "
                                       "it)"), []
+        return
+    links = os.stat(path).st_nlink
+    if links > 1:
+        # The atomic write replaces the directory entry: the file's other names would keep the old text.
+        entry.error, entry.applied = (f"hard-linked file ({links} links), not changed: rewriting it would "
+                                      f"split it from its other names; fix one copy (cp --remove-destination) "
+                                      f"or use --diff and apply the patch in place"), []
         return
     try:
         write_atomic(path, result.new_source, encoding)

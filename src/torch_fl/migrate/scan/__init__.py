@@ -51,6 +51,7 @@ from .files import (
     enabled_codes,
     iter_files,
     load_config,
+    not_a_file,
     other_suffixes,
     read_source,
     targets,
@@ -120,7 +121,7 @@ def scan_paths(paths: Sequence[str | os.PathLike[str]], select: Iterable[str] | 
     """
     result = ScanResult()
     facts: dict[str, ModuleFacts] = {}
-    for path, codes in targets(paths, select, ignore):
+    for path, codes in targets(paths, select, ignore, result.skipped):
         findings, error, lines = scan_file(path, codes, unsafe_fixes=unsafe_fixes, facts=facts)
         result.files += 1
         result.lines += lines
@@ -141,5 +142,20 @@ def findings_json(result: ScanResult) -> list[dict[str, Any]]:
     return sorted(items, key=lambda i: (i["path"], i["line"], i["col"], i["code"]))
 
 
-__all__ = ["SKIP_DIRS", "Config", "Finding", "ScanConfigError", "ScanError", "ScanResult", "enabled_codes",
-           "findings_json", "iter_files", "load_config", "scan_file", "scan_paths", "scan_source", "targets"]
+__all__ = [
+    "SKIP_DIRS",
+    "Config",
+    "Finding",
+    "ScanConfigError",
+    "ScanError",
+    "ScanResult",
+    "enabled_codes",
+    "findings_json",
+    "iter_files",
+    "load_config",
+    "not_a_file",
+    "scan_file",
+    "scan_paths",
+    "scan_source",
+    "targets",
+]

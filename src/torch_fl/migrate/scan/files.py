@@ -4,9 +4,11 @@ and the scan table that governs each path."""
 
 from __future__ import annotations
 
+import errno
 import fnmatch
 import io
 import os
+import stat
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -81,10 +83,38 @@ def _excluded(path: Path, config: Config) -> bool:
                for pattern in config.extend_exclude)
 
 
-def iter_files(root: Path, config: Config | None = None) -> Iterator[Path]:
+def not_a_file(path: Path | str, entry: os.DirEntry[str] | None = None) -> str | None:
+    """Why `path` is not a regular file a scan may read, or None when it is one (after symlinks):
+    a FIFO or a device would block or never end, a symlink loop or a broken link cannot be opened."""
+    try:
+        if entry is not None and entry.is_file(follow_symlinks=False):
+            return None
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "a symlink loop"
+        if exc.errno == errno.ENOENT and os.path.lexists(path):
+            return "a broken symlink"
+        return f"cannot be read ({exc.strerror or exc})"
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    kind = ("a FIFO" if stat.S_ISFIFO(mode) else "a character device" if stat.S_ISCHR(mode)
+            else "a block device" if stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode) else "a special file")
+    return f"{kind}, not a regular file (reading it could block or never end)"
+
+
+def iter_files(root: Path, config: Config | None = None,
+               skipped: list[tuple[str, str]] | None = None) -> Iterator[Path]:
     """Python and CUDA source files under `root` in sorted order, skipping SKIP_DIRS and the
-    config's extend-exclude globs. A file given as `root` is yielded whatever its name."""
+    config's extend-exclude globs. A file given as `root` is yielded whatever its name. Paths that
+    are not regular files (FIFOs, devices, sockets, symlink loops, broken links) are never opened:
+    they go to `skipped` as (path, reason)."""
     config = Config() if config is None else config
+    skipped = [] if skipped is None else skipped
+    reason = not_a_file(root)
+    if reason is not None:
+        skipped.append((str(root), reason))
+        return
     if not root.is_dir():
         yield root
         return
@@ -103,25 +133,36 @@ def iter_files(root: Path, config: Config | None = None) -> Iterator[Path]:
                 if entry.name not in SKIP_DIRS and not _excluded(path, config):
                     subdirs.append(path)
             elif entry.name.endswith(suffixes) and not _excluded(path, config):
-                yield path
+                reason = not_a_file(path, entry)
+                if reason is None:
+                    yield path
+                else:
+                    skipped.append((str(path), reason))
         stack.extend(reversed(subdirs))
 
 
 def targets(paths: Iterable[str | os.PathLike[str]], select: Iterable[str] | None = None,
-            ignore: Iterable[str] | None = None) -> Iterator[tuple[Path, frozenset[str]]]:
+            ignore: Iterable[str] | None = None,
+            skipped: list[tuple[str, str]] | None = None) -> Iterator[tuple[Path, frozenset[str]]]:
     """Every file under `paths` once, with the codes enabled for it (its nearest scan table plus
-    select/ignore): what `torchfl scan` scans and `torchfl fix` fixes."""
+    select/ignore): what `torchfl scan` scans and `torchfl fix` fixes. Paths that are not regular
+    files go to `skipped` as (path, reason)."""
     seen: set[Path] = set()
     select = None if select is None else list(select)
     ignore = list(ignore or ())
     for argument in paths:
         root = Path(argument)
-        if not root.exists():
+        if not os.path.lexists(root):
             raise FileNotFoundError(f"{argument}: no such file or directory")
+        reason = not_a_file(root)
+        if reason is not None:  # a FIFO, a device, a symlink loop named on the command line
+            if skipped is not None:
+                skipped.append((str(root), reason))
+            continue
         config = load_config(root)
         codes = enabled_codes(select, ignore, config)
-        for path in iter_files(root, config):
-            resolved = path.resolve()
+        for path in iter_files(root, config, skipped):
+            resolved = Path(os.path.realpath(path))
             if resolved not in seen:
                 seen.add(resolved)
                 yield path, codes
