@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from . import autocast, factories, generator, module, serialization, vendor
+from . import autocast, factories, generator, lazy, module, serialization, vendor
 from .slot import backend_name, borrowed, device, state
 
 _lock = threading.Lock()
@@ -31,6 +31,7 @@ def ensure(count: int, chip: Any = None) -> None:
             factories._register_factories()
             serialization._register_serialization()
             generator._register_generator()
+            lazy.register()
             autocast.register(backend_name())
         state.count = count
         state.live += [0] * max(0, count - len(state.live))

@@ -24,15 +24,18 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch.utils._mode_utils import no_dispatch
 from torch.utils._pytree import tree_map
 
 from ...description.probe import canonical_op_name
 from ..router import first_dtype
 from ..table import Route, dtype_name
 from .memory import _allocated, _nbytes
+from .reference import REFERENCE
 from .slot import backend_name, device, state
 
 aten = torch.ops.aten
+_TENSOR_DATA = torch._C.TensorBase.data  # PyTorch's own .data descriptor
 
 
 class EmuTensor(torch.Tensor):
@@ -86,6 +89,19 @@ class EmuTensor(torch.Tensor):
 
     # No __torch_function__ layer: every call goes straight to the dispatcher (as for a plain tensor).
     __torch_function__ = torch._C._disabled_torch_function_impl
+
+    # ``param.data = t`` replaces the tensor's data in place (PyTorch swaps the TensorImpl's metadata);
+    # the held CPU data must follow, or the wrapper would describe one tensor and compute with another.
+    @property  # type: ignore[override]
+    def data(self) -> torch.Tensor:
+        return _TENSOR_DATA.__get__(self)
+
+    @data.setter
+    def data(self, value: torch.Tensor) -> None:
+        _TENSOR_DATA.__set__(self, value)
+        if isinstance(value, EmuTensor):
+            self._data = value._data
+            self._index = value._index
 
     def tolist(self) -> Any:
         state.syncs += 1
@@ -254,9 +270,11 @@ def _dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
     if special is not None:
         return special(func, args, kwargs)
     index, cargs, ckwargs = _unwrap(func, args, kwargs)
+    # the CPU kernel, or the reference math of a chip kernel the CPU lacks (reference.py)
+    kernel = REFERENCE.get(func, func)
     router = state.router
     if router is None:
-        return _finish(func, args, kwargs, func(*cargs, **ckwargs), index)
+        return _finish(func, args, kwargs, kernel(*cargs, **ckwargs), index)
     dtype = first_dtype(cargs, ckwargs)
     route = state.routes.get((func, dtype))
     if route is None:
@@ -265,13 +283,13 @@ def _dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
             op = state.names[func] = canonical_op_name(func)
         route = state.routes[(func, dtype)] = state.table.route(op, dtype)
     if route.kind == "native":
-        out = func(*cargs, **ckwargs)
+        out = kernel(*cargs, **ckwargs)
         _check_outputs(func, route, args, kwargs, out)
         return _finish(func, args, kwargs, out, index)
     op = state.names[func]
 
     def native(_a: tuple, _k: dict) -> Any:
-        return _finish(func, args, kwargs, func(*cargs, **ckwargs), index)
+        return _finish(func, args, kwargs, kernel(*cargs, **ckwargs), index)
 
     return router.call(op, func, route, dtype, args, kwargs, native=native)
 
@@ -279,10 +297,25 @@ def _dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
 def _finish(func: Any, args: tuple, kwargs: dict, out: Any, index: int) -> Any:
     same = _inplace_result(func, args, kwargs, out)
     if same is not None:
+        if _changes_metadata(func):
+            # transpose_, squeeze_, as_strided_...: the data changed shape in place, and so must the
+            # wrapper (PyTorch's own kernel of the op, run on the wrapper's metadata alone)
+            with no_dispatch():
+                func(*args, **kwargs)
         return same
     if isinstance(out, torch.Tensor) and out.dtype.is_complex:
         return _wrap_bits(func, args, out, max(index, 0))
     return _wrap(out, max(index, 0))
+
+
+_metadata_ops: dict[Any, bool] = {}
+
+
+def _changes_metadata(func: Any) -> bool:
+    changes = _metadata_ops.get(func)
+    if changes is None:
+        changes = _metadata_ops[func] = torch.Tag.inplace_view in func.tags
+    return changes
 
 
 _views: dict[Any, bool] = {}
