@@ -24,6 +24,7 @@ from .._version import __version__
 from .._versions import satisfies
 from ..description import registry
 from ..description.model import Description
+from ..description.vendor_table import probe_vs_table
 from ..device import (
     EMULATION_PREFIX,
     _default_id,
@@ -99,7 +100,8 @@ def _skeleton() -> dict[str, Any]:
         "plugin": "", "plugin_installed": None, "plugin_version": "", "runtime_version": "",
         "description": {"name": "", "path": "", "sha256": "", "builtin": False, "level": "",
                         "device_type": "", "torch_build": "", "compat": {}},
-        "routes": {}, "route_default": "",
+        "routes": {}, "route_default": "", "native_source": "",
+        "probe_vs_table": None,  # live device with a vendor table: where the dispatcher and table differ
         "cache_dir": "",
         "self_check": {"ok": False, "ran": False, "detail": "not run: no device was resolved",
                        "seconds": None},
@@ -219,6 +221,8 @@ def _describe(data: dict[str, Any], desc: Description, dev: torch.device | None,
         return
     try:
         data["routes"] = route_counts(desc)
+        data["native_source"] = desc.native_source
+        data["probe_vs_table"] = probe_vs_table(desc)
     except Exception as exc:  # a broken op table must not hide the rest of the report
         _record(data, "routes", exc)
 
@@ -487,15 +491,32 @@ def _sections(data: dict[str, Any]) -> list[tuple[str, list[tuple[str, str]]]]:
 def _emulation_text(emulation: dict[str, Any]) -> str:
     if not emulation["emulator"]:
         return "(none)"
-    return f"{emulation['emulator']} emulator of '{emulation['chip'] or '?'}': {emulation['detail']}"
+    how = "as a device" if emulation["emulator"] == "device" else f"under a {emulation['emulator']}"
+    chip = emulation["chip"]
+    text = f"'{chip or '?'}' emulated on the CPU {how}: {emulation['detail']}"
+    from ..routing.emu.vendor import why_emu
+
+    reason = why_emu(registry.get(chip)) if chip in registry.descriptions() else ""
+    return text + (f" ({reason})" if reason and emulation["emulator"] == "device" else "")
 
 
 def _route_rows(data: dict[str, Any]) -> list[tuple[str, str]]:
     routes = data["routes"]
     if not routes:
         return [("routes", "(not computed: the backend did not load)")]
-    return [(route, str(n)) for route, n in routes.items()] + [
+    rows = [(route, str(n)) for route, n in routes.items()] + [
         ("default policy", f"ops.default = {data['route_default']} (for ops that are not native)")]
+    if data["native_source"]:
+        rows.append(("native ops from", data["native_source"]))
+    diff = data["probe_vs_table"]
+    if diff is not None:
+        rows.append(("probe vs table", f"{diff['table_not_probed']} of the {diff['registered']} ops the table "
+                     f"registers for {diff['version'] or 'its line'} have no kernel here"
+                     + (f" (e.g. {', '.join(diff['examples_table_not_probed'])})" if diff['table_not_probed'] else "")
+                     + f"; {diff['probed_not_in_table']} probed kernels are in no line of the table"
+                     + (f" (e.g. {', '.join(diff['examples_probed_not_in_table'])})"
+                        if diff['probed_not_in_table'] else "")))
+    return rows
 
 
 def _plugin_text(data: dict[str, Any]) -> str:

@@ -18,10 +18,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..errors import DescriptionError
 
-__all__ = ["VendorTable", "read_vendor_table", "version_key"]
+__all__ = ["VendorTable", "probe_vs_table", "read_vendor_table", "version_key"]
 
 _ROW = re.compile(r"^([A-Za-z_]\w*::[A-Za-z_]\w*\.[A-Za-z_]\w*)((?:\s+\w+=\S+)*)$")
 _VERSION = re.compile(r"^\d+(\.\d+)*$")
@@ -163,3 +164,29 @@ def _row(line: str, path: Path, lineno: int) -> tuple[str, tuple[str, frozenset[
         raise DescriptionError(f"row {match.group(1)}: unknown field or route in {line!r}; routes: "
                                f"{', '.join(ROUTES)}; fields: route, versions", path=str(path), line=lineno)
     return match.group(1), (route, None if versions is None else frozenset(versions.split(",")))
+
+
+def probe_vs_table(desc: Any, limit: int = 8) -> dict[str, Any] | None:
+    """Where this process's dispatcher (the truth, with the plugin loaded on the live device) and the
+    description's vendor table disagree, for `torchfl doctor`; None when the table answers (no live
+    backend) or the description names none."""
+    from .probe import all_aten_ops, backend_loaded, probe_native_ops
+
+    path = desc.table_path()
+    if path is None or desc.native_source != "probe" or not backend_loaded(desc):
+        return None
+    from importlib import metadata
+
+    table = read_vendor_table(path)
+    try:
+        installed: str | None = metadata.version(desc.plugin) if desc.plugin else None
+    except metadata.PackageNotFoundError:
+        installed = None
+    version, why = table.select(installed, f"{desc.plugin} {installed} loaded" if installed else "")
+    registered = table.ops(version) & frozenset(all_aten_ops())
+    probed = probe_native_ops(desc.dispatch_key)
+    missing = sorted(registered - probed)  # the table says registered, the dispatcher has no kernel
+    extra = sorted(probed - registered - table.ops(None))  # kernels the table does not list in any line
+    return {"table": str(path), "version": version, "why": why, "registered": len(registered),
+            "table_not_probed": len(missing), "examples_table_not_probed": missing[:limit],
+            "probed_not_in_table": len(extra), "examples_probed_not_in_table": extra[:limit]}
