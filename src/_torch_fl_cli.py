@@ -5,9 +5,11 @@ the ``torch_fl`` package *without running its __init__* (a bare package object w
 the real one, the way a namespace package is made), so that ``torch_fl.cli``, ``torch_fl.migrate`` and
 the scanner, none of which import torch, load alone. Every other command imports torch_fl normally.
 
-The bare package is only ever made in a process that runs ``torchfl scan`` and nothing else; the real
-one is used as soon as anything imported torch_fl first. (Measured by benchmarks/scan_speed.py: a
-one-file scan starts within 3x of ``python -c "import ast"``.)
+The bare package is only ever made in a process that runs ``torchfl scan`` and nothing else, or where
+torch is not installed at all: there every command's help, ``--version`` and the torch-free commands
+work, and the others say "this command needs torch: pip install torch" (torch_fl.cli) instead of ending
+in a traceback. The real package is used as soon as anything imported torch_fl first. (Measured by
+benchmarks/scan_speed.py: a one-file scan starts within 3x of ``python -c "import ast"``.)
 """
 
 from __future__ import annotations
@@ -16,8 +18,10 @@ import os
 import sys
 import types
 
-# Commands that need neither torch nor the torch.fl facade.
-_TORCH_FREE = frozenset({"scan"})
+# Commands that need neither torch nor the torch.fl facade (`fix` needs libcst, not torch). The others run
+# with the real package; without torch they say so (torch_fl.cli reads this set too).
+TORCH_FREE = frozenset({"scan", "fix"})
+_TORCH_FREE = frozenset({"scan"})  # the commands that take the bare package even where torch is installed
 
 
 def _command(argv: list[str]) -> str | None:
@@ -37,12 +41,25 @@ def _bare_package() -> None:
     package.__path__ = [here]
     package.__file__ = os.path.join(here, "__init__.py")
     package.__package__ = "torch_fl"
+    package.__torch_free__ = True  # type: ignore[attr-defined]  (torch_fl.cli: only TORCH_FREE commands run)
     sys.modules["torch_fl"] = package
+
+
+def torch_missing() -> bool:
+    """Whether `import torch` would fail for want of torch (a hook environment, a lint job)."""
+    if "torch" in sys.modules:
+        return sys.modules["torch"] is None
+    import importlib.util  # only on this path: `torchfl scan` above must start fast
+
+    try:
+        return importlib.util.find_spec("torch") is None
+    except (ImportError, ValueError):  # a meta-path finder that refuses torch, or torch set to None
+        return True
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if _command(argv) in _TORCH_FREE and "--help" not in argv and "-h" not in argv:
+    if (_command(argv) in _TORCH_FREE and "--help" not in argv and "-h" not in argv) or torch_missing():
         _bare_package()
     from torch_fl.cli import main as cli_main
 

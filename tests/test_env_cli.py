@@ -105,7 +105,7 @@ def test_a_command_module_that_fails_to_import_is_reported_not_raised(monkeypatc
     monkeypatch.setitem(cli.COMMANDS, "broken", ("nosuch_command_module", "a command whose module is missing"))
     assert main(["broken"]) == 1
     err = capsys.readouterr().err
-    assert err.startswith("torchfl: internal error: ModuleNotFoundError: No module named")
+    assert err.startswith("torchfl broken: internal error: ModuleNotFoundError: No module named")
     assert "Traceback" not in err
 
 

@@ -29,6 +29,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+# Commands that run without torch (hook and lint environments): the others say "needs torch" there.
+TORCH_FREE = frozenset({"scan", "fix"})
+
+
 def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     from .._version import __version__
 
@@ -53,11 +57,16 @@ def main(argv: list[str] | None = None) -> int:
     try:
         parser = build_parser(argv)  # imports the wanted command's module (and what it needs)
     except Exception as exc:
-        return report_error("torchfl", exc, debug="--debug" in argv)
+        wanted = next((a for a in argv if not a.startswith("-")), "")
+        return report_error(f"torchfl {wanted}".strip(), exc, debug="--debug" in argv)
     args = parser.parse_args(argv)
     if not args.command:
         parser.print_help()
         return 2
+    if getattr(sys.modules.get("torch_fl"), "__torch_free__", False) and args.command not in TORCH_FREE:
+        # the bare package of _torch_fl_cli: torch is not installed; help and --version worked above
+        print(f"torchfl {args.command}: this command needs torch: pip install torch", file=sys.stderr)
+        return 1
     try:
         module = importlib.import_module(f"{__name__}.{COMMANDS[args.command][0]}")
         return int(module.run(args) or 0)
@@ -71,6 +80,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     except Exception as exc:
         return report_error(f"torchfl {args.command}", exc, debug=args.debug)
+
+
+def needs_torch(exc: BaseException) -> bool:
+    """Whether `exc` is torch (or a part of it) failing to import because torch is not installed."""
+    return isinstance(exc, ModuleNotFoundError) and (exc.name or "").split(".")[0] == "torch"
 
 
 def user_error_text(exc: BaseException) -> str | None:
@@ -119,6 +133,9 @@ def report_error(prog: str, exc: BaseException, *, debug: bool = False) -> int:
     error that is not the user's, a pointer to `torchfl bugreport`."""
     import traceback
 
+    if needs_torch(exc):  # torch is not installed (a hook or lint environment): not a bug, not a traceback
+        print(f"{prog}: this command needs torch: pip install torch", file=sys.stderr)
+        return 1
     from .._logging import debugging
 
     if debug or debugging():

@@ -38,6 +38,9 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> No
                         help="the script to run, with its arguments")
 
 
+_OWN_FRAMES = frozenset({__file__, runpy.__file__, "<frozen runpy>"})
+
+
 def _exit_code(exc: SystemExit) -> int:
     if exc.code is None:
         return 0
@@ -65,10 +68,17 @@ def run_target(script: str | None, module: str | None, argv: list[str]) -> int:
     except KeyboardInterrupt:
         raise
     except BaseException:
-        # As python prints it, without the frames of torchfl itself.
+        # As python prints it, without the frames of torchfl itself (and of runpy, frozen or not).
         etype, value, tb = sys.exc_info()
-        while tb is not None and tb.tb_frame.f_code.co_filename in (__file__, runpy.__file__):
+        while tb is not None and tb.tb_frame.f_code.co_filename in _OWN_FRAMES:
             tb = tb.tb_next
+        if tb is None and isinstance(value, ImportError) and module is not None:
+            # runpy could not find the module (or it is a package without __main__): no user code ran,
+            # so no traceback, as `python -m missing` prints one line
+            print(f"torchfl run: -m {module}: {value}. Fix: check the name, run from the folder that holds "
+                  f"it (it is looked up from {os.getcwd()} and sys.path), or install its package.",
+                  file=sys.stderr)
+            return 1
         traceback.print_exception(etype, value, tb)
         return 1
     finally:
