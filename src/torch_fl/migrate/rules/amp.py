@@ -21,7 +21,7 @@ from __future__ import annotations
 import ast
 from typing import Any
 
-from .base import alternatives, fixes, on_call, on_call_name, on_keyword, rule, str_value, triggers
+from .base import alternatives, fixes, on, on_call, on_call_name, on_keyword, rule, str_value, triggers
 
 # AMP entry points whose device type is "cuda" in CUDA-era code: name -> positional index or None.
 AMP_DEVICE_TYPE = {
@@ -137,8 +137,28 @@ def amp_partial(det: Any, node: ast.Call, name: str) -> None:
         det.claim(node.args[0])
 
 
+@on("assign")
+def autocast_variable(det: Any, target: ast.expr, value: ast.expr) -> None:
+    """`precision_scope = autocast if opt.precision == "autocast" else nullcontext` (stable-diffusion):
+    `precision_scope("cuda")` is `torch.autocast("cuda")`. Reported without a fix (the fixer rewrites
+    calls it can name)."""
+    if type(target) is not ast.Name:
+        return
+    for alt in alternatives(value):
+        qual = det.qualname(alt) if type(alt) in (ast.Name, ast.Attribute) else None
+        if qual in SCOPED:
+            det.aliases[target.id] = qual
+            det.__dict__.setdefault("autocast_variables", set()).add(target.id)
+            return
+
+
 def _device_type_literals(det: Any, call: ast.Call, value: ast.expr, func: str) -> None:
     literals = [alt for alt in alternatives(value) if str_value(alt) == "cuda"]
+    if type(call.func) is ast.Name and call.func.id in det.__dict__.get("autocast_variables", ()):
+        for literal in literals:
+            det.report("FL303", literal, None, func=call.func.id, text='"cuda"')
+        det.done.add(id(value))
+        return
     for literal in literals:
         if func in GATED and value is literal and len(literals) == 1:
             # The whole call is rewritten (device type and `enabled`), so the finding is the call.

@@ -322,6 +322,10 @@ def cuda_strings(node: ast.expr) -> Iterator[tuple[ast.expr, str | None]]:
                 yield alt, match.group(1)
             continue
         head: ast.AST | None = None
+        if type(alt) is ast.JoinedStr and alt.values and all(type(v) is ast.Constant for v in alt.values):
+            if CUDA_DEVICE.fullmatch("".join(str(v.value) for v in alt.values)):  # type: ignore[attr-defined]
+                yield alt, "?"  # f"cuda": a literal in f-string clothes (no fix: the fixer rewrites plain strings)
+            continue
         if type(alt) is ast.JoinedStr and alt.values:
             head = alt.values[0]
         elif type(alt) is ast.BinOp and type(alt.op) in (ast.Add, ast.Mod):

@@ -177,6 +177,12 @@ def device_comparison(det: Any, node: ast.Compare) -> None:
             if is_cuda_literal(literal) and deviceish(other):
                 _report_check(det, node, other, literal, op in (ast.NotEq, ast.IsNot))
                 return
+        for literal, other in ((left, right), (right, left)):
+            # `target == "cuda"` (FastChat's RWKV wrapper): a name not called device is still compared
+            # with the CUDA device type; reported without a fix (what it holds is not known).
+            if str_value(literal) == "cuda" and type(other) is ast.Name:
+                _report_check(det, node, None, literal, False)
+                return
     elif op in (ast.In, ast.NotIn):
         if is_cuda_literal(left) and deviceish(right):
             _report_check(det, node, right, left, op is ast.NotIn)

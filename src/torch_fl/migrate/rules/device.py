@@ -241,6 +241,23 @@ def lightning_accelerator(det: Any, call: ast.Call, arg: str, value: ast.expr, f
             det.report("FL101", literal, "safe", text=source_text(literal), replacement='"auto"')
 
 
+def _names_a_device(name: str | None) -> bool:
+    """A call that returns a device by its name: device(), current_device(), dev(), get_device()."""
+    lowered = (name or "").lower()
+    return "dev" in lowered and "count" not in lowered and "rank" not in lowered
+
+
+@on("assign")
+def device_map_variable(det: Any, target: ast.expr, value: ast.expr) -> None:
+    """`device_map = {"": local_rank}` (passed on as `device_map=device_map`): its values are CUDA
+    ordinals, as they would be written in the call (alpaca-lora, qlora)."""
+    if terminal_name(target) == "device_map":
+        for alt in alternatives(value):  # `{"": local_rank} if ddp else None`
+            if type(alt) is ast.Dict:
+                for item in alt.values:
+                    report_ordinals(det, item)
+
+
 @on_keyword("device_ids", "output_device")
 def device_ids_keyword(det: Any, call: ast.Call, arg: str, value: ast.expr, func: str | None) -> None:
     """DDP(model, device_ids=[rank]): each entry is a CUDA ordinal (None for a CPU module)."""
@@ -250,9 +267,9 @@ def device_ids_keyword(det: Any, call: ast.Call, arg: str, value: ast.expr, func
     for elt in elts:
         if type(elt) is ast.Constant and elt.value is None:
             continue
-        if (type(elt) is ast.Call and terminal_name(elt.func) in ("device", "current_device")) \
+        if (type(elt) is ast.Call and _names_a_device(terminal_name(elt.func))) \
                 or (type(elt) is ast.Attribute and elt.attr == "index"):
-            continue  # torch.device(...), torch.fl.device(...), dev.index: a real device, not an ordinal
+            continue  # torch.device(...), torch.fl.device(...), dist_util.dev(), dev.index: a device, not an ordinal
         if id(elt) in det.done:
             continue
         text = ast.unparse(elt)

@@ -75,10 +75,11 @@ os.environ.setdefault("NCCL_DEBUG", "INFO")
 
 rule(
         "FL503", "cuda-visible-devices",
-        "`CUDA_VISIBLE_DEVICES` {action} in code",
+        "`{var}` {action} in code",
         "Use the device description's `visible_devices_env`, or map devices with `FL_DEVICE_MAP`", None,
         level="warning",
-        what="Reading or setting `CUDA_VISIBLE_DEVICES` from Python.",
+        what="Reading or setting `CUDA_VISIBLE_DEVICES` from Python, or setting another CUDA runtime "
+             "variable (`CUDA_LAUNCH_BLOCKING`, `PYTORCH_CUDA_ALLOC_CONF`, a library's `RWKV_CUDA_ON`).",
         why="Each runtime has its own variable (`ASCEND_RT_VISIBLE_DEVICES`, `MLU_VISIBLE_DEVICES`, "
             "`ZE_AFFINITY_MASK`, ...); code that sets the CUDA one pins nothing on other chips, and code "
             "that reads it computes a wrong device list there.",
@@ -147,8 +148,9 @@ def backend_flow(det: Any, kind: str, literal: ast.expr, index: str | None, targ
 def check_env(det: Any, key: str, where: ast.AST, action: str) -> None:
     if key.startswith("NCCL_") and action != "read":
         det.report("FL502", where, var=key, action=action)
-    elif key == "CUDA_VISIBLE_DEVICES":
-        det.report("FL503", where, action=action)
+    elif key == "CUDA_VISIBLE_DEVICES" or (action != "read" and "CUDA" in key.upper().split("_")):
+        # CUDA_VISIBLE_DEVICES, CUDA_LAUNCH_BLOCKING, PYTORCH_CUDA_ALLOC_CONF, a library's RWKV_CUDA_ON.
+        det.report("FL503", where, var=key, action=action)
 
 
 @on("subscript")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from typing import Any
 
-from .base import on, on_call_name, on_keyword, rule, triggers
+from .base import on, on_call_name, on_keyword, rule, str_value, triggers
 from .memory import GPU_INTEROP_LIBRARIES
 
 # Third-party imports that only run on NVIDIA GPUs (FL801): module prefix -> (what it provides, the
@@ -42,7 +42,7 @@ CUDA_ONLY_PACKAGES = ("CUDAExecutionProvider", "TensorrtExecutionProvider", "onn
 
 __all__ = ["CUDA_ONLY_LIBRARIES", "CUDA_ONLY_PACKAGES", "GPU_INTEROP_LIBRARIES"]
 
-triggers("nvml", "load_in_", "bitsandbytesconfig", *{m.split(".")[0] for m in CUDA_ONLY_LIBRARIES})
+triggers("nvml", "load_in_", "bitsandbytesconfig", "flash_attention", *{m.split(".")[0] for m in CUDA_ONLY_LIBRARIES})
 
 rule(
         "FL801", "cuda-only-library",
@@ -87,3 +87,26 @@ def quantization_config(det: Any, node: ast.Call, name: str) -> None:
     provides, alternative = CUDA_ONLY_LIBRARIES["bitsandbytes"]
     det.report("FL801", node, module="bitsandbytes", provides=f"{provides}, configured by `{name}`",
                alternative=alternative)
+
+
+_QUANTIZED_KEYS = ("load_in_8bit", "load_in_4bit")
+
+
+@on("assign")
+def quantized_kwargs(det: Any, target: ast.expr, value: ast.expr) -> None:
+    """`kwargs["load_in_8bit"] = True`, `kwargs["attn_implementation"] = "flash_attention_2"` (LLaVA's
+    builder, passed on as **kwargs)."""
+    key = str_value(target.slice) if type(target) is ast.Subscript else None
+    if key in _QUANTIZED_KEYS and not (type(value) is ast.Constant and not value.value):
+        quantized_load(det, ast.Call(), key, value, None)  # type: ignore[arg-type]
+    elif key == "attn_implementation":
+        flash_attention(det, ast.Call(), key, value, None)  # type: ignore[arg-type]
+
+
+@on_keyword("attn_implementation")
+def flash_attention(det: Any, call: ast.Call, arg: str, value: ast.expr, func: str | None) -> None:
+    """transformers' `attn_implementation="flash_attention_2"`: the flash_attn package."""
+    if (str_value(value) or "").startswith("flash_attention"):
+        provides, alternative = CUDA_ONLY_LIBRARIES["flash_attn"]
+        det.report("FL801", value, module="flash_attn", provides=f"{provides}, loaded by `{arg}=`",
+                   alternative=alternative)
