@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import torch
+from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..description.probe import canonical_op_name
@@ -352,6 +353,8 @@ def _run(spec: ModelSpec, model: torch.nn.Module, inputs: tuple, mode: Any, side
     try:
         with contextlib.ExitStack() as stack:
             stack.enter_context(mode)
+            if backend == backend_name() and not isinstance(mode, contextlib.nullcontext):
+                stack.enter_context(_HostData(backend))
             if kernels is not None:
                 from .fidelity import kernel_choices
 
@@ -373,6 +376,33 @@ def _run(spec: ModelSpec, model: torch.nn.Module, inputs: tuple, mode: Any, side
     finally:
         attribution.remove()
     return _records(recorder.calls)
+
+
+class _HostData(TorchFunctionMode):
+    """``torch.tensor(data, device=<emulated>)`` (HF's DynamicCache in every forward with use_cache,
+    diffusers' Python-number timesteps) made on the host, then moved to the device: what the emulator
+    does with it. Under fake tensors PyTorch would make it on the emulated backend directly, where its
+    Python backend cannot serve the copy (an internal assert, ``func != nullptr``)."""
+
+    _FACTORIES = frozenset({torch.tensor, torch.as_tensor, torch.asarray})
+
+    def __init__(self, backend: str) -> None:
+        super().__init__()
+        self.backend = backend
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        target = kwargs.get("device")
+        if func in self._FACTORIES and target is not None and torch.device(target).type == self.backend and \
+                not (args and isinstance(args[0], torch.Tensor)):
+            from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+            # a real host tensor: moved under the fake mode it becomes a fake device tensor (a fake
+            # constant would be moved for real, onto a backend that cannot hold fake storage)
+            with unset_fake_temporarily():
+                host = func(*args, **{**kwargs, "device": "cpu"})
+            return host.to(target).requires_grad_(host.requires_grad)
+        return func(*args, **kwargs)
 
 
 def _autocast_type(backend: str) -> str:

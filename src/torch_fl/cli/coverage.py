@@ -2,17 +2,19 @@
 
 Exit status: 0 when the analysis ran, whatever it found (coverage is a report, and a model with a
 translated op still runs); with ``--strict``, 1 when some call is unsupported on the device, whether the model makes it or a
-translation does (the model would stop with UnsupportedOperatorError there). An entry point or device that cannot be loaded
+translation does (the model would stop with UnsupportedOperatorError there); 2 when the model could not be traced (no
+verdict: a CI gate must not read it as "will not run"). An entry point or device that cannot be loaded
 exits 1 as every torchfl error does.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 
 from .args import add_report_files
 
-OK, UNSUPPORTED = 0, 1
+OK, UNSUPPORTED, NOT_TRACED = 0, 1, 2
 
 
 def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> None:
@@ -27,7 +29,8 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> No
                "  torchfl coverage examples/cnn.py:factory --device mps --amp --html cnn-mps.html\n"
                "  torchfl coverage mypkg.models:build --device ./my-chip.toml --train --strict\n"
                "  torchfl coverage examples/gpt.py:factory --device npu --train --plugin-version 2.5\n"
-               "\nExit status: 0 (the report ran); with --strict, 1 when an op is unsupported.\n"
+               "\nExit status: 0 (the report ran); with --strict, 1 when an op is unsupported; 2 when the\n"
+               "model could not be traced (no verdict).\n"
                "Docs: docs/analysis.md",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model", metavar="MODEL",
@@ -51,9 +54,14 @@ def run(args: argparse.Namespace) -> int:
     from ..analysis.coverage import coverage
     from ..analysis.model import load_model
     from ..analysis.report import emit, progress
+    from ..analysis.trace import TraceError
 
     progress(f"loading {args.model}")
-    report = coverage(load_model(args.model), args.device, train=args.train, amp=args.amp,
-                      plugin_version=args.plugin_version)
+    spec = load_model(args.model)
+    try:
+        report = coverage(spec, args.device, train=args.train, amp=args.amp, plugin_version=args.plugin_version)
+    except TraceError as exc:
+        print(f"torchfl coverage: could not trace {args.model} on {args.device}: {exc}", file=sys.stderr)
+        return NOT_TRACED
     emit(report, json_path=args.json, html_path=args.html)
     return UNSUPPORTED if args.strict and report.data["summary"]["unsupported_calls"] else OK
