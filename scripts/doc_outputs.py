@@ -41,6 +41,7 @@ VOLATILE_LINES = re.compile(r"^(\s*(?:- \*\*)?(?:platform|python|name|environmen
                             r"(?:\*\*)?:\s*).*$", re.M)
 DURATION = re.compile(r"\b\d+(?:\.\d+)?\s?(?:ms|s|µs|min)\b")
 CLOCK = re.compile(r"\[\d\d:\d\d:\d\d\]")
+TIMED_ROWS = re.compile(r"^(?:aten|prims)::|vary a lot")  # rows a timed run ranks or adds by load
 NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?:e[+-]?\d+)?")
 
 
@@ -55,6 +56,7 @@ class Block:
     body: list[str]
     start: int  # index of the first body line in the file's lines
     end: int  # index of the closing fence
+    above: str  # the fenced block just before the marker (what `{above}` in the command runs)
 
     @property
     def name(self) -> str:
@@ -77,17 +79,46 @@ def blocks(path: Path) -> list[Block]:
         if m.group(1) == "output" and not command:
             raise SystemExit(f"{path}:{i + 2}: '<!-- output -->' needs a command: '<!-- output: COMMAND -->' "
                              "or a first line '$ COMMAND' in the block")
-        found.append(Block(path, i + 2, m.group(1), bool(m.group(2)), command, prompt, body, i + 2, end))
+        found.append(Block(path, i + 2, m.group(1), bool(m.group(2)), command, prompt, body, i + 2, end,
+                           _block_before(lines, i)))
     return found
 
 
-def run(command: str) -> str:
-    """What the docs show for `command`: its output, trailing spaces and blank lines removed."""
+def _block_before(lines: list[str], marker: int) -> str:
+    """The content of the fenced block that ends just above line `marker` (blank lines between)."""
+    j = marker - 1
+    while j >= 0 and not lines[j].strip():
+        j -= 1
+    if j < 0 or not lines[j].startswith("```"):
+        return ""
+    fence = lines[j].rstrip()
+    k = j - 1
+    while k >= 0 and not (lines[k].startswith(fence) and lines[k].rstrip() != fence):
+        k -= 1
+    return "\n".join(lines[k + 1:j]) + "\n" if k >= 0 else ""
+
+
+def run(command: str, above: str = "") -> str:
+    """What the docs show for `command`: its output, trailing spaces and blank lines removed. `{above}`
+    in the command is a file holding the code block above the marker (a recipe that the doc shows)."""
+    import tempfile
+
+    if "{above}" in command:
+        if not above:
+            raise SystemExit(f"{command!r} runs {{above}}, but no code block ends just above its marker")
+        with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False, encoding="utf-8") as f:
+            f.write(above)
+        try:
+            return run(command.replace("{above}", f.name))
+        finally:
+            os.unlink(f.name)
     env = {k: v for k, v in os.environ.items() if not k.startswith("FL_")}
     env.update(PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}", HF_HUB_OFFLINE="1",
                COLUMNS="110")
     done = subprocess.run(["bash", "-o", "pipefail", "-c", command], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=600, check=False)
+    if done.returncode != 0:  # a recipe that fails must fail the check, not become an empty output
+        raise SystemExit(f"{command!r} exited {done.returncode}:\n{done.stderr[-3000:]}")
     text = done.stdout.replace(str(ROOT), SHOWN_ROOT)
     return "\n".join(line.rstrip() for line in text.splitlines()).strip("\n")
 
@@ -103,8 +134,14 @@ def masked(text: str, timings: bool) -> str:
 
 
 def differs(block: Block, output: str) -> bool:
-    return masked("\n".join(block.body), block.timings) != masked("\n".join(rendered(block, output)),
-                                                                  block.timings)
+    shown, now = (masked("\n".join(lines), block.timings).splitlines()
+                  for lines in (block.body, rendered(block, output)))
+    if block.timings:
+        # What a timed run shows depends on the machine's load: which ops are the slowest and in what
+        # order, column widths, a noise warning. Its shape is what must not drift.
+        shown, now = ({" ".join(line.split()) for line in lines if not TIMED_ROWS.search(line)}
+                      for lines in (shown, now))
+    return shown != now
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -124,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
         changed = False
         # From the end, so that a block whose length changes does not move the ones still to do.
         for block in reversed([b for b in marked if b.kind == "output"]):
-            output = run(block.command)
+            output = run(block.command, block.above)
             if not differs(block, output):
                 continue
             stale.append(block.name)
