@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import torch_fl
-from torch_fl import hostmem, runtime
+from torch_fl import device_calls, hostmem, runtime
 from torch_fl.errors import DeviceNotFoundError
 
 MiB = 2**20
@@ -218,6 +218,9 @@ backend = "gloo"
 
 [precision]
 autocast_dtype = "float16"
+
+[ops]  # a list: no plugin to probe and no vendor op table (the runtime calls are under test, not ops)
+native = ["aten::add.Tensor", "aten::mm"]
 """
 
 
@@ -330,7 +333,7 @@ def test_accelerator_is_preferred_and_failures_fall_through(fake_acc, monkeypatc
         raise RuntimeError("device allocator does not support this")
 
     accelerator = types.SimpleNamespace(memory_allocated=lambda device=None: 42, synchronize=unsupported)
-    monkeypatch.setattr(runtime, "_accelerator", lambda dev: accelerator)
+    monkeypatch.setattr(device_calls, "accelerator", lambda dev: accelerator)
     assert torch.fl.memory_allocated() == 42
     torch.fl.synchronize()
     assert calls[-1] == ("synchronize",)

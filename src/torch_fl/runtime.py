@@ -8,8 +8,8 @@ int ``N`` meaning ``accN``, a ``torch.device``, or None for ``torch.fl.device()`
    means "one queue: streams are host objects", and so on.
 2. Otherwise the call goes to ``torch.accelerator`` when it has the function and the device is the
    current accelerator (torch >= 2.6), then to the device module ``getattr(torch, device_type)``
-   (torch.cuda, torch.xpu, torch.mps, torch.npu once torch_npu is imported, ...). ``_ROUTES`` is the
-   table of candidate names; the first that exists and does not raise wins.
+   (torch.cuda, torch.xpu, torch.mps, torch.npu once torch_npu is imported, ...). ``ROUTES`` of
+   device_calls.py is the table of candidate names; the first that exists and does not raise wins.
 
 On the host CPU every call returns a meaningful value or is a documented no-op; docs/runtime.md has the
 per-backend table.
@@ -28,18 +28,14 @@ Example::
 from __future__ import annotations
 
 import contextlib
-import functools
-import inspect
 import logging
 import os
-from collections.abc import Callable
 from dataclasses import dataclass
-from types import ModuleType
 from typing import Any, TypeAlias
 
 import torch
 
-from . import hostmem, plugins
+from . import device_calls, hostmem
 from .description.model import Description
 from .device import description_for, device_map, is_emulated, resolve
 from .errors import DeviceNotFoundError, PluginImportError, RuntimeUnsupportedError
@@ -60,110 +56,8 @@ _log = logging.getLogger("torch_fl.runtime")
 # are placeholders), so the host is the one device type whose index bookkeeping is ours.
 _HOST_TYPE = "cpu"
 
-# Facade call -> (torch.accelerator attribute or None, device-module attributes in preference order).
-# Names differ across modules (torch.mps.current_allocated_memory is torch.cuda.memory_allocated).
-_ROUTES: dict[str, tuple[str | None, tuple[str, ...]]] = {
-    "is_available": ("is_available", ("is_available",)),
-    "device_count": ("device_count", ("device_count",)),
-    "current_device": ("current_device_index", ("current_device",)),
-    "set_device": ("set_device_index", ("set_device",)),
-    "synchronize": ("synchronize", ("synchronize",)),
-    "memory_allocated": ("memory_allocated", ("memory_allocated", "current_allocated_memory")),
-    "max_memory_allocated": ("max_memory_allocated", ("max_memory_allocated",)),
-    "reset_peak_memory_stats": ("reset_peak_memory_stats", ("reset_peak_memory_stats",)),
-    "empty_cache": ("empty_cache", ("empty_cache",)),
-    "mem_get_info": ("get_memory_info", ("mem_get_info",)),
-    "manual_seed": (None, ("manual_seed_all", "manual_seed")),
-    "get_device_properties": (None, ("get_device_properties",)),
-}
-
 # Property names that count a device's parallel compute units (CUDA SMs, XPU Xe-cores, Ascend cubes).
 _COMPUTE_UNIT_ATTRS = ("multi_processor_count", "gpu_subslice_count", "max_compute_units", "cube_core_num")
-
-
-# Routing ------------------------------------------------------------------------------------------
-def _is_host(desc: Description) -> bool:
-    return desc.section("memory")["allocator"] == "host"
-
-
-def _is_sync(desc: Description) -> bool:
-    return desc.section("streams")["submission"] == "sync"
-
-
-def _device_module(dev: torch.device) -> ModuleType | None:
-    desc = description_for(dev)
-    if desc.device_type == dev.type and not is_emulated(dev):  # emulated npu:0's torch.npu is torch-fl's
-        plugins.import_plugin(desc)  # torch.npu and friends exist only once their plugin is imported
-    return getattr(torch, dev.type, None)
-
-
-def _accelerator(dev: torch.device) -> ModuleType | None:
-    """torch.accelerator when it speaks for `dev` (its calls act on the current accelerator only)."""
-    if is_emulated(dev):
-        return None  # a Python backend's C++ hooks report nothing; its module (torch.emu) does
-    acc = getattr(torch, "accelerator", None)
-    current = getattr(acc, "current_accelerator", None)
-    if current is None:
-        return None
-    found = current()
-    return acc if found is not None and found.type == dev.type else None
-
-
-def _candidates(name: str, dev: torch.device) -> list[tuple[str, Callable[..., Any]]]:
-    acc_attr, module_attrs = _ROUTES[name]
-    found: list[tuple[str, Callable[..., Any]]] = []
-    acc = _accelerator(dev) if acc_attr else None
-    if acc is not None and callable(getattr(acc, acc_attr, None)):
-        found.append((f"torch.accelerator.{acc_attr}", getattr(acc, acc_attr)))
-    module = _device_module(dev)
-    for attr in module_attrs:
-        fn = getattr(module, attr, None)
-        if callable(fn):
-            found.append((f"torch.{dev.type}.{attr}", fn))
-    return found
-
-
-@functools.lru_cache(maxsize=256)
-def _positional_slots(fn: Callable[..., Any]) -> int | None:
-    """How many positional arguments `fn` takes (None: unknown or unbounded)."""
-    try:
-        params = inspect.signature(fn).parameters.values()
-    except (TypeError, ValueError):
-        return None  # builtins without a signature: assume they take the device like torch.cuda's
-    if any(p.kind is p.VAR_POSITIONAL for p in params):
-        return None
-    return sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params)
-
-
-def _invoke(fn: Callable[..., Any], dev: torch.device, args: tuple[Any, ...]) -> Any:
-    # torch.mps.synchronize() and torch.mps.current_allocated_memory() take no device: MPS has one.
-    slots = _positional_slots(fn)
-    return fn(*args, dev) if slots is None or slots > len(args) else fn(*args)
-
-
-_MISSING: Any = object()
-
-
-def _native(name: str, dev: torch.device, *args: Any, fallback: Callable[[], Any] = _MISSING) -> Any:
-    """Call the first candidate of `name` that works; `fallback()` when none exists or all fail."""
-    first_error: Exception | None = None
-    for label, fn in _candidates(name, dev):
-        try:
-            return _invoke(fn, dev, args)
-        except (RuntimeError, NotImplementedError, TypeError, AttributeError) as exc:
-            # torch.accelerator may have a function the backend's allocator does not implement.
-            _log.debug("%s(%s) raised %s: %s; trying the next candidate", label, dev, type(exc).__name__, exc)
-            first_error = first_error or exc
-    if fallback is not _MISSING:
-        return fallback()
-    if first_error is not None:
-        raise first_error
-    acc_attr, module_attrs = _ROUTES[name]
-    looked = ([f"torch.accelerator.{acc_attr}"] if acc_attr else []) + [f"torch.{dev.type}.{a}" for a in module_attrs]
-    raise RuntimeUnsupportedError(
-        f"torch.fl.{name}({dev}): the '{description_for(dev).name}' backend offers none of "
-        f"{', '.join(looked)}. Update its plugin, or use a description whose [memory]/[streams] "
-        f"sections say the call is unneeded.")
 
 
 # Device management ---------------------------------------------------------------------------------
@@ -184,7 +78,7 @@ def is_available(device: DeviceLike = None) -> bool:
     if dev.type == _HOST_TYPE:
         return True
     try:
-        return bool(_native("is_available", dev, fallback=lambda: False))
+        return bool(device_calls.native("is_available", dev, fallback=lambda: False))
     except PluginImportError as exc:
         _log.warning("%s", exc)
         return False
@@ -205,7 +99,7 @@ def device_count(device: DeviceLike = None) -> int:
     dev = resolve(device)
     if dev.type == _HOST_TYPE:
         return max(1, sum(d.type == _HOST_TYPE for d in device_map().values()))
-    return int(_native("device_count", dev))
+    return int(device_calls.native("device_count", dev))
 
 
 def current_device(device: DeviceLike = None) -> int:
@@ -223,7 +117,7 @@ def current_device(device: DeviceLike = None) -> int:
     dev = resolve(device)
     if dev.type == _HOST_TYPE:
         return 0
-    return int(_native("current_device", dev))
+    return int(device_calls.native("current_device", dev))
 
 
 def set_device(device: DeviceLike = None) -> None:
@@ -246,7 +140,7 @@ def set_device(device: DeviceLike = None) -> None:
             raise DeviceNotFoundError(f"device {named} does not exist: the host CPU is one device, index 0. "
                                       f"Use 'cpu', 'cpu:0' or a virtual id mapped to cpu.")
         return
-    _native("set_device", dev)
+    device_calls.native("set_device", dev)
 
 
 def synchronize(device: DeviceLike = None) -> None:
@@ -258,10 +152,7 @@ def synchronize(device: DeviceLike = None) -> None:
     Example:
         >>> torch.fl.synchronize()
     """
-    dev = resolve(device)
-    if _is_sync(description_for(dev)):
-        return
-    _native("synchronize", dev)
+    device_calls.synchronize(resolve(device))
 
 
 # Memory -------------------------------------------------------------------------------------------
@@ -272,7 +163,7 @@ _watermarks = hostmem.Watermarks()  # key -> highest memory_allocated seen since
 def _host_memory(dev: torch.device, desc: Description) -> bool:
     """Whether `dev`'s memory is the process's own (an emulated device counts its live tensors even
     when the chip it emulates shares host memory)."""
-    return _is_host(desc) and not is_emulated(dev)
+    return device_calls.is_host(desc) and not is_emulated(dev)
 
 
 def _watermark_key(dev: torch.device, desc: Description) -> str:
@@ -282,7 +173,7 @@ def _watermark_key(dev: torch.device, desc: Description) -> str:
 def _current_bytes(dev: torch.device, desc: Description) -> int:
     if _host_memory(dev, desc):
         return hostmem.process_rss()
-    return int(_native("memory_allocated", dev))
+    return int(device_calls.native("memory_allocated", dev))
 
 
 def memory_allocated(device: DeviceLike = None) -> int:
@@ -328,7 +219,7 @@ def max_memory_allocated(device: DeviceLike = None) -> int:
     sampled = _watermarks.raise_to(key, _current_bytes(dev, desc))
     if _host_memory(dev, desc):
         return sampled if _watermarks.was_reset(key) else max(sampled, hostmem.os_peak_rss())
-    return int(_native("max_memory_allocated", dev, fallback=lambda: sampled))
+    return int(device_calls.native("max_memory_allocated", dev, fallback=lambda: sampled))
 
 
 def reset_peak_memory_stats(device: DeviceLike = None) -> None:
@@ -346,7 +237,7 @@ def reset_peak_memory_stats(device: DeviceLike = None) -> None:
     current = _current_bytes(dev, desc)
     _watermarks.reset(key, current)
     if not _host_memory(dev, desc):
-        _native("reset_peak_memory_stats", dev, fallback=lambda: None)
+        device_calls.native("reset_peak_memory_stats", dev, fallback=lambda: None)
 
 
 def empty_cache(device: DeviceLike = None) -> None:
@@ -362,11 +253,11 @@ def empty_cache(device: DeviceLike = None) -> None:
     dev = resolve(device)
     if not description_for(dev).section("memory")["empty_cache"]:
         return
-    _native("empty_cache", dev, fallback=lambda: None)
+    device_calls.native("empty_cache", dev, fallback=lambda: None)
 
 
 def _derived_memory_info(dev: torch.device, desc: Description) -> tuple[int, int]:
-    module = _device_module(dev)
+    module = device_calls.device_module(dev)
     total_fn = getattr(module, "recommended_max_memory", None)
     used_fn = getattr(module, "driver_allocated_memory", None)
     if callable(total_fn) and callable(used_fn):  # MPS: a budget within unified memory, not a card
@@ -392,9 +283,9 @@ def mem_get_info(device: DeviceLike = None) -> tuple[int, int]:
     """
     dev = resolve(device)
     desc = description_for(dev)
-    if _is_host(desc):
+    if device_calls.is_host(desc):
         return hostmem.memory_info()
-    free, total = _native("mem_get_info", dev, fallback=lambda: _derived_memory_info(dev, desc))
+    free, total = device_calls.native("mem_get_info", dev, fallback=lambda: _derived_memory_info(dev, desc))
     return int(free), int(total)
 
 
@@ -421,7 +312,7 @@ def manual_seed(seed: int, device: DeviceLike = None) -> torch.Generator:
     generator = torch.manual_seed(seed)  # covers built-in backends and the registered PrivateUse1 one
     if dev.type != _HOST_TYPE:
         # A plugin module lacking torch's seeding hooks (_is_in_bad_fork) is skipped by torch.manual_seed.
-        _native("manual_seed", dev, int(seed), fallback=lambda: None)
+        device_calls.native("manual_seed", dev, int(seed), fallback=lambda: None)
     return generator
 
 
@@ -514,7 +405,7 @@ def get_device_properties(device: DeviceLike = None) -> DeviceProperties:
         return DeviceProperties(hostmem.cpu_name(), dev.type, 0, hostmem.memory_info()[1], os.cpu_count() or 1,
                                 desc.vendor, desc.name)
     index = dev.index if dev.index is not None else current_device(dev)
-    props = _native("get_device_properties", dev, fallback=lambda: None)
+    props = device_calls.native("get_device_properties", dev, fallback=lambda: None)
     name = str(getattr(props, "name", "") or "")
     if not name:  # unified memory: the accelerator sits on the host's chip (Apple M-series)
         name = hostmem.cpu_name() if desc.section("memory")["allocator"] == "unified" else f"{desc.vendor} {dev.type}"

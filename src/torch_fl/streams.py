@@ -6,9 +6,8 @@ or events, so there is no wrapper on the hot path. On the host CPU (sync submiss
 devices (``streams = false``, ``events = false``) they return host objects: work on one queue is already
 ordered, and an event is a host clock reading taken after the device's queued work finished.
 
-The runtime facade (torch_fl.runtime) imports this module and re-exports Stream, Event and stream; this
-module calls back into the facade (synchronize, the device module) only at call time, so there is no
-import cycle.
+The runtime facade (torch_fl.runtime) imports this module and re-exports Stream, Event and stream; both
+ask device_calls.py for the device module and for synchronize, so neither imports the other.
 """
 
 from __future__ import annotations
@@ -18,11 +17,11 @@ import inspect
 import logging
 import time
 from collections.abc import Callable, Iterator
-from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import torch
 
+from . import device_calls
 from .device import description_for, resolve
 from .errors import RuntimeUnsupportedError
 
@@ -38,16 +37,6 @@ _STREAM_METHODS = ("synchronize", "query", "wait_stream", "wait_event", "record_
 _EVENT_METHODS = ("record", "synchronize", "query", "wait", "elapsed_time")
 
 _MISSING: Any = object()
-
-
-def _runtime() -> ModuleType:
-    from . import runtime  # the facade imports this module at load time, so this import waits for a call
-
-    return runtime
-
-
-def _synchronize(dev: torch.device) -> None:
-    _runtime().synchronize(dev)
 
 
 def _construct(cls: Callable[..., Any], **kwargs: Any) -> Any:
@@ -81,7 +70,7 @@ class _Structural(type):
 def _native_stream(dev: torch.device, priority: int) -> Any:
     if not description_for(dev).section("streams")["streams"]:
         return None
-    module_cls = getattr(_runtime()._device_module(dev), "Stream", None)
+    module_cls = getattr(device_calls.device_module(dev), "Stream", None)
     if module_cls is not None and _has_methods(module_cls, _STREAM_METHODS):
         return _construct(module_cls, device=dev, priority=priority)
     generic = getattr(torch, "Stream", None)
@@ -123,11 +112,11 @@ class Stream(metaclass=_Structural):
 
     def query(self) -> bool:
         """True: a host stream's work is done once synchronize returns (it blocks on async devices)."""
-        _synchronize(self.device)
+        device_calls.synchronize(self.device)
         return True
 
     def synchronize(self) -> None:
-        _synchronize(self.device)
+        device_calls.synchronize(self.device)
 
     def wait_stream(self, stream: Any) -> None:
         """No-op: a single queue is already ordered."""
@@ -155,7 +144,7 @@ def _native_event(dev: torch.device, enable_timing: bool, blocking: bool, interp
     streams = description_for(dev).section("streams")
     if streams["submission"] == "sync" or not streams["events"]:
         return None  # host clock: exact for sync devices; the only clock where events are missing
-    module_cls = getattr(_runtime()._device_module(dev), "Event", None)
+    module_cls = getattr(device_calls.device_module(dev), "Event", None)
     if module_cls is not None and _has_methods(module_cls, _EVENT_METHODS):
         return _construct(module_cls, enable_timing=enable_timing, blocking=blocking, interprocess=interprocess)
     generic = getattr(torch, "Event", None)
@@ -203,13 +192,13 @@ class Event(metaclass=_Structural):
         obj = super().__new__(cls)
         obj.device, obj.enable_timing, obj._recorded_ns = dev, enable_timing, None
         # Decided once: record() is inside timed regions, where a description lookup would be noise.
-        obj._wait_for_device = not _runtime()._is_sync(description_for(dev))
+        obj._wait_for_device = not device_calls.is_sync(description_for(dev))
         return obj
 
     def record(self, stream: Any = None) -> None:
         """Mark now (after the device's queued work, on async devices)."""
         if self._wait_for_device:
-            _synchronize(self.device)
+            device_calls.synchronize(self.device)
         self._recorded_ns = time.perf_counter_ns()
 
     def query(self) -> bool:
