@@ -82,7 +82,7 @@ from typing import Any
 import torch
 from torch.overrides import _get_current_function_mode_stack
 
-from ..device import description_for, resolve
+from ..device import description_for, device_map, resolve
 from ..errors import DeviceNotFoundError
 from . import patches
 from .alias_calls import (
@@ -189,9 +189,7 @@ class CudaAlias:
         if index is None or target.index is None:
             return target
         if self._devices is None:
-            from .. import devices
-
-            self._devices = devices()
+            self._devices = list(device_map().values())  # acc0, acc1, ...
         if index < len(self._devices):
             return self._devices[index]
         from ..device import is_emulated

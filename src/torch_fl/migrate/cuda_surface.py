@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..device import description_for
+from ..device import description_for, device_map
 from ..errors import TorchFLError
 from .alias_calls import CUDA, Mapped, is_ordinal, live
 from .cuda_api import CUDA_API, CUDA_TENSOR_TYPES, DEFAULT_REMEDY, lookup
@@ -172,9 +172,7 @@ class _CudaAPI:
         target = self.alias.target
         if target.index is None:
             return [self._generator()]
-        from .. import devices
-
-        return [self._generator(d) for d in devices() if d.type == target.type]
+        return [self._generator(d) for d in device_map().values() if d.type == target.type]
 
     def get_rng_state(self, device: Any = "cuda") -> torch.Tensor:
         """The state of the mapped device's default generator (the host's: `torch.get_rng_state()`)."""

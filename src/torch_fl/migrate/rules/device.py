@@ -4,6 +4,7 @@ variables, integer ordinals): detection and fix of each rule."""
 from __future__ import annotations
 
 import ast
+import re
 from typing import Any
 
 from ..cuda_api import CUDA_DEVICE, CUDA_TENSOR_TYPES, device_replacement
@@ -245,6 +246,42 @@ def _names_a_device(name: str | None) -> bool:
     """A call that returns a device by its name: device(), current_device(), dev(), get_device()."""
     lowered = (name or "").lower()
     return "dev" in lowered and "count" not in lowered and "rank" not in lowered
+
+
+# Calls whose string arguments are not devices, though "cuda" may be one of them.
+_NOT_DEVICE_CALLS = frozenset({
+    "getattr", "hasattr", "setattr", "delattr", "print", "startswith", "endswith", "replace", "split", "rsplit",
+    "join", "format", "get", "pop", "setdefault", "getenv", "putenv", "index", "count", "find", "rfind", "append",
+    "add", "extend", "insert", "remove", "discard", "info", "debug", "warning", "warn", "error", "critical",
+    "exception", "log", "write", "isinstance", "str", "repr", "open", "import_module", "__import__",
+    "find_spec", "strip", "lstrip", "rstrip", "encode", "decode", "match", "search", "fullmatch", "sub",
+    "compile", "add_argument", "choice", "Literal", "register", "skip", "skipif", "skipIf", "skipUnless",
+    "param", "parametrize", "mark", "version", "parse", "check_output", "run", "call", "Popen", "system",
+    "register_kernel", "impl", "register_fake", "register_autocast", "Library", "define",  # kernels for CUDA
+})
+# A library's device spec naming CUDA with a precision (RWKV's strategy "cuda fp16", "cuda:0 fp16i8 -> cpu fp32").
+_DEVICE_SPEC = re.compile(r"cuda(:\d+)?\s+(fp16|fp32|bf16|fp16i8|i8)\b")
+
+
+@on("call")
+def cuda_argument(det: Any, node: ast.Call, callee: str | None) -> None:
+    """`generate_stream(model, tokenizer, params, "cuda")`: a CUDA device string handed to a function
+    whose parameters the scanner cannot see (defined in another module); and library device specs
+    (`RWKV(..., strategy="cuda fp16")`). Reported without a fix: what the callee does with it is not
+    known. Calls that take strings for other reasons (logging, string methods, getattr) are left alone."""
+    name = (callee or "").rsplit(".", 1)[-1]
+    if not name or name in _NOT_DEVICE_CALLS or name.startswith(("assert", "log")) \
+            or (type(node.func) is ast.Attribute and type(node.func.value) in (ast.Constant, ast.JoinedStr)):
+        return
+    for value in (*node.args, *(kw.value for kw in node.keywords)):
+        if id(value) in det.done:
+            continue
+        text = str_value(value)
+        if text is None:
+            continue
+        if (value in node.args and CUDA_DEVICE.fullmatch(text)) or _DEVICE_SPEC.match(text):
+            index = CUDA_DEVICE.fullmatch(text.split()[0]).group(1)  # type: ignore[union-attr]
+            det.report("FL101", value, None, text=source_text(value), replacement=device_replacement(index))
 
 
 @on("assign")

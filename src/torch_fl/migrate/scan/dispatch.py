@@ -43,6 +43,7 @@ class Dispatch:
     """Walking and reporting. ``HANDLERS`` (set by the detector module) maps node classes to methods."""
 
     HANDLERS: ClassVar[dict[type, Any]] = {}
+    call_hooks: ClassVar[list[Any]] = HOOKS.events.setdefault("call", [])  # hook(det, call, callee name)
 
     # The detector's state (set in Detector.__init__), read by the mixins and by the rules' hooks.
     aliases: dict[str, str]
@@ -196,6 +197,9 @@ class Dispatch:
             if kw.arg is not None and id(kw.value) not in self.done:
                 for hook in HOOKS.keywords.get(kw.arg, ()):
                     hook(self, node, kw.arg, kw.value, qual or name)
+        if self.call_hooks:  # after every specific hook: what they left unclaimed
+            for hook in self.call_hooks:
+                hook(self, node, qual or name)
         # Children: the callee's chain (already resolved) and the arguments.
         if type(func) is ast.Attribute:
             self.visit_Attribute(func, qual, called=True)
