@@ -82,7 +82,7 @@ from typing import Any
 import torch
 from torch.overrides import _get_current_function_mode_stack
 
-from ..device import description_for, device_map, resolve
+from ..device import description_for, device_map, is_emulated, resolve
 from ..errors import DeviceNotFoundError
 from . import patches
 from .alias_calls import (
@@ -192,8 +192,6 @@ class CudaAlias:
             self._devices = list(device_map().values())  # acc0, acc1, ...
         if index < len(self._devices):
             return self._devices[index]
-        from ..device import is_emulated
-
         more = (f"emulate more devices with FL_EMU_DEVICES={index + 1}" if is_emulated(target)
                 else "map more devices with FL_DEVICE_MAP")
         raise DeviceNotFoundError(
