@@ -3,6 +3,7 @@ dtypes, memory), the PrivateUse1 hooks and the device guard."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import torch
@@ -84,8 +85,45 @@ class _BackendModule:
         memory.reset_peak_memory_stats(_index_of(device))
 
     @staticmethod
+    def mem_get_info(device: Any = None) -> tuple[int, int]:
+        """(free, total): the device's memory is host memory, less what its live tensors hold."""
+        from ...hostmem import memory_info
+
+        free, total = memory_info()
+        return max(0, min(free, total - sum(state.live))), total
+
+    @staticmethod
     def empty_cache() -> None:
         pass  # nothing is cached: freed device tensors return their host memory at once
+
+    class Event:
+        """``torch.emu.Event``: the emulated device runs each op when it is called, so an event is
+        complete when recorded and its time is the host clock's at record()."""
+
+        def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False) -> None:
+            self.enable_timing = enable_timing
+            self._ns: int | None = None
+
+        def record(self, stream: Any = None) -> None:
+            self._ns = time.perf_counter_ns()
+
+        def query(self) -> bool:
+            return True
+
+        def synchronize(self) -> None:
+            state.syncs += 1
+
+        def wait(self, stream: Any = None) -> None:
+            pass
+
+        def elapsed_time(self, end_event: Any) -> float:
+            """Milliseconds between this event's record() and `end_event`'s (as CUDA events give)."""
+            if not (self.enable_timing and getattr(end_event, "enable_timing", False)):
+                raise RuntimeError("Events were not created with enable_timing=True: create both with "
+                                   "torch.fl.Event(enable_timing=True)")
+            if self._ns is None or end_event._ns is None:
+                raise RuntimeError("elapsed_time needs both events to be recorded first (call record())")
+            return (end_event._ns - self._ns) / 1e6
 
     class device:  # torch.emu.device(i), the context manager PyTorch uses
         def __init__(self, where: Any) -> None:

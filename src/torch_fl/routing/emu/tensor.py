@@ -269,6 +269,8 @@ def _dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
     special = SPECIAL.get(func)
     if special is not None:
         return special(func, args, kwargs)
+    if func not in _not_composite and _composite(func):
+        return _decompose(func, args, kwargs)
     index, cargs, ckwargs = _unwrap(func, args, kwargs)
     # the CPU kernel, or the reference math of a chip kernel the CPU lacks (reference.py)
     kernel = REFERENCE.get(func, func)
@@ -294,6 +296,24 @@ def _dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
     return router.call(op, func, route, dtype, args, kwargs, native=native)
 
 
+def _composite(func: Any) -> bool:
+    """A CompositeImplicitAutograd op reaches the device only where autograd is off (inference mode: no
+    autograd key decomposes it first). A real backend still runs its composite kernel; from then on so
+    does this one (SPECIAL), so ``x.to("cpu")`` copies to the host and views keep their version counter."""
+    if torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd"):
+        SPECIAL[func] = _decompose
+        return True
+    _not_composite.add(func)
+    return False
+
+
+_not_composite: set[Any] = set()
+
+
+def _decompose(func: Any, args: tuple, kwargs: dict) -> Any:
+    return func.decompose(*args, **kwargs)
+
+
 def _finish(func: Any, args: tuple, kwargs: dict, out: Any, index: int) -> Any:
     same = _inplace_result(func, args, kwargs, out)
     if same is not None:
@@ -305,6 +325,13 @@ def _finish(func: Any, args: tuple, kwargs: dict, out: Any, index: int) -> Any:
         return same
     if isinstance(out, torch.Tensor) and out.dtype.is_complex:
         return _wrap_bits(func, args, out, max(index, 0))
+    if _is_view(func) and torch.is_inference_mode_enabled():
+        base = next((a for a in args if isinstance(a, EmuTensor)), None)
+        if base is not None and not base.is_inference():
+            # a view of a normal tensor is a normal tensor sharing its version counter, as on any
+            # device; a wrapper made under inference mode would be an inference tensor, which has none
+            with torch.inference_mode(False):
+                return _wrap(out, max(index, 0))
     return _wrap(out, max(index, 0))
 
 
