@@ -22,6 +22,11 @@ change in a used cache: building that header is 5-15 s of an empty-cache start (
 /tmp by default, where earlier measurements found it already built). Each child also reports
 Inductor's and AOTAutograd's cache counters, so a "warm" run that missed shows up.
 
+After each warm run, the entry's artifacts are checked here the two ways torch.fl.compile can: size and
+mtime only, and sha256 of every artifact (what each start does before Inductor unpickles or loads any of
+them, since an altered pickle with a restored mtime passed the first); the cost is printed against the
+warm start.
+
     python benchmarks/compile_cache.py [--rounds 3] [--model examples/gpt.py:factory] [--aot] [--json F]
 """
 
@@ -134,6 +139,23 @@ def show(name: str, samples: list[dict]) -> float:
     return median(samples, "total")
 
 
+def integrity_cost(cache_dir: str) -> dict:
+    """Time the size+mtime check and the sha256 check of the entry's recorded artifacts."""
+    from torch_fl.compiler import cache, integrity
+
+    entry = next(p for p in Path(cache_dir).iterdir() if p.is_dir() and not p.name.startswith("."))
+    records = cache.read_manifest(entry)["artifacts"]
+    timings = {}
+    for name, full in (("quick", False), ("sha256", True)):
+        begin = time.perf_counter()
+        result = integrity.check(entry, records, full=full)
+        timings[name] = time.perf_counter() - begin
+        assert result.ok, result.problems()
+    timings["files"] = len(records)
+    timings["bytes"] = sum(rec[1] for rec in records.values())
+    return timings
+
+
 def load_text() -> str:
     one, five, _ = os.getloadavg()
     return f"{one:.1f} (1 min), {five:.1f} (5 min)"
@@ -150,6 +172,7 @@ def main() -> None:
     kinds = [k for k in ("inference", "train") if args.only in (None, k)]
     samples: dict[str, list[dict]] = {f"{k} {w}": [] for k in kinds for w in ("cold", "warm", "new")}
     samples["aot"] = []
+    checks: list[dict] = []
     load_start = load_text()
     with tempfile.TemporaryDirectory(prefix="fl-compile-bench-") as tmp:
         for i in range(args.rounds):
@@ -163,6 +186,8 @@ def main() -> None:
                     print(f"round {i + 1}/{args.rounds}: {kind} {when}", file=sys.stderr, flush=True)
                     samples[f"{kind} {when}"].append(
                         child(cache_dir, "jit", args.model, "1" if kind == "train" else "0", ""))
+                    if when == "warm":
+                        checks.append({**integrity_cost(cache_dir), "warm": samples[f"{kind} warm"][-1]["total"]})
         if args.aot:
             package = str(Path(tmp) / "model.pt2")
             print("building the AOT package", file=sys.stderr, flush=True)
@@ -184,13 +209,20 @@ def main() -> None:
     if samples["aot"]:
         show("inference, AOT package", samples["aot"])
         print(f"AOT package build (once): {build_s:.1f} s")
+    if checks:
+        quick, full = statistics.median(c["quick"] for c in checks), statistics.median(c["sha256"] for c in checks)
+        share = statistics.median(c["sha256"] / c["warm"] for c in checks)
+        print(f"artifact check per warm start ({checks[-1]['files']} artifacts, {checks[-1]['bytes'] / 1e6:.1f} MB): "
+              f"size+mtime {quick * 1e3:.1f} ms, sha256 of every artifact {full * 1e3:.1f} ms "
+              f"({100 * share:.2f}% of the warm start)")
     print()
     for kind, ratio in ratios.items():
         what = "new entry / warm cache" if "new entry" in kind else "empty / warm cache"
         print(f"{kind.replace(' (new entry)', '')}: {what} {ratio:.1f}x (target >= 5x)")
     if args.json:
         Path(args.json).write_text(json.dumps({"load_start": load_start, "load_end": load_text(),
-                                               "samples": samples, "ratios": ratios}, indent=2))
+                                               "samples": samples, "ratios": ratios, "integrity": checks},
+                                              indent=2))
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 
 import torch_fl
@@ -73,3 +74,52 @@ def test_warmup_rejects_a_shape_of_the_wrong_rank(use_description, tiny_model, c
     use_description('backend = "eager"')
     assert main(["warmup", tiny_model, "--shapes", "2x4,3x4"]) == 1
     assert "gives 2 shape(s), the model takes 1 tensor input(s) (2x4)" in capsys.readouterr().err
+
+
+# issue 22: clear removes only what torch-fl created, and never works on / or a home directory ---------
+def test_clear_keeps_folders_torch_fl_did_not_create(monkeypatch, compile_cache, capsys):
+    stale, current = _stale_and_current(monkeypatch)
+    photos = compile_cache / "photos"
+    photos.mkdir()
+    (photos / "holiday.jpg").write_bytes(b"\xff\xd8 not a cache entry")
+    assert (current.path / cache.MARKER).is_file()
+    for flags in (["--corrupt"], ["--all"]):
+        assert main(["cache", "clear", *flags]) == 0
+        captured = capsys.readouterr()
+        assert (photos / "holiday.jpg").is_file()
+        assert f"kept    {photos}: torch-fl did not create it (no {cache.MARKER} marker" in captured.err
+    assert not stale.path.exists() and not current.path.exists()
+
+
+def test_an_old_entry_without_the_marker_is_still_removable(monkeypatch, compile_cache, capsys):
+    entry = cache.open_entry(registry.get("cpu"))
+    cache.release()
+    (entry.path / cache.MARKER).unlink()  # written by a torch-fl from before the marker: a valid manifest
+    assert main(["cache", "clear", "--all"]) == 0
+    assert not entry.path.exists()
+
+
+@pytest.mark.parametrize("where", ["/", "home", "above home"])
+@pytest.mark.parametrize("action", [["info"], ["verify"], ["clear", "--all"], ["clear", "--corrupt"]])
+def test_broad_roots_are_refused_for_every_action(where, action, monkeypatch, tmp_path, capsys):
+    home = tmp_path / "home" / "alice"
+    home.mkdir(parents=True)
+    (home / "thesis.tex").write_text("years of work")
+    monkeypatch.setenv("HOME", str(home))
+    root = {"/": "/", "home": str(home), "above home": str(home.parent)}[where]
+    monkeypatch.setenv("FL_CACHE_DIR", root)
+    assert main(["cache", *action]) == 1
+    out = capsys.readouterr().out
+    assert f"REFUSED   compile cache root {root} (from FL_CACHE_DIR) is refused: it is " in out
+    assert "Fix: point FL_CACHE_DIR at a directory of its own" in out
+    assert (home / "thesis.tex").is_file() and sorted(p.name for p in home.iterdir()) == ["thesis.tex"]
+
+
+def test_open_entry_refuses_a_home_directory_root(monkeypatch, tmp_path):
+    from torch_fl.compiler.trust import CacheTrustError
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("FL_CACHE_DIR", str(tmp_path))
+    with pytest.raises(CacheTrustError, match="is refused: it is your home directory"):
+        cache.open_entry(registry.get("cpu"))
+    assert list(tmp_path.iterdir()) == []

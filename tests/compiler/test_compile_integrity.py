@@ -1,5 +1,5 @@
-"""Integrity: the manifest records the sha256 of every artifact; starts check size and mtime, the first
-start after a write and `torchfl cache verify` the hashes; an altered entry is never loaded."""
+"""Integrity: the manifest records the sha256 of every artifact; every start and `torchfl cache verify`
+check the hashes before anything is loaded; an altered entry is never loaded."""
 
 from __future__ import annotations
 
@@ -85,36 +85,28 @@ def test_the_first_start_after_a_write_checks_every_hash(compile_cache, caplog):
     assert "its artifacts changed after they were recorded" in caplog.text
 
 
-def test_later_starts_check_size_and_mtime_only(compile_cache, monkeypatch):
+def test_every_start_checks_every_hash_so_a_restored_mtime_hides_nothing(compile_cache):
+    # issue 22: the hot path used to check size + mtime only, and an altered pickle whose mtime was put
+    # back (touch -r) was unpickled by the next start
     entry = _entry_with_artifacts()
-    cache.open_entry(registry.get("cpu"))  # the first start after the write: full check, recorded
+    cache.open_entry(registry.get("cpu"))  # the first start after the write
     cache.release()
     assert entry.manifest()["verified"] == entry.manifest()["generation"]
-    hashed = []
-    real = integrity.sha256_file
-    monkeypatch.setattr(integrity, "sha256_file", lambda path: hashed.append(path) or real(path))
-    assert not cache.open_entry(registry.get("cpu")).created
-    assert hashed == [], "the hot path hashes nothing when sizes and mtimes match"
-    cache.release()
-    _flip(entry.path / "inductor/ab/cab2sf.py", keep_time=False)
+    _flip(entry.path / "inductor/fxgraph/h4/fh4g5d/b7hwrf", keep_time=True)
     again = cache.open_entry(registry.get("cpu"))
-    assert again.created and "inductor/ab/cab2sf.py: sha256" in again.quarantined[0]
-    assert {Path(p).name for p in hashed} == {"cab2sf.py"}, "only the file whose mtime moved is hashed"
+    assert again.created, "the altered entry is not used"
+    assert "inductor/fxgraph/h4/fh4g5d/b7hwrf: sha256" in again.quarantined[0]
 
 
-def test_the_first_start_after_a_write_hashes_what_was_written_since_the_last_check(compile_cache, monkeypatch):
+def test_every_start_hashes_each_recorded_artifact_once(compile_cache, monkeypatch):
     entry = _entry_with_artifacts()
-    cache.open_entry(registry.get("cpu"))  # verifies generation 1
-    (entry.inductor_dir / "new.so").write_bytes(b"a graph compiled later")
-    cache.seal(entry)  # generation 2
-    cache.release()
-    assert entry.manifest()["artifacts"]["inductor/new.so"][3] == 2
-    hashed = []
     real = integrity.sha256_file
-    monkeypatch.setattr(integrity, "sha256_file", lambda path: hashed.append(path) or real(path))
-    assert not cache.open_entry(registry.get("cpu")).created
-    assert [Path(p).name for p in hashed] == ["new.so"], "generation-1 artifacts were hashed already"
-    assert entry.manifest()["verified"] == 2
+    for _ in range(2):
+        hashed: list = []
+        monkeypatch.setattr(integrity, "sha256_file", lambda path, seen=hashed: seen.append(path) or real(path))
+        assert not cache.open_entry(registry.get("cpu")).created
+        cache.release()
+        assert sorted(Path(p).relative_to(entry.path).as_posix() for p in hashed) == sorted(ARTIFACTS)
 
 
 def test_an_identical_rewrite_is_not_an_alteration(compile_cache):

@@ -179,3 +179,40 @@ def test_inductor_precompiled_headers_move_into_the_private_root(compile_cache, 
         torch.fl.compile(torch.nn.Linear(2, 2), backend="inductor")
         assert list(headers.iterdir()) == []
         assert any(p.name.startswith(cache.QUARANTINE + cache.HEADERS) for p in compile_cache.iterdir())
+
+
+# issue 22: the root as Inductor uses it, not only as it resolved when checked ----------------------
+@needs_root
+def test_a_root_through_another_users_link_is_refused(monkeypatch, tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o1777)  # like /tmp
+    mine = tmp_path / "mine"
+    mine.mkdir(mode=0o700)
+    link = shared / "fl-cache"
+    link.symlink_to(mine)
+    os.lchown(link, OTHER, OTHER)  # planted by another user: they can point it elsewhere at any time
+    monkeypatch.setenv("FL_CACHE_DIR", str(link))
+    with pytest.raises(CacheTrustError, match=rf"{link} is a symbolic link owned by .*uid {OTHER}.*Fix: name "
+                                              rf"the directory itself \(FL_CACHE_DIR={mine}\)"):
+        cache.open_entry(registry.get("cpu"))
+    assert os.listdir(mine) == []
+
+
+def test_the_root_is_resolved_once_and_inductor_gets_the_resolved_path(monkeypatch, tmp_path):
+    from torch_fl.compiler import jit
+
+    first, second = tmp_path / "first", tmp_path / "second"
+    first.mkdir(mode=0o700)
+    second.mkdir(mode=0o700)
+    link = tmp_path / "link"
+    link.symlink_to(first)
+    monkeypatch.setenv("FL_CACHE_DIR", str(link))
+    entry = cache.open_entry(registry.get("cpu"))
+    assert entry.root == first and entry.inductor_dir.parent.parent == first
+    jit.use_entry(entry)
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(first / entry.path.name / "inductor")
+    link.unlink()
+    link.symlink_to(second)  # swapped after the check: this process keeps what it checked
+    again = cache.open_entry(registry.get("cpu"))
+    assert again.path == entry.path and os.listdir(second) == []

@@ -52,6 +52,10 @@ def run(args: argparse.Namespace) -> int:
 
     desc = description_of(args.device)
     root = cache.cache_root(desc)
+    broad = trust.broad_root(root)
+    if broad:  # not even listed: `info` would walk every file of the home directory (or of /)
+        print(f"REFUSED   {trust.root_refusal(root, cache.root_source(desc))}")
+        return 1
     refusal = trust.root_refusal(root, cache.root_source(desc)) if root.is_dir() else ""
     if refusal and args.action != "info":
         # Nothing under a root another user can write is worth reading or removing as this user.
@@ -186,9 +190,13 @@ def _clear(root: Path, entries: list, current: Any, args: argparse.Namespace) ->
     if not names:
         print(f"nothing to remove under {root}")
         return 0
-    removed, skipped = cache.remove(root, names, force=args.force)
+    foreign: list[str] = []
+    removed, skipped = cache.remove(root, names, force=args.force, foreign=foreign)
     for name in removed:
         print(f"removed {root / name}")
     for name in skipped:
         print(f"skipped {root / name}: a running process uses it (--force removes it anyway)", file=sys.stderr)
+    for name in foreign:
+        print(f"kept    {root / name}: torch-fl did not create it (no {cache.MARKER} marker, no valid manifest); "
+              f"remove it yourself if it is not yours to keep", file=sys.stderr)
     return 1 if skipped else 0

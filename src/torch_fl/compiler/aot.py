@@ -283,11 +283,15 @@ def _archive_root(archive: zipfile.ZipFile) -> str:
 def read_package_fingerprint(path: str | os.PathLike) -> dict[str, Any]:
     """The torch-fl metadata of an AOT package (fingerprint components, model, inputs, identity,
     artifact hashes), read without loading the package. Raises AOTFingerprintError when it has none."""
+    from .. import _toml
+
     path = Path(path)
     try:
-        data = path.read_bytes()
+        # a regular file only (reading /dev/zero or a FIFO never ends); packages are up to a few GB
+        data = _toml.read_bytes(path, limit=1 << 40)
     except OSError as exc:
-        raise AOTFingerprintError(f"{path} is not a readable AOT package (.pt2 zip archive): {exc}") from None
+        raise AOTFingerprintError(f"{path} is not a readable AOT package (.pt2 zip archive): "
+                                  f"{exc.strerror or exc}") from None
     return _read_record(path, data)
 
 

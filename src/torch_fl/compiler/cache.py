@@ -5,6 +5,8 @@ Layout (see docs/compile.md)::
     <root>/                              FL_CACHE_DIR, else the description's compile.cache_dir (0700)
       .lock                              exclusive lock of writers (creating, updating, removing)
       cpu-3f9a1c0d2b7e4a55/              one entry: '<description>-<fingerprint digest>' (0700)
+        .torch_fl_entry                  the marker: torch-fl created this directory (`cache clear` removes
+                                         only directories with it, a valid manifest, or a torch-fl name)
         manifest.json                    format, fingerprint, components, artifact hashes, warm-up records
         .inuse                           shared-locked by every process using the entry
         inductor/                        TORCHINDUCTOR_CACHE_DIR while the entry is in use
@@ -14,9 +16,8 @@ Layout (see docs/compile.md)::
 
 Trust (trust.py): the root must be this user's alone, else it is refused; an entry owned by someone else,
 writable by others, or holding another user's files is never loaded: it is moved aside and rebuilt.
-Integrity (integrity.py): the manifest records the sha256 of every artifact; each start checks size and
-mtime, the first start after a write and ``torchfl cache verify`` check the hashes; an altered entry is
-moved aside and rebuilt.
+Integrity (integrity.py): the manifest records the sha256 of every artifact; each start, and ``torchfl
+cache verify``, check those hashes before anything is loaded; an altered entry is moved aside and rebuilt.
 
 Safety: an entry is built in a hidden ``.tmp-*`` directory and renamed into place, so a reader sees
 either no entry or a complete one; manifest updates are written to a temporary file and renamed over
@@ -38,7 +39,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from .. import _env
+from .. import _env, _toml
 from ..description.model import Description
 from . import integrity, locks, trust
 from .fingerprint import COMPONENTS, Fingerprint, describe_change, digest, entry_name, fingerprint
@@ -47,6 +48,7 @@ _log = logging.getLogger("torch_fl.compile")
 
 FORMAT = 2  # 2: artifact hashes (format-1 entries, written before them, are rebuilt)
 MANIFEST = "manifest.json"
+MARKER = ".torch_fl_entry"  # written into every entry torch-fl creates
 LOCK = ".lock"
 INUSE = ".inuse"
 SUBDIRS = ("inductor", "triton")
@@ -56,9 +58,12 @@ _TRASH = ".trash-"
 QUARANTINE = ".quarantine-"
 HEADERS = ".precompiled_headers"  # Inductor's precompiled headers, shared by the root's entries (jit.py)
 _WARMUP_RECORDS = 50  # the manifest keeps the latest warm-up records only
+_MANIFEST_BYTES = 64 * 1024 * 1024  # thousands of artifact records are a few MB
 
 # Entries this process uses: path -> fd of its shared .inuse lock (held until exit).
 _held: dict[Path, int] = {}
+# Cache roots as given -> as resolved when they were checked (what this process uses).
+_resolved: dict[Path, Path] = {}
 
 
 class EntryRefused(Exception):
@@ -117,7 +122,10 @@ def keep_count() -> int:
 # Manifest -----------------------------------------------------------------------------------------
 def read_manifest(entry: Path) -> dict[str, Any]:
     """The parsed manifest of `entry`; raises ValueError (or OSError) when it is missing or invalid."""
-    data = json.loads((entry / MANIFEST).read_text(encoding="utf-8"))
+    try:  # a regular file only (a FIFO would block), and a crafted nesting is "invalid", not a crash
+        data = json.loads(_toml.read_bytes(entry / MANIFEST, limit=_MANIFEST_BYTES).decode("utf-8"))
+    except RecursionError:
+        raise ValueError("manifest.json is nested too deeply to be a manifest") from None
     problem = manifest_problem(entry.name, data)
     if problem:
         raise ValueError(problem)
@@ -174,12 +182,15 @@ def open_entry(desc: Description) -> Entry:
     Raises trust.CacheTrustError when the root is not this user's alone. An existing entry that is not
     (or whose artifacts were altered) is moved aside with a warning and rebuilt."""
     fp = fingerprint(desc)
-    root = cache_root(desc)
+    root = _resolved.get(cache_root(desc))
+    if root is not None and root / fp.entry_name in _held:
+        _touch(root / fp.entry_name)
+        return Entry(root, root / fp.entry_name, fp)
+    given = cache_root(desc)
+    # Checked once and used resolved from here on (Inductor gets this path): a symbolic link swapped after
+    # the check cannot redirect this process to someone else's compiled code.
+    root = _resolved[given] = trust.require_private_root(given, root_source(desc))
     path = root / fp.entry_name
-    if path in _held:
-        _touch(path)
-        return Entry(root, path, fp)
-    trust.require_private_root(root, root_source(desc))
     refused = ""
     with contextlib.suppress(EntryRefused):
         if _use(path, locked=False):
@@ -236,10 +247,12 @@ def _use(path: Path, *, locked: bool) -> bool:
 
 
 def _check_artifacts(path: Path, manifest: dict[str, Any], *, locked: bool) -> None:
-    """The hot-path check (size + mtime), or the full one on the first use after a write. `locked`:
-    the caller holds the writer lock already (flock is per open file: taking it again would wait)."""
+    """The sha256 of every recorded artifact, on every start, before Inductor unpickles or loads any of
+    them: a size and mtime check let an altered pickle with its mtime restored through (the cost, ~1 ms
+    per MB, is measured by benchmarks/compile_cache.py). `locked`: the caller holds the writer lock
+    already (flock is per open file: taking it again would wait)."""
     full = manifest["verified"] < manifest["generation"]
-    result = integrity.check(path, manifest["artifacts"], full=full, since=manifest["verified"])
+    result = integrity.check(path, manifest["artifacts"], full=True)
     if not result.ok:
         raise EntryRefused("its artifacts changed after they were recorded: " + "; ".join(result.problems()))
     if full or result.moved:
@@ -297,6 +310,7 @@ def _create(path: Path, fp: Fingerprint) -> None:
     shutil.rmtree(tmp, ignore_errors=True)
     for sub in SUBDIRS:
         trust.make_private_dirs(tmp / sub)
+    os.close(trust.open_private(tmp / MARKER, os.O_WRONLY | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)))
     manifest = {"format": FORMAT, "fingerprint": fp.digest, "description": fp.description,
                 "components": fp.components, "created": timestamp(), "artifacts": {}, "generation": 0,
                 "verified": 0, "warmup": []}
@@ -535,14 +549,38 @@ def _size(path: Path) -> int:
     return total
 
 
-def remove(root: Path, names: list[str], *, force: bool = False) -> tuple[list[str], list[str]]:
+def created_by_torch_fl(path: Path) -> bool:
+    """Whether torch-fl made the directory `path` under a cache root: its marker, a valid manifest (entries
+    written before the marker), one of the names torch-fl renames entries to (.tmp-, .trash-,
+    .quarantine-) or the shared headers directory. Anything else (a user's folder under a root set to
+    the wrong place) is never removed."""
+    if path.is_symlink():
+        return True  # only the link is removed, never what it points to
+    if path.name.startswith((_TMP, _TRASH, QUARANTINE)) or path.name == HEADERS:
+        return True
+    if (path / MARKER).is_file():
+        return True
+    try:
+        read_manifest(path)
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def remove(root: Path, names: list[str], *, force: bool = False,
+           foreign: list[str] | None = None) -> tuple[list[str], list[str]]:
     """Remove entries (and leftovers) by directory name under the writer lock. Entries a running process
-    uses are skipped unless `force`. Returns (removed, skipped)."""
+    uses are skipped unless `force`; directories torch-fl did not create are never removed (appended to
+    `foreign`). Returns (removed, skipped)."""
     removed, skipped, trash = [], [], []
     with locks.exclusive(root / LOCK):
         for name in names:
             path = root / name
             if not os.path.lexists(path):
+                continue
+            if not created_by_torch_fl(path):
+                if foreign is not None:
+                    foreign.append(name)
                 continue
             if name.startswith(".") or path.is_symlink():
                 trash.append(path)

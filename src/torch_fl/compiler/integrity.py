@@ -7,13 +7,13 @@ manifest records, per artifact, its sha256, size, mtime and the generation of th
 
 Checks:
 
-``quick``  size and mtime of every recorded artifact (one ``lstat`` each): the hot path of every start.
-           A file whose size or mtime moved is hashed; only a different hash is an alteration (Inductor
-           may rewrite an identical file).
-``full``   the sha256 of every recorded artifact: ``torchfl cache verify``; and, on the first use of an
-           entry after a write (manifest ``generation`` > ``verified``), of every artifact recorded since
-           the last full check (``since``): the older ones were hashed then (a precompiled header is
-           150 MB, and a new shape must not re-hash it).
+``quick``  size and mtime of every recorded artifact (one ``lstat`` each): ``torchfl cache info``. A file
+           whose size or mtime moved is hashed; only a different hash is an alteration (Inductor may
+           rewrite an identical file). Not enough before loading: an altered pickle whose mtime was
+           restored (``touch -r``) passes it.
+``full``   the sha256 of every recorded artifact: every start (cache._check_artifacts, before Inductor
+           unpickles or loads anything) and ``torchfl cache verify``. ``since`` limits it to the
+           artifacts recorded after a generation (not used on the load path).
 
 Files not recorded yet were written by a process of this user that has not recorded them (a compile in
 progress, or one that was killed): the entry directory is private, so nobody else could have written

@@ -10,6 +10,9 @@ cache entries, so whoever can write a cache entry can run code as the next user 
   fallback turns every start cold without anyone noticing and leaves the unsafe setting in place.
 - Each entry directory must be owned by this user and not group/other-writable, and everything inside
   it must be owned by this user; an entry that is not is never loaded (cache.py moves it aside).
+- The root is resolved once (symbolic links followed) and the resolved path is what Inductor gets: a
+  link swapped after the check cannot redirect this process. A symbolic link on the way that another
+  user owns is refused (they could swap it before the next process checks).
 - What torch-fl creates is private whatever the umask: directories 0700, files 0600. Inductor and
   AOTAutograd write their files with the process umask, but inside the 0700 entry nobody else can reach
   them, and their modes are tightened when the entry's artifacts are recorded (cache.seal).
@@ -82,18 +85,67 @@ def make_private_dirs(path: Path) -> None:
         os.chmod(directory, DIR_MODE)
 
 
-def require_private_root(root: Path, source: str) -> None:
+def require_private_root(root: Path, source: str) -> Path:
     """Create `root` (0700) when missing, then refuse it unless only this user can write it and the
-    directories above it. `source` says where the path came from (FL_CACHE_DIR, a description)."""
+    directories above it. `source` says where the path came from (FL_CACHE_DIR, a description).
+    Returns the resolved root: the path every later use (Inductor's included) must take, so that what
+    was checked is what is used."""
+    broad = broad_root(root)
+    if broad:
+        raise CacheTrustError(root_refusal(root, source))
     make_private_dirs(root)
     refusal = root_refusal(root, source)
     if refusal:
         raise CacheTrustError(refusal)
+    return Path(os.path.realpath(root))
+
+
+def link_refusal(root: Path, source: str) -> str:
+    """Why a symbolic link on the way to `root` makes it unsafe ('' when none does): a link that another
+    user owns (they can point it elsewhere at any time)."""
+    uid = _uid()
+    if uid < 0:
+        return ""
+    current = Path(os.path.abspath(root))
+    for path in (current, *current.parents):
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if stat.S_ISLNK(st.st_mode) and st.st_uid not in (uid, 0):
+            return (f"compile cache root {root} (from {source}) is refused: {path} is a symbolic link owned by "
+                    f"{owner_text(st.st_uid)} (to {os.readlink(path)}), who can point it at a directory of "
+                    f"their choosing. Fix: name the directory itself (FL_CACHE_DIR={os.path.realpath(root)}) "
+                    f"or a directory of your own, e.g. ~/.cache/torch_fl.")
+    return ""
+
+
+def broad_root(root: Path) -> str:
+    """What `root` is when it is a directory that holds far more than a cache ('' when it is not): the
+    file system root, the home directory or a directory above it. torch-fl lists, checks and removes
+    entries under its root; there, that would walk (and `cache clear` could remove) the user's files."""
+    real = Path(os.path.realpath(root))
+    home = Path(os.path.realpath(os.path.expanduser("~")))
+    if real == Path(real.anchor):
+        return "the file system root"
+    if real == home:
+        return "your home directory"
+    if home.is_relative_to(real):
+        return f"a directory above your home directory ({home})"
+    return ""
 
 
 def root_refusal(root: Path, source: str) -> str:
     """Why the existing directory `root` is refused as a cache root ('' when it is fine): the message
     names the path, its owner and mode, and the fix."""
+    broad = broad_root(root)
+    if broad:
+        return (f"compile cache root {root} (from {source}) is refused: it is {broad}, whose other files "
+                f"torch-fl would walk and could remove as cache entries. Fix: point FL_CACHE_DIR at a "
+                f"directory of its own, e.g. ~/.cache/torch_fl.")
+    linked = link_refusal(root, source)
+    if linked:
+        return linked
     st = os.stat(root)
     reason = problem(st)
     if reason:
