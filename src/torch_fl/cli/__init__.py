@@ -100,6 +100,10 @@ def user_error_text(exc: BaseException) -> str | None:
     if isinstance(exc, UnicodeDecodeError):
         return (f"a file is not UTF-8 text: byte 0x{exc.object[exc.start]:02x} at offset {exc.start} is not "
                 f"{exc.encoding}. Fix: save it as UTF-8")
+    if isinstance(exc, MemoryError):  # an input far larger than anything torch-fl reads
+        return ("out of memory. Was an input much larger than expected (a huge or endless file, an "
+                "enormous shape or count)? Fix: check the files and numbers given; rerun with --debug to see "
+                "where")
     if isinstance(exc, OSError):
         where = ": ".join(str(f) for f in (exc.filename, exc.filename2) if f is not None)
         reason = exc.strerror or str(exc) or type(exc).__name__

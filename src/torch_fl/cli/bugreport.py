@@ -25,6 +25,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from .. import _toml
 from ..description import registry
 from ..errors import TorchFLError
 from . import doctor, positive_int
@@ -154,7 +155,14 @@ def add_parser(subparsers: argparse._SubParsersAction, name: str, help_text: str
 
 def run(args: argparse.Namespace) -> int:
     if args.log is not None and not args.log.is_file():
-        print(f"torchfl bugreport: error: --log {args.log}: no such file", file=sys.stderr)
+        # say what it is: a FIFO or /dev/zero would be read forever, a folder is not "missing"
+        try:
+            what = f"it is {_toml.file_kind(os.stat(args.log).st_mode)}, not a log file"
+        except FileNotFoundError:
+            what = "no such file"
+        except OSError as exc:
+            what = exc.strerror or str(exc)
+        print(f"torchfl bugreport: error: --log {args.log}: {what}", file=sys.stderr)
         return 1
     report = build_report(args.log, args.lines)
     if args.output is None:

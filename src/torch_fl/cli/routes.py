@@ -13,7 +13,6 @@ import sys
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 SAME, DIFFERENT, BAD_INPUT = 0, 1, 2
@@ -224,8 +223,10 @@ def read_log(path: str) -> RouteLog:
 
 
 def _load_json(path: str) -> Any:
+    from .. import _toml
+
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = _toml.read_bytes(path).decode("utf-8")  # a regular file only: a FIFO or /dev/zero never ends
     except FileNotFoundError:
         raise LogError(f"{path}: no such file; expected {LOG_SHAPE}") from None
     except (OSError, UnicodeDecodeError) as exc:
@@ -235,6 +236,9 @@ def _load_json(path: str) -> Any:
     except json.JSONDecodeError as exc:
         raise LogError(f"{path}: not JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}); "
                        f"expected {LOG_SHAPE}") from None
+    except RecursionError:
+        raise LogError(f"{path}: not a route log: its JSON is nested too deeply to read (a route log is "
+                       f"two levels deep); expected {LOG_SHAPE}") from None
 
 
 def _text(data: dict[str, Any], key: str, path: str) -> str:

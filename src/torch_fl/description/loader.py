@@ -13,7 +13,7 @@ from ..errors import DescriptionError, did_you_mean
 from .model import Description
 from .schema import SCHEMA, SCHEMA_VERSION, Key, defaults
 
-_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
+_NAME = re.compile(r"\A[a-z0-9][a-z0-9_.-]*\Z")  # \Z: "$" also matches before a final newline ("chip\n")
 _OP = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*::[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)?$")
 _KERNEL_REF = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
@@ -139,7 +139,7 @@ class _Validator:
             if spec.required and (key not in raw or raw[key] == ""):
                 raise self.fail(f"required key '{key}' is missing ({spec.help})", None, key)
         if not _NAME.match(data["name"]):
-            raise self.fail(f"'{data['name']}' is not a valid name: use lowercase letters, digits, '-', "
+            raise self.fail(f"{data['name']!r} is not a valid name: use lowercase letters, digits, '-', "
                             f"'_' or '.'", None, "name")
         for key in ("torch", "plugin", "runtime", "python"):
             problem = check_spec(data["compat"][key])

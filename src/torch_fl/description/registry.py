@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from importlib import metadata
 from pathlib import Path
 
-from .. import _env
+from .. import _env, _toml
 from ..errors import DescriptionError, UnknownDescriptionError, did_you_mean
 from .loader import load
 from .model import Description
@@ -67,9 +67,15 @@ def _discover() -> dict[str, Description]:
     found: dict[str, Description] = {}
     for origin, path, builtin in _sources():
         if not builtin and not path.is_file():
-            what = "a folder, not a description file" if path.is_dir() else "a description file that does not exist"
-            raise DescriptionError(f"{origin} names {what}", path=str(path))
+            raise DescriptionError(f"{origin} names {_not_a_file(path)}", path=str(path))
         desc = load(path, builtin=builtin)
+        earlier = found.get(desc.name)
+        if earlier is not None and origin == "FL_DESCRIPTION_PATH" and earlier.path and \
+                Path(earlier.path).parent == path.parent:
+            # which one wins would be an accident of file names: say so instead of picking one
+            raise DescriptionError(f"two files in {path.parent} describe '{desc.name}': {Path(earlier.path).name} "
+                                   f"and {path.name}. Fix: keep one of them (or rename one's `name`)",
+                                   path=str(path))
         if desc.name in found:
             _log.debug("description %r from %s (%s) replaces the one from %s", desc.name, path, origin,
                        found[desc.name].path)
@@ -77,6 +83,17 @@ def _discover() -> dict[str, Description]:
                 _shadowed[desc.name] = (str(path), origin)
         found[desc.name] = desc
     return found
+
+
+def _not_a_file(path: Path) -> str:
+    # what it is, so a FIFO or /dev/zero is not reported as "does not exist"
+    try:
+        kind = _toml.file_kind(os.stat(path).st_mode)
+    except FileNotFoundError:
+        return "a description file that does not exist"
+    except OSError as exc:
+        return f"a description file that cannot be read ({exc.strerror or exc})"
+    return "a folder, not a description file" if kind == "a folder" else f"{kind}, not a description file"
 
 
 def shadowed() -> dict[str, tuple[str, str]]:

@@ -150,10 +150,12 @@ def merge_logs(first: dict, second: dict) -> dict[str, object]:
 
 
 def _read_log(path: Path) -> dict | None:
+    from .. import _toml
+
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None  # no log yet, or not one (a torn or foreign file is replaced)
+        data = json.loads(_toml.read_bytes(path).decode("utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return None  # no log yet, or not one (a torn, foreign or crafted file is replaced)
     if not isinstance(data, dict) or not isinstance(data.get("records"), list):
         return None
     try:
