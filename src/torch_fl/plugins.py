@@ -40,6 +40,21 @@ def plugin_version(desc: Description) -> str:
     return str(getattr(sys.modules.get(top), "__version__", ""))
 
 
+def runtime_version(desc: Description) -> tuple[str, str]:
+    """(runtime, version) torch reports for the description's device: ('cuda', '12.8'), ('hip', '6.3'),
+    ('xpu', '20250101'); ('', '') when it reports none (the CPU, plugins torch knows nothing of).
+
+    torch.version carries one attribute per runtime: the build flavour ([detect] torch_build) for in-tree
+    backends, the device type for others (xpu). Doctor compares the version with [compat] runtime; the
+    compile cache's fingerprint records both."""
+    build = desc.section("detect")["torch_build"]
+    for attr in dict.fromkeys(a for a in (build, desc.device_type) if a != "any"):
+        value = getattr(torch.version, attr, None)
+        if value and isinstance(value, str):
+            return attr, value
+    return "", ""
+
+
 def import_plugin(desc: Description) -> None:
     """Import the description's plugin; a failure becomes a PluginImportError explaining version drift."""
     if not desc.plugin:

@@ -12,7 +12,9 @@ import pytest
 import torch
 
 import torch_fl
+from torch_fl import plugins
 from torch_fl.cli import doctor, main
+from torch_fl.compiler.fingerprint import fingerprint
 from torch_fl.description.loader import parse
 from torch_fl.description.probe import all_aten_ops
 
@@ -181,8 +183,10 @@ unsupported = ["aten::no_such_op.default"]
 
 def test_runtime_version_follows_the_torch_build() -> None:
     cuda = torch_fl.description("cuda")
-    assert doctor.runtime_version(cuda) == (torch.version.cuda or "")
-    assert doctor.runtime_version(torch_fl.description("cpu")) == ""
+    assert plugins.runtime_version(cuda) == (("cuda", torch.version.cuda) if torch.version.cuda else ("", ""))
+    assert plugins.runtime_version(torch_fl.description("cpu")) == ("", "")
+    # one function answers doctor and the compile fingerprint (they used to keep a copy each)
+    assert fingerprint(cuda).components["runtime"] == (f"cuda {torch.version.cuda}" if torch.version.cuda else "none")
 
 
 @pytest.mark.slow

@@ -35,7 +35,7 @@ from ..device import (
     resolve,
 )
 from ..errors import DeviceNotFoundError, PluginImportError, TorchFLError
-from ..plugins import plugin_version
+from ..plugins import plugin_version, runtime_version
 
 _SIZE = 64
 _RTOL, _ATOL = 1e-4, 1e-5
@@ -205,7 +205,7 @@ def _resolve(data: dict[str, Any], device: str | None) -> torch.device | None:
 def _describe(data: dict[str, Any], desc: Description, dev: torch.device | None, *,
               routes: bool = True) -> None:
     version = plugin_version(desc)
-    runtime = runtime_version(desc)
+    runtime = runtime_version(desc)[1]
     data.update(
         device_type=dev.type if dev is not None else desc.device_type, vendor=desc.vendor,
         device_name=device_name(dev) if dev is not None else "", plugin=desc.plugin,
@@ -234,19 +234,6 @@ def _installed(plugin: str) -> bool | None:
 def _visible_devices(desc: Description) -> dict[str, Any]:
     env = desc.visible_devices_env
     return {"env": env, "value": os.environ.get(env) if env else None}
-
-
-def runtime_version(desc: Description) -> str:
-    """The device runtime version torch reports (CUDA, HIP, ...), '' when it reports none.
-
-    torch.version carries one attribute per runtime: the build flavour ([detect] torch_build) for
-    in-tree backends, the device type for others (xpu)."""
-    build = desc.section("detect")["torch_build"]
-    for attr in dict.fromkeys(a for a in (build, desc.device_type) if a != "any"):
-        value = getattr(torch.version, attr, None)
-        if value and isinstance(value, str):
-            return value
-    return ""
 
 
 def compat_check(desc: Description, plugin: str, runtime: str) -> dict[str, dict[str, Any]]:

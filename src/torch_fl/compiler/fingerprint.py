@@ -110,22 +110,11 @@ def fingerprint(desc: Description) -> Fingerprint:
         "torch_fl": _version.__version__,
         "description": f"{desc.name} sha256:{desc.sha256}",
         "plugin": f"{desc.plugin} {plugins.plugin_version(desc) or 'unknown'}" if desc.plugin else "none",
-        "runtime": runtime_version(desc),
+        "runtime": " ".join(plugins.runtime_version(desc)).strip() or "none",  # "cuda 12.8"; "none": the CPU
         "cxx": cxx_version(cxx_command()),
         "triton": triton_version(),
     }
     return Fingerprint(desc.name, components)
-
-
-def runtime_version(desc: Description) -> str:
-    """'cuda 12.8' / 'hip 6.3' / 'xpu 20250101': torch.version's attribute for the description's build
-    flavour ([detect] torch_build) or device type; 'none' for the CPU and plugins torch knows nothing of."""
-    build = desc.section("detect")["torch_build"]
-    for attr in dict.fromkeys(a for a in (build, desc.device_type) if a != "any"):
-        value = getattr(torch.version, attr, None)
-        if value and isinstance(value, str):
-            return f"{attr} {value}"
-    return "none"
 
 
 def cxx_command() -> str:
