@@ -23,14 +23,27 @@ from . import _logging, description, device
 from ._version import __version__
 from .device import backend, reset
 from .errors import (
+    AOTFingerprintError,
+    AOTIntegrityError,
+    CacheLockTimeout,
+    CacheTrustError,
+    CollectiveTimeoutError,
+    CompareError,
     ConfigError,
+    CudaAliasError,
     DescriptionError,
     DeviceNotFoundError,
+    DistributedError,
     FallbackWarning,
+    ModelSpecError,
     PluginImportError,
+    PreflightError,
+    RouteLogError,
     RuntimeUnsupportedError,
+    ScanConfigError,
     TorchFLError,
     TorchVersionError,
+    TraceError,
     UnknownDescriptionError,
     UnsupportedOperatorError,
 )
@@ -115,14 +128,71 @@ def __dir__() -> list[str]:
     return sorted(set(__all__) | _SUBMODULES)
 
 
+# Every exception type of torch-fl (errors.py), catchable as torch.fl.NAME.
+_ERRORS = [
+    "AOTFingerprintError",
+    "AOTIntegrityError",
+    "CacheLockTimeout",
+    "CacheTrustError",
+    "CollectiveTimeoutError",
+    "CompareError",
+    "ConfigError",
+    "CudaAliasError",
+    "DescriptionError",
+    "DeviceNotFoundError",
+    "DistributedError",
+    "FallbackWarning",
+    "ModelSpecError",
+    "PluginImportError",
+    "PreflightError",
+    "RouteLogError",
+    "RuntimeUnsupportedError",
+    "ScanConfigError",
+    "TorchFLError",
+    "TorchVersionError",
+    "TraceError",
+    "UnknownDescriptionError",
+    "UnsupportedOperatorError",
+]
+
 __all__ = [
-    "ConfigError", "DescriptionError", "DeviceNotFoundError", "FallbackWarning", "PluginImportError",
-    "RuntimeUnsupportedError", "TorchFLError", "TorchVersionError", "UnknownDescriptionError",
-    "UnsupportedOperatorError", "__version__", "backend", "description", "descriptions", "device",
+    *_ERRORS, "__version__", "backend", "description", "descriptions", "device",
     "device_type", "devices", "is_accelerator", "reset", *sorted(_LAZY),
 ]
+
+class _SubmoduleAlias:
+    """``import torch.fl.distributed`` is ``import torch_fl.distributed``: the same module object, never a
+    second copy. Without this, Python found the submodule through torch_fl's ``__path__`` and executed it
+    again as ``torch.fl.distributed``, whose relative imports then loaded ``torch.fl.device``,
+    ``torch.fl.errors``, ... a second torch-fl whose state and exception classes differ from the first
+    (``init_process_group`` failed on it)."""
+
+    _PREFIX = "torch.fl."
+
+    def find_spec(self, name: str, path: object = None, target: object = None) -> object:
+        if not name.startswith(self._PREFIX):
+            return None
+        import importlib.util
+
+        return importlib.util.spec_from_loader(name, self)
+
+    def create_module(self, spec: object) -> object:
+        import importlib
+
+        module = importlib.import_module(__name__ + "." + spec.name[len(self._PREFIX):])  # type: ignore[attr-defined]
+        self._specs[spec.name] = module.__spec__  # type: ignore[attr-defined]
+        return module
+
+    def exec_module(self, module: object) -> None:
+        # the import system has just set the alias's spec on the real module: give it its own back
+        module.__spec__ = self._specs.pop(module.__spec__.name, module.__spec__)  # type: ignore[attr-defined]
+
+    _specs: dict[str, object] = {}  # noqa: RUF012  (alias name -> the module's own spec, during one import)
+
 
 _logging.configure()
 # torch.fl is this module (never a PrivateUse1 rename: vendor plugins own that slot).
 torch.fl = sys.modules[__name__]  # type: ignore[attr-defined]
 sys.modules.setdefault("torch.fl", sys.modules[__name__])
+if not any(isinstance(finder, _SubmoduleAlias) for finder in sys.meta_path):
+    sys.meta_path.insert(0, _SubmoduleAlias())
