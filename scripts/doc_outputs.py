@@ -3,7 +3,8 @@
 Markers (an HTML comment on the line before a fenced block; invisible in rendered Markdown):
 
 - ``<!-- output: COMMAND -->``: the block is what COMMAND prints (stdout; add ``2>&1`` for stderr).
-- ``<!-- output -->`` before a block whose first line is ``$ COMMAND``: the lines after it are the output.
+- ``<!-- output -->`` before a block whose first line is ``$ COMMAND``: the lines after it are the output
+  (stdout and stderr, as a terminal shows them).
 - ``<!-- output (timings): ... -->``: the same, for a command whose numbers change from run to run
   (times, rates): ``--check`` compares the text with every number masked.
 - ``<!-- illustrative: WHY -->``: the block shows an output that cannot be produced here (a real GPU,
@@ -40,7 +41,7 @@ FENCE = re.compile(r"^(`{3,})(\w*)\s*$")
 VOLATILE_LINES = re.compile(r"^(\s*(?:- \*\*)?(?:platform|python|name|environment|cache dir|result|OS|runs on|device)"
                             r"(?:\*\*)?:\s*).*$", re.M)
 DURATION = re.compile(r"\b\d+(?:\.\d+)?\s?(?:ms|s|µs|min)\b")
-CLOCK = re.compile(r"\[\d\d:\d\d:\d\d\]")
+CLOCK = re.compile(r"\[(?:\d\d:\d\d:\d\d|\.\.)\]")
 TIMED_ROWS = re.compile(r"^(?:aten|prims)::|vary a lot")  # rows a timed run ranks or adds by load
 NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?:e[+-]?\d+)?")
 
@@ -98,7 +99,7 @@ def _block_before(lines: list[str], marker: int) -> str:
     return "\n".join(lines[k + 1:j]) + "\n" if k >= 0 else ""
 
 
-def run(command: str, above: str = "") -> str:
+def run(command: str, above: str = "", check: bool = True) -> str:
     """What the docs show for `command`: its output, trailing spaces and blank lines removed. `{above}`
     in the command is a file holding the code block above the marker (a recipe that the doc shows)."""
     import tempfile
@@ -109,7 +110,7 @@ def run(command: str, above: str = "") -> str:
         with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False, encoding="utf-8") as f:
             f.write(above)
         try:
-            return run(command.replace("{above}", f.name))
+            return run(command.replace("{above}", f.name), check=check)
         finally:
             os.unlink(f.name)
     env = {k: v for k, v in os.environ.items() if not k.startswith("FL_")}
@@ -117,10 +118,18 @@ def run(command: str, above: str = "") -> str:
                COLUMNS="110")
     done = subprocess.run(["bash", "-o", "pipefail", "-c", command], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=600, check=False)
-    if done.returncode != 0:  # a recipe that fails must fail the check, not become an empty output
+    # A recipe that fails must fail the check, not become an empty output; a `$ command` block shows
+    # whatever the terminal shows, a failing command's message included (--strict's exit 1).
+    if check and done.returncode != 0:
         raise SystemExit(f"{command!r} exited {done.returncode}:\n{done.stderr[-3000:]}")
-    text = done.stdout.replace(str(ROOT), SHOWN_ROOT)
+    # Progress lines carry the time of day: the docs write it as [..].
+    text = CLOCK.sub("[..]", done.stdout.replace(str(ROOT), SHOWN_ROOT))
     return "\n".join(line.rstrip() for line in text.splitlines()).strip("\n")
+
+
+def invocation(block: Block) -> tuple[str, str, bool]:
+    """run()'s arguments for a block: a `$ command` block with stderr and whatever exit status."""
+    return (block.command + " 2>&1", "", False) if block.prompt else (block.command, block.above, True)
 
 
 def rendered(block: Block, output: str) -> list[str]:
@@ -161,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
         changed = False
         # From the end, so that a block whose length changes does not move the ones still to do.
         for block in reversed([b for b in marked if b.kind == "output"]):
-            output = run(block.command, block.above)
+            output = run(*invocation(block))
             if not differs(block, output):
                 continue
             stale.append(block.name)
