@@ -27,7 +27,6 @@ KNOWN_LOOPS: dict[tuple[str, str], str] = {
     ("torch_fl._env", "torch_fl._logging"): "loop 1: _env validates FL_LOG against LEVELS/LOGGERS",
     ("torch_fl.config", "torch_fl._env"): "loop 1: config files read through _env's parsers, _env reads them",
     ("torch_fl.routing.table", "torch_fl.routing.translate"): "table asks translate which ops it can do",
-    ("torch_fl.analysis.html", "torch_fl.analysis.grade.levels"): "html reads grade's STATUSES (8edca71)",
     ("torch_fl.device", "torch_fl.routing"): "loop 2: device activates routing and reads its state",
     ("torch_fl.routing", "torch_fl.device"): "loop 2: routing resolves devices",
 }

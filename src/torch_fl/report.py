@@ -16,8 +16,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Chart", "Report", "Section", "Table", "format_cell", "progress", "render_table", "render_text",
+__all__ = ["VERDICTS", "Chart", "Report", "Section", "Table", "format_cell", "progress", "render_table", "render_text",
            "write_json"]
+
+# The verdicts of a measured criterion (torchfl grade's statuses). They live in the report model so that
+# every renderer can show them (the HTML page colours them) without importing the tool that measures.
+VERDICTS: tuple[str, str, str] = ("PASS", "FAIL", "NOT MEASURED")
 
 
 @dataclass

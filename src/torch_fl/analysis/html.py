@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from .._version import __version__
-from ..report import Chart, Report, Section, Table, format_cell
+from ..report import VERDICTS, Chart, Report, Section, Table, format_cell
 
 __all__ = ["DEFAULT_PALETTE", "MAX_VISIBLE_ROWS", "ROUTE_COLORS", "render_chart", "render_html",
            "series_color", "write_html"]
@@ -529,10 +529,8 @@ def _breakable(value: Any) -> str:
 
 
 def _verdict_class(text: str) -> str | None:
-    """CSS class of a grade verdict (PASS, FAIL, NOT MEASURED: grade's own vocabulary), else None."""
-    from .grade.levels import STATUSES
-
-    return f"verdict-{text.lower().replace(' ', '-')}" if text in STATUSES else None
+    """CSS class of a verdict (PASS, FAIL, NOT MEASURED: torch_fl.report.VERDICTS), else None."""
+    return f"verdict-{text.lower().replace(' ', '-')}" if text in VERDICTS else None
 
 
 def _td(value: Any) -> str:

@@ -12,14 +12,15 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from ...report import VERDICTS
 from ..bench import LEAK_MIN_SAMPLES, NOISY
 from ..bench import TARGET as ALIGNMENT_TARGET
 from ..coverage import NATIVE_CALLS_WARNING
 from .runs import PREFLIGHT_RANKS, Outcome, PreflightPlan, Target, _shapes
 
 LEVELS = ("L0", "L1", "L2")
-PASS, FAIL, NOT_MEASURED = "PASS", "FAIL", "NOT MEASURED"
-STATUSES = (PASS, FAIL, NOT_MEASURED)
+PASS, FAIL, NOT_MEASURED = VERDICTS
+STATUSES = VERDICTS
 
 NATIVE_SHARE_TARGET = NATIVE_CALLS_WARNING  # below 80% of calls native is a warning sign
 SCALING_TARGET = 3.2  # 4-device training speed-up (80% efficiency)
