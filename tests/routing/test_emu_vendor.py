@@ -138,3 +138,17 @@ def test_module_db_on_emu_npu(tmp_path):
     for r in results:
         if r["result"] == "unsupported":  # the clear error: op, device, chip
             assert " is not supported on emu:npu (npu:0) (description 'npu')" in r["detail"], r
+
+
+@pytest.mark.slow  # coverage plus an emulated step in a fresh process: ~25 s
+def test_coverage_and_the_emulated_step_agree_on_a_vendor_chip(tmp_path):
+    # Cambricon registers no bucketize: coverage routes it to translate, and the emulated step counts it
+    report = tmp_path / "agree.json"
+    done = subprocess.run([sys.executable, str(REPO / "scripts" / "vendor_agreement.py"), "--chips", "mlu",
+                           "--models", "examples/unusual.py:factory", "--json", str(report)],
+                          capture_output=True, text=True, timeout=900, cwd=REPO, check=False)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    (row,) = json.loads(report.read_text(encoding="utf-8"))
+    assert row["agree"] and row["emulated"]["device"] == "mlu:0"
+    assert row["coverage"]["non_native"] == row["emulated"]["non_native"] == {"aten::bucketize.Tensor": "translate"}
+    assert row["emulated"]["loss"] == row["emulated"]["cpu_loss"]
