@@ -212,7 +212,44 @@ parseable; nanoGPT's `train.py` with a tiny configuration and random data trains
 same losses before and after, safe and unsafe, and after `--unsafe-fixes` also without `--device=cpu`
 (the original stops with "Torch not compiled with CUDA enabled").
 
-The judged samples of timm and litgpt, with the two false positives marked:
+### Second measurement: eight repositories the rules were not built on (issue 21)
+
+Default rules, every finding judged by hand, then every grep line (the pattern above plus
+`device_map={{`, `load_in_N`, `bitsandbytes`, `flash_attn`, `xformers`, `apex`, `triton`, `data_ptr`):
+
+| repository | Python lines | findings | false positives | grep lines | real couplings missed |
+| --- | --- | --- | --- | --- | --- |
+| openai/CLIP | 901 | 1 | 0 | 2 | 0 |
+| openai/guided-diffusion | 5,654 | 6 | 0 | 9 | 0 |
+| openai/improved-diffusion | 3,929 | 5 | 0 | 7 | 0 |
+| facebookresearch/mae | 2,509 | 23 | 0 | 26 | 0 |
+| artidoro/qlora | 1,221 | 12 | 0 | 19 | 0 |
+| haotian-liu/LLaVA | 8,184 | 32 | 0 | 60 | 0 |
+| lm-sys/FastChat | 35,030 | 50 | 0 | 101 | 0 |
+| CompVis/stable-diffusion | 13,296 | 35 | 0 | 34 | 0 |
+
+**Precision** 164 of 164 (100%); before this round's changes the same trees gave 6 false positives
+(`device_ids=[dist_util.dev()]`, a call that returns a device) and 11 misses. **Recall** 178 of 178 real
+couplings among the grep lines (100%); the misses found on the way and now detected: `device_map`
+held in a variable, `kwargs["load_in_8bit"] = True`, `attn_implementation="flash_attention_2"`,
+`precision_scope("cuda")` (autocast through a variable), `torch.device(f"cuda")`, `RWKV_CUDA_ON`,
+`strategy="cuda fp16"`, `"cuda"` handed to a function of another module, `target == "cuda"`. Grep
+lines that are not couplings: messages, imports whose uses are reported, uses of an imported CUDA-only
+library (its import is reported), `if torch.cuda.is_available():` around CUDA tuning only (correct).
+
+**Fixes** on copies (safe, then `--unsafe-fixes`): 77 and 102 fixes, every file parses after. The
+repositories themselves need their data, weights and MPI/transformers setups, so their safe fixes were
+checked in their shapes: `tests/migrate/fixtures/target/repo_shapes.py` (CLIP's `load()` default,
+stable-diffusion's DDIM `register_buffer` and device choice, guided-diffusion's backend choice and
+`sync_cuda`, mae's AMP step, LLaVA's loaders, FastChat's cache calls) runs fixed on the CPU and under
+`FL_DEVICE=emu:mps` and `emu:npu` with no CUDA call (`tests/migrate/test_target.py`). The emulated MPS
+stops mae's `float64` meter: MPS has no float64 (a chip limit, not a CUDA path). Known limit:
+guided-diffusion's `if th.cuda.is_available(): DDP(..., device_ids=[dist_util.dev()])` is fixed (its
+body is fixable) while `dist_util.dev()` keeps its own, unfixable CUDA check: the guard reasoning does
+not follow calls into other functions.
+
+The judged samples of timm and litgpt, with the two false positives marked, then every finding of the
+second measurement:
 
 ```text
 {samples}
