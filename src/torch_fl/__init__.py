@@ -128,35 +128,13 @@ def __dir__() -> list[str]:
     return sorted(set(__all__) | _SUBMODULES)
 
 
-# Every exception type of torch-fl (errors.py), catchable as torch.fl.NAME.
-_ERRORS = [
-    "AOTFingerprintError",
-    "AOTIntegrityError",
-    "CacheLockTimeout",
-    "CacheTrustError",
-    "CollectiveTimeoutError",
-    "CompareError",
-    "ConfigError",
-    "CudaAliasError",
-    "DescriptionError",
-    "DeviceNotFoundError",
-    "DistributedError",
-    "FallbackWarning",
-    "ModelSpecError",
-    "PluginImportError",
-    "PreflightError",
-    "RouteLogError",
-    "RuntimeUnsupportedError",
-    "ScanConfigError",
-    "TorchFLError",
-    "TorchVersionError",
-    "TraceError",
-    "UnknownDescriptionError",
-    "UnsupportedOperatorError",
-]
-
 __all__ = [
-    *_ERRORS, "__version__", "backend", "description", "descriptions", "device",
+    "AOTFingerprintError", "AOTIntegrityError", "CacheLockTimeout", "CacheTrustError",
+    "CollectiveTimeoutError", "CompareError", "ConfigError", "CudaAliasError", "DescriptionError",
+    "DeviceNotFoundError", "DistributedError", "FallbackWarning", "ModelSpecError", "PluginImportError",
+    "PreflightError", "RouteLogError", "RuntimeUnsupportedError", "ScanConfigError", "TorchFLError",
+    "TorchVersionError", "TraceError", "UnknownDescriptionError", "UnsupportedOperatorError",
+    "__version__", "backend", "description", "descriptions", "device",
     "device_type", "devices", "is_accelerator", "reset", *sorted(_LAZY),
 ]
 

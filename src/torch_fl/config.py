@@ -34,7 +34,7 @@ import os
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from .errors import ConfigError, did_you_mean
+from .errors import ConfigError, ScanConfigError, did_you_mean
 
 
 class ConfigFile(NamedTuple):
@@ -130,10 +130,6 @@ def lookup(key: str) -> tuple[Any, str] | None:
 SCAN_KEYS = ("select", "extend-select", "ignore", "extend-exclude")
 _DEPRECATED_TABLE = "[tool.torchfl]"
 _WARNED: set[Path] = set()  # files whose deprecated table was already reported in this process
-
-
-class ScanConfigError(ConfigError):
-    """A bad selector or a bad scan table."""
 
 
 class ScanConfig(NamedTuple):

@@ -59,3 +59,65 @@ class RuntimeUnsupportedError(TorchFLError, NotImplementedError):
 
 class FallbackWarning(UserWarning):
     """An operator ran on the CPU because the device has no kernel for it (warned once per op)."""
+
+
+# Errors of one tool each: defined here (one place; torch.fl exports them), raised by the module named.
+class ScanConfigError(ConfigError):
+    """A bad selector or a bad scan table (config.py, for `torchfl scan`)."""
+
+
+class RouteLogError(TorchFLError, ValueError):
+    """A route log (FL_ROUTE_LOG, `torch.fl.write_route_log`) that cannot be read."""
+
+
+class CudaAliasError(TorchFLError, RuntimeError):
+    """A torch.cuda call the CUDA alias does not cover (or refuses) failed; the message names the alias
+    and the remedy of the CUDA-API table (migrate/cuda_surface.py)."""
+
+
+class DistributedError(TorchFLError, RuntimeError):
+    """A distributed setup that cannot work (mixed vendors without a common backend, no device)."""
+
+
+class PreflightError(DistributedError):
+    """The preflight found ranks that differ, or ranks that did not answer a checked collective."""
+
+
+class CollectiveTimeoutError(TorchFLError, TimeoutError):
+    """A collective did not finish within FL_COLLECTIVE_TIMEOUT (what the watchdog records)."""
+
+
+class ModelSpecError(TorchFLError, ValueError):
+    """A model entry point that cannot be loaded or does not follow the factory contract."""
+
+
+class CompareError(TorchFLError, RuntimeError):
+    """The two runs cannot be compared (different module calls, an output missing on one side)."""
+
+
+class TraceError(TorchFLError, RuntimeError):
+    """The model could not be traced without computing (for example Python branching on values)."""
+
+
+class CacheLockTimeout(TorchFLError, TimeoutError):
+    """The compile cache lock was not released in time."""
+
+
+class CacheTrustError(TorchFLError, PermissionError):
+    """A compile cache directory that another user could write: refused."""
+
+
+class AOTFingerprintError(TorchFLError, RuntimeError):
+    """An AOT package built for another stack (or without a torch-fl fingerprint)."""
+
+    def __init__(self, message: str, differences: dict[str, tuple[str, str]] | None = None):
+        super().__init__(message)
+        self.differences = differences or {}  # component -> (package value, this process's value)
+
+
+class AOTIntegrityError(TorchFLError, RuntimeError):
+    """An AOT package whose files differ from its record, or that is not the model the caller expects."""
+
+    def __init__(self, message: str, problems: list[str] | None = None):
+        super().__init__(message)
+        self.problems = problems or []

@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
-from ..errors import TorchFLError
+from ..errors import CompareError
 from .model import ModelSpec
 from .report import Chart, Report, Section, Table
 
@@ -47,10 +47,6 @@ DEFAULT_TOLERANCES: dict[str, tuple[float, float]] = {
     "bfloat16": (8e-2, 1e-5),
 }
 DTYPES = ("float32", "float16", "bfloat16", "float64")
-
-
-class CompareError(TorchFLError, RuntimeError):
-    """The two runs cannot be compared (different module calls, an output missing on one side)."""
 
 
 @dataclass(frozen=True)

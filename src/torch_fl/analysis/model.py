@@ -30,11 +30,7 @@ from typing import Any
 
 import torch
 
-from ..errors import TorchFLError
-
-
-class ModelSpecError(TorchFLError, ValueError):
-    """A model entry point that cannot be loaded or does not follow the factory contract."""
+from ..errors import ModelSpecError
 
 
 @dataclass

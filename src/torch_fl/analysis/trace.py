@@ -39,7 +39,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..description.probe import canonical_op_name
-from ..errors import TorchFLError
+from ..errors import TraceError
 from ..routing.emu.slot import backend_name
 from ..routing.router import first_dtype
 from . import placement
@@ -59,10 +59,6 @@ _BOOKKEEPING_NAMESPACES = frozenset({"profiler"})
 _BOOKKEEPING_OPS = frozenset({"prim::device.default", "prim::layout.default", "aten::sym_size.int",
                               "aten::sym_stride.int", "aten::sym_numel.default",
                               "aten::sym_storage_offset.default"})
-
-
-class TraceError(TorchFLError, RuntimeError):
-    """The model could not be traced without computing (for example Python branching on values)."""
 
 
 @dataclass

@@ -15,6 +15,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import RouteLogError as LogError
+
 SAME, DIFFERENT, BAD_INPUT = 0, 1, 2
 CHANGES = ("route", "added", "removed", "calls")  # the order of the diff table
 LOG_SHAPE = ('a route log as written with FL_ROUTE_LOG=PATH or torch.fl.write_route_log(PATH): '
@@ -190,10 +192,6 @@ def format_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 
 # routes diff --------------------------------------------------------------------------------------
-class LogError(ValueError):
-    """A route log that cannot be read; not a TorchFLError, so the CLI frame does not map it to 1."""
-
-
 Key = tuple[str, str]  # (op, dtype)
 
 

@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 
-from ..errors import TorchFLError, TorchVersionError
+from ..errors import AOTFingerprintError, AOTIntegrityError, TorchFLError, TorchVersionError
 from . import cache, isa, jit, torchkey
 from .fingerprint import COMPONENTS, describe_change, fingerprint
 from .target import description_of
@@ -44,22 +44,6 @@ _log = logging.getLogger("torch_fl.compile")
 FINGERPRINT_FILE = "torch_fl_fingerprint.json"
 FORMAT = 2  # 2: artifact hashes and identity
 IDENTITY_KEYS = ("model", "graph", "inputs", "state", "weights")
-
-
-class AOTFingerprintError(TorchFLError, RuntimeError):
-    """An AOT package built for another stack (or without a torch-fl fingerprint)."""
-
-    def __init__(self, message: str, differences: dict[str, tuple[str, str]] | None = None):
-        super().__init__(message)
-        self.differences = differences or {}  # component -> (package value, this process's value)
-
-
-class AOTIntegrityError(TorchFLError, RuntimeError):
-    """An AOT package whose files differ from its record, or that is not the model the caller expects."""
-
-    def __init__(self, message: str, problems: list[str] | None = None):
-        super().__init__(message)
-        self.problems = problems or []
 
 
 @dataclass

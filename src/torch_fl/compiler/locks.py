@@ -19,7 +19,7 @@ try:
 except ImportError:  # Windows
     fcntl = None  # type: ignore[assignment]
 
-from ..errors import TorchFLError
+from ..errors import CacheLockTimeout
 from . import trust
 
 _log = logging.getLogger("torch_fl.compile")
@@ -29,10 +29,6 @@ _POLL_S = 0.05
 # Lock files are created 0600 and never through a symbolic link (one planted in a directory another user
 # could write would otherwise make this process create or truncate a file of its choosing).
 _FLAGS = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
-
-
-class CacheLockTimeout(TorchFLError, TimeoutError):
-    """The compile cache lock was not released in time."""
 
 
 @contextlib.contextmanager

@@ -24,14 +24,10 @@ import os
 import stat
 from pathlib import Path
 
-from ..errors import TorchFLError
+from ..errors import CacheTrustError
 
 DIR_MODE = 0o700
 FILE_MODE = 0o600
-
-
-class CacheTrustError(TorchFLError, PermissionError):
-    """A compile cache directory that another user could write: refused."""
 
 
 def _uid() -> int:

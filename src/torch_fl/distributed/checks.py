@@ -32,7 +32,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ..errors import TorchFLError
+from ..errors import DistributedError as DistributedError  # re-exported: distributed/__init__.py
+from ..errors import PreflightError
 from .fingerprint import Fingerprint, Verdict, decide, ranks_text
 
 _log = logging.getLogger("torch_fl.distributed")
@@ -43,14 +44,6 @@ _BACKEND_MARGIN = 2.0  # the backend's own timeout during the checks: just after
 _generation = itertools.count(1)
 # A store timeout or lost connection: DistStoreError/DistNetworkError on recent torch, RuntimeError before.
 _StoreError = getattr(dist, "DistError", RuntimeError)
-
-
-class DistributedError(TorchFLError, RuntimeError):
-    """A distributed setup that cannot work (mixed vendors without a common backend, no device)."""
-
-
-class PreflightError(DistributedError):
-    """The preflight found ranks that differ, or ranks that did not answer a checked collective."""
 
 
 def namespace(store: dist.Store) -> dist.Store:

@@ -37,7 +37,7 @@ from typing import Any
 
 import torch.distributed as dist
 
-from ..errors import TorchFLError
+from ..errors import CollectiveTimeoutError
 from .fingerprint import ranks_text
 
 _log = logging.getLogger("torch_fl.distributed")
@@ -45,10 +45,6 @@ _log = logging.getLogger("torch_fl.distributed")
 EXIT_CODE = 124  # timeout(1)'s "the command timed out"
 FLIGHT_RECORDER_ENV = "TORCH_FR_BUFFER_SIZE"
 FLIGHT_RECORDER_ENTRIES = "1000"  # only in-flight entries matter; older ones may be overwritten
-
-
-class CollectiveTimeoutError(TorchFLError, TimeoutError):
-    """A collective did not finish within FL_COLLECTIVE_TIMEOUT (what the watchdog records)."""
 
 
 def grace(timeout: float) -> float:

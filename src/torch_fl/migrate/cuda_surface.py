@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ..device import description_for, device_map
-from ..errors import TorchFLError
+from ..errors import CudaAliasError
 from .alias_calls import CUDA, Mapped, is_ordinal, live
 from .cuda_api import CUDA_API, CUDA_TENSOR_TYPES, DEFAULT_REMEDY, lookup
 
@@ -279,11 +279,6 @@ class _DeviceContext:
         if self.device is not None and self.previous is not None:
             self.api.fl.set_device(torch.device(self.device.type, self.previous)
                                    if self.device.index is not None else self.device)
-
-
-class CudaAliasError(TorchFLError, RuntimeError):
-    """A torch.cuda call the CUDA alias does not cover (or refuses) failed; the message names the alias
-    and the remedy of the CUDA-API table."""
 
 
 def _alias_error(entry_name: str, remedy: str, alias: CudaAlias, why: str) -> CudaAliasError:
