@@ -1,0 +1,42 @@
+"""The words torch-fl's layers share, in one place: route kinds, log levels and logger names, the virtual-id
+pattern and the emulation prefix.
+
+Base layer, importing nothing of torch-fl (nor torch): the settings layer (_env) checks FL_ROUTE, FL_LOG and
+FL_DEVICE_MAP against these without importing routing or logging, and every other module reads the same
+tuple instead of keeping a copy.
+"""
+
+from __future__ import annotations
+
+import re
+
+# Routes ------------------------------------------------------------------------------------------
+# The five routes an operator can take on a device (docs/routing.md), in the order tables show them.
+ROUTES = ("native", "translate", "fallback", "kernel", "unsupported")
+# The same routes, worst first: a model's verdict is its worst route (coverage, grade).
+ROUTE_SEVERITY = ("unsupported", "fallback", "translate", "kernel", "native")
+
+# Logging -----------------------------------------------------------------------------------------
+LOG_ROOT = "torch_fl"
+LOG_LEVELS = ("CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG")
+# Every logger under torch_fl (tests/test_env.py checks this against the getLogger calls in src/), so that
+# FL_LOG=dispach=DEBUG is an error with a did-you-mean instead of a silent no-op.
+LOGGERS = ("compile", "description", "device", "dispatch", "distributed", "migrate", "plugins", "runtime")
+
+# Devices -----------------------------------------------------------------------------------------
+VIRTUAL_PREFIX = "acc"
+# acc0, acc1, ...: ASCII digits without leading zeros ('acc01' and 'acc١' are not ids; they get a hint).
+VIRTUAL_ID = re.compile(r"^acc(0|[1-9][0-9]*)$")
+# FL_DEVICE=emu:NAME emulates the chip NAME on the CPU; emu:N is the N-th emulated device.
+EMULATION_PREFIX = "emu:"
+# The emulated device's torch device type when it does not take a vendor's name (emu:npu registers 'npu').
+EMULATED_TYPE = "emu"
+
+
+def virtual_id(index: int) -> str:
+    """'acc3' for 3."""
+    return f"{VIRTUAL_PREFIX}{index}"
+
+
+def is_virtual_id(text: str) -> bool:
+    return VIRTUAL_ID.match(text) is not None

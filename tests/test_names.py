@@ -1,0 +1,16 @@
+"""The shared words of _names.py: one list each, consistent with each other and with their users."""
+
+from __future__ import annotations
+
+from torch_fl import _names
+
+
+def test_severity_orders_exactly_the_routes():
+    assert sorted(_names.ROUTE_SEVERITY) == sorted(_names.ROUTES) and len(set(_names.ROUTES)) == 5
+    assert _names.ROUTE_SEVERITY[0] == "unsupported" and _names.ROUTE_SEVERITY[-1] == "native"
+
+
+def test_virtual_ids_are_ascii_without_leading_zeros():
+    assert [_names.is_virtual_id(t) for t in ("acc0", "acc12", "acc01", "acc", "acc-1", "acc١", "xacc1")] == \
+        [True, True, False, False, False, False, False]
+    assert _names.virtual_id(3) == "acc3" and _names.is_virtual_id(_names.virtual_id(10))
