@@ -151,3 +151,11 @@ def test_a_cuda_device_object_with_an_index_is_an_unsafe_fix():
     findings = scan_source('import torch\na = torch.device("cuda:0")\nb = torch.device("cuda:1")\n'
                            'c = torch.device("cuda", 2)\nd = torch.device(1)\n')
     assert [(f.line, f.safety) for f in findings] == [(2, "safe"), (3, "unsafe"), (4, "unsafe"), (5, "unsafe")]
+
+
+def test_a_conditional_expression_is_a_guard_too():
+    source = "import torch\nmem = torch.cuda.memory_reserved() if torch.cuda.is_available() else 0\n"
+    check = next(f for f in scan_source(source) if "is_available" in f.message)
+    assert check.safety == "unsafe" and "guards code whose fix is unsafe" in check.message
+    props = "import torch\nname = torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'cpu'\n"
+    assert [f.code for f in scan_source(props) if f.fixable] == []

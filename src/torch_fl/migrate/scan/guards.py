@@ -309,6 +309,15 @@ class Guards(Dispatch):
             self.visit(node.orelse)
             return
         self.emit("ifexp", node)
+        start = len(self.raw)
         self.visit(node.test)
+        test = self.check_findings(node.test, start) if self.names_cuda(node.test) else []
+        body, body_sources = len(self.raw), len(self.sources)  # type: ignore[attr-defined]
         self.visit(node.body)
+        orelse, else_sources = len(self.raw), len(self.sources)  # type: ignore[attr-defined]
         self.visit(node.orelse)
+        if test:  # `torch.cuda.memory_reserved() if torch.cuda.is_available() else 0`: a guard too
+            end, sources_end = len(self.raw), len(self.sources)  # type: ignore[attr-defined]
+            self.guards.append((test, range(orelse, end), range(else_sources, sources_end))
+                               if self.negated_check(node.test)
+                               else (test, range(body, orelse), range(body_sources, else_sources)))
