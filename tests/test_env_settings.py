@@ -148,3 +148,14 @@ def test_cache_keep_bound(monkeypatch):
     assert _env.FL_CACHE_KEEP.parse("1000") == 1000
     with pytest.raises(ConfigError, match="at most 1000"):
         _env.FL_CACHE_KEEP.parse("1001")
+
+
+def test_a_user_description_naming_an_unknown_op_is_refused(tmp_path, monkeypatch):
+    desc = tmp_path / "gleu.toml"
+    desc.write_text('schema = 1\nname = "gleu-chip"\ndevice_type = "cpu"\ndispatch_key = "CPU"\n'
+                    '[ops]\nfallback = ["aten::gleu"]\n')
+    monkeypatch.setenv("FL_DESCRIPTION", str(desc))
+    torch_fl.reset()
+    with pytest.raises(ConfigError, match=rf"{desc}: ops.fallback: 'aten::gleu' is not an aten operator of this "
+                                          rf"torch. Did you mean 'aten::gelu'\? Fix: correct the name in {desc}"):
+        torch_fl.route_table("gleu-chip")
