@@ -285,6 +285,7 @@ VENDORS = {
         VendorSource("Ascend/pytorch", "torch_npu/csrc/aten/npu_native_functions.yaml",
                      "supported: (allocation, copies, views), registered in every version"),
     )),
+    # (npu's documented dtype limits: see ASCEND_DTYPE_DOCS)
     "mlu": Vendor("mlu", "torch_mlu", "torch", (  # a torch_mlu branch per torch release
         VendorSource("Cambricon/torch_mlu", "codegen/mlu_functions.yaml", "aten: entries",
                      {"2.1": "r2.1_develop", "2.3": "r2.3_develop", "2.4": "r2.4_develop"}),
@@ -302,6 +303,35 @@ VENDORS = {
                      "fallback_list: ops XPU runs on the CPU (route=fallback)"),
     )),
 }
+
+
+# Ascend documents, per PyTorch API, the dtypes an NPU supports ("**限制与说明**： `input`仅支持fp16，fp32"
+# = "limits: input supports only fp16, fp32"). The limits on `input` of torch.X / torch.nn.functional.X
+# become dtype rows of aten::X (every overload; the route's dtype is the first tensor argument's).
+ASCEND_DTYPE_DOCS = ("docs/zh/api/native_api/pytorch_2-13-0/torch.md",
+                     "docs/zh/api/native_api/pytorch_2-13-0/torch-nn-functional.md")
+_ASCEND_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "fp64": "float64",
+                  "uint8": "uint8", "int8": "int8", "int16": "int16", "int32": "int32", "int64": "int64",
+                  "bool": "bool", "complex64": "complex64", "complex128": "complex128"}
+_API = re.compile(r"^###\s+torch\.(?:nn\.functional\.)?([A-Za-z_][A-Za-z0-9_]*)\s*$")
+_INPUT_LIMIT = re.compile(r"`input`仅支持([A-Za-z0-9，,\s]+)")
+
+
+def parse_ascend_dtype_doc(text: str) -> dict[str, list[str]]:
+    """aten name -> dtypes, from one Ascend API support page (APIs whose `input` has a dtype limit)."""
+    limits: dict[str, list[str]] = {}
+    api = None
+    for line in text.splitlines():
+        heading = _API.match(line.strip())
+        if heading or line.startswith("#"):
+            api = heading.group(1) if heading else None
+            continue
+        match = _INPUT_LIMIT.search(line) if api else None
+        if match and api not in limits:
+            tokens = [t.strip() for t in re.split(r"[，,]", match.group(1)) if t.strip()]
+            if tokens and all(t in _ASCEND_DTYPES for t in tokens):
+                limits[f"aten::{api}"] = [_ASCEND_DTYPES[t] for t in tokens]
+    return limits
 
 
 class Checkout:
@@ -483,6 +513,17 @@ def vendor_rows(vendor: Vendor, checkouts: dict[str, Checkout]) -> tuple[list[st
         for op in parse_name_list(co.read(native_src.file), "supported"):
             rows[op] = ("native", set(versions))
         sources.append(f"{native_src.repo}@{co.commit()} {native_src.file}: {native_src.what}")
+        for doc in ASCEND_DTYPE_DOCS:
+            try:
+                text = co.read(doc)
+            except OSError:  # FileNotFoundError: a checkout without the docs (an old branch)
+                sources.append(f"{native_src.repo}@{co.commit()} {doc}: not in this checkout (no dtype limits)")
+                continue
+            limits = parse_ascend_dtype_doc(text)
+            for op, dtypes in limits.items():
+                rows[op] = ("dtypes", set(dtypes))
+            sources.append(f"{native_src.repo}@{co.commit()} {doc}: documented `input` dtype limits of "
+                           f"{len(limits)} APIs (rows 'aten::name dtypes=...', every overload, every line)")
     elif vendor.chip in ("mlu", "musa"):
         (source,) = vendor.sources
         co = checkout(source)
@@ -529,11 +570,14 @@ def render_vendor_table(vendor: Vendor, versions: list[str], rows: dict[str, tup
         "versions-of": vendor.versions_of,
         "plugin-versions": " ".join(versions) or "(one release line)",
         **{f"source-{i}": text for i, text in enumerate(sources, start=1)},
-        "ops": str(len(rows)),
+        "ops": str(sum(route != "dtypes" for route, _ in rows.values())),
     }
     lines = []
     for op in sorted(rows):
         route, row_versions = rows[op]
+        if route == "dtypes":  # a documented dtype limit of every overload
+            lines.append(f"{op} dtypes={','.join(sorted(row_versions))}")
+            continue
         line = op + ("" if route == "native" else f" route={route}")
         if row_versions and set(row_versions) != set(versions):
             line += " versions=" + ",".join(sorted(row_versions, key=_version_key))

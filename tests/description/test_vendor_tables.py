@@ -67,6 +67,32 @@ custom:
 """
 
 
+ASCEND_DOC = """\
+# torch
+
+### torch.abs
+
+**限制与说明**： `input`仅支持fp16，fp32，bf16
+
+### torch.nn.functional.gelu
+
+**限制与说明**：
+
+- `input`仅支持fp32
+- `approximate`仅支持none
+
+### torch.sparse_coo_tensor
+
+**限制与说明**：
+
+- `values`仅支持fp16，fp32，int32
+
+### torch.odd
+
+**限制与说明**： `input`仅支持fp32，tf32
+"""
+
+
 @pytest.fixture(scope="module")
 def gen() -> Iterator[ModuleType]:
     spec = importlib.util.spec_from_file_location("gen_op_tables", REPO / "scripts" / "gen_op_tables.py")
@@ -119,6 +145,9 @@ def test_generate_from_work_trees_and_read_back(gen, tmp_path):
     (plugin / "op_plugin/config/op_plugin_functions.yaml").write_text(OP_PLUGIN, encoding="utf-8")
     (npu / "torch_npu/csrc/aten").mkdir(parents=True)
     (npu / "torch_npu/csrc/aten/npu_native_functions.yaml").write_text(TORCH_NPU, encoding="utf-8")
+    docs = npu / "docs/zh/api/native_api/pytorch_2-13-0"
+    docs.mkdir(parents=True)
+    (docs / "torch.md").write_text(ASCEND_DOC, encoding="utf-8")
     out = tmp_path / "tables"
     assert gen.main(["--vendor", "npu", "--repo", f"Ascend/op-plugin={plugin}",
                      "--repo", f"Ascend/pytorch={npu}", "--out-dir", str(out)]) == 0
@@ -128,6 +157,9 @@ def test_generate_from_work_trees_and_read_back(gen, tmp_path):
     assert table.ops("2.7") == {"aten::abs.default", "aten::add.Tensor", "aten::embedding.default",
                                 "aten::empty_strided.default", "aten::copy_.default"}
     assert "aten::gelu.default" in table.ops("2.2") and "aten::add.Tensor" not in table.ops("2.4")
+    # documented input dtypes (torch.abs, F.gelu); a limit on another argument or an unknown word is not
+    assert table.dtype_limits == {"aten::abs": {"float16", "float32", "bfloat16"}, "aten::gelu": {"float32"}}
+    assert any("torch-nn-functional.md: not in this checkout" in s for s in table.sources())
     assert table.changes("2.4")["aten::embedding.default"] == "native from 2.5"
     assert table.changes("2.4")["aten::gelu.default"] == "native in 2.1-2.2 (not in 2.4)"
     assert table.changes("2.4")["aten::add.Tensor"] == "native in 2.1-2.3, 2.6-2.7 (not in 2.4)"
@@ -215,6 +247,15 @@ def test_version_selection():
     assert version == table.versions[-1] and "nearest older" in why
     with pytest.raises(DescriptionError, match=r"not a version like 2\.5"):
         table.select("latest")
+
+
+def test_documented_dtype_limits_route_other_dtypes_off_the_native_path():
+    desc = torch_fl.description("npu")
+    assert "float64" not in desc.op_dtypes()["aten::acos"]  # Ascend: torch.acos input without fp64
+    table = RouteTable(desc)
+    assert table.route("aten::acos.default", "float32").kind == "native"
+    assert table.route("aten::acos.default", "float64").kind != "native"
+    assert "aten::acos" not in torch_fl.description("cuda").op_dtypes()
 
 
 def test_xpu_cpu_fallback_list_becomes_fallback_routes():

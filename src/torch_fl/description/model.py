@@ -172,6 +172,16 @@ class Description:
         table, version, _ = resolved
         return listed + sorted(table.ops(version, kind)) if kind == "fallback" else listed
 
+    def op_dtypes(self) -> dict[str, list[str]]:
+        """ops.dtypes (op -> the dtypes it is native for), plus the vendor's documented dtype limits
+        from the table when the table answers; the description's own entries win."""
+        limits = dict(self.data["ops"]["dtypes"])
+        resolved = self.native_table()
+        if resolved is None:
+            return limits
+        documented = {op: sorted(d) for op, d in resolved[0].dtype_limits.items()}
+        return {**documented, **limits}
+
     def _no_table_error(self) -> Exception:
         from ..errors import DescriptionError
 

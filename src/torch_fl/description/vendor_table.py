@@ -15,6 +15,7 @@ installed plugin's, else the newest) and :meth:`VendorTable.ops` gives that vers
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +25,7 @@ from ..errors import DescriptionError
 
 __all__ = ["VendorTable", "probe_vs_table", "read_vendor_table", "version_key"]
 
-_ROW = re.compile(r"^([A-Za-z_]\w*::[A-Za-z_]\w*\.[A-Za-z_]\w*)((?:\s+\w+=\S+)*)$")
+_ROW = re.compile(r"^([A-Za-z_]\w*::[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)?)((?:\s+\w+=\S+)*)$")
 _VERSION = re.compile(r"^\d+(\.\d+)*$")
 ROUTES = ("native", "fallback")
 
@@ -46,6 +47,7 @@ class VendorTable:
     header: dict[str, str]
     versions: tuple[str, ...]  # release lines the table covers, oldest first ('' : one line)
     rows: dict[str, tuple[str, frozenset[str] | None]]  # op -> (route, versions; None = all)
+    dtype_limits: dict[str, frozenset[str]] = dataclasses.field(default_factory=dict)  # bare name -> dtypes
 
     @property
     def plugin(self) -> str:
@@ -128,6 +130,7 @@ def read_vendor_table(path: str | Path) -> VendorTable:
                                path=str(path)) from None
     header: dict[str, str] = {}
     rows: dict[str, tuple[str, frozenset[str] | None]] = {}
+    limits: dict[str, frozenset[str]] = {}
     for lineno, raw in enumerate(text.splitlines(), start=1):
         line = raw.strip()
         if not line:
@@ -138,7 +141,10 @@ def read_vendor_table(path: str | Path) -> VendorTable:
                 header[key.strip()] = value.strip()
             continue
         op, row = _row(line, path, lineno)
-        rows[op] = row
+        if row[0] == "dtypes":
+            limits[op] = row[1] or frozenset()
+        else:
+            rows[op] = row
     declared = header.get("plugin-versions", "")
     versions = tuple(v for v in declared.split() if _VERSION.match(v))
     if "ops" not in header:
@@ -148,7 +154,7 @@ def read_vendor_table(path: str | Path) -> VendorTable:
         if row_versions is not None and not row_versions <= set(versions):
             raise DescriptionError(f"row {op} names versions {sorted(row_versions - set(versions))} that the "
                                    f"header's plugin-versions ({declared}) lacks", path=str(path))
-    return VendorTable(str(path), header, tuple(sorted(versions, key=version_key)), rows)
+    return VendorTable(str(path), header, tuple(sorted(versions, key=version_key)), rows, limits)
 
 
 def _row(line: str, path: Path, lineno: int) -> tuple[str, tuple[str, frozenset[str] | None]]:
@@ -158,6 +164,13 @@ def _row(line: str, path: Path, lineno: int) -> tuple[str, tuple[str, frozenset[
                                "[route=fallback] [versions=2.1,2.2]'); regenerate the table with "
                                "scripts/gen_op_tables.py --vendor", path=str(path), line=lineno)
     fields = dict(item.split("=", 1) for item in match.group(2).split())
+    if "." not in match.group(1).split("::", 1)[1]:  # a bare name: a dtype limit of every overload
+        dtypes = fields.pop("dtypes", None)
+        if dtypes is None or fields:
+            raise DescriptionError(f"row {match.group(1)}: a name without an overload carries only "
+                                   f"'dtypes=...' (a documented dtype limit), got {line!r}",
+                                   path=str(path), line=lineno)
+        return match.group(1), ("dtypes", frozenset(dtypes.split(",")))
     route = fields.pop("route", "native")
     versions = fields.pop("versions", None)
     if route not in ROUTES or fields:
