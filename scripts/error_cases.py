@@ -37,6 +37,7 @@ class Case:
     rc: int = 1
     show: str = "stderr"            # where the message is: stderr, doctor (JSON problems/warnings), stdout
     fresh: bool = False             # in a new process (what happens at `import torch_fl`)
+    no_torch: bool = False          # in a new process where torch cannot be imported (a pre-commit hook env)
 
 
 BINARY = bytes(range(256)) * 4
@@ -139,6 +140,91 @@ CASES: tuple[Case, ...] = (
          code='import os, sys; from torch_fl.cli import main; os.chmod("f.py", 0o640); main(["fix", "f.py"]); '
               'print("mode after fix:", oct(os.stat("f.py").st_mode & 0o777), file=sys.stderr)',
          files={"f.py": b"x = x.cuda()\n"}, expect="mode after fix: 0o640", rc=0),
+    # Settings, cache, secrets, numbers, the torch-free CLI (issue 22; this block is kept by the settings helper)
+    Case("A config file's `[routes]` naming an operator that does not exist (it used to be accepted)",
+         code="torch.fl.route_table('cpu')", files={"torch_fl.toml": b'[routes]\n"aten::gleu" = "translate"\n'},
+         expect="torch_fl.toml: routes: 'aten::gleu' is not an aten operator of this torch. Did you mean 'aten::gelu'?"),
+    Case("A config file's `log` naming a logger that does not exist (it used to be accepted, and `log` was never applied)",
+         ("doctor", "--json"), files={"torch_fl.toml": b'log = "dispach=DEBUG"\n'},
+         expect="log: 'dispach' is not a torch_fl logger; loggers: compile", show="doctor"),
+    Case("A config file's `device_map` with a key `FL_DEVICE_MAP` refuses (it used to be accepted)",
+         code="torch.fl.devices()", files={"torch_fl.toml": b'device_map = { acc01 = "cpu" }\n'},
+         expect="torch_fl.toml: device_map: 'acc01' is not a virtual id like acc0"),
+    Case("A misspelt config key", code="torch.fl.device()", files={"torch_fl.toml": b'devcie = "acc0"\n'},
+         expect="torch_fl.toml: unknown key 'devcie'. Did you mean 'device'?"),
+    Case("`FL_CONFIG` naming a file that does not exist (it used to be ignored)", code="torch.fl.device()",
+         env={"FL_CONFIG": "nope.toml"}, expect="FL_CONFIG: nope.toml does not exist; it names the user config file"),
+    Case("A user description's `ops.fallback` naming an operator that does not exist (it used to do nothing)",
+         code="torch.fl.route_table('gleu-chip')", env={"FL_DESCRIPTION": "gleu.toml"},
+         files={"gleu.toml": b'schema = 1\nname = "gleu-chip"\ndevice_type = "cpu"\ndispatch_key = "CPU"\n'
+                             b'[ops]\nfallback = ["aten::gleu"]\n'},
+         expect="gleu.toml: ops.fallback: 'aten::gleu' is not an aten operator of this torch. Did you mean 'aten::gelu'?"),
+    Case("A description named `\"chip\\n\"` (the trailing newline used to pass the name check)",
+         ("describe", "nl.toml"), files={"nl.toml": b'schema = 1\nname = "chip\\n"\ndevice_type = "cpu"\n'
+                                                    b'dispatch_key = "CPU"\n'},
+         expect="[name] 'chip\\n' is not a valid name"),
+    Case("Two descriptions of one name in one `FL_DESCRIPTION_PATH` folder (the last used to win silently)",
+         ("describe", "--list"), env={"FL_DESCRIPTION_PATH": "."},
+         files={"a.toml": b'schema = 1\nname = "twin"\ndevice_type = "cpu"\ndispatch_key = "CPU"\n',
+                "b.toml": b'schema = 1\nname = "twin"\ndevice_type = "cpu"\ndispatch_key = "CPU"\n'},
+         expect="describe 'twin': a.toml and b.toml. Fix: keep one of them"),
+    Case("`FL_EMU_DEVICES` over Python's int range, at import (it used to be an OverflowError traceback)",
+         ("doctor", "--json"), env={"FL_EMU_DEVICES": "99999999999999999999", "FL_DEVICE": "emu:cpu"}, fresh=True,
+         expect="FL_EMU_DEVICES: '99999999999999999999' is not a whole number >= 1 (at most 1024, in ASCII digits",
+         show="doctor"),
+    Case("`FL_EMU_DEVICES` in Arabic-Indic digits (Python's int() used to accept them)", ("doctor", "--json"),
+         env={"FL_EMU_DEVICES": "\u0661\u0660"}, expect="is not a whole number >= 1 (at most 1024, in ASCII digits",
+         show="doctor"),
+    Case("`FL_CACHE_KEEP=1_0` (Python's int() used to read it as 10)", ("doctor", "--json"), env={"FL_CACHE_KEEP": "1_0"},
+         expect="FL_CACHE_KEEP: '1_0' is not a whole number >= 1 (at most 1000, in ASCII digits", show="doctor"),
+    Case("`FL_COLLECTIVE_TIMEOUT=1e308` (doctor used to call it healthy; the timer then overflowed)",
+         code="torch.fl.distributed.collective_timeout()", env={"FL_COLLECTIVE_TIMEOUT": "1e308"},
+         expect="FL_COLLECTIVE_TIMEOUT: '1e308' is not a number of seconds >= 0 (at most 604800"),
+    Case("`FL_CACHE_DIR=/` (it used to be offered a clear)", ("cache", "clear", "--all"), env={"FL_CACHE_DIR": "/"},
+         expect="compile cache root / (from FL_CACHE_DIR) is refused: it is the file system root", show="stdout"),
+    Case("`FL_CACHE_DIR` set to the home folder", ("cache", "info"), env={"FL_CACHE_DIR": PWD},
+         expect="is refused: it is your home directory", show="stdout"),
+    Case("`torchfl cache clear --all` with a folder torch-fl did not create under the root (it used to be deleted)",
+         code='import os; from torch_fl.cli import main; os.makedirs("cache/photos", mode=0o700); '
+              'os.chmod("cache", 0o700); raise SystemExit(main(["cache", "clear", "--all"]))',
+         expect="cache/photos: torch-fl did not create it", rc=0),
+    Case("An altered compiled artifact whose mtime was put back (the size+mtime check used to load it)",
+         code="import os, sys; from torch_fl.compiler import cache; from torch_fl.description import registry\n"
+              "e = cache.open_entry(registry.get('cpu')); p = e.inductor_dir / 'fx.pkl'; p.write_bytes(b'graph')\n"
+              "cache.seal(e); cache.release(); st = p.stat(); p.write_bytes(b'evil!'); "
+              "os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))\n"
+              "print(cache.open_entry(registry.get('cpu')).quarantined[0], file=sys.stderr)",
+         expect="its artifacts changed after they were recorded: inductor/fx.pkl: sha256", rc=0),
+    Case("`torchfl describe /dev/zero` (it used to read until memory ran out)", ("describe", "/dev/zero"),
+         expect="/dev/zero: cannot read the file: it is a character device, not a regular file"),
+    Case("`FL_DESCRIPTION=/dev/zero` (it used to say the file does not exist)", ("describe",),
+         env={"FL_DESCRIPTION": "/dev/zero"}, expect="FL_DESCRIPTION names a character device, not a description file"),
+    Case("`torchfl describe` on a FIFO (it used to block forever)",
+         code='import os; from torch_fl.cli import main; os.mkfifo("pipe.toml"); raise SystemExit(main(["describe", "pipe.toml"]))',
+         expect="pipe.toml: cannot read the file: it is a FIFO (named pipe), not a regular file"),
+    Case("`torchfl routes diff` on deeply nested JSON (it used to be a RecursionError, an internal error)",
+         ("routes", "diff", "deep.json", "deep.json"), files={"deep.json": b"[" * 100000 + b"]" * 100000},
+         expect="deep.json: not a route log: its JSON is nested too deeply to read", rc=2),
+    Case("`torchfl routes diff /dev/zero` (it used to read forever)", ("routes", "diff", "/dev/zero", "/dev/zero"),
+         expect="/dev/zero: cannot read it: it is a character device, not a regular file", rc=2),
+    Case("`torchfl bugreport --log /dev/zero` (it used to say 'no such file')", ("bugreport", "--log", "/dev/zero"),
+         expect="--log /dev/zero: it is a character device, not a log file"),
+    Case("`torchfl aot --check /dev/zero` (it used to read forever)", ("aot", "--check", "/dev/zero"),
+         expect="/dev/zero is not a readable AOT package (.pt2 zip archive): it is a character device"),
+    Case("`torchfl run -m` a module that does not exist (it used to print runpy's traceback)",
+         ("run", "-m", "no_such_module_fl"), expect="torchfl run: -m no_such_module_fl: No module named no_such_module_fl"),
+    Case("A token in `FL_CONFIG`'s URL in the bug report's environment section (it used to leak)",
+         ("bugreport",), env={"FL_CONFIG": "https://cfg.example.com/torch_fl.toml?token=abc123secretvalue"},
+         expect="FL_CONFIG=https://cfg.example.com/torch_fl.toml?token=<redacted>", rc=0, show="stdout"),
+    Case("A JWT, a Stripe key and a multi-word password in a log given to `torchfl bugreport` (they used to leak)",
+         ("bugreport", "--log", "err.log"), files={"err.log": (
+             b"auth eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.c2lnbmF0dXJl sk_live_4eC39HqLyjWDarjtT1zdp7dc\n"
+             b"password: correct horse battery staple\n")},
+         expect="auth <redacted> <redacted>", rc=0, show="stdout"),
+    Case("`torchfl doctor` where torch is not installed (it used to end in ModuleNotFoundError)", ("doctor",),
+         no_torch=True, expect="torchfl doctor: this command needs torch: pip install torch"),
+    Case("`torchfl --version` where torch is not installed (it used to end in ModuleNotFoundError)", ("--version",),
+         no_torch=True, expect="torch-fl ", rc=0, show="stdout"),
 )
 
 
@@ -161,7 +247,7 @@ def run(case: Case) -> tuple[int, str]:
                 if name.startswith("FL_"):
                     del os.environ[name]
             os.environ.update({"HOME": tmp, "XDG_CONFIG_HOME": f"{tmp}/.config",
-                               "FL_CACHE_DIR": f"{tmp}/cache", **case.env})
+                               "FL_CACHE_DIR": f"{tmp}/cache", **{k: v.replace(PWD, tmp) for k, v in case.env.items()}})
             os.chdir(tmp)
             for name, data in case.files.items():
                 Path(tmp, name).write_bytes(_builtin_cpu() if data == b"@builtin-cpu" else data)
@@ -179,9 +265,32 @@ def run(case: Case) -> tuple[int, str]:
         return rc, _message(case, out, err)
 
 
+_NO_TORCH = """
+import sys
+
+
+class _NoTorch:
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch" or name.startswith("torch."):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+
+sys.meta_path.insert(0, _NoTorch())
+"""
+
+
 def _execute(case: Case) -> tuple[int, str, str]:
     from torch_fl.cli import main
 
+    if case.no_torch:  # torch blocked by a meta-path finder, as where it is not installed
+        Path("no-torch").mkdir()
+        Path("no-torch", "sitecustomize.py").write_text(_NO_TORCH)
+        env = {**os.environ, "PYTHONPATH": os.path.abspath("no-torch")}
+        code = (f"import sys; sys.path.insert(0, {str(ROOT / 'src')!r}); import _torch_fl_cli; "
+                f"sys.exit(_torch_fl_cli.main({list(case.argv)!r}))")
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+        return done.returncode, done.stdout, done.stderr
     if case.fresh:
         done = subprocess.run([sys.executable, "-m", "torch_fl", *case.argv], capture_output=True, text=True,
                               timeout=300)
@@ -225,7 +334,8 @@ def _command(case: Case) -> str:
     else:
         command = "python -c " + shlex.quote(f"import torch, torch_fl; {case.code}")
     files = ", ".join(f"`{name}`" for name in case.files)
-    return f"`{(env + ' ' + command).strip()}`" + (f" (with {files})" if files else "")
+    where = " (torch not installed)" if case.no_torch else ""
+    return f"`{(env + ' ' + command).strip()}`" + (f" (with {files})" if files else "") + where
 
 
 def render() -> str:
