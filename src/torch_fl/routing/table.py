@@ -51,6 +51,19 @@ def _route_key(op: str, origin: str) -> str:
         raise ConfigError(f"{origin}: '{op}' is not an operator name ('aten::name[.overload]')") from None
 
 
+def _check_listed(desc: Description, kind: str, ops: list[str]) -> None:
+    """A user's description meets FL_ROUTE's check: an aten op its ops.KIND names must exist in this torch
+    (ops.fallback = ["aten::gleu"] used to do nothing, silently). Built-in descriptions are generated
+    from vendor registrations of several torch versions and are not held to one torch's op set."""
+    origin = f"{desc.path}: ops.{kind}"
+    for op in ops:
+        try:
+            _env.check_op(_env.FL_ROUTE, op, origin)
+        except ConfigError as exc:
+            raise ConfigError(str(exc).split(" Fix: ")[0] + f" Fix: correct the name in {desc.path} "
+                              f"(ops.{kind}), or remove it.") from None
+
+
 def _lookup(table: dict[str, object], op: str) -> object | None:
     """Exact overload first, then the bare name that covers every overload."""
     found = table.get(op)
@@ -82,6 +95,8 @@ class RouteTable:
         where = f"description '{desc.name}' ({desc.path})"
         self._explicit: dict[str, tuple[str, str]] = {}
         for kind in ("translate", "fallback", "unsupported"):  # unsupported last: it wins a conflict
+            if not desc.builtin:
+                _check_listed(desc, kind, ops[kind])
             for op in desc.explicit_ops(kind):  # the list, plus a vendor table's fallback rows
                 self._explicit[_route_key(op, where)] = (kind, f"{where} ops.{kind}")
         self._described_kernels = {_route_key(op, where): ref for op, ref in ops["kernels"].items()}
