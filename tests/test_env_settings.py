@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -159,3 +160,39 @@ def test_a_user_description_naming_an_unknown_op_is_refused(tmp_path, monkeypatc
     with pytest.raises(ConfigError, match=rf"{desc}: ops.fallback: 'aten::gleu' is not an aten operator of this "
                                           rf"torch. Did you mean 'aten::gelu'\? Fix: correct the name in {desc}"):
         torch_fl.route_table("gleu-chip")
+
+
+@pytest.mark.parametrize("text", ["١٠", "1_0", "+2", " 2", "0", str(10**6 + 1), "9" * 40, "2.0"])
+def test_cli_counts_are_ascii_and_bounded(text):
+    import argparse
+
+    from torch_fl.cli import positive_int
+
+    with pytest.raises(argparse.ArgumentTypeError, match=rf"must be a whole number >= 1, got '{re.escape(text)}' "
+                                                         r"\(at most 1000000, in ASCII digits\)"):
+        positive_int(text)
+    assert positive_int("8") == 8
+
+
+@pytest.mark.parametrize("text", ["1e308", "inf", "nan", "٣", "604801", "0", "-1"])
+def test_cli_seconds_are_ascii_and_bounded(text):
+    import argparse
+
+    from torch_fl.cli import positive_seconds
+
+    with pytest.raises(argparse.ArgumentTypeError, match="must be a number of seconds > 0"):
+        positive_seconds(text)
+    assert positive_seconds("2.5") == 2.5
+
+
+@pytest.mark.parametrize(("text", "why"), [("８x64", "is not a shape like 8x64"), ("٨x64", "is not a shape"),
+                                           ("9999999x9999999", "more than the 2,147,483,648")])
+def test_warmup_shapes_are_ascii_and_bounded(text, why):
+    import torch
+
+    from torch_fl.compiler.warmup import parse_shapes
+    from torch_fl.errors import TorchFLError
+
+    with pytest.raises(TorchFLError, match=why):
+        parse_shapes([text], (torch.ones(2, 4),))
+    assert parse_shapes(["8x64"], (torch.ones(2, 4),)) == [((8, 64),)]

@@ -160,25 +160,30 @@ def report_error(prog: str, exc: BaseException, *, debug: bool = False) -> int:
 
 
 # argparse types shared by the commands: a bad number is a usage error (rc 2) naming the option.
+# ASCII digits only: int() and float() also take '١٠', '1_0', ' 2 ' and '1e3'.
+_WHOLE = r"[0-9]{1,12}"
+_DECIMAL = r"([0-9]{1,12}(\.[0-9]{0,12})?|\.[0-9]{1,12})"
+MAX_COUNT = 10**6  # lines, ranks, steps: more is a typo, and some of them are processes or allocations
+MAX_SECONDS = 7 * 24 * 3600.0
+
+
 def positive_int(text: str) -> int:
-    """A whole number >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got '{text}'")
+    """A whole number from 1 to MAX_COUNT, in ASCII digits."""
+    import re
+
+    value = int(text) if re.fullmatch(_WHOLE, text) else 0
+    if not 1 <= value <= MAX_COUNT:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got '{text}' (at most {MAX_COUNT}, in "
+                                         "ASCII digits)")
     return value
 
 
 def positive_seconds(text: str) -> float:
-    """A finite number of seconds > 0."""
-    import math
+    """A number of seconds > 0 and at most a week, in ASCII digits."""
+    import re
 
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got '{text}'")
+    value = float(text) if re.fullmatch(_DECIMAL, text) else -1.0
+    if not 0 < value <= MAX_SECONDS:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got '{text}' (at most "
+                                         f"{MAX_SECONDS:g}, in ASCII digits)")
     return value

@@ -10,6 +10,7 @@ miss to report.
 from __future__ import annotations
 
 import copy
+import math
 import os
 import re
 import time
@@ -25,7 +26,9 @@ from . import cache
 from .jit import compile, compile_stats
 from .target import description_of
 
-_SHAPE = re.compile(r"^\d+(x\d+)*$")
+# ASCII digits only (\d takes '٨'), at most 9 per dimension; fullmatch ('$' passes a final newline)
+_SHAPE = re.compile(r"[0-9]{1,9}(x[0-9]{1,9})*")
+MAX_ELEMENTS = 1 << 31  # an input of 2**31 elements is 8 GB of float32: a typo (8x6400000), not a warm-up
 _COUNTERS = (("inductor", "fxgraph_cache_hit"), ("inductor", "fxgraph_cache_miss"),
              ("inductor", "fxgraph_cache_bypass"))
 
@@ -51,13 +54,19 @@ def parse_shapes(texts: list[str], example_inputs: tuple) -> list[tuple[tuple[in
     shapes = []
     for text in texts:
         parts = [p.strip() for p in text.split(",")]
-        if not all(_SHAPE.match(p) for p in parts):
+        if not all(_SHAPE.fullmatch(p) for p in parts):
             raise TorchFLError(f"--shapes: '{text}' is not a shape like 8x64 (or 8x64,8x64 for several "
                                f"tensor inputs)")
         if len(parts) != len(tensors):
             raise TorchFLError(f"--shapes: '{text}' gives {len(parts)} shape(s), the model takes "
                                f"{len(tensors)} tensor input(s) ({', '.join(_shape(t) for t in tensors)})")
-        shapes.append(tuple(tuple(int(d) for d in p.split("x")) for p in parts))
+        shape = tuple(tuple(int(d) for d in p.split("x")) for p in parts)
+        for part, dims in zip(parts, shape, strict=True):
+            elements = math.prod(dims)
+            if elements > MAX_ELEMENTS:
+                raise TorchFLError(f"--shapes: '{part}' is {elements:,} elements, more than the {MAX_ELEMENTS:,} "
+                                   f"a warm-up input may have (8 GB of float32); is a dimension mistyped?")
+        shapes.append(shape)
     return shapes
 
 
