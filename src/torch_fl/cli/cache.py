@@ -76,7 +76,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _data(root: Path, desc: Any, current: Any, entries: list) -> dict[str, Any]:
-    from .. import _env
 
     rows = []
     for e in entries:
@@ -91,8 +90,9 @@ def _data(root: Path, desc: Any, current: Any, entries: list) -> dict[str, Any]:
             if not row["current"] and e.description == desc.name:
                 row["differs"] = {k: list(v) for k, v in current.diff(e.manifest["components"]).items()}
         rows.append(row)
-    source = "FL_CACHE_DIR" if _env.FL_CACHE_DIR.is_set() else f"the '{desc.name}' description"
-    return {"root": str(root), "root_source": source, "description": desc.name,
+    from ..compiler.cache import root_source
+
+    return {"root": str(root), "root_source": root_source(desc), "description": desc.name,
             "current": current.entry_name, "components": current.components,
             "current_exists": (root / current.entry_name).is_dir(), "entries": rows}
 

@@ -211,7 +211,7 @@ def _describe(data: dict[str, Any], desc: Description, dev: torch.device | None,
         device_name=device_name(dev) if dev is not None else "", plugin=desc.plugin,
         plugin_installed=_installed(desc.plugin), plugin_version=version, runtime_version=runtime,
         route_default=desc.section("ops")["default"],
-        cache_dir=_env.FL_CACHE_DIR.get() or str(desc.cache_dir()),
+        cache_dir=str(_env.FL_CACHE_DIR.value() or desc.cache_dir()),  # the variable or a config file's cache_dir
         visible_devices=_visible_devices(desc),
         description={"name": desc.name, "path": desc.path, "sha256": desc.sha256, "builtin": desc.builtin,
                      "level": desc.data["level"], "device_type": desc.device_type,

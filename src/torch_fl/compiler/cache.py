@@ -106,9 +106,13 @@ def cache_root(desc: Description) -> Path:
 
 
 def root_source(desc: Description) -> str:
-    """Where cache_root's answer comes from, for messages."""
-    if _env.FL_CACHE_DIR.is_set():
+    """Where cache_root's answer comes from, for messages: FL_CACHE_DIR, a config file's cache_dir, the
+    description or the default."""
+    setting = _env.FL_CACHE_DIR.resolve()
+    if setting.kind == "environment":
         return "FL_CACHE_DIR"
+    if setting.value is not None:
+        return f"cache_dir in {setting.source}"
     if desc.section("compile")["cache_dir"].strip():
         return f"compile.cache_dir of the '{desc.name}' description"
     return "the default"
