@@ -46,17 +46,25 @@ def _run(folder: Path, device: str | None) -> dict[str, dict]:
     return {r["path"]: r for r in results}
 
 
+@pytest.fixture(scope="module")
+def original_runs(tmp_path_factory) -> dict[str, dict]:
+    """The programs as written, on the CPU host (shared by the safe and the unsafe run)."""
+    folder = tmp_path_factory.mktemp("original")
+    for program in PROGRAMS:
+        shutil.copy(program, folder / program.name)
+    return _run(folder, None)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("unsafe", [False, True], ids=["safe", "unsafe"])
-def test_fixed_programs_keep_the_host_and_take_no_cuda_path_on_emulated_chips(tmp_path, unsafe):
-    original, fixed = tmp_path / "original", tmp_path / "fixed"
-    for folder in (original, fixed):
-        folder.mkdir()
-        for program in PROGRAMS:
-            shutil.copy(program, folder / program.name)
+def test_fixed_programs_keep_the_host_and_take_no_cuda_path_on_emulated_chips(tmp_path, unsafe, original_runs):
+    fixed = tmp_path / "fixed"
+    fixed.mkdir()
+    for program in PROGRAMS:
+        shutil.copy(program, fixed / program.name)
     report = fix_paths([fixed], unsafe=unsafe)
     assert report.errors == [] and report.applied > 0
-    before, after = _run(original, None), _run(fixed, None)
+    before, after = original_runs, _run(fixed, None)
     assert set(before) == {p.name for p in PROGRAMS}
     needs_cuda = {p.name for p in PROGRAMS if "# host: cuda" in p.read_text()}
     for name, run in before.items():
@@ -71,7 +79,8 @@ def test_fixed_programs_keep_the_host_and_take_no_cuda_path_on_emulated_chips(tm
         if not unsafe and name not in needs_cuda:  # safe fixes: the same output on the host the code ran on
             assert after[name]["stdout"] == run["stdout"], (name, run["stdout"], after[name]["stdout"])
         assert after[name]["status"] == "ok", (name, after[name])
-    for chip in CHIPS:
+    # Unsafe fixes differ from safe ones only in what they may change on the host: one chip suffices.
+    for chip in CHIPS[1:] if unsafe else CHIPS:
         for name, run in _run(fixed, chip).items():
             if unsafe and name in UNSAFE_RAISES:
                 assert UNSAFE_RAISES[name] in run["status"], run
