@@ -169,7 +169,7 @@ def test_route_counts_come_from_the_route_table() -> None:
 native = ["aten::add.Tensor", "aten::mul.Tensor"]
 translate = ["aten::gelu"]
 fallback = ["aten::add.Tensor"]
-unsupported = ["aten::no_such_op.default"]
+unsupported = ["aten::nonzero.default"]
 """)
     known = all_aten_ops()
     counts = doctor.route_counts(desc)
