@@ -77,6 +77,7 @@ def test_unknown_name_lists_torchfl():
         pl.Trainer(accelerator="emu:7")
 
 
+@pytest.mark.filterwarnings("ignore:torch.cuda.amp.GradScaler is enabled")  # Lightning's placeholder scaler
 @pytest.mark.parametrize(("precision", "dtype"), [("16-mixed", "float16"), ("bf16-mixed", "bfloat16")])
 def test_mixed_precision_autocasts_on_the_device(emu_cuda, precision, dtype):
     model, trainer = _fit("torchfl", precision=precision)

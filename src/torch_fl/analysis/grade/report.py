@@ -127,7 +127,9 @@ def _measurement_sections(found: Measurements) -> list[Section]:
         bar = Chart("bar", "Calls per route (coverage --train)", list(routes),
                     [{"name": "calls", "values": list(routes.values())}], x_label="route", y_label="calls")
         ops = found.coverage_report.sections[0]  # coverage's "Ops that are not native" section
-        sections.append(Section("Routes (coverage --train)", text=[ops.title + ":", *ops.text],
+        # "Ops that are not native on X:" heads coverage's table; without one its text says it all.
+        lead = [ops.title + ":"] if ops.tables else []
+        sections.append(Section("Routes (coverage --train)", text=[*lead, *ops.text],
                                 tables=ops.tables, charts=[
             bar, *_chart(found.coverage_report, "stacked-bar", "Calls per route, by top-level module")]))
     if found.compare_report is not None:
