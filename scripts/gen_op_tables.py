@@ -403,7 +403,8 @@ def _op_plugin_versions(spec: str, all_versions: list[str], where: str) -> set[s
 
 
 def parse_op_plugin(text: str) -> tuple[list[str], dict[str, set[str]], Counter]:
-    """(all versions, aten op -> versions that register it, entries left out by section)."""
+    """(all versions, aten op -> versions that register it, entries left out by section); the ops of
+    its ``autograd:`` section (op-plugin implements their backward itself) are in ``AUTOGRAD_SECTION``."""
     all_versions: list[str] = []
     entries: list[tuple[str, str, set[str]]] = []  # section, name, versions
     section = ""
@@ -434,7 +435,30 @@ def parse_op_plugin(text: str) -> tuple[list[str], dict[str, set[str]], Counter]
             skipped[section if aten else section or "?"] += 1
             continue
         rows.setdefault(canonical(name), set()).update(versions)
+        if section == "autograd":
+            AUTOGRAD_SECTION.add(canonical(name))
     return all_versions, rows, skipped
+
+
+AUTOGRAD_SECTION: set[str] = set()
+DERIVATIVES_RELPATH = "torchgen/packaged/autograd/derivatives.yaml"
+
+
+def backward_ops(ops: Iterable[str]) -> dict[str, set[str]]:
+    """op -> the *_backward ops PyTorch's derivative formula of `op` calls (the wheel's derivatives.yaml).
+    An op whose autograd the vendor implements runs its own backward on the chip; on an emulated chip
+    PyTorch's formula runs instead, so those backward ops are registered with it."""
+    wanted = set(ops)
+    path = find_yaml().parents[2] / DERIVATIVES_RELPATH.removeprefix("torchgen/packaged/")
+    found: dict[str, set[str]] = {}
+    current = None
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith("- name:"):
+            current = canonical(line[len("- name:"):].split("(", 1)[0].strip())
+        elif current in wanted and line.startswith("  "):
+            found.setdefault(current, set()).update(
+                canonical(name) for name in re.findall(r"\b(\w+_backward)\(", line))
+    return found
 
 
 def parse_name_list(text: str, section: str) -> set[str]:
@@ -509,6 +533,14 @@ def vendor_rows(vendor: Vendor, checkouts: dict[str, Checkout]) -> tuple[list[st
         sources.append(f"{plugin_src.repo}@{co.commit()} {plugin_src.file}: {plugin_src.what} "
                        f"(left out: {dict(sorted(skipped.items()))})")
         rows = {op: ("native", v) for op, v in plugin_rows.items()}
+        registered = registered_aten_ops()
+        derived = {op: sorted(b & registered) for op, b in backward_ops(AUTOGRAD_SECTION).items()}
+        for op, backwards in derived.items():
+            for backward in backwards:
+                rows.setdefault(backward, ("native", set()))[1].update(plugin_rows[op])
+        sources.append(f"torch {_torch_version()} {DERIVATIVES_RELPATH}: the backward ops of op-plugin's "
+                       f"autograd: entries (it implements their backward): "
+                       + (", ".join(f"{op} -> {', '.join(b)}" for op, b in sorted(derived.items())) or "none"))
         co = checkout(native_src)
         for op in parse_name_list(co.read(native_src.file), "supported"):
             rows[op] = ("native", set(versions))
