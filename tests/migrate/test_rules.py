@@ -189,3 +189,12 @@ def test_the_engine_names_no_rule_code():
         codes = [node.value for node in _ast.walk(tree) if isinstance(node, _ast.Constant)
                  and isinstance(node.value, str) and id(node) not in docstrings and re.search(r"FL\d{3}", node.value)]
         assert codes == [], f"{module.name} names rule codes {codes}: declare it on the rule instead"
+
+
+@pytest.mark.parametrize("code", [c for c in RULES if c != "FL702"])  # FL702's example is a file name
+def test_each_rules_documented_example_is_flagged_and_its_use_instead_is_clean(code):
+    rule = RULES[code]
+    example = scan_source("import torch\n" + rule.example + "\n", select=["ALL"])
+    assert code in {f.code for f in example}, f"{code}'s own example is not flagged"
+    clean = scan_source("import torch\n" + rule.use_instead + "\n")
+    assert clean == [], f"{code}'s 'use instead' is flagged: {[(f.code, f.message) for f in clean]}"

@@ -8,8 +8,9 @@ from typing import Any
 from .base import on, on_call, on_call_name, on_file, rule, str_value, triggers
 
 CUDA_SUFFIXES = (".cu", ".cuh")
+_TRITON = ("triton.jit", "triton.autotune")
 
-triggers("cuda", "triton", "nvrtc")
+triggers("cuda", "triton", "nvrtc", pattern=r"\.cuh?['\"]")  # "kernel.cu" in a sources list
 
 rule(
         "FL701", "cuda-extension",
@@ -104,6 +105,7 @@ def extension(det: Any, node: ast.Call, qual: str) -> None:
 def triton_kernel(det: Any, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
     for decorator in node.decorator_list:
         target = decorator.func if type(decorator) is ast.Call else decorator
-        if det.qualname(target) in ("triton.jit", "triton.autotune"):
+        # `triton` unbound (a snippet without the import) is still Triton.
+        if det.qualname(target) in _TRITON or ("triton" not in det.aliases and ast.unparse(target) in _TRITON):
             det.report("FL703", decorator, func=node.name)
             return
