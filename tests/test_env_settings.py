@@ -106,10 +106,10 @@ def test_each_value_says_where_it_came_from_and_doctor_shows_it(tmp_path, monkey
     (tmp_path / "proj").mkdir()
     project = _project(tmp_path / "proj", "cache_keep = 5\n")
     monkeypatch.setenv("FL_EMU_DEVICES", "2")
-    assert _env.FL_CACHE_KEEP.resolve() == (5, str(project), "project config")
-    assert _env.FL_FALLBACK.resolve() == ("error", str(user), "user config")
-    assert _env.FL_EMU_DEVICES.resolve() == (2, "FL_EMU_DEVICES", "environment")
-    assert _env.FL_PREFLIGHT.resolve() == (True, "default", "default")
+    assert _env.FL_CACHE_KEEP.resolve() == (5, str(project), "project config", "5")
+    assert _env.FL_FALLBACK.resolve() == ("error", str(user), "user config", "error")
+    assert _env.FL_EMU_DEVICES.resolve() == (2, "FL_EMU_DEVICES", "environment", "2")
+    assert _env.FL_PREFLIGHT.resolve() == (True, "default", "default", "1")
     assert main(["doctor", "--json"]) in (0, 1)
     settings = {item["name"]: item for item in json.loads(capsys.readouterr().out)["settings"]}
     assert settings["FL_CACHE_KEEP"] == {"name": "FL_CACHE_KEEP", "key": "cache_keep", "value": "5",

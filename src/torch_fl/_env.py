@@ -46,6 +46,7 @@ class Setting(NamedTuple):
     value: Any
     source: str
     kind: str
+    text: str = ""  # the value as written (the variable's text, or the file's value)
 
 
 @dataclass(frozen=True)
@@ -102,19 +103,21 @@ class EnvVar:
         config (for settings with a config key), else the default."""
         for found in self.layers():
             return found
-        return Setting(self.parse(self.default), "default", "default")
+        return Setting(self.parse(self.default), "default", "default", self.default)
 
     def layers(self, environment: bool = True) -> list[Setting]:
         """Every source that sets this setting, the one that wins first (environment, project config,
         user config). FL_ROUTE merges them per operator; every other setting takes the first."""
         found = []
         if environment and self.is_set():
-            found.append(Setting(self.value_from_env(), self.name, "environment"))
+            found.append(Setting(self.value_from_env(), self.name, "environment", self.text()))
         if self.key:
             for kind, config in config_files():
                 if self.key in config.values:
                     origin = f"{config.path}: {self.key}"
-                    found.append(Setting(self.parse(config.values[self.key], origin), str(config.path), kind))
+                    raw = config.values[self.key]
+                    written = ",".join(f"{k}={v}" for k, v in raw.items()) if isinstance(raw, dict) else str(raw)
+                    found.append(Setting(self.parse(raw, origin), str(config.path), kind, written))
         return found
 
     def value_from_env(self) -> Any:

@@ -123,8 +123,8 @@ def _check_env(data: dict[str, Any]) -> None:
         _record(data, "env", exc)
     data["unknown_variables"] = _env.unknown()
     data["settings"] = [
-        {"name": var.name, "key": var.key, "value": _setting_text(found.value), "source": found.source,
-         "kind": found.kind}
+        {"name": var.name, "key": var.key, "value": found.text or _setting_text(found.value),
+         "source": found.source, "kind": found.kind}
         for var, found in _env.settings() if not isinstance(found, Exception)]
     try:
         data["shadowed_descriptions"] = {name: f"{path} ({origin})"
