@@ -60,21 +60,33 @@ def _shell(script: str, cwd: Path, **env: str):
                           timeout=300, env={**os.environ, "PATH": path, **env}, check=False)
 
 
-@pytest.mark.slow  # two torchfl processes
-def test_new_description_recipe_runs_end_to_end(tmp_path):
+@pytest.mark.slow  # the recipe's two torchfl processes
+def test_new_description_recipe_runs_end_to_end(tmp_path, monkeypatch, capsys):
     text = (DOCS / "descriptions.md").read_text().split("## Starting a new description", 1)[1]
     block = text.split("```bash\n", 1)[1].split("```", 1)[0]
     recipe = "\n".join(line for line in block.splitlines() if "--probe" not in line)  # needs a live chip
     done = _shell(recipe, tmp_path)
     assert done.returncode == 0, done.stderr
     assert 'name = "mychip"' in done.stdout and "Copy of 'cuda'" in done.stdout
-    listed = _shell("torchfl describe --list", tmp_path, FL_DESCRIPTION="mychip.toml")
-    rows = {line.split()[0]: line for line in listed.stdout.splitlines()[1:]}
+    # Then, in this process (the recipe's files are in tmp_path): both descriptions load, nothing replaced.
+    import torch_fl
+    from torch_fl.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("FL_DESCRIPTION", "mychip.toml")
+    torch_fl.reset()
+    capsys.readouterr()
+    assert main(["describe", "--list"]) == 0
+    listed = capsys.readouterr()
+    rows = {line.split()[0]: line for line in listed.out.splitlines()[1:]}
     assert rows["cuda"].endswith("built-in") and rows["mychip"].endswith("mychip.toml")
-    assert "warning" not in listed.stderr  # nothing replaced silently (or loudly)
+    assert "warning" not in listed.err  # nothing replaced silently (or loudly)
     # Without --as the copy says, in its first line, that it would replace the built-in.
-    same = _shell("torchfl describe cuda", tmp_path)
-    assert same.stdout.startswith("# name = 'cuda': loaded as is, this file REPLACES the built-in 'cuda'")
+    monkeypatch.delenv("FL_DESCRIPTION")
+    torch_fl.reset()
+    assert main(["describe", "cuda"]) == 0
+    assert capsys.readouterr().out.startswith(
+        "# name = 'cuda': loaded as is, this file REPLACES the built-in 'cuda'")
 
 
 # ---------------------------------------------------------------- outputs shown in the docs cannot drift

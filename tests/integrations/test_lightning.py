@@ -157,18 +157,19 @@ class Tiny(pl.LightningModule):
 seed_everything(1, verbose=False)
 with isolate_rng():  # saves torch.cuda's generators: the alias's, i.e. the emulated chip's
     torch.rand(3, device="cuda" if torch.cuda.is_available() else torch.fl.device())
-pl.Trainer(accelerator=os.environ["ACCELERATOR"], max_steps=2, logger=False, enable_checkpointing=False,
-           enable_progress_bar=False, enable_model_summary=False).fit(Tiny())
-print("done", torch.fl.device())
+for accelerator in os.environ["ACCELERATORS"].split(","):
+    pl.Trainer(accelerator=accelerator, max_steps=2, logger=False, enable_checkpointing=False,
+               enable_progress_bar=False, enable_model_summary=False).fit(Tiny())
+    print("done", accelerator, torch.fl.device())
 '''
 
 
-@pytest.mark.parametrize(("env", "accelerator", "device"), [
-    ({"FL_DEVICE": "emu:cuda", "FL_CUDA_ALIAS": "1"}, "auto", "emu:0"),  # auto -> Lightning's cuda -> alias
-    ({"FL_DEVICE": "emu:cuda", "FL_CUDA_ALIAS": "1"}, "torchfl", "emu:0"),
-    ({"FL_DEVICE": "emu:npu"}, "npu", "npu:0"),  # an emulated PrivateUse1 chip under its own name
+@pytest.mark.parametrize(("env", "accelerators", "device"), [
+    # "auto" -> Lightning's cuda -> the alias; then torch-fl's own accelerator in the same process
+    ({"FL_DEVICE": "emu:cuda", "FL_CUDA_ALIAS": "1"}, ["auto", "torchfl"], "emu:0"),
+    ({"FL_DEVICE": "emu:npu"}, ["npu"], "npu:0"),  # an emulated PrivateUse1 chip under its own name
 ])
-def test_fresh_process(env, accelerator, device, tmp_path):
+def test_fresh_process(env, accelerators, device, tmp_path):
     import os
     import subprocess
     import sys
@@ -176,6 +177,8 @@ def test_fresh_process(env, accelerator, device, tmp_path):
     script = tmp_path / "train.py"
     script.write_text(ALIAS_SCRIPT)
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
-                          cwd=tmp_path, env={**os.environ, **env, "ACCELERATOR": accelerator}, check=False)
+                          cwd=tmp_path, env={**os.environ, **env, "ACCELERATORS": ",".join(accelerators)},
+                          check=False)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.count(f"step on {device} {device}") == 2 and f"done {device}" in done.stdout, done.stdout
+    assert done.stdout.count(f"step on {device} {device}") == 2 * len(accelerators), done.stdout
+    assert all(f"done {name} {device}" in done.stdout for name in accelerators), done.stdout
