@@ -196,3 +196,12 @@ def test_warmup_shapes_are_ascii_and_bounded(text, why):
     with pytest.raises(TorchFLError, match=why):
         parse_shapes([text], (torch.ones(2, 4),))
     assert parse_shapes(["8x64"], (torch.ones(2, 4),)) == [((8, 64),)]
+
+
+def test_preflight_rank_count_is_bounded(capsys):
+    from torch_fl.cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main(["preflight", "--nproc", "100000"])
+    assert info.value.code == 2
+    assert "argument --nproc: must be a whole number >= 1, got '100000' (at most 1024)" in capsys.readouterr().err

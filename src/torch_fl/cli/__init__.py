@@ -178,6 +178,19 @@ def positive_int(text: str) -> int:
     return value
 
 
+def count_up_to(maximum: int):
+    """An argparse type: a whole number from 1 to `maximum` (e.g. ranks, each one a process)."""
+
+    def parse(text: str) -> int:
+        value = positive_int(text)
+        if value > maximum:
+            raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got '{text}' (at most {maximum})")
+        return value
+
+    parse.__name__ = "count"  # argparse names the type in its messages
+    return parse
+
+
 def positive_seconds(text: str) -> float:
     """A number of seconds > 0 and at most a week, in ASCII digits."""
     import re

@@ -14,7 +14,9 @@ import os
 import time
 from typing import Any
 
-from . import positive_int, positive_seconds
+from . import count_up_to, positive_seconds
+
+MAX_RANKS = 1024  # local ranks are processes on one node
 
 DEFAULT_TIMEOUT = 30.0
 
@@ -29,7 +31,7 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> No
         epilog="Examples:\n  torchfl preflight --nproc 2\n  torchfl preflight --nproc 8 --timeout 120\n"
                "  torchfl preflight --nproc 4 --backend gloo --json",
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--nproc", type=positive_int, default=None, metavar="N",
+    parser.add_argument("--nproc", type=count_up_to(MAX_RANKS), default=None, metavar="N",
                         help="ranks to start (default: the node's device count, at least 2)")
     parser.add_argument("--timeout", type=positive_seconds, default=DEFAULT_TIMEOUT, metavar="S",
                         help=f"seconds each preflight step may take (default {DEFAULT_TIMEOUT:g})")
