@@ -71,6 +71,7 @@ _HANDLERS.update({
     ast.Dict: _D.visit_Dict, ast.If: _D.visit_If, ast.IfExp: _D.visit_IfExp,
     ast.Compare: _D.visit_Compare, ast.BinOp: _D.visit_BinOp, ast.Subscript: _D.visit_Subscript,
     ast.Attribute: _D.visit_Attribute, ast.Call: _D.visit_Call, ast.Assert: _D.visit_Assert,
+    ast.BoolOp: _D.visit_BoolOp,
 })
 Dispatch.HANDLERS = _HANDLERS
 

@@ -296,6 +296,25 @@ class Guards(Dispatch):
                                else (test, range(body_start, body_end), range(body_sources, else_sources)))
         self.stmt_line = outer
 
+    def visit_BoolOp(self, node: ast.BoolOp) -> None:
+        """`torch.cuda.is_available() and torch.cuda.is_bf16_supported()`: what follows the check in an
+        `and` runs only where it passed, so it is guarded by it like an `if` body."""
+        if type(node.op) is not ast.And:
+            self.generic(node)
+            return
+        pending: tuple[list[int], int, int] | None = None
+        for value in node.values:
+            start = len(self.raw)
+            self.visit(value)
+            if pending is None and self.names_cuda(value) and not self.negated_check(value):
+                test = self.check_findings(value, start)
+                if test:
+                    pending = (test, len(self.raw), len(self.sources))  # type: ignore[attr-defined]
+        if pending is not None:
+            test, guarded, sources = pending
+            self.guards.append((test, range(guarded, len(self.raw)),
+                                range(sources, len(self.sources))))  # type: ignore[attr-defined]
+
     def visit_IfExp(self, node: ast.IfExp) -> None:
         if self.names_cuda(node.test) and self.picks_cuda_package(
                 [node.orelse if self.negated_check(node.test) else node.body]):
