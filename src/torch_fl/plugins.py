@@ -12,7 +12,6 @@ import importlib
 import importlib.util
 import logging
 import sys
-from importlib import metadata
 
 import torch
 
@@ -20,6 +19,7 @@ from . import _env, config
 from ._versions import satisfies
 from .description import registry
 from .description.model import Description
+from .description.probe import installed_version
 from .errors import PluginImportError
 
 _log = logging.getLogger("torch_fl.plugins")
@@ -27,17 +27,7 @@ _log = logging.getLogger("torch_fl.plugins")
 
 def plugin_version(desc: Description) -> str:
     """Installed version of the description's plugin ('' when built into torch or not installed)."""
-    if not desc.plugin:
-        return ""
-    top = desc.plugin.split(".")[0]
-    for dist in (top.replace("_", "-"), top):
-        try:
-            return metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            continue
-    # Not a pip distribution (a vendor install script, say): ask the module only if already loaded,
-    # because importing a broken plugin here would hide the real error.
-    return str(getattr(sys.modules.get(top), "__version__", ""))
+    return installed_version(desc.plugin)
 
 
 def runtime_version(desc: Description) -> tuple[str, str]:

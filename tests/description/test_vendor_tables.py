@@ -3,6 +3,7 @@ native set of every PrivateUse1/XPU chip when its backend is not loaded (here: a
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import re
 import sys
@@ -295,3 +296,17 @@ def test_doctor_shows_where_the_live_probe_and_the_table_differ(tmp_path):
     assert rows["probe vs table"].startswith("1 of the 2 ops the table registers for 1.0 have no kernel here "
                                              "(e.g. aten::_cudnn_rnn.default)")
     assert probe_vs_table(torch_fl.description("npu")) is None  # no torch_npu here: the table answers
+
+
+def test_the_installed_plugin_picks_its_line(tmp_path, monkeypatch):
+    # torch_npu 2.5.1 installed (its metadata; it is never imported): the 2.5 rows answer
+    info = tmp_path / "torch_npu-2.5.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: torch_npu\nVersion: 2.5.1\n", encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    importlib.invalidate_caches()
+    desc = torch_fl.description("npu").with_plugin_version(None)
+    _, version, why = desc.native_table()
+    assert (version, why) == ("2.5", "torch_npu 2.5.1 installed")
+    assert "aten::bitwise_left_shift.Tensor_out" not in desc.native_ops()  # Ascend: from 2.7
+    assert "torch_npu" not in sys.modules

@@ -216,13 +216,12 @@ class Description:
 def _installed_version(table: Any, plugin: str) -> tuple[str | None, str]:
     """(version on the table's axis, where it came from) of the installed plugin, read from its
     package metadata without importing it (importing a plugin claims the PrivateUse1 slot)."""
-    from importlib import metadata
+    from .probe import installed_version
 
     if not plugin:
         return None, "built into torch"
-    try:
-        installed = metadata.version(plugin)
-    except metadata.PackageNotFoundError:
+    installed = installed_version(plugin)
+    if not installed:
         return None, f"{plugin} is not installed"
     if table.versions_of == "torch":  # the plugin's branches follow torch releases
         import torch

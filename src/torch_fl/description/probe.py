@@ -25,6 +25,7 @@ __all__ = [
     "composite_ops",
     "dispatcher_op_name",
     "forwarded_ops",
+    "installed_version",
     "probe_dtypes",
     "probe_native_ops",
     "read_op_table",
@@ -172,6 +173,26 @@ def forwarded_ops(registered: frozenset[str]) -> frozenset[str]:
     has_kernel = torch._C._dispatch_has_kernel_for_dispatch_key
     return frozenset(op for op, target in structured_delegates().items() if target in registered
                      and has_kernel(dispatcher_op_name(op), "CompositeExplicitAutogradNonFunctional"))
+
+
+def installed_version(plugin: str) -> str:
+    """Installed version of plugin module `plugin` ('' when built into torch or not installed), from its
+    package metadata: importing a plugin claims PyTorch's PrivateUse1 slot, and a broken one would hide
+    the real error."""
+    if not plugin:
+        return ""
+    from importlib import metadata
+
+    top = plugin.split(".")[0]
+    for dist in (top.replace("_", "-"), top):
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    # Not a pip distribution (a vendor install script, say): ask the module only if already loaded.
+    import sys
+
+    return str(getattr(sys.modules.get(top), "__version__", ""))
 
 
 def backend_loaded(desc: Any) -> bool:

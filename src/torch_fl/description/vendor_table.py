@@ -183,18 +183,13 @@ def probe_vs_table(desc: Any, limit: int = 8) -> dict[str, Any] | None:
     """Where this process's dispatcher (the truth, with the plugin loaded on the live device) and the
     description's vendor table disagree, for `torchfl doctor`; None when the table answers (no live
     backend) or the description names none."""
-    from .probe import all_aten_ops, backend_loaded, probe_native_ops
+    from .probe import all_aten_ops, backend_loaded, installed_version, probe_native_ops
 
     path = desc.table_path()
     if path is None or desc.native_source != "probe" or not backend_loaded(desc):
         return None
-    from importlib import metadata
-
     table = read_vendor_table(path)
-    try:
-        installed: str | None = metadata.version(desc.plugin) if desc.plugin else None
-    except metadata.PackageNotFoundError:
-        installed = None
+    installed = installed_version(desc.plugin) or None
     version, why = table.select(installed, f"{desc.plugin} {installed} loaded" if installed else "")
     registered = table.ops(version) & frozenset(all_aten_ops())
     probed = probe_native_ops(desc.dispatch_key)
