@@ -13,3 +13,12 @@ def test_import_torch_fl_loads_no_framework():
             "or m.startswith('torch_fl.integrations.')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
     assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_without_lightning_the_import_says_what_to_install():
+    code = ("import sys; sys.modules['pytorch_lightning'] = sys.modules['lightning'] = None\n"
+            "try:\n    import torch_fl.integrations.lightning\n"
+            "except ImportError as e:\n    print('refused:', e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    assert "refused: torch_fl.integrations.lightning needs PyTorch Lightning" in out.stdout, out.stdout + out.stderr
+    assert "pip install pytorch-lightning" in out.stdout

@@ -38,11 +38,11 @@ _PACKAGES = ("pytorch_lightning", "lightning.pytorch")
 def _lightning_packages() -> list[ModuleType]:
     found = []
     for name in _PACKAGES:
-        if importlib.util.find_spec(name.split(".")[0]) is None:
-            continue
         try:
+            if importlib.util.find_spec(name.split(".")[0]) is None:
+                continue
             found.append(importlib.import_module(name))
-        except ImportError:
+        except (ImportError, ValueError):  # ValueError: a module blocked in sys.modules (None)
             continue
     if not found:
         raise ImportError("torch_fl.integrations.lightning needs PyTorch Lightning, which is not installed: "
