@@ -5,6 +5,10 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
+pytestmark = pytest.mark.slow  # a fresh Python that imports torch: 4-6 s each on the shared machine
+
 
 def test_import_torch_fl_loads_no_framework():
     code = ("import sys, torch_fl, torch_fl.integrations; "
