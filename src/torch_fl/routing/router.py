@@ -174,11 +174,40 @@ class Router:
             + (f": {reason}" if reason else "") + f".\n"
             f"  inputs: {_describe_args(args, kwargs)}\n"
             f"  route: {route.kind}, decided by {route.source}\n"
-            f"  fixes:\n"
-            f"    - run it on the CPU: FL_ROUTE='{op}=fallback' (counted and warned), or add it to "
-            f"[ops] fallback in {desc.path}\n"
-            f"    - try PyTorch's decomposition: FL_ROUTE='{op}=translate'\n"
-            f"    - provide a kernel: torch.fl.register_kernel('{op}', fn, device_type='{desc.device_type}')")
+            f"  fixes:\n" + "".join(f"    - {fix}\n" for fix in self.fixes(op, route, reason)).rstrip("\n"))
+
+    def fixes(self, op: str, route: Route, reason: str = "") -> list[str]:
+        """The fixes that would make `op` run here, each checked with what this router would do with it
+        (a fallback needs a CPU kernel, a translation a decomposition); they name FL_ROUTE or the user's
+        config, never a file inside the installed package."""
+        desc = self.table.description
+        kernel = f"provide a kernel: torch.fl.register_kernel('{op}', fn, device_type='{desc.device_type}')"
+        if "precision.dtypes" in route.source or "precision.dtypes" in reason:
+            # the tensor itself cannot exist on the chip: no route of the op changes that
+            return [f"keep the tensor in a dtype '{desc.name}' has (precision.dtypes: {', '.join(desc.dtypes)}): "
+                    f"convert it before this call, for example with .float()"]
+        fixes = []
+        if route.kind != "fallback" and self._cpu_can_run(op):
+            if self.strict:
+                fixes.append("allow CPU fallbacks: unset FL_FALLBACK=error (strict mode forbids them), then "
+                             f"FL_ROUTE='{op}=fallback'")
+            else:
+                where = f"; or add it to [ops] fallback in {desc.path}" if not desc.builtin else ""
+                fixes.append(f"run it on the CPU (counted and warned): FL_ROUTE='{op}=fallback', or in your "
+                             f"config (torch_fl.toml, or [tool.torch_fl] in pyproject.toml): "
+                             f"[routes] \"{op}\" = \"fallback\"{where}")
+        if route.kind != "translate" and untranslatable_reason(op) is None:
+            fixes.append(f"run PyTorch's decomposition: FL_ROUTE='{op}=translate', or in your config: "
+                         f"[routes] \"{op}\" = \"translate\"")
+        return [*fixes, kernel]
+
+    def _cpu_can_run(self, op: str) -> bool:
+        """Whether a CPU fallback of `op` would run: the CPU's kernel, or on the emulated device (which
+        computes on the host) the emulator's reference math of a chip kernel the CPU lacks."""
+        from .emu.reference import has_reference
+        from .table import has_cpu_kernel
+
+        return has_cpu_kernel(op) or (self.host_is_device and has_reference(op))
 
 
 # CPU fallback on a real device ---------------------------------------------------------------------
