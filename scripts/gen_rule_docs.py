@@ -54,10 +54,16 @@ runtime CUDA alias.
 Performance hints (FL203) are opt-in: `--select FL203`, `--select ALL`, or `extend-select` in the
 config. Correct CUDA-only code is not reported: tests skipped without CUDA
 (`@pytest.mark.skipif(not torch.cuda.is_available(), ...)`, `unittest.skipUnless`, `pytest.skip()`
-after a CUDA check, a module-level `pytestmark`), CUDA-only tuning under a CUDA check
-(`if torch.cuda.is_available(): torch.backends.cudnn.benchmark = True`), and asserts that a CUDA-only
-library has CUDA (`assert torch.cuda.is_available(), "bitsandbytes needs CUDA"`). Each place gets one
-finding, from the most specific rule. Directories are walked for
+after a CUDA check, a module-level `pytestmark`, marks named for CUDA such as
+`@pytest.mark.requires_cuda` or `@requires_gpu`), CUDA-only tuning under a CUDA check
+(`if torch.cuda.is_available(): torch.backends.cudnn.benchmark = True`, or after
+`if not torch.cuda.is_available(): return`), asserts that a CUDA-only library has CUDA
+(`assert torch.cuda.is_available(), "bitsandbytes needs CUDA"`), and checks that pick a CUDA-only
+package (`["CUDAExecutionProvider", ...] if torch.cuda.is_available() else [...]`, `onnxruntime-gpu`,
+`tensorflow-gpu`, `paddlepaddle-gpu`). Each place gets one finding, from the most specific rule. A CUDA
+check's fix is only as safe as the code it guards (the `if` body, the arm of a conditional expression,
+what follows it in an `and`, the rest of a function after an early return): see
+[migrate-fix.md](migrate-fix.md). Directories are walked for
 `*.py` and `*.pyi` (and `*.cu` / `*.cuh` for FL702), skipping `.git`, `.venv`, `venv`, `__pycache__`,
 `build`, `dist`, `node_modules`, `site-packages` and other tool caches (`.gitignore` is not read:
 use `extend-exclude`). From Python:
