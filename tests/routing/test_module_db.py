@@ -34,9 +34,6 @@ KNOWN: dict[tuple[str, str], tuple[int, str]] = {
     ("emu:mps", "nn.BatchNorm1d"): (1, _EMPTY_BATCH),
     ("emu:mps", "nn.BatchNorm2d"): (1, _EMPTY_BATCH),
     ("emu:mps", "nn.BatchNorm3d"): (1, _EMPTY_BATCH),
-    ("emu:mps", "nn.MultiLabelMarginLoss"): (
-        1, "1-D input, reduction='none': mps translates multilabel_margin_loss_forward with PyTorch's "
-           "decomposition, which returns shape [1] where the CPU kernel returns []"),
 }
 
 MIN_SHARE = 0.99
