@@ -48,6 +48,7 @@ class Detector(Scopes, Guards, Flow):
         self.strings = {}
         self.check_keys = {}
         self.dropped = set()
+        self.local_calls = []
         self.guards: list[tuple[list[int], range, range]] = []  # (test findings, guarded findings, sources)
 
 

@@ -64,6 +64,7 @@ class Dispatch:
     string_keys: set[Any]
     check_keys: dict[Any, list[int]]  # a variable holding a CUDA check -> the raw findings of its value
     dropped: set[int]  # raw findings withdrawn (a check found correct after the fact)
+    local_calls: list[tuple[int, str]]  # (raw findings so far, name) per call of a module-level function
 
     def visit(self, node: ast.AST) -> None:
         handler = self.HANDLERS.get(node.__class__)
@@ -191,6 +192,7 @@ class Dispatch:
         name = terminal_name(func)
         if type(func) is ast.Name and func.id in self.functions:
             self.pass_arguments(node, self.functions[func.id])
+            self.local_calls.append((len(self.raw), func.id))  # for guards: what the call runs
         for hook in HOOKS.call_names.get(name, ()) if name else ():
             hook(self, node, name)
         for kw in node.keywords:

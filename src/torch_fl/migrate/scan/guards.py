@@ -222,6 +222,14 @@ class Guards(Dispatch):
         blocker = ""
         candidates = [(self.raw[i][0], self.raw[i][1][0], self.raw[i][3]) for i in guarded
                       if i not in self.dropped and not RULES[self.raw[i][0]].runs_off_cuda]
+        # A module function called under the guard runs under it too (`if torch.cuda.is_available():
+        # print(gpu_name())`): its findings count (one level; methods and other modules not followed).
+        called = {name for index, name in self.local_calls if guarded.start <= index <= guarded.stop}
+        for name in called:
+            function = self.functions[name]
+            candidates += [(raw[0], raw[1][0], raw[3]) for i, raw in enumerate(self.raw)
+                           if i not in self.dropped and function.lineno <= raw[1][0] <= (function.end_lineno or 0)
+                           and not RULES[raw[0]].runs_off_cuda]
         for kind, _key, literal, _index, _line, _target in (self.sources[i] for i in sources):  # type: ignore[attr-defined]
             found = by_pos.get((literal.lineno, literal.col_offset, literal.end_lineno, literal.end_col_offset))
             if found is None:  # bound here and used as a string: no fix rewrites it
