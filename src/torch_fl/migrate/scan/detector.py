@@ -49,7 +49,7 @@ class Detector(Scopes, Guards, Flow):
         self.check_keys = {}
         self.dropped = set()
         self.local_calls = []
-        self.guards: list[tuple[list[int], range, range]] = []  # (test findings, guarded findings, sources)
+        self.guards: list[tuple[list[int], Any, Any]] = []  # (test findings, start mark, end mark)
 
 
 def _all_subclasses(cls: type) -> Iterator[type]:

@@ -192,7 +192,7 @@ class Dispatch:
         name = terminal_name(func)
         if type(func) is ast.Name and func.id in self.functions:
             self.pass_arguments(node, self.functions[func.id])
-            self.local_calls.append((len(self.raw), func.id))  # for guards: what the call runs
+            self.local_calls.append((len(self.raw), func.id))  # for guards: what the call runs (see Guards.mark)
         for hook in HOOKS.call_names.get(name, ()) if name else ():
             hook(self, node, name)
         for kw in node.keywords:

@@ -22,6 +22,8 @@ _CUDA_TEST_KEYWORDS = frozenset({"min_cuda_gpus", "min_gpus", "cuda"})
 # @pytest.mark.cuda, @cuda_only, @skip_if_no_cuda, @onlyCUDA (PyTorch's own tests).
 _CUDA_MARK = re.compile(r"(requires?_?|needs?_?|only_?|skip_?if_?no_?|skip_?unless_?)?(cuda|gpu)s?(_?only)?"
                         r"|only_?cuda|onlycuda|cuda_?required", re.IGNORECASE)
+# A point of the walk: (raw findings, data-flow sources, module-function calls) so far.
+Mark = tuple[int, int, int]
 # Statements that leave a function or loop: `if not torch.cuda.is_available(): return`.
 _EXITS = (ast.Return, ast.Raise, ast.Continue, ast.Break)
 
@@ -158,10 +160,9 @@ class Guards(Dispatch):
                 start = len(self.raw)
                 self.visit(stmt)
                 test = list(range(start, len(self.raw)))
-                guarded, sources = len(self.raw), len(self.sources)  # type: ignore[attr-defined]
+                guarded = self.mark()
                 self.body(rest)
-                self.guards.append((test, range(guarded, len(self.raw)),
-                                    range(sources, len(self.sources))))  # type: ignore[attr-defined]
+                self.guards.append((test, guarded, self.mark()))
                 break
             self.visit(stmt)
         if quiet:
@@ -204,19 +205,25 @@ class Guards(Dispatch):
                 found.extend(self.check_keys.get(key, ()))
         return found
 
+    def mark(self) -> Mark:
+        """Where the walk is: how many raw findings, data-flow sources and module-function calls so far.
+        Two marks delimit the code a guard covers."""
+        return (len(self.raw), len(self.sources), len(self.local_calls))  # type: ignore[attr-defined]
+
     def settle_guards(self) -> None:
         """Settle every guard recorded during the walk, innermost first, once the data-flow findings
         (which come at the end) are in."""
-        for test, guarded, sources in self.guards:
-            self.settle_guard(test, guarded, sources)
+        for test, start, end in self.guards:
+            self.settle_guard(test, start, end)
 
-    def settle_guard(self, test: list[int], guarded: range, sources: range) -> None:
+    def settle_guard(self, test: list[int], start: Mark, end: Mark) -> None:
         """A guard's test is fixed only together with the code it guards. Rewriting the test alone opens
         the guard on every accelerator; code under it that does not run there (a CUDA-only call with no
         fix, a "cuda" string no fix rewrites) would then run where the original took the other branch.
         So the test's fixes get the weakest safety of the guarded findings (code that runs off CUDA, a
         flag write, does not count): all safe, safe; some unsafe, unsafe (fixed together under
         --unsafe-fixes); some with no fix, no fix, with the reason in the message."""
+        guarded, sources = range(start[0], end[0]), range(start[1], end[1])
         by_pos = {raw[1]: raw for i, raw in enumerate(self.raw) if i not in self.dropped}
         weakest: str | None = "safe"
         blocker = ""
@@ -224,7 +231,7 @@ class Guards(Dispatch):
                       if i not in self.dropped and not RULES[self.raw[i][0]].runs_off_cuda]
         # A module function called under the guard runs under it too (`if torch.cuda.is_available():
         # print(gpu_name())`): its findings count (one level; methods and other modules not followed).
-        called = {name for index, name in self.local_calls if guarded.start <= index <= guarded.stop}
+        called = {name for _, name in self.local_calls[start[2]:end[2]]}
         for name in called:
             function = self.functions[name]
             candidates += [(raw[0], raw[1][0], raw[3]) for i, raw in enumerate(self.raw)
@@ -290,18 +297,16 @@ class Guards(Dispatch):
         self.emit("if", node, self.availability_calls > before)
         periodic = any(type(n) is ast.BinOp and type(n.op) is ast.Mod for n in ast.walk(node.test))
         self.periodic += periodic
-        body_start, body_sources = len(self.raw), len(self.sources)  # type: ignore[attr-defined]
+        body = self.mark()
         for stmt in node.body:
             self.visit(stmt)
         self.periodic -= periodic
         self.quiet -= guard
-        body_end, else_sources = len(self.raw), len(self.sources)  # type: ignore[attr-defined]
+        orelse = self.mark()
         for stmt in node.orelse:
             self.visit(stmt)
         if test:
-            end, sources_end = len(self.raw), len(self.sources)  # type: ignore[attr-defined]
-            self.guards.append((test, range(body_end, end), range(else_sources, sources_end)) if negated
-                               else (test, range(body_start, body_end), range(body_sources, else_sources)))
+            self.guards.append((test, orelse, self.mark()) if negated else (test, body, orelse))
         self.stmt_line = outer
 
     def visit_BoolOp(self, node: ast.BoolOp) -> None:
@@ -310,18 +315,16 @@ class Guards(Dispatch):
         if type(node.op) is not ast.And:
             self.generic(node)
             return
-        pending: tuple[list[int], int, int] | None = None
+        pending: tuple[list[int], Mark] | None = None
         for value in node.values:
             start = len(self.raw)
             self.visit(value)
             if pending is None and self.names_cuda(value) and not self.negated_check(value):
                 test = self.check_findings(value, start)
                 if test:
-                    pending = (test, len(self.raw), len(self.sources))  # type: ignore[attr-defined]
+                    pending = (test, self.mark())
         if pending is not None:
-            test, guarded, sources = pending
-            self.guards.append((test, range(guarded, len(self.raw)),
-                                range(sources, len(self.sources))))  # type: ignore[attr-defined]
+            self.guards.append((*pending, self.mark()))
 
     def visit_IfExp(self, node: ast.IfExp) -> None:
         if self.names_cuda(node.test) and self.picks_cuda_package(
@@ -339,12 +342,9 @@ class Guards(Dispatch):
         start = len(self.raw)
         self.visit(node.test)
         test = self.check_findings(node.test, start) if self.names_cuda(node.test) else []
-        body, body_sources = len(self.raw), len(self.sources)  # type: ignore[attr-defined]
+        body = self.mark()
         self.visit(node.body)
-        orelse, else_sources = len(self.raw), len(self.sources)  # type: ignore[attr-defined]
+        orelse = self.mark()
         self.visit(node.orelse)
         if test:  # `torch.cuda.memory_reserved() if torch.cuda.is_available() else 0`: a guard too
-            end, sources_end = len(self.raw), len(self.sources)  # type: ignore[attr-defined]
-            self.guards.append((test, range(orelse, end), range(else_sources, sources_end))
-                               if self.negated_check(node.test)
-                               else (test, range(body, orelse), range(body_sources, else_sources)))
+            self.guards.append((test, orelse, self.mark()) if self.negated_check(node.test) else (test, body, orelse))
