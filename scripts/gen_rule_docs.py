@@ -220,7 +220,7 @@ same losses before and after, safe and unsafe, and after `--unsafe-fixes` also w
 
 ### Second measurement: eight repositories the rules were not built on (issue 21)
 
-Default rules, every finding judged by hand, then every grep line (the pattern above plus
+Default rules, every finding judged by hand, then every grep line (`scripts/realworld_scan.py CHECKOUT... --grep`: the pattern above plus
 `device_map={{`, `load_in_N`, `bitsandbytes`, `flash_attn`, `xformers`, `apex`, `triton`, `data_ptr`):
 
 | repository | Python lines | findings | false positives | grep lines | real couplings missed |

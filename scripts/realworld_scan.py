@@ -12,6 +12,8 @@ Usage:
                   judging precision by hand (the judged samples are listed in docs/migrate-rules.md)
     --train       run the training recipes below on the original and the fixed copies, CPU only
                   (CUDA_VISIBLE_DEVICES=""), and compare the printed losses
+    --grep        for recall: print the grep lines (GREP below; comments and docstrings left out) that no
+                  finding covers (on the line, or on the innermost statement containing it), to judge
 
 Recipes (--train) are known entry points with a tiny configuration and random data, chosen by the
 checkout's files: nanoGPT's train.py (random uint16 tokens in data/fake). Add one to RECIPES for another
@@ -128,12 +130,58 @@ def samples(findings: list, count: int, seed: int = 11) -> list[str]:
     return out
 
 
+# What might be a CUDA coupling, for the recall measurement: each hit is judged by hand.
+GREP = re.compile(r"cuda|nccl|cudnn|\.to\(\s*\d|device\s*=\s*\d|device_ids|device_map\s*=\s*\{|load_in_\d|"
+                  r"bitsandbytes|flash_attn|xformers|apex|triton|data_ptr", re.IGNORECASE)
+
+
+def grep_uncovered(checkout: Path, findings: list) -> tuple[int, list[str]]:
+    """(grep lines in code, those that no finding covers, as "path:line | source")."""
+    import io
+    import tokenize
+
+    covered: dict[str, set[int]] = {}
+    for f in findings:
+        covered.setdefault(f.path, set()).update(range(f.line, f.end_line + 1))
+    total, rows = 0, []
+    for path in sorted(checkout.rglob("*.py")):
+        text = path.read_text(encoding="utf-8", errors="replace")
+        try:
+            tree = ast.parse(text)
+            tokens = list(tokenize.generate_tokens(io.StringIO(text).readline))
+        except (SyntaxError, tokenize.TokenError):
+            continue
+        docstrings: set[int] = set()
+        for node in ast.walk(tree):
+            body = getattr(node, "body", None)
+            if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and body \
+                    and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+                    and isinstance(body[0].value.value, str):
+                docstrings.update(range(body[0].lineno, (body[0].end_lineno or body[0].lineno) + 1))
+        statements = [(n.lineno, n.end_lineno or n.lineno) for n in ast.walk(tree) if isinstance(n, ast.stmt)]
+        code: dict[int, list[str]] = {}
+        for tok in tokens:
+            if tok.type not in (tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT):
+                code.setdefault(tok.start[0], []).append(tok.string)
+        hits = covered.get(str(path), set())
+        for number, parts in sorted(code.items()):
+            if number in docstrings or not GREP.search(" ".join(parts)):
+                continue
+            total += 1
+            inner = min((s for s in statements if s[0] <= number <= s[1]), key=lambda s: s[1] - s[0],
+                        default=(number, number))
+            if number not in hits and not hits.intersection(range(inner[0], inner[1] + 1)):
+                rows.append(f"{path}:{number} | {text.splitlines()[number - 1].strip()[:120]}")
+    return total, rows
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("checkouts", nargs="+", type=Path)
     parser.add_argument("--json", type=Path, help="write the full report here")
     parser.add_argument("--samples", type=int, default=0, help="findings per repository to print for judging")
     parser.add_argument("--train", action="store_true", help="run the training recipes (CPU only)")
+    parser.add_argument("--grep", action="store_true", help="print grep lines no finding covers (recall)")
     args = parser.parse_args()
     report: dict = {}
     for checkout in args.checkouts:
@@ -146,6 +194,11 @@ def main() -> int:
               f"{entry['findings_default']} findings (default rules), {entry['findings_all_rules']} with ALL")
         for code, count in default["per_rule"].items():
             print(f"   {count:>5}  {code}")
+        if args.grep:
+            total, uncovered = grep_uncovered(checkout, default["findings"])
+            entry["grep"] = {"lines": total, "uncovered": uncovered}
+            print(f"   grep: {total} lines, {total - len(uncovered)} on a finding; to judge:")
+            print("\n".join(f"   {line}" for line in uncovered))
         if args.samples:
             entry["samples"] = samples(default["findings"], args.samples)
             print("\n".join(f"   {line}" for line in entry["samples"]))
