@@ -17,7 +17,8 @@ ROOT = "torch_fl"
 LEVELS = ("CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG")
 # Every logger under torch_fl (tests/test_env.py checks this against the getLogger calls in src/), so that
 # FL_LOG=dispach=DEBUG is an error with a did-you-mean instead of a silent no-op.
-LOGGERS = ("compile", "description", "device", "dispatch", "distributed", "migrate", "plugins", "runtime")
+LOGGERS = ("compile", "description", "device", "dispatch", "distributed", "migrate", "plugins", "routing",
+           "runtime")
 _handler: logging.Handler | None = None
 _log = logging.getLogger(ROOT)
 
