@@ -21,7 +21,8 @@ LOG_ROOT = "torch_fl"
 LOG_LEVELS = ("CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG")
 # Every logger under torch_fl (tests/test_env.py checks this against the getLogger calls in src/), so that
 # FL_LOG=dispach=DEBUG is an error with a did-you-mean instead of a silent no-op.
-LOGGERS = ("compile", "description", "device", "dispatch", "distributed", "migrate", "plugins", "runtime")
+LOGGERS = ("compile", "description", "device", "dispatch", "distributed", "migrate", "plugins", "routing",
+           "runtime")
 
 # Devices -----------------------------------------------------------------------------------------
 VIRTUAL_PREFIX = "acc"
