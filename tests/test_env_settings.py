@@ -51,6 +51,7 @@ def test_log_in_a_config_file_is_checked_and_applied(tmp_path):
         logging.getLogger("torch_fl.dispatch").setLevel(logging.NOTSET)
 
 
+@pytest.mark.slow
 def test_log_in_a_config_file_is_applied_at_import(tmp_path):
     (tmp_path / "torch_fl.toml").write_text('log = "dispatch=DEBUG"\n')
     env = {k: v for k, v in os.environ.items() if not k.startswith("FL_")}
@@ -131,6 +132,7 @@ def test_emulated_device_count_is_ascii_and_bounded(text, monkeypatch):
         _env.FL_EMU_DEVICES.value()
 
 
+@pytest.mark.slow
 def test_huge_emulated_device_count_at_import_is_no_traceback(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("FL_")}
     env.update(FL_EMU_DEVICES="99999999999999999999", FL_DEVICE="emu:cpu")
