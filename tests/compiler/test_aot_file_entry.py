@@ -32,6 +32,9 @@ def factory():
 
 @pytest.fixture
 def gpt_file(tmp_path, monkeypatch):
+    # another test may have imported a different `gpt` (examples/gpt.py): the user's import must find this one
+    for name in ("gpt", "net", "other", "other.net", f"{FILE_MODULE_PREFIX}gpt"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
     (tmp_path / "gpt.py").write_text(GPT)
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "net.py").write_text(GPT)
