@@ -12,7 +12,7 @@ Run (writes the Markdown table of docs/analysis.md to stdout, a row per model an
     python scripts/model_zoo.py --models gpt2,t5 --chips emu:cuda --json zoo.json
 
 Each (model, chip) runs in a fresh process (the emulated chip is fixed per process, as FL_DEVICE is):
-"step runs" is one forward + loss + backward + AdamW step on the emulated device; "equals CPU" compares
+"step runs" is one forward + loss + backward + SGD (momentum) step on the emulated device; "equals CPU" compares
 the loss, every gradient and every updated parameter with the same step on the plain CPU (rtol 1e-4,
 atol 1e-5; "bitwise" when they are identical); "coverage agrees" compares `torchfl coverage --train`'s
 verdict (would it run?) with what the step did.
@@ -169,7 +169,9 @@ def _step(name: str, device: torch.device) -> dict[str, Any]:
     model, inputs, loss_fn = MODELS[name]()
     model = model.to(device)
     inputs = tuple(_moved(i, device) for i in inputs)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    # SGD: the updated parameters are then a linear function of the gradients, so "equals CPU" is not
+    # blurred by Adam's first step, which turns a 1e-9 gradient into a full-size update of either sign
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     torch.manual_seed(1)
     loss = loss_fn(model(*inputs), *inputs)
     loss.backward()

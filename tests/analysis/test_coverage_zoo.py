@@ -73,7 +73,7 @@ def test_a_model_that_cannot_be_traced_exits_2_naming_the_module(capsys):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["gpt2", "llama", "unet2d_condition"])
+@pytest.mark.parametrize("name", ["gpt2", "llama", "mistral", "unet2d_condition"])
 def test_public_models_trace_on_the_emulated_device(name):
     # tiny random configs of transformers/diffusers models (scripts/model_zoo.py), their default cache
     entry = f"{HERE.parents[2] / 'scripts' / 'model_zoo.py'}:{name}"

@@ -16,7 +16,8 @@ of translated ops it was reached through. The rest mirrors torch_fl.routing.rout
 - translate: counted as translate, then the translation runs; when there is none, it keeps calling
   the op itself, or it returns NotImplemented, RouteTable.untranslatable decides (fallback or error);
 - fallback: counted; unsupported when ``FL_FALLBACK=error`` or when the CPU has no kernel for the op
-  either (table.has_cpu_kernel: _thnn_fused_lstm_cell, fused attention);
+  either (routing/emu/reference.py host_can_run: fused attention; _thnn_fused_lstm_cell runs from its
+  reference math);
 - kernel: counted, then the registered kernel runs on the trace's tensors with the mode re-entered, as
   its calls on the device are routed too (a kernel that cannot run on them is a leaf);
 - unsupported: counted, and the op still runs on the trace's tensors so the rest of the model is
@@ -31,7 +32,8 @@ from typing import Any
 import torch
 
 from .. import _env
-from ..routing.table import Route, RouteTable, dtype_name, has_cpu_kernel, placeholder
+from ..routing.emu.reference import host_can_run
+from ..routing.table import Route, RouteTable, dtype_name, placeholder
 from ..routing.translate import guard, translation, untranslatable_reason
 
 # A translated call a sub-call was reached through: (op, dtype).
@@ -146,7 +148,7 @@ class Replay:
 def _cpu_can_run(op: str, cache: dict[str, bool]) -> bool:
     found = cache.get(op)
     if found is None:
-        found = cache[op] = has_cpu_kernel(op)
+        found = cache[op] = host_can_run(op)
     return found
 
 

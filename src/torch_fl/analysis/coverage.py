@@ -232,13 +232,13 @@ def _notes(table: RouteTable, result: TraceResult, kernels: DeviceKernels, devic
                      "inside attention and LSTMs, fused LSTM cells) can differ from the emulator's. "
                      "`torchfl coverage` in a fresh process gives the exact answer.")
     if kernels.emulated:
-        from ..routing.table import has_cpu_kernel
+        from ..routing.emu.reference import host_can_run
 
         cpu_less = sorted({r.op for r in records if r.route == "native" and r.op.startswith("aten::")
-                           and not has_cpu_kernel(r.op)})
+                           and not host_can_run(r.op)})
         if cpu_less:
-            notes.append(f"Native on '{desc.name}', but the CPU has no kernel to emulate them with: "
-                         f"{', '.join(cpu_less)}. The chip runs them; an emulated run stops there.")
+            notes.append(f"Native on '{desc.name}', but the host has no kernel or reference math to emulate "
+                         f"them with: {', '.join(cpu_less)}. The chip runs them; an emulated run stops there.")
     if on_emu and kernels.emulated:
         notes.append(f"The model's tensors were tensors of the emulated backend ({device_tensors}), so "
                      f"PyTorch made that backend's kernel choices (fused dropout and LSTM cells, no "

@@ -375,10 +375,14 @@ def _run(spec: ModelSpec, model: torch.nn.Module, inputs: tuple, mode: Any, side
 
 
 class _HostData(TorchFunctionMode):
-    """``torch.tensor(data, device=<emulated>)`` (HF's DynamicCache in every forward with use_cache,
-    diffusers' Python-number timesteps) made on the host, then moved to the device: what the emulator
-    does with it. Under fake tensors PyTorch would make it on the emulated backend directly, where its
-    Python backend cannot serve the copy (an internal assert, ``func != nullptr``)."""
+    """Tensors made from Python data (``torch.tensor``) while tracing an emulated chip on fake tensors
+    are made on the host for real, then moved where the code asked: what the emulator does with them.
+    Left to the fake mode, ``torch.tensor(data, device=<emulated>)`` (HF's DynamicCache in every forward
+    with use_cache, diffusers' Python-number timesteps) reaches the emulated backend directly, where its
+    Python backend cannot serve the copy (an internal assert, ``func != nullptr``); and a host tensor made
+    under the fake mode is a fake constant, which PyTorch moves to the device for real (HF's sliding-window
+    cache), onto a backend that holds no fake storage. A real host tensor becomes a fake device tensor
+    when moved under the fake mode."""
 
     _FACTORIES = frozenset({torch.tensor, torch.as_tensor, torch.asarray})
 
@@ -388,15 +392,14 @@ class _HostData(TorchFunctionMode):
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
-        target = kwargs.get("device")
-        if func in self._FACTORIES and target is not None and torch.device(target).type == self.backend and \
-                not (args and isinstance(args[0], torch.Tensor)):
+        if func in self._FACTORIES and not (args and isinstance(args[0], torch.Tensor)):
             from torch._subclasses.fake_tensor import unset_fake_temporarily
 
-            # a real host tensor: moved under the fake mode it becomes a fake device tensor (a fake
-            # constant would be moved for real, onto a backend that cannot hold fake storage)
+            target = kwargs.get("device")
             with unset_fake_temporarily():
                 host = func(*args, **{**kwargs, "device": "cpu"})
+            if target is None or torch.device(target).type == "cpu":
+                return host
             return host.to(target).requires_grad_(host.requires_grad)
         return func(*args, **kwargs)
 

@@ -70,6 +70,7 @@ class Router:
         self.host_is_device = host_is_device
         self.strict = _env.FL_FALLBACK.value() == "error"
         self._warned: set[str] = set()
+        self._cpu_kernels: dict[str, bool] = {}
 
     def call(self, op: str, ovl: torch._ops.OpOverload, route: Route, dtype: str | None,
              args: tuple, kwargs: dict, native: Native, reenter: Any = None) -> Any:
@@ -161,7 +162,7 @@ class Router:
                 FallbackWarning, stacklevel=3)
         stats.record(op, dtype, "fallback", route.source)
         if self.host_is_device:
-            if native is None:
+            if native is None or not self._cpu_can_run(op):
                 raise self.error(op, args, kwargs, route, "the CPU has no kernel for it either")
             return native(args, kwargs)
         return cpu_fallback(ovl, args, kwargs)
@@ -202,12 +203,13 @@ class Router:
         return [*fixes, kernel]
 
     def _cpu_can_run(self, op: str) -> bool:
-        """Whether a CPU fallback of `op` would run: the CPU's kernel, or on the emulated device (which
-        computes on the host) the emulator's reference math of a chip kernel the CPU lacks."""
-        from .emu.reference import has_reference
-        from .table import has_cpu_kernel
+        """Whether a CPU fallback of `op` would run (reference.host_can_run)."""
+        can = self._cpu_kernels.get(op)
+        if can is None:
+            from .emu.reference import host_can_run
 
-        return has_cpu_kernel(op) or (self.host_is_device and has_reference(op))
+            can = self._cpu_kernels[op] = host_can_run(op)
+        return can
 
 
 # CPU fallback on a real device ---------------------------------------------------------------------
@@ -286,7 +288,9 @@ def cpu_fallback(ovl: torch._ops.OpOverload, args: tuple, kwargs: dict, *, force
     else:
         cpu_args = tree_map(host_copy, args)
         cpu_kwargs = tree_map(host_copy, kwargs)
-    out = ovl(*cpu_args, **cpu_kwargs)
+    from .emu.reference import REFERENCE  # a chip kernel the CPU lacks runs from its reference math
+
+    out = REFERENCE.get(ovl, ovl)(*cpu_args, **cpu_kwargs)
 
     written: dict[int, torch.Tensor] = {}
     for i, argument in enumerate(schema.arguments):

@@ -285,6 +285,14 @@ def unreached_reason(op: str) -> str | None:
     return None
 
 
+def host_can_run(op: str) -> bool:
+    """Whether the host can run `op` ('aten::name.overload'): the CPU's kernel, or the reference math
+    here. A CPU fallback needs this (router.py), and coverage asks the same (analysis/chains.py)."""
+    from ..table import has_cpu_kernel
+
+    return has_cpu_kernel(op) or has_reference(op)
+
+
 def has_reference(op: str) -> bool:
     """Whether the emulator can run `op` ('aten::name.overload') from a reference implementation."""
     return op in _NAMES

@@ -239,21 +239,6 @@ def _wrap(out: Any, index: int) -> Any:
     return out
 
 
-def _inplace_result(func: Any, args: tuple, kwargs: dict, out: Any) -> Any:
-    """For ops that write an argument and return it (add_, copy_, out=): that very argument."""
-    written = _written.get(func, _UNKNOWN)
-    if written is _UNKNOWN:
-        written = _written[func] = _written_argument(func)
-    if written is None:
-        return None
-    position, name = written
-    return args[position] if position < len(args) else kwargs[name]
-
-
-_UNKNOWN: Any = object()
-_written: dict[Any, tuple[int, str] | None] = {}
-
-
 def _written_argument(func: Any) -> tuple[int, str] | None:
     """(position, name) of the argument a single-result op writes and returns, else None."""
     returns = func._schema.returns
@@ -265,67 +250,80 @@ def _written_argument(func: Any) -> tuple[int, str] | None:
     return None
 
 
+class _Plan:
+    """What the dispatch needs to know about one op, found once: the hot path then makes a single dict
+    lookup keyed by the op's id (an OpOverload's own __hash__ is Python code, ~0.5 us a call)."""
+
+    __slots__ = ("func", "kernel", "metadata", "name", "special", "view", "written")
+
+    def __init__(self, func: Any) -> None:
+        self.func = func  # (holds the op, so its id stays its own)
+        self.special = SPECIAL.get(func)
+        if self.special is None and _composite(func):
+            self.special = _decompose
+        # the CPU kernel, or the reference math of a chip kernel the CPU lacks (reference.py)
+        self.kernel = REFERENCE.get(func, func)
+        self.name = canonical_op_name(func)
+        self.written = _written_argument(func)
+        self.view = _is_view(func)
+        self.metadata = torch.Tag.inplace_view in func.tags
+
+
+_plans: dict[int, _Plan] = {}
+
+
 def _dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
-    special = SPECIAL.get(func)
-    if special is not None:
-        return special(func, args, kwargs)
-    if func not in _not_composite and _composite(func):
-        return _decompose(func, args, kwargs)
+    plan = _plans.get(id(func))
+    if plan is None:
+        plan = _plans[id(func)] = _Plan(func)
+    if plan.special is not None:
+        return plan.special(func, args, kwargs)
     index, cargs, ckwargs = _unwrap(func, args, kwargs)
-    # the CPU kernel, or the reference math of a chip kernel the CPU lacks (reference.py)
-    kernel = REFERENCE.get(func, func)
     router = state.router
     if router is None:
-        return _finish(func, args, kwargs, kernel(*cargs, **ckwargs), index)
+        return _finish(plan, args, kwargs, plan.kernel(*cargs, **ckwargs), index)
     dtype = first_dtype(cargs, ckwargs)
-    route = state.routes.get((func, dtype))
+    key = (id(func), dtype)
+    route = state.routes.get(key)
     if route is None:
-        op = state.names.get(func)
-        if op is None:
-            op = state.names[func] = canonical_op_name(func)
-        route = state.routes[(func, dtype)] = state.table.route(op, dtype)
+        route = state.routes[key] = state.table.route(plan.name, dtype)
     if route.kind == "native":
-        out = kernel(*cargs, **ckwargs)
+        out = plan.kernel(*cargs, **ckwargs)
         _check_outputs(func, route, args, kwargs, out)
-        return _finish(func, args, kwargs, out, index)
-    op = state.names[func]
+        return _finish(plan, args, kwargs, out, index)
 
     def native(_a: tuple, _k: dict) -> Any:
-        return _finish(func, args, kwargs, kernel(*cargs, **ckwargs), index)
+        return _finish(plan, args, kwargs, plan.kernel(*cargs, **ckwargs), index)
 
-    return router.call(op, func, route, dtype, args, kwargs, native=native)
+    return router.call(plan.name, func, route, dtype, args, kwargs, native=native)
 
 
 def _composite(func: Any) -> bool:
     """A CompositeImplicitAutograd op reaches the device only where autograd is off (inference mode: no
-    autograd key decomposes it first). A real backend still runs its composite kernel; from then on so
-    does this one (SPECIAL), so ``x.to("cpu")`` copies to the host and views keep their version counter."""
-    if torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd"):
-        SPECIAL[func] = _decompose
-        return True
-    _not_composite.add(func)
-    return False
-
-
-_not_composite: set[Any] = set()
+    autograd key decomposes it first). A real backend still runs its composite kernel, and so does this
+    one: ``x.to("cpu")`` copies to the host, views keep their version counter."""
+    return torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd")
 
 
 def _decompose(func: Any, args: tuple, kwargs: dict) -> Any:
     return func.decompose(*args, **kwargs)
 
 
-def _finish(func: Any, args: tuple, kwargs: dict, out: Any, index: int) -> Any:
-    same = _inplace_result(func, args, kwargs, out)
-    if same is not None:
-        if _changes_metadata(func):
+def _finish(plan: _Plan, args: tuple, kwargs: dict, out: Any, index: int) -> Any:
+    written = plan.written
+    if written is not None:
+        # ops that write an argument and return it (add_, copy_, out=): that very argument
+        position, name = written
+        same = args[position] if position < len(args) else kwargs[name]
+        if plan.metadata:
             # transpose_, squeeze_, as_strided_...: the data changed shape in place, and so must the
             # wrapper (PyTorch's own kernel of the op, run on the wrapper's metadata alone)
             with no_dispatch():
-                func(*args, **kwargs)
+                plan.func(*args, **kwargs)
         return same
     if isinstance(out, torch.Tensor) and out.dtype.is_complex:
-        return _wrap_bits(func, args, out, max(index, 0))
-    if _is_view(func) and torch.is_inference_mode_enabled():
+        return _wrap_bits(plan.func, args, out, max(index, 0))
+    if plan.view and torch.is_inference_mode_enabled():
         base = next((a for a in args if isinstance(a, EmuTensor)), None)
         if base is not None and not base.is_inference():
             # a view of a normal tensor is a normal tensor sharing its version counter, as on any
@@ -333,16 +331,6 @@ def _finish(func: Any, args: tuple, kwargs: dict, out: Any, index: int) -> Any:
             with torch.inference_mode(False):
                 return _wrap(out, max(index, 0))
     return _wrap(out, max(index, 0))
-
-
-_metadata_ops: dict[Any, bool] = {}
-
-
-def _changes_metadata(func: Any) -> bool:
-    changes = _metadata_ops.get(func)
-    if changes is None:
-        changes = _metadata_ops[func] = torch.Tag.inplace_view in func.tags
-    return changes
 
 
 _views: dict[Any, bool] = {}
@@ -396,7 +384,7 @@ def _check_outputs(func: Any, route: Route, args: tuple, kwargs: dict, out: Any)
     for value in out if isinstance(out, (tuple, list)) else (out,):
         if isinstance(value, torch.Tensor) and dtype_name(value.dtype) not in state.dtypes:
             raise state.router.error(
-                state.names[func], args, kwargs, Route("unsupported", route.source),
+                canonical_op_name(func), args, kwargs, Route("unsupported", route.source),
                 f"it produces {dtype_name(value.dtype)}, which is not in precision.dtypes")
 
 
