@@ -428,6 +428,8 @@ def seal(entry: Entry) -> list[str]:
     """Record the sha256 of every artifact now in the entry (new and changed ones are hashed) and make
     the entry's files 0600 and directories 0700. Called after each compilation of this process and at
     exit. Returns the artifacts whose recorded content changed (rewritten by this process's compile)."""
+    if not entry.path.is_dir():  # removed since (cache clear, a temporary root gone by exit): nothing to record
+        return []
     trust.tighten(entry.path)
     if (entry.root / HEADERS).is_dir():
         trust.tighten(entry.root / HEADERS)
