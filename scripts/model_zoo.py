@@ -226,7 +226,7 @@ def run_one(name: str, chip: str) -> dict[str, Any]:
         report = coverage(ModelSpec(name, model, inputs, loss_fn), chip, train=True)
         unsupported = report.data["summary"]["unsupported_calls"]
         row["coverage"] = "would not run" if unsupported else "runs"
-        row["native_share"] = report.data["summary"].get("native_share")
+        row["native_share"] = report.data["summary"].get("native_calls_share")
     except Exception as exc:
         row["coverage"] = f"could not trace: {type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
         row["native_share"] = None
