@@ -27,12 +27,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from ._names import LOG_LEVELS, LOG_ROOT, LOGGERS, ROUTES, VIRTUAL_ID
 from .errors import ConfigError, did_you_mean
 
 # One vocabulary for booleans, case-insensitive; empty means "unset" (the default).
 TRUE = ("1", "true", "yes", "on")
 FALSE = ("0", "false", "no", "off")
-_VIRTUAL = re.compile(r"^acc(0|[1-9][0-9]*)$")
 _DOCS = "docs/env.md"
 # re's \d and int()/float() accept every Unicode digit ('١٠' is 10) and '1_0'; settings take ASCII only.
 _INT = re.compile(r"[0-9]{1,18}", re.ASCII)
@@ -251,7 +251,7 @@ def _device_map(var: EnvVar, text: str, origin: str) -> dict[str, str]:
     torch_fl.device, which turns them into torch.devices."""
     mapping = pairs(var, text, origin, "acc0=cuda:1,acc1=cpu")
     for key in mapping:
-        if not _VIRTUAL.match(key):
+        if not VIRTUAL_ID.match(key):
             raise var.error(key, "not a virtual id like acc0 (example: FL_DEVICE_MAP='acc0=cuda:1,acc1=cpu')",
                             origin)
     return mapping
@@ -291,8 +291,6 @@ def check_op(var: EnvVar, op: str, origin: str) -> str:
 
 def _routes(var: EnvVar, text: str, origin: str) -> dict[str, str]:
     """'aten::gelu=translate,aten::bmm.default=fallback' -> {op: route}; ops checked by `check_op`."""
-    from .routing.table import ROUTES
-
     routes: dict[str, str] = {}
     for op, kind in pairs(var, text, origin, "aten::gelu=translate").items():
         name = check_op(var, op, origin)
@@ -312,21 +310,19 @@ def _log_levels(var: EnvVar, text: str, origin: str) -> dict[str, int]:
     """'dispatch=DEBUG,compile=INFO' -> {'torch_fl.dispatch': 10, ...}; a bare level sets every logger."""
     import logging
 
-    from ._logging import LEVELS, LOGGERS, ROOT
-
     levels: dict[str, int] = {}
     for item in filter(None, (part.strip() for part in text.split(","))):
         module, _, level = (s.strip() for s in item.rpartition("="))
-        if level.upper() not in LEVELS:
-            raise var.error(level, f"not a log level; levels: {', '.join(LEVELS)}", origin, candidates=LEVELS,
+        if level.upper() not in LOG_LEVELS:
+            raise var.error(level, f"not a log level; levels: {', '.join(LOG_LEVELS)}", origin, candidates=LOG_LEVELS,
                             near=level.upper())
-        module = module.removeprefix(ROOT).lstrip(".")
+        module = module.removeprefix(LOG_ROOT).lstrip(".")
         if module and module.split(".")[0] not in LOGGERS:
             raise var.error(module, f"not a torch_fl logger; loggers: {', '.join(LOGGERS)}", origin,
                             candidates=LOGGERS)
-        name = f"{ROOT}.{module}" if module else ROOT
+        name = f"{LOG_ROOT}.{module}" if module else LOG_ROOT
         if name in levels:
-            raise var.error(text, f"setting '{module or ROOT}' twice; give each logger once", origin)
+            raise var.error(text, f"setting '{module or LOG_ROOT}' twice; give each logger once", origin)
         levels[name] = getattr(logging, level.upper())
     return levels
 

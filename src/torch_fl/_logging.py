@@ -11,14 +11,12 @@ from __future__ import annotations
 import logging
 
 from . import _env
+from ._names import LOG_LEVELS, LOG_ROOT
+from ._names import LOGGERS as _LOGGERS
 from .errors import ConfigError
 
-ROOT = "torch_fl"
-LEVELS = ("CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG")
-# Every logger under torch_fl (tests/test_env.py checks this against the getLogger calls in src/), so that
-# FL_LOG=dispach=DEBUG is an error with a did-you-mean instead of a silent no-op.
-LOGGERS = ("compile", "description", "device", "dispatch", "distributed", "migrate", "plugins", "routing",
-           "runtime")
+# The logger names and levels are _names' (the env layer checks FL_LOG against them); re-exported here.
+ROOT, LEVELS, LOGGERS = LOG_ROOT, LOG_LEVELS, _LOGGERS
 _handler: logging.Handler | None = None
 _log = logging.getLogger(ROOT)
 

@@ -20,14 +20,13 @@ from dataclasses import dataclass, field
 import torch
 
 from . import _env, config, plugins
+from ._names import EMULATION_PREFIX, VIRTUAL_ID
 from .description import registry
 from .description.model import Description
 from .errors import ConfigError, DeviceNotFoundError, TorchFLError, did_you_mean
 
 _log = logging.getLogger("torch_fl.device")
 
-_VIRTUAL = re.compile(r"^acc(\d+)$")
-EMULATION_PREFIX = "emu:"
 
 
 def is_emulated(dev: torch.device) -> bool:
@@ -118,7 +117,7 @@ def explicit_map() -> tuple[dict[str, torch.device], str] | None:
     if found:
         table, path = found
         for key in table:
-            if not _VIRTUAL.match(key):
+            if not VIRTUAL_ID.match(key):
                 raise ConfigError(f"{path}: device_map key '{key}' is not a virtual id like acc0")
         return _ordered({k: _parse_physical(v, path) for k, v in table.items()}), path
     return None
@@ -158,7 +157,7 @@ def _not_found(text: str, origin: str, mapping: dict[str, torch.device], why: st
     listing = ", ".join(f"{k} -> {v}" for k, v in mapping.items()) or "none"
     index = re.search(r"(\d{1,9})$", text)  # (a 5000-digit index is over int()'s limit)
     # 'gpu:1', 'npu1', 'device1': the user wants the N-th accelerator, whatever the spelling.
-    if index and f"acc{int(index.group(1))}" in mapping and not _VIRTUAL.match(text):
+    if index and f"acc{int(index.group(1))}" in mapping and not VIRTUAL_ID.match(text):
         hint = f" Did you mean 'acc{int(index.group(1))}'?"
     else:
         candidates = list(mapping) + sorted({str(v) for v in mapping.values()})
@@ -227,7 +226,7 @@ def resolve_spec(device: str | int | torch.device | None = None) -> ResolvedDevi
     text = device.strip()
     if text.startswith(EMULATION_PREFIX):
         return _emulated(text, origin)
-    if _VIRTUAL.match(text):
+    if VIRTUAL_ID.match(text):
         explicit = explicit_map()
         mapping = explicit[0] if explicit else device_map()
         if text not in mapping:
@@ -345,7 +344,7 @@ def governing(device: str | int | torch.device | None = None) -> Description:
     try:
         return resolve_spec(device).description
     except DeviceNotFoundError:
-        if not isinstance(device, str) or _VIRTUAL.match(device.strip()):
+        if not isinstance(device, str) or VIRTUAL_ID.match(device.strip()):
             raise
         registry.get(device.strip())  # neither a device nor a description: "did you mean" on names
         raise

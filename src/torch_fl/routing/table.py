@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from .. import _env
+from .._names import ROUTES
 from ..description.probe import canonical_op_name, dispatcher_op_name
 from ..errors import ConfigError
 
@@ -28,7 +29,6 @@ if TYPE_CHECKING:
 
     from ..description.model import Description
 
-ROUTES = ("native", "translate", "fallback", "kernel", "unsupported")
 
 
 @dataclass(frozen=True)

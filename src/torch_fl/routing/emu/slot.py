@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from ..._names import EMULATED_TYPE
 from ..table import Route
 
 _DEFAULT_NAME = "privateuseone"
@@ -19,7 +20,7 @@ _DEFAULT_NAME = "privateuseone"
 def backend_name() -> str:
     """The torch device type of emulated tensors (the name PrivateUse1 is borrowed as): 'emu', or a
     PrivateUse1 plugin chip's own name (npu, mlu, musa) when the first registration emulated it (vendor.py)."""
-    return state.name or "emu"
+    return state.name or EMULATED_TYPE
 
 
 class _State:

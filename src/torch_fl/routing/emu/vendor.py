@@ -21,7 +21,9 @@ from typing import Any
 
 import torch
 
-EMU = "emu"
+from ..._names import EMULATED_TYPE
+
+EMU = EMULATED_TYPE
 _log = logging.getLogger("torch_fl.routing")
 
 
