@@ -355,3 +355,27 @@ def test_noisy_alignment_is_flagged():
     assert grade_module.noisy_modes({"routed": mode(10, 14), "native": mode(10, 15)}) == []
     assert grade_module.noisy_modes({"error": "stopped", "steps": 4}) == []
     assert grade_module.noisy_modes(None) == []
+
+
+def test_grade_hands_coverage_the_device_it_resolved(monkeypatch):
+    # grade resolves its device once; coverage uses that ResolvedDevice (its description, emulated or not)
+    # instead of turning it back into a string and resolving it again.
+    import torch
+
+    from torch_fl import device as fl_device
+    from torch_fl.analysis.coverage import coverage
+    from torch_fl.analysis.grade.runs import Measurements, measure_coverage
+    from torch_fl.analysis.model import ModelSpec
+
+    spec = ModelSpec("linear", torch.nn.Linear(4, 2), (torch.randn(3, 4),), None)
+    target = grade_module._target(spec, "cpu", "cpu")  # coverage("cpu") used to resolve 'cpu' twice more
+    assert not target.emulated and target.desc.name == "cpu" and target.reference_type == "cpu"
+    calls = []
+    real = fl_device.resolve_spec
+    monkeypatch.setattr(fl_device, "resolve_spec", lambda *a, **k: calls.append(a) or real(*a, **k))
+    found = Measurements()
+    measure_coverage(target, found)
+    assert calls == [], f"coverage resolved {calls} again"
+    assert found.coverage_report.data["device"] == "cpu" and found.coverage["calls"] > 0
+    monkeypatch.setattr(fl_device, "resolve_spec", real)
+    assert coverage(spec, "cpu", train=True).data["summary"] == found.coverage_report.data["summary"]

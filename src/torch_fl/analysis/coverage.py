@@ -15,9 +15,11 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from typing import Any
 
+from .._names import EMULATION_PREFIX, ROUTE_SEVERITY, ROUTES
+from ..device import ResolvedDevice
 from ..routing import route_table
 from ..routing.emu.slot import backend_name
-from ..routing.table import ROUTES, RouteTable
+from ..routing.table import RouteTable
 from .fidelity import CUDA_AUTOCAST_BACKENDS, DeviceKernels, device_kernels
 from .model import ModelSpec
 from .report import Chart, Report, Section, Table, progress
@@ -25,18 +27,17 @@ from .trace import MODEL, OPTIMIZER, OpRecord, TraceResult, trace_step
 
 NATIVE_CALLS_WARNING = 0.8  # below this native share of calls a model is far from ready
 # The order in which non-native routes are listed: what stops a run first, what is slow next.
-_SEVERITY = ("unsupported", "fallback", "translate", "kernel", "native")
 _SDPA_PREFIX = "aten::_scaled_dot_product_"
-_EMULATION_PREFIX = "emu:"
 
 
-def coverage(spec: ModelSpec, device: str, train: bool = False, amp: bool = False,
+def coverage(spec: ModelSpec, device: str | ResolvedDevice, train: bool = False, amp: bool = False,
              plugin_version: str | None = None) -> Report:
     """Trace `spec` and classify every (op, dtype) it calls with the route table of `device`.
 
     Args:
         spec: the model (``torch_fl.analysis.model.load_model``).
-        device: a description name (``cuda``, ``mps``, ``cpu``), ``emu:NAME`` or a description .toml path.
+        device: a description name (``cuda``, ``mps``, ``cpu``), ``emu:NAME``, a description .toml path, or
+            a ResolvedDevice (``torch_fl.device.resolve_spec``; torchfl grade passes the one it resolved).
         train: trace a training step (forward, loss, backward, one AdamW step) instead of inference.
         amp: run the forward pass under autocast with the description's ``precision.autocast_dtype``.
         plugin_version: for a chip with a vendor op table (npu, mlu, musa, xpu), answer for that plugin
@@ -53,9 +54,12 @@ def coverage(spec: ModelSpec, device: str, train: bool = False, amp: bool = Fals
         >>> report.data["summary"]["unsupported_calls"]  # doctest: +SKIP
         0
     """
-    emulated = _emulated(device)
-    # The description alone: resolving emu:NAME as a device would register the emulated backend.
-    table = route_table(device.removeprefix(_EMULATION_PREFIX))
+    if isinstance(device, ResolvedDevice):  # resolved once by the caller: its description, as it is
+        emulated, table, device = device.emulated, route_table(device.description), device.spec
+    else:
+        emulated = _emulated(device)
+        # The description alone: resolving emu:NAME as a device would register the emulated backend.
+        table = route_table(device.removeprefix(EMULATION_PREFIX))
     if plugin_version is not None:
         table = _for_plugin_version(table, plugin_version)
     desc = table.description
@@ -119,7 +123,7 @@ def _plugin_data(desc: Any, records: list[OpRecord]) -> dict[str, Any] | None:
 def _emulated(device: str) -> bool:
     """Whether `device` is an emulated chip: emu:NAME, or a virtual id mapped to one (FL_DEVICE=emu:NAME
     makes acc0 the emulated chip)."""
-    if device.startswith(_EMULATION_PREFIX):
+    if device.startswith(EMULATION_PREFIX):
         return True
     from ..device import resolve_spec
 
@@ -160,7 +164,7 @@ def _verdicts(records: list[OpRecord]) -> dict[tuple[tuple[str, str | None], ...
         route = record.route or "native"
         for depth in range(len(record.via)):
             chain = record.via[:depth + 1]
-            if _SEVERITY.index(route) < _SEVERITY.index(worst.get(chain, "native")):
+            if ROUTE_SEVERITY.index(route) < ROUTE_SEVERITY.index(worst.get(chain, "native")):
                 worst[chain] = route
     return worst
 
@@ -343,7 +347,7 @@ def _not_native_section(data: dict[str, Any]) -> Section:
     if not ops:
         section.text.append(f"Every traced op is native on {data['device']}.")
         return section
-    ops.sort(key=lambda op: (_SEVERITY.index(op["verdict"]), _SEVERITY.index(op["route"]), -op["calls"],
+    ops.sort(key=lambda op: (ROUTE_SEVERITY.index(op["verdict"]), ROUTE_SEVERITY.index(op["route"]), -op["calls"],
                              op["op"], _via_text(op["via"])))
     rows = [[op["route"] if op["verdict"] == op["route"] else f"{op['route']} -> {op['verdict']}",
              op["op"], op["dtype"] or "-", op["calls"],

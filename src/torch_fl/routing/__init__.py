@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from .. import _env
+from ..description.model import Description
 from ..description.probe import canonical_op_name
 from .stats import reset_route_stats, route_log, route_stats, routed_seconds, write_route_log
 from .table import ROUTES, KernelEntry, Route, RouteTable
@@ -57,13 +58,15 @@ def active() -> Activation | None:
     return _active[-1] if _active else None
 
 
-def route_table(description: str | None = None) -> RouteTable:
-    """The route table of a description (a name, a path, emu:NAME or a device id such as acc1; default:
-    the active one, else torch.fl.device()'s). Activates nothing."""
+def route_table(description: str | Description | None = None) -> RouteTable:
+    """The route table of a description (a Description, a name, a path, emu:NAME or a device id such as
+    acc1; default: the active one, else torch.fl.device()'s). Activates nothing."""
     from ..device import governing
 
     if description is None and _active:
         return _active[-1].table
+    if isinstance(description, Description):
+        return RouteTable(description, _kernels)
     return RouteTable(governing(description), _kernels)
 
 

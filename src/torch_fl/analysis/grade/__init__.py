@@ -78,8 +78,8 @@ def _target(spec: ModelSpec, device: str, reference: str) -> Target:
     from ...device import resolve_spec
 
     resolved = resolve_spec(device)  # activates nothing: each run sets its own routing
-    resolve_spec(reference)  # a bad reference is a usage error before minutes of measuring
-    return Target(spec, device, reference, resolved.description, resolved.device, resolved.emulated)
+    # resolved before minutes of measuring: a bad reference is a usage error now
+    return Target(spec, device, reference, resolved, resolve_spec(reference).device.type)
 
 
 def grade(spec: ModelSpec, device: str, reference: str = "cpu", *, steps: int = DEFAULT_STEPS,

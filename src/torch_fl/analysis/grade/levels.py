@@ -184,7 +184,7 @@ def judge_precision(c: Criterion, target: Target, cmp: dict[str, Any]) -> None:
     tensors = [*cmp["modules"], cmp["output"], *cmp.get("gradients", [])]
     outside = sum(not t["ok"] for t in tensors)
     tol, out = cmp["tolerance"], cmp["output"]
-    same = (not target.emulated and target.dev.type == _reference_type(target.reference))
+    same = not target.emulated and target.dev.type == target.reference_type
     c.set(PASS if cmp["ok"] else FAIL, outside,
           f"compare --train vs {target.reference} (routing off), {cmp['dtype']}, rtol {tol['rtol']:g} atol "
           f"{tol['atol']:g} ({tol['source']}): {len(cmp['modules'])} modules, the output and "
@@ -192,12 +192,6 @@ def judge_precision(c: Criterion, target: Target, cmp: dict[str, Any]) -> None:
           f"{out['max_rel']:.3g}; first failure: {cmp['first_failure'] or 'none'}"
           + ("; same device type as the reference: this checks torch-fl's routes there, not another "
              "chip's kernels" if same else ""))
-
-
-def _reference_type(reference: str) -> str:
-    from ...device import resolve
-
-    return resolve(reference).type
 
 
 def judge_alignment(c: Criterion, target: Target, bench: dict[str, Any] | None) -> None:

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
+from ...device import ResolvedDevice
 from ...errors import UnsupportedOperatorError
 from ...report import Report
 from ..model import ModelSpec
@@ -28,14 +29,26 @@ PREFLIGHT_TIMEOUT_S = 120.0  # the whole job: ranks importing torch on a busy ho
 
 @dataclass
 class Target:
-    """What is graded: the model, the device string, its description and where it runs."""
+    """What is graded: the model, the device as given and as resolved once (the description that governs
+    it, where it runs), and the reference device's type. The measurements read these; none resolves again."""
 
     spec: ModelSpec
     device: str
     reference: str
-    desc: Any
-    dev: torch.device
-    emulated: bool
+    resolved: ResolvedDevice
+    reference_type: str  # the torch device type of `reference` ('cpu')
+
+    @property
+    def desc(self) -> Any:
+        return self.resolved.description
+
+    @property
+    def dev(self) -> torch.device:
+        return self.resolved.device
+
+    @property
+    def emulated(self) -> bool:
+        return self.resolved.emulated
 
 
 @dataclass
@@ -273,18 +286,10 @@ class Measurements:
         return {"coverage": self.coverage, "compare": self.compare, "bench": self.bench, "runs": self.runs}
 
 
-def _coverage_name(desc: Any, device: str, emulated: bool) -> str:
-    from ...description import registry
-
-    if emulated:
-        return device
-    return desc.name if desc.name in registry.descriptions() else desc.path
-
-
 def measure_coverage(target: Target, found: Measurements) -> None:
     from ..coverage import coverage
 
-    report = coverage(target.spec, _coverage_name(target.desc, target.device, target.emulated), train=True)
+    report = coverage(target.spec, target.resolved, train=True)
     summary = report.data["summary"]
     found.coverage_report = report
     found.coverage = {**summary,
