@@ -220,7 +220,7 @@ def test_every_typed_variable_has_a_bad_value_case():
 
 @pytest.mark.parametrize(("name", "text"), sorted(BAD_VALUES.items()))
 def test_doctor_reports_what_the_api_rejects(name, text, monkeypatch):
-    from torch_fl.cli import doctor
+    from torch_fl.analysis import doctor
 
     monkeypatch.setenv(name, text)
     with pytest.raises(ConfigError) as info:
@@ -232,7 +232,7 @@ def test_doctor_reports_what_the_api_rejects(name, text, monkeypatch):
 
 
 def test_unknown_fl_variables_are_doctor_warnings(monkeypatch):
-    from torch_fl.cli import doctor
+    from torch_fl.analysis import doctor
 
     monkeypatch.setenv("FL_DEVCE", "acc0")
     assert _env.unknown() == ["FL_DEVCE is set but torch-fl reads no such variable. Did you mean 'FL_DEVICE'?"]
@@ -274,7 +274,7 @@ def test_over_long_path_is_a_config_error_not_an_oserror(monkeypatch):
 
 @pytest.mark.parametrize("text", [".", "./", "/"])
 def test_path_without_a_name_does_not_crash_doctor(text, monkeypatch):
-    from torch_fl.cli import doctor
+    from torch_fl.analysis import doctor
 
     monkeypatch.setenv("FL_DESCRIPTION", text)
     data = doctor.collect()  # a folder is not a description file: reported, not raised
@@ -282,7 +282,7 @@ def test_path_without_a_name_does_not_crash_doctor(text, monkeypatch):
 
 
 def test_absurd_device_values_stop_in_the_env_layer(monkeypatch):
-    from torch_fl.cli import doctor
+    from torch_fl.analysis import doctor
 
     assert "is not a device (a virtual id such as acc0" in _error("FL_DEVICE", "9" * 5000)
     monkeypatch.setenv("FL_DEVICE", "acc" + "9" * 5000)  # int() of it used to be a ValueError traceback

@@ -86,7 +86,7 @@ def test_unreadable_folder_in_description_path_is_reported(monkeypatch, tmp_path
 
 
 def test_shadowed_builtin_is_allowed_and_doctor_warns(monkeypatch, tmp_path):
-    from torch_fl.cli import doctor
+    from torch_fl.analysis import doctor
 
     site = tmp_path / "cpu.toml"
     site.write_bytes((registry.BUILTIN_DIR / "cpu.toml").read_bytes())

@@ -80,7 +80,7 @@ def test_device_map_in_a_config_file_is_refused_like_the_variable(tmp_path):
     ('devcie = "acc0"\n', "unknown key 'devcie'. Did you mean 'device'?"),
 ])
 def test_every_key_has_its_variables_checks_and_doctor_reports_it(tmp_path, text, expect):
-    from torch_fl.cli import doctor
+    from torch_fl.analysis import doctor
 
     _project(tmp_path, text)
     messages = [str(exc) for exc in _env.problems()]

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 import torch_fl
-from torch_fl.cli import bugreport, doctor, main
+from torch_fl.analysis import doctor
+from torch_fl.cli import bugreport, main
 
 HOME, USER = "/home/alice", "alice"
 

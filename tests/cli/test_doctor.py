@@ -13,7 +13,8 @@ import torch
 
 import torch_fl
 from torch_fl import plugins
-from torch_fl.cli import doctor, main
+from torch_fl.analysis import doctor
+from torch_fl.cli import main
 from torch_fl.compiler.fingerprint import fingerprint
 from torch_fl.description.loader import parse
 from torch_fl.description.probe import all_aten_ops

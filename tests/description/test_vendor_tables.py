@@ -278,7 +278,7 @@ def test_a_probed_chip_without_a_table_is_an_error_offline():
 
 def test_doctor_shows_where_the_live_probe_and_the_table_differ(tmp_path):
     # The CPU is always live, so a CPU-keyed chip with a table is probed, and doctor compares the two
-    from torch_fl.cli import doctor
+    from torch_fl.analysis import doctor
     from torch_fl.description.vendor_table import probe_vs_table
 
     (tmp_path / "t.txt").write_text("# ops: 2\n# plugin-versions: 1.0\n# source-1: test\n"

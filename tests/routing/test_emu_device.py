@@ -265,7 +265,7 @@ def test_vendor_owned_privateuse1_tests_run_without_the_emulated_device():
 
 
 def test_doctor_says_which_emulator_is_active(monkeypatch):
-    from torch_fl.cli.doctor import collect, render_text
+    from torch_fl.analysis.doctor import collect, render_text
 
     monkeypatch.setenv("FL_DEVICE", "emu:minimal")
     torch_fl.reset()
@@ -316,7 +316,7 @@ def test_runtime_facade_reports_the_emulated_devices_tensors(monkeypatch):
 @pytest.mark.slow
 def test_dispatch_mode_emulator_when_the_device_cannot_exist(before, why):
     script = (f"import torch\n{before}\nimport torch_fl\n"
-              "from torch_fl.cli.doctor import collect\n"
+              "from torch_fl.analysis.doctor import collect\n"
               "dev = torch_fl.device('emu:minimal')\n"
               "print('DEVICE', dev, torch_fl.routing.active().emulated)\n"
               "try:\n    torch.randn(2, dtype=torch.float64) * 2\nexcept Exception as e:\n"

@@ -26,9 +26,10 @@ from pathlib import Path
 from typing import Any
 
 from .. import _toml
+from ..analysis import doctor
 from ..description import registry
 from ..errors import TorchFLError
-from . import doctor, positive_int
+from . import positive_int
 from .redact import REDACTED, SECRET_WORDS, USER, is_secret, redact, redact_value, secret_name
 
 __all__ = ["REDACTED", "SECRET_WORDS", "USER", "build_report", "is_secret", "redact", "relevant_env",

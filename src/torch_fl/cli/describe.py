@@ -40,8 +40,8 @@ def _list() -> str:
 
 
 def _warn_shadowed() -> None:
+    from ..analysis.doctor import shadowing_warning
     from ..description import registry
-    from .doctor import shadowing_warning
 
     for name, (path, origin) in registry.shadowed().items():
         print(f"torchfl describe: warning: {shadowing_warning(name, f'{path} ({origin})')}", file=sys.stderr)

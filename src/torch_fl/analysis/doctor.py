@@ -1,0 +1,573 @@
+"""What torch-fl sees on this machine, a self-check, and what to do when it fails (``torchfl doctor``, and
+``torchfl bugreport``'s environment part).
+
+Three layers keep it testable: `collect` gathers facts into a JSON-ready dict and never raises on a
+broken setup (failures become entries of ``errors``), `diagnose` turns the facts into problems that
+each name a next step, and `render_text` lays the facts out for pasting into an issue. `examine` runs
+the three and returns a :class:`DoctorReport`; the command (cli/doctor.py) only parses and prints it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import platform
+import sys
+import textwrap
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from .. import _env, _platform, config, runtime
+from .._version import __version__
+from .._versions import satisfies
+from ..description import registry
+from ..description.model import Description
+from ..description.vendor_table import probe_vs_table
+from ..device import (
+    EMULATION_PREFIX,
+    _default_id,
+    backend,
+    device_map,
+    explicit_map,
+    governing,
+    resolve,
+)
+from ..errors import DeviceNotFoundError, PluginImportError, TorchFLError
+from ..plugins import plugin_version, runtime_version
+
+_SIZE = 64
+_RTOL, _ATOL = 1e-4, 1e-5
+_WRAP = 100
+# Error types whose messages say what is wrong but not always what to do; the others already do.
+_NEXT_STEP = {
+    "DescriptionError": " Next step: fix that description file, or stop pointing FL_DESCRIPTION / "
+                        "FL_DESCRIPTION_PATH (or the entry point that provides it) at it.",
+    "ConfigError": " Next step: correct that value, or unset it to fall back to auto-detection.",
+}
+
+
+# Facts --------------------------------------------------------------------------------------------
+def collect(device: str | None = None) -> dict[str, Any]:
+    """Everything doctor reports about `device` (default: torch.fl.device()), as JSON-ready data."""
+    data = _skeleton()
+    _check_env(data)
+    _requested(data, device)
+    selected = _selected_backend(data)
+    if selected is None:
+        return data
+    mapped = _device_map(data)
+    dev = _resolve(data, device) if mapped else None
+    _describe(data, _governing(data, dev, selected), dev)
+    if dev is not None:
+        data["self_check"] = self_check(dev)
+    data["emulation"] = _emulation()
+    return data
+
+
+def _emulation() -> dict[str, Any]:
+    from ..routing import emu
+
+    return emu.status()
+
+
+def _governing(data: dict[str, Any], dev: torch.device | None, selected: Description) -> Description:
+    """The description doctor reports: the emulated chip's for emu:NAME, else the device's."""
+    requested = data["device"]["requested"] or ""
+    if dev is None and not requested.startswith(EMULATION_PREFIX):
+        return selected
+    try:
+        return governing(requested or None)
+    except TorchFLError as exc:  # emu:NAME with an unknown NAME: report it, describe the backend instead
+        _record(data, "description", exc)
+        return selected
+
+
+def _skeleton() -> dict[str, Any]:
+    # Every key exists even when a stage fails, so JSON consumers need no existence checks.
+    return {
+        "torch_fl_version": __version__,
+        "torch_version": torch.__version__,
+        "python": {"version": platform.python_version(), "executable": sys.executable},
+        "platform": platform.platform(),
+        "environment": _platform.environment_kind(),
+        "device": {"requested": "", "source": "", "resolved": ""},
+        "device_type": "", "vendor": "", "device_name": "",
+        "backend": {"name": "", "source": ""},
+        "device_map": {}, "device_map_source": "",
+        "visible_devices": {"env": "", "value": None},
+        "plugin": "", "plugin_installed": None, "plugin_version": "", "runtime_version": "",
+        "description": {"name": "", "path": "", "sha256": "", "builtin": False, "level": "",
+                        "device_type": "", "torch_build": "", "compat": {}},
+        "routes": {}, "route_default": "", "native_source": "",
+        "probe_vs_table": None,  # live device with a vendor table: where the dispatcher and table differ
+        "cache_dir": "",
+        "self_check": {"ok": False, "ran": False, "detail": "not run: no device was resolved",
+                       "seconds": None},
+        "unknown_variables": [], "shadowed_descriptions": {},
+        "settings": [],  # every setting that is set: name, key, value, source (variable or file), kind
+        "emulation": {"active": False, "emulator": "", "privateuse1": "", "borrowed": False, "devices": 0,
+                      "chip": "", "detail": ""},
+        "errors": [],
+    }
+
+
+def _record(data: dict[str, Any], stage: str, exc: Exception) -> None:
+    data["errors"].append({"stage": stage, "type": type(exc).__name__, "message": str(exc)})
+
+
+def _check_env(data: dict[str, Any]) -> None:
+    # The same parsers the API uses (torch_fl._env), so doctor never calls healthy what the API rejects.
+    for exc in _env.problems():
+        _record(data, "env", exc)
+    data["unknown_variables"] = _env.unknown()
+    data["settings"] = [
+        {"name": var.name, "key": var.key, "value": found.text or _setting_text(found.value),
+         "source": found.source, "kind": found.kind}
+        for var, found in _env.settings() if not isinstance(found, Exception)]
+    try:
+        data["shadowed_descriptions"] = {name: f"{path} ({origin})"
+                                         for name, (path, origin) in registry.shadowed().items()}
+    except TorchFLError:
+        pass  # a broken description is reported by the stages that load it
+
+
+def _setting_text(value: Any) -> str:
+    if isinstance(value, dict):
+        return ",".join(f"{k}={v}" for k, v in value.items())
+    if isinstance(value, list):
+        return os.pathsep.join(map(str, value))
+    return str(value)
+
+
+def _requested(data: dict[str, Any], device: str | None) -> None:
+    try:
+        requested, source = (device, "--device") if device else _default_id()
+    except TorchFLError as exc:
+        _record(data, "config", exc)
+        return
+    data["device"].update(requested=requested, source=source)
+
+
+def _selected_backend(data: dict[str, Any]) -> Description | None:
+    try:
+        selected = backend()
+    except PluginImportError as exc:
+        _record(data, "plugin", exc)
+        _describe_forced(data)
+        return None
+    except TorchFLError as exc:
+        _record(data, "backend", exc)
+        return None
+    data["backend"] = {"name": selected.description.name, "source": selected.source}
+    return selected.description
+
+
+def _describe_forced(data: dict[str, Any]) -> None:
+    # detect() failed before returning the description; look up the same forced name it used so the
+    # report still says which backend and plugin were wanted.
+    forced, source = _env.FL_BACKEND.get(), "FL_BACKEND"
+    try:
+        if not forced:
+            forced, source = config.lookup("backend") or ("", "")
+        desc = registry.get(forced) if forced else None
+    except TorchFLError:
+        return
+    if desc is not None:
+        data["backend"] = {"name": desc.name, "source": source}
+        # A probed op set without the plugin loaded would count composite kernels only: skip it.
+        _describe(data, desc, None, routes=False)
+
+
+def _device_map(data: dict[str, Any]) -> bool:
+    try:
+        explicit = explicit_map()
+        mapping = device_map()
+    except TorchFLError as exc:
+        _record(data, "device_map", exc)
+        return False
+    data["device_map"] = {virtual: str(physical) for virtual, physical in mapping.items()}
+    data["device_map_source"] = explicit[1] if explicit else "auto-detected"
+    return True
+
+
+def _resolve(data: dict[str, Any], device: str | None) -> torch.device | None:
+    try:
+        dev = resolve(device)
+    except TorchFLError as exc:
+        _record(data, "device", exc)
+        return None
+    data["device"]["resolved"] = str(dev)
+    return dev
+
+
+def _describe(data: dict[str, Any], desc: Description, dev: torch.device | None, *,
+              routes: bool = True) -> None:
+    version = plugin_version(desc)
+    runtime = runtime_version(desc)[1]
+    data.update(
+        device_type=dev.type if dev is not None else desc.device_type, vendor=desc.vendor,
+        device_name=device_name(dev) if dev is not None else "", plugin=desc.plugin,
+        plugin_installed=_installed(desc.plugin), plugin_version=version, runtime_version=runtime,
+        route_default=desc.section("ops")["default"],
+        cache_dir=str(_env.FL_CACHE_DIR.value() or desc.cache_dir()),  # the variable or a config file's cache_dir
+        visible_devices=_visible_devices(desc),
+        description={"name": desc.name, "path": desc.path, "sha256": desc.sha256, "builtin": desc.builtin,
+                     "level": desc.data["level"], "device_type": desc.device_type,
+                     "torch_build": desc.section("detect")["torch_build"],
+                     "compat": compat_check(desc, version, runtime)})
+    if not routes:
+        return
+    try:
+        data["routes"] = route_counts(desc)
+        data["native_source"] = desc.native_source
+        data["probe_vs_table"] = probe_vs_table(desc)
+    except Exception as exc:  # a broken op table must not hide the rest of the report
+        _record(data, "routes", exc)
+
+
+def _installed(plugin: str) -> bool | None:
+    return importlib.util.find_spec(plugin.split(".")[0]) is not None if plugin else None
+
+
+def _visible_devices(desc: Description) -> dict[str, Any]:
+    env = desc.visible_devices_env
+    return {"env": env, "value": os.environ.get(env) if env else None}
+
+
+def compat_check(desc: Description, plugin: str, runtime: str) -> dict[str, dict[str, Any]]:
+    """Installed versions against the description's [compat] ranges; ok is None when unknown."""
+    have = {"torch": torch.__version__, "plugin": plugin, "runtime": runtime,
+            "python": platform.python_version()}
+    return {key: {"spec": spec, "have": have.get(key, ""),
+                  "ok": satisfies(have[key], spec) if have.get(key) else None}
+            for key, spec in desc.section("compat").items() if spec}
+
+
+def route_counts(desc: Description) -> dict[str, int]:
+    """How many aten overloads this dispatcher knows take each route under `desc` (regardless of
+    dtype), from the routing module's route table with every override in force."""
+    from ..routing import RouteTable, registered_kernels
+
+    return RouteTable(desc, registered_kernels()).summary()
+
+
+def device_name(dev: torch.device) -> str:
+    """The product name of `dev` ('' when its runtime cannot say, e.g. a device this build lacks)."""
+    try:
+        return runtime.get_device_properties(dev).name
+    except Exception:
+        return ""
+
+
+# Self-check ---------------------------------------------------------------------------------------
+def self_check(dev: torch.device) -> dict[str, Any]:
+    """A seeded 64x64 float32 matmul on `dev`, compared with the CPU result."""
+    from ..routing import suspended
+
+    with suspended():  # the reference is plain host PyTorch, even next to an emulated chip
+        generator = torch.Generator().manual_seed(0)
+        a, b = (torch.randn(_SIZE, _SIZE, generator=generator) for _ in range(2))
+        expected = a @ b
+    start = time.perf_counter()
+    try:
+        got = _matmul_on(dev, a, b)
+    except Exception as exc:
+        first_line = (str(exc).strip().splitlines() or [""])[0]
+        return _check(False, f"a {_SIZE}x{_SIZE} float32 matmul on {dev} raised {type(exc).__name__}: "
+                      f"{first_line}", start)
+    with suspended():
+        diff = (got - expected).abs().max().item()
+        close = torch.allclose(got, expected, rtol=_RTOL, atol=_ATOL)
+    if close:
+        return _check(True, f"{_SIZE}x{_SIZE} float32 matmul on {dev} matches the CPU result (max abs "
+                      f"diff {diff:.1e})", start)
+    return _check(False, f"{_SIZE}x{_SIZE} float32 matmul on {dev} differs from the CPU result: max abs "
+                  f"diff {diff:.1e} exceeds rtol={_RTOL:g}, atol={_ATOL:g}", start)
+
+
+def _matmul_on(dev: torch.device, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    out = a.to(dev) @ b.to(dev)
+    runtime.synchronize(dev)  # an asynchronous launch failure surfaces here, not in a later unrelated call
+    return out.cpu()
+
+
+def _check(ok: bool, detail: str, start: float) -> dict[str, Any]:
+    return {"ok": ok, "ran": True, "detail": detail, "seconds": round(time.perf_counter() - start, 4)}
+
+
+# Diagnosis ----------------------------------------------------------------------------------------
+def diagnose(data: dict[str, Any]) -> list[str]:
+    """Problems that make this setup unusable, each ending with a next step (empty when healthy)."""
+    problems = [_explain(data, error) for error in data["errors"] if not _covered(data, error)]
+    if _no_devices(data):
+        problems.append(_no_devices_problem(data))
+    check = data["self_check"]
+    if check["ran"] and not check["ok"]:
+        problems.append(_self_check_problem(data))
+    return list(dict.fromkeys(problems))  # one bad config file fails several stages the same way
+
+
+def cautions(data: dict[str, Any]) -> list[str]:
+    """Findings that do not stop torch-fl but may explain odd behaviour."""
+    desc = data["description"]
+    return [f"{key} {c['have']} is outside the range {c['spec']} that the '{desc['name']}' description "
+            f"({desc['path']}) was written for; if something misbehaves, try a {key} in that range"
+            for key, c in desc["compat"].items() if c["ok"] is False] + [
+        *data["unknown_variables"],
+        *(shadowing_warning(name, where) for name, where in data["shadowed_descriptions"].items())]
+
+
+def shadowing_warning(name: str, where: str) -> str:
+    return (f"the built-in '{name}' description is replaced by {where}; that is allowed, but every "
+            f"'{name}' device now follows that file. If that is not intended, rename the file's 'name'")
+
+
+def _no_devices(data: dict[str, Any]) -> bool:
+    loaded = data["backend"]["name"] and not any(e["stage"] in ("plugin", "backend") for e in data["errors"])
+    return bool(loaded and data["device_map_source"] and not data["device_map"])
+
+
+def _covered(data: dict[str, Any], error: dict[str, str]) -> bool:
+    # With no devices at all, "device acc0 does not exist" restates the real problem less helpfully; a
+    # bad FL_* value fails later stages with the same message as the env check.
+    if error["stage"] != "env" and any(e["stage"] == "env" and e["message"] == error["message"]
+                                       for e in data["errors"]):
+        return True
+    return error["type"] == DeviceNotFoundError.__name__ and _no_devices(data)
+
+
+def _explain(data: dict[str, Any], error: dict[str, str]) -> str:
+    if error["stage"] == "plugin" and data["plugin_installed"] is False:
+        return _missing_plugin_problem(data)
+    if error["stage"] == "routes":
+        return (f"computing the route summary failed: {error['type']}: {error['message']}. Next step: "
+                f"check the [ops] section of {data['description']['path']}.")
+    if error["stage"] == "env":  # the env layer's message already ends with the fix
+        return _sentence(error["message"])
+    return _sentence(error["message"]) + _NEXT_STEP.get(error["type"], "")
+
+
+def _missing_plugin_problem(data: dict[str, Any]) -> str:
+    plugin, source = data["plugin"], data["backend"]["source"]
+    undo = "unset FL_BACKEND" if source == "FL_BACKEND" else f"remove 'backend' from {source}"
+    return (f"the '{data['backend']['name']}' backend (selected by {source}) needs the plugin '{plugin}', "
+            f"which is not installed in this Python environment ({sys.executable}). Next step: install the "
+            f"package that provides '{plugin}' into this environment (see {data['description']['path']} "
+            f"for the versions it expects), or {undo} to auto-detect, or set FL_BACKEND=cpu.")
+
+
+def _no_devices_problem(data: dict[str, Any]) -> str:
+    backend_, source = data["backend"], data["device_map_source"]
+    if source != "auto-detected":
+        return (f"the device map from {source} is empty. Next step: list devices there (example: "
+                f"FL_DEVICE_MAP='acc0=cuda:0'), or remove it to auto-detect.")
+    steps = [_visible_step(data["visible_devices"])]
+    build = data["description"]["torch_build"]
+    if build not in ("", "any") and not data["runtime_version"]:
+        steps.append(f"install a torch wheel built for {build}: torch {data['torch_version']} is not one "
+                     f"(torch.version.{build} is None)")
+    if data["plugin"]:
+        steps.append(f"check that the plugin '{data['plugin']}' "
+                     f"({data['plugin_version'] or 'unknown version'}) matches the driver and runtime")
+    steps.append("check the driver: the vendor's device-management tool should list the devices")
+    steps.append(_environment_step(data["environment"]))
+    return (f"no devices visible to the '{backend_['name']}' backend (selected: {backend_['source']}). "
+            f"Next steps: {'; '.join(filter(None, steps))}. To run on the CPU meanwhile, set FL_BACKEND=cpu.")
+
+
+def _visible_step(visible: dict[str, Any]) -> str:
+    if not visible["env"]:
+        return ""
+    value = "unset" if visible["value"] is None else f"currently '{visible['value']}'"
+    return f"check {visible['env']} ({value}; an empty or wrong value hides devices)"
+
+
+def _environment_step(kind: str) -> str:
+    if kind.startswith("container"):
+        return (f"check that the devices and driver are passed into this {kind}: docker --device or "
+                f"--gpus, or a Kubernetes device plugin")
+    if "WSL1" in kind:
+        return "move to WSL2: WSL1 has no GPU passthrough"
+    if "WSL2" in kind:
+        return "check WSL2 GPU passthrough: the Windows host driver must support WSL and be current"
+    return ""
+
+
+def _self_check_problem(data: dict[str, Any]) -> str:
+    dev, backend_ = data["device"], data["backend"]
+    text = "self-check failed: " + _sentence(data["self_check"]["detail"])
+    backend_type = _backend_device_type(backend_["name"])
+    if data["device_type"] not in (backend_type, "cpu"):
+        origin = data["device_map_source"] if dev["requested"] in data["device_map"] else dev["source"]
+        return (f"{text} '{dev['requested']}' resolves to {dev['resolved']} (from {origin}), but this "
+                f"process's backend is '{backend_['name']}' ({backend_['source']}), which has no "
+                f"'{data['device_type']}' devices. Next step: point {origin} at a device of this machine "
+                f"(current map: {map_text(data['device_map'])}) or unset it." + _try_backend_step(data))
+    return (f"{text} Next step: compare the driver, runtime and plugin versions above with the description's "
+            f"[compat] ranges, then report it with `torchfl bugreport`.")
+
+
+def _try_backend_step(data: dict[str, Any]) -> str:
+    desc = data["description"]
+    if desc["device_type"] != data["device_type"]:
+        return ""  # no description drives this device type (meta, ...): nothing to try
+    return (f" If '{data['device_type']}' devices should be present, run FL_BACKEND={desc['name']} "
+            f"torchfl doctor to see why that backend was not detected.")
+
+
+def _sentence(text: str) -> str:
+    text = text.strip()
+    return text if text.endswith((".", "!", "?")) else text + "."
+
+
+def _backend_device_type(name: str) -> str:
+    try:
+        return registry.get(name).device_type if name else ""
+    except TorchFLError:
+        return ""
+
+
+def map_text(mapping: dict[str, str]) -> str:
+    return ", ".join(f"{virtual} -> {physical}" for virtual, physical in mapping.items()) or "empty"
+
+
+# Rendering ----------------------------------------------------------------------------------------
+def render_text(data: dict[str, Any], problems: list[str], notes: list[str]) -> str:
+    """Aligned 'key: value' lines in sections, then the verdict."""
+    sections = _sections(data)
+    width = max(len(key) for _, rows in sections for key, _ in rows) + 1
+    lines = ["torch-fl doctor"]
+    for title, rows in sections:
+        lines += ["", title] + [f"  {key + ':':<{width}} {value}" for key, value in rows]
+    lines += ["", *_verdict(problems, notes)]
+    return "\n".join(lines)
+
+
+def _sections(data: dict[str, Any]) -> list[tuple[str, list[tuple[str, str]]]]:
+    desc, dev, visible = data["description"], data["device"], data["visible_devices"]
+    return [
+        ("Versions", [
+            ("torch", data["torch_version"]), ("torch-fl", data["torch_fl_version"]),
+            ("python", f"{data['python']['version']} ({data['python']['executable']})"),
+            ("plugin", _plugin_text(data)), ("runtime", data["runtime_version"] or "(none reported)")]),
+        ("Device", [
+            ("requested", f"{dev['requested'] or '?'} (from {dev['source'] or '?'})"),
+            ("device", dev["resolved"] or "(not resolved)"), ("name", data["device_name"] or "(unknown)"),
+            ("type", data["device_type"] or "?"), ("vendor", data["vendor"] or "?"),
+            ("backend", f"{data['backend']['name'] or '?'} ({data['backend']['source'] or 'not loaded'})"),
+            ("device map", f"{map_text(data['device_map'])} ({data['device_map_source'] or 'not built'})"),
+            ("visible devices", _visible_text(visible)),
+            ("emulation", _emulation_text(data["emulation"]))]),
+        ("Description", [
+            ("name", desc["name"] or "?"), ("path", desc["path"] or "?"), ("sha256", desc["sha256"] or "?"),
+            ("level", desc["level"] or "?"),
+            *((f"compat {key}", _compat_text(c)) for key, c in desc["compat"].items())]),
+        ("Routes", _route_rows(data)),
+        ("Settings", [(item["name"], f"{item['value']} (from {item['source']}"
+                       f"{'' if item['kind'] == 'environment' else ', ' + item['kind']})")
+                      for item in data["settings"]] or [("settings", "(none set: every default)")]),
+        ("Platform", [("platform", data["platform"]), ("environment", data["environment"]),
+                      ("cache dir", data["cache_dir"] or "?")]),
+        ("Self-check", [("result", _check_text(data["self_check"])),
+                        ("detail", data["self_check"]["detail"])]),
+    ]
+
+
+def _emulation_text(emulation: dict[str, Any]) -> str:
+    if not emulation["emulator"]:
+        return "(none)"
+    how = "as a device" if emulation["emulator"] == "device" else f"under a {emulation['emulator']}"
+    chip = emulation["chip"]
+    text = f"'{chip or '?'}' emulated on the CPU {how}: {emulation['detail']}"
+    from ..routing.emu.vendor import why_emu
+
+    reason = why_emu(registry.get(chip)) if chip in registry.descriptions() else ""
+    return text + (f" ({reason})" if reason and emulation["emulator"] == "device" else "")
+
+
+def _route_rows(data: dict[str, Any]) -> list[tuple[str, str]]:
+    routes = data["routes"]
+    if not routes:
+        return [("routes", "(not computed: the backend did not load)")]
+    rows = [(route, str(n)) for route, n in routes.items()] + [
+        ("default policy", f"ops.default = {data['route_default']} (for ops that are not native)")]
+    if data["native_source"]:
+        rows.append(("native ops from", data["native_source"]))
+    diff = data["probe_vs_table"]
+    if diff is not None:
+        rows.append(("probe vs table", f"{diff['table_not_probed']} of the {diff['registered']} ops the table "
+                     f"registers for {diff['version'] or 'its line'} have no kernel here"
+                     + (f" (e.g. {', '.join(diff['examples_table_not_probed'])})" if diff['table_not_probed'] else "")
+                     + f"; {diff['probed_not_in_table']} probed kernels are in no line of the table"
+                     + (f" (e.g. {', '.join(diff['examples_probed_not_in_table'])})"
+                        if diff['probed_not_in_table'] else "")))
+    return rows
+
+
+def _plugin_text(data: dict[str, Any]) -> str:
+    if not data["plugin"]:
+        return "(none: the backend is built into torch)"
+    if data["plugin_installed"] is False:
+        return f"{data['plugin']} (NOT INSTALLED)"
+    return f"{data['plugin']} {data['plugin_version'] or '(unknown version)'}"
+
+
+def _visible_text(visible: dict[str, Any]) -> str:
+    if not visible["env"]:
+        return "(this backend has no visible-devices variable)"
+    return f"{visible['env']}=" + ("(unset)" if visible["value"] is None else repr(visible["value"]))
+
+
+def _compat_text(compat: dict[str, Any]) -> str:
+    verdict = {True: "ok", False: "OUTSIDE RANGE", None: "unknown"}[compat["ok"]]
+    return f"{compat['spec']} (have {compat['have'] or '?'}: {verdict})"
+
+
+def _check_text(check: dict[str, Any]) -> str:
+    if not check["ran"]:
+        return "not run"
+    status = "ok" if check["ok"] else "FAILED"
+    return f"{status} in {check['seconds'] * 1000:.1f} ms (first use: includes transfers and initialisation)"
+
+
+def _verdict(problems: list[str], notes: list[str]) -> list[str]:
+    lines = [_numbered("Warnings", notes)] if notes else []
+    if not problems:
+        return [*lines, "Result: healthy"]
+    return [*lines, _numbered(f"Result: {len(problems)} problem{'s' * (len(problems) > 1)}", problems)]
+
+
+def _numbered(title: str, items: list[str]) -> str:
+    return "\n".join([title + ":", *(textwrap.fill(item, _WRAP, initial_indent=f"  {i}. ",
+                                                   subsequent_indent="     ", break_on_hyphens=False)
+                                     for i, item in enumerate(items, start=1))])
+
+
+# The report ---------------------------------------------------------------------------------------
+@dataclass
+class DoctorReport:
+    """The facts `collect` gathered, the problems (each with a next step) and the warnings."""
+
+    data: dict[str, Any]
+    problems: list[str]
+    warnings: list[str]
+
+    @property
+    def healthy(self) -> bool:
+        return not self.problems
+
+    def json(self) -> dict[str, Any]:
+        """What ``torchfl doctor --json`` prints (docs/cli.md)."""
+        return {**self.data, "problems": self.problems, "warnings": self.warnings, "healthy": self.healthy}
+
+    def text(self) -> str:
+        return render_text(self.data, self.problems, self.warnings)
+
+
+def examine(device: str | None = None) -> DoctorReport:
+    """Collect, diagnose and caution for `device` (default torch.fl.device())."""
+    data = collect(device)
+    return DoctorReport(data, diagnose(data), cautions(data))
