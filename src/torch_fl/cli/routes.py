@@ -12,16 +12,14 @@ import json
 import sys
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from ..errors import RouteLogError as LogError
+from ..errors import RouteLogError
+from ..routing.stats import RouteLog, read_route_log
 
 SAME, DIFFERENT, BAD_INPUT = 0, 1, 2
 CHANGES = ("route", "added", "removed", "calls")  # the order of the diff table
-LOG_SHAPE = ('a route log as written with FL_ROUTE_LOG=PATH or torch.fl.write_route_log(PATH): '
-             '{"device": "...", "description": "...", "records": [{"op": "aten::gelu.default", '
-             '"dtype": "float32", "route": "translate", "calls": 12}, ...]}')
 
 
 # Parser -------------------------------------------------------------------------------------------
@@ -192,77 +190,6 @@ def format_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 
 # routes diff --------------------------------------------------------------------------------------
-Key = tuple[str, str]  # (op, dtype)
-
-
-@dataclass
-class RouteLog:
-    path: str
-    device: str = ""
-    description: str = ""
-    calls: dict[Key, dict[str, int]] = field(default_factory=dict)  # (op, dtype) -> {route: calls}
-
-    @property
-    def records(self) -> int:
-        return sum(len(routes) for routes in self.calls.values())
-
-
-def read_log(path: str) -> RouteLog:
-    """Read and check a route log; every problem names the file and the expected shape."""
-    data = _load_json(path)
-    if not isinstance(data, dict) or not isinstance(data.get("records"), list):
-        raise LogError(f"{path}: not a route log (no 'records' list); expected {LOG_SHAPE}")
-    log = RouteLog(path, _text(data, "device", path), _text(data, "description", path))
-    for index, record in enumerate(data["records"]):
-        op, dtype, route, calls = _record(record, f"{path}: records[{index}]")
-        routes = log.calls.setdefault((op, dtype), {})
-        routes[route] = routes.get(route, 0) + calls  # a log merged by hand may repeat a record
-    return log
-
-
-def _load_json(path: str) -> Any:
-    from .. import _toml
-
-    try:
-        text = _toml.read_bytes(path).decode("utf-8")  # a regular file only: a FIFO or /dev/zero never ends
-    except FileNotFoundError:
-        raise LogError(f"{path}: no such file; expected {LOG_SHAPE}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise LogError(f"{path}: cannot read it: {getattr(exc, 'strerror', None) or exc}") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise LogError(f"{path}: not JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}); "
-                       f"expected {LOG_SHAPE}") from None
-    except RecursionError:
-        raise LogError(f"{path}: not a route log: its JSON is nested too deeply to read (a route log is "
-                       f"two levels deep); expected {LOG_SHAPE}") from None
-
-
-def _text(data: dict[str, Any], key: str, path: str) -> str:
-    value = data.get(key, "")
-    if not isinstance(value, str):
-        raise LogError(f"{path}: '{key}' is {type(value).__name__}, not a string; expected {LOG_SHAPE}")
-    return value
-
-
-def _record(record: Any, where: str) -> tuple[str, str, str, int]:
-    if not isinstance(record, dict):
-        raise LogError(f"{where} is {type(record).__name__}, not an object; expected {LOG_SHAPE}")
-    for key in ("op", "route"):
-        if not isinstance(record.get(key), str) or not record[key]:
-            raise LogError(f"{where}: '{key}' must be a non-empty string, not {record.get(key)!r}; "
-                           f"expected {LOG_SHAPE}")
-    dtype = record.get("dtype")
-    if dtype is not None and not isinstance(dtype, str):
-        raise LogError(f"{where}: 'dtype' must be a string or null, not {dtype!r}; expected {LOG_SHAPE}")
-    calls = record.get("calls")
-    if isinstance(calls, bool) or not isinstance(calls, int) or calls < 0:
-        raise LogError(f"{where}: 'calls' must be a non-negative integer, not {calls!r}; "
-                       f"expected {LOG_SHAPE}")
-    return record["op"], dtype or "-", record["route"], calls
-
-
 def compare(before: RouteLog, after: RouteLog, *, ignore_calls: bool = False) -> list[dict[str, Any]]:
     """Changes from `before` to `after`, table order: [{'change', 'op', 'dtype', 'before', 'after'}]."""
     changes = []
@@ -286,8 +213,8 @@ def _classify(old: dict[str, int], new: dict[str, int], ignore_calls: bool) -> s
 
 def run_diff(args: argparse.Namespace) -> int:
     try:
-        before, after = read_log(args.before), read_log(args.after)
-    except LogError as exc:
+        before, after = read_route_log(args.before), read_route_log(args.after)
+    except RouteLogError as exc:
         print(f"torchfl routes diff: error: {exc}", file=sys.stderr)
         return BAD_INPUT
     changes = compare(before, after, ignore_calls=args.ignore_calls)

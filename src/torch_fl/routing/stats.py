@@ -19,7 +19,12 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+from .. import _toml
+from ..errors import RouteLogError
 
 log = logging.getLogger("torch_fl.dispatch")
 _counts: Counter[tuple[str, str, str]] = Counter()
@@ -220,3 +225,78 @@ def _write_at_exit() -> None:
     except OSError as exc:
         print(f"torch-fl: could not write the route log to {path} (FL_ROUTE_LOG): {exc.strerror or exc}; "
               f"here it is instead:\n{json.dumps(route_log(), indent=2)}", file=sys.stderr)
+
+
+# Reading a route log (torchfl routes diff): every problem names the file and the expected shape.
+ROUTE_LOG_SHAPE = ('a route log as written with FL_ROUTE_LOG=PATH or torch.fl.write_route_log(PATH): '
+             '{"device": "...", "description": "...", "records": [{"op": "aten::gelu.default", '
+             '"dtype": "float32", "route": "translate", "calls": 12}, ...]}')
+
+Key = tuple[str, str]  # (op, dtype)
+
+
+@dataclass
+class RouteLog:
+    path: str
+    device: str = ""
+    description: str = ""
+    calls: dict[Key, dict[str, int]] = field(default_factory=dict)  # (op, dtype) -> {route: calls}
+
+    @property
+    def records(self) -> int:
+        return sum(len(routes) for routes in self.calls.values())
+
+
+def read_route_log(path: str | Path) -> RouteLog:
+    """Read and check a route log; every problem names the file and the expected shape."""
+    path = str(path)
+    data = _load_json(path)
+    if not isinstance(data, dict) or not isinstance(data.get("records"), list):
+        raise RouteLogError(f"{path}: not a route log (no 'records' list); expected {ROUTE_LOG_SHAPE}")
+    log = RouteLog(path, _text(data, "device", path), _text(data, "description", path))
+    for index, record in enumerate(data["records"]):
+        op, dtype, route, calls = _checked_record(record, f"{path}: records[{index}]")
+        routes = log.calls.setdefault((op, dtype), {})
+        routes[route] = routes.get(route, 0) + calls  # a log merged by hand may repeat a record
+    return log
+
+
+def _load_json(path: str) -> Any:
+    try:
+        text = _toml.read_bytes(path).decode("utf-8")  # a regular file only: a FIFO or /dev/zero never ends
+    except FileNotFoundError:
+        raise RouteLogError(f"{path}: no such file; expected {ROUTE_LOG_SHAPE}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RouteLogError(f"{path}: cannot read it: {getattr(exc, 'strerror', None) or exc}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise RouteLogError(f"{path}: not JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}); "
+                       f"expected {ROUTE_LOG_SHAPE}") from None
+    except RecursionError:
+        raise RouteLogError(f"{path}: not a route log: its JSON is nested too deeply to read (a route log is "
+                       f"two levels deep); expected {ROUTE_LOG_SHAPE}") from None
+
+
+def _text(data: dict[str, Any], key: str, path: str) -> str:
+    value = data.get(key, "")
+    if not isinstance(value, str):
+        raise RouteLogError(f"{path}: '{key}' is {type(value).__name__}, not a string; expected {ROUTE_LOG_SHAPE}")
+    return value
+
+
+def _checked_record(record: Any, where: str) -> tuple[str, str, str, int]:
+    if not isinstance(record, dict):
+        raise RouteLogError(f"{where} is {type(record).__name__}, not an object; expected {ROUTE_LOG_SHAPE}")
+    for key in ("op", "route"):
+        if not isinstance(record.get(key), str) or not record[key]:
+            raise RouteLogError(f"{where}: '{key}' must be a non-empty string, not {record.get(key)!r}; "
+                           f"expected {ROUTE_LOG_SHAPE}")
+    dtype = record.get("dtype")
+    if dtype is not None and not isinstance(dtype, str):
+        raise RouteLogError(f"{where}: 'dtype' must be a string or null, not {dtype!r}; expected {ROUTE_LOG_SHAPE}")
+    calls = record.get("calls")
+    if isinstance(calls, bool) or not isinstance(calls, int) or calls < 0:
+        raise RouteLogError(f"{where}: 'calls' must be a non-negative integer, not {calls!r}; "
+                       f"expected {ROUTE_LOG_SHAPE}")
+    return record["op"], dtype or "-", record["route"], calls
