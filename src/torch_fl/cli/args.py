@@ -18,12 +18,16 @@ import argparse
 __all__ = ["DEVICES", "add_device", "add_reference", "add_report_files"]
 
 DEVICES = "acc0, cuda:1, cpu, emu:NAME"  # what --device accepts, in every command's help
+DESCRIPTIONS = "a description name (cuda, npu, ...) or .toml file"  # where a description is enough
 
 
-def add_device(parser: argparse.ArgumentParser, *, required: bool = False, what: str = "device") -> None:
-    """--device D: `what` the command acts on; without `required`, the default is torch.fl.device()."""
+def add_device(parser: argparse.ArgumentParser, *, required: bool = False, what: str = "device",
+               descriptions: bool = False) -> None:
+    """--device D: `what` the command acts on; with `descriptions`, a description (name or file) is accepted
+    too (the chip it describes); without `required`, the default is torch.fl.device()."""
+    accepts = DEVICES + (f", or {DESCRIPTIONS}" if descriptions else "")
     default = "" if required else "; default: torch.fl.device()"
-    parser.add_argument("--device", required=required, metavar="D", help=f"{what}: {DEVICES}{default}")
+    parser.add_argument("--device", required=required, metavar="D", help=f"{what}: {accepts}{default}")
 
 
 def add_reference(parser: argparse.ArgumentParser) -> None:

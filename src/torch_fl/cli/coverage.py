@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .args import add_report_files
+from .args import add_device, add_report_files
 
 OK, UNSUPPORTED, NOT_TRACED = 0, 1, 2
 
@@ -35,8 +35,7 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> No
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model", metavar="MODEL",
                         help="model entry point: path/to/file.py:factory or package.module:factory")
-    parser.add_argument("--device", required=True, metavar="NAME",
-                        help="a description name (cuda, mps, cpu, ...), emu:NAME, or a description .toml")
+    add_device(parser, required=True, what="the chip whose routes classify the trace", descriptions=True)
     parser.add_argument("--train", action="store_true",
                         help="trace a training step (forward, loss, backward, AdamW step), not inference")
     parser.add_argument("--amp", action="store_true",

@@ -7,6 +7,8 @@ import copy
 import sys
 from pathlib import Path
 
+from .args import add_device
+
 
 def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> None:
     parser = sub.add_parser(
@@ -21,7 +23,7 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> No
     parser.add_argument("--list", action="store_true", help="list every known description and its file")
     parser.add_argument("--probe", action="store_true",
                         help="probe the live device: native op list and dtypes from the dispatcher")
-    parser.add_argument("--device", help="device to probe (default: torch.fl.device())")
+    add_device(parser, what="device to probe")
     parser.add_argument("--as", dest="rename", metavar="NAME",
                         help="rename the copy (its `name` key): a new chip's description, which loads next to "
                              "the original instead of replacing it")

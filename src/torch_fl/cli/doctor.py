@@ -8,6 +8,7 @@ import argparse
 import json
 
 from ..analysis.doctor import examine
+from .args import add_device
 
 
 # Command ------------------------------------------------------------------------------------------
@@ -18,9 +19,7 @@ def add_parser(subparsers: argparse._SubParsersAction, name: str, help_text: str
                     "self-check, and explain any problem with a next step. Exit code 0: healthy; "
                     "1: a problem was found.")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
-    parser.add_argument("--device", metavar="D", default=None,
-                        help="device to check: a virtual id (acc1), a physical name (cuda:1) or emu:NAME "
-                             "(default: torch.fl.device(), i.e. FL_DEVICE or acc0)")
+    add_device(parser, what="device to check")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -17,6 +17,7 @@ from typing import Any
 
 from ..errors import RouteLogError
 from ..routing.stats import RouteLog, read_route_log
+from .args import add_device
 
 SAME, DIFFERENT, BAD_INPUT = 0, 1, 2
 CHANGES = ("route", "added", "removed", "calls")  # the order of the diff table
@@ -48,9 +49,7 @@ def _add_show(actions: argparse._SubParsersAction, routes: Sequence[str]) -> Non
         description="Print a summary (aten overloads per route) and a table of the ops that are not "
                     "native, with the setting that decided each route (FL_ROUTE, a config file, a "
                     "registered kernel, a description list, the native op set, or ops.default).")
-    show.add_argument("--device", metavar="D",
-                      help="a virtual id (acc0), a physical device (cuda:1), a description name (cuda, "
-                           "mps) or path, or emu:NAME (default: torch.fl.device())")
+    add_device(show, what="device whose routes to show", descriptions=True)
     show.add_argument("--route", choices=routes, help="only ops with this route")
     show.add_argument("--op", metavar="SUBSTRING", help="only ops whose name contains SUBSTRING")
     show.add_argument("--dtype", help="routes for inputs of this dtype, e.g. float16 (default: "

@@ -11,6 +11,8 @@ import runpy
 import sys
 import traceback
 
+from .args import add_device
+
 
 def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> None:
     parser = sub.add_parser(
@@ -27,8 +29,7 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> No
                "  torchrun --nproc_per_node=2 --no-python torchfl run train.py\n"
                "\nExit status: the script's. Docs: docs/migrate-runtime.md",
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--device", metavar="D",
-                        help="where CUDA requests run (default torch.fl.device(): FL_DEVICE, config, acc0)")
+    add_device(parser, what="where CUDA requests run")
     parser.add_argument("--report", action="store_true",
                         help="after the script, print to stderr which CUDA queries the alias answered from the "
                              "description (capability, properties, ...) and which CUDA settings it accepted")
