@@ -14,3 +14,12 @@ def test_virtual_ids_are_ascii_without_leading_zeros():
     assert [_names.is_virtual_id(t) for t in ("acc0", "acc12", "acc01", "acc", "acc-1", "acc١", "xacc1")] == \
         [True, True, False, False, False, False, False]
     assert _names.virtual_id(3) == "acc3" and _names.is_virtual_id(_names.virtual_id(10))
+
+
+def test_one_answer_to_is_this_a_description_file():
+    from torch_fl.description import registry
+    from torch_fl.device import names_description
+
+    assert [registry.is_path(t) for t in ("./chip.toml", "chip.toml", "vendor/chip", "npu", "emu:npu")] == \
+        [True, True, True, False, False]
+    assert names_description("vendor/chip") and names_description("npu") and not names_description("nope")

@@ -320,7 +320,7 @@ def emulating() -> Description | None:
 
 
 def names_description(text: str) -> bool:
-    return text.endswith(".toml") or "/" in text or text in registry.descriptions()
+    return registry.is_path(text) or text in registry.descriptions()
 
 
 def _described(text: str, origin: str) -> ResolvedDevice:

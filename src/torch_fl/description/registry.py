@@ -121,9 +121,15 @@ def reload() -> None:
         _shadowed.clear()
 
 
+def is_path(text: str) -> bool:
+    """Whether `text` names a description file rather than a description: a .toml, or anything with a
+    path separator ('/' everywhere, and the platform's own)."""
+    return text.endswith(".toml") or "/" in text or os.sep in text
+
+
 def get(name_or_path: str) -> Description:
     """A description by name, or by path when the argument names an existing .toml file."""
-    if name_or_path.endswith(".toml") or os.sep in name_or_path:
+    if is_path(name_or_path):
         return load(Path(name_or_path).expanduser())
     known = descriptions()
     if name_or_path not in known:
