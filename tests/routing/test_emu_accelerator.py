@@ -56,3 +56,12 @@ def test_inference_mode_copies_views_and_modules_as_on_an_accelerator(device):
         layer = torch.nn.TransformerEncoderLayer(8, 2, 16, batch_first=True).to(device).eval()
         assert layer(torch.randn(2, 5, 8, device=device)).shape == (2, 5, 8)
     assert (made_before + 1).device == device
+
+
+def test_a_sparse_gradient_stops_with_the_chips_error_not_an_abort(device):
+    # the built-in tables list no sparse kernels (SparseCUDA/SparseMPS); the error of the backward pass
+    # is raised from backward(), where PyTorch's engine would otherwise abort the process
+    embedding = torch.nn.Embedding(10, 3, sparse=True).to(device)
+    loss = (embedding(torch.tensor([1, 2], device=device)) ** 2).sum()
+    with pytest.raises(torch_fl.errors.UnsupportedOperatorError, match="_sparse_coo_tensor"):
+        loss.backward()

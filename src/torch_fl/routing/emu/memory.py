@@ -15,8 +15,12 @@ _tracked: dict[int, Any] = {}  # data pointer -> weak reference of each storage 
 
 def _allocated(data: torch.Tensor, index: int) -> None:
     """Count a new storage as live on `index` until PyTorch frees it (its Python storage object lives as
-    long as the storage)."""
-    storage = data.untyped_storage()
+    long as the storage). Sparse tensors (sparse gradients) have no storage of their own and are not
+    counted."""
+    try:
+        storage = data.untyped_storage()
+    except RuntimeError:  # (a try costs nothing when nothing is raised)
+        return
     size = storage.nbytes()
     key = storage.data_ptr()
     if not size or key in _tracked:

@@ -53,8 +53,14 @@ class EmuTensor(torch.Tensor):
         where = _devices.get(index)
         if where is None:
             where = _devices[index] = torch.device(backend_name(), index)
+        if data.layout is not torch.strided:  # sparse gradients (nn.Embedding(sparse=True)): no strides
+            out = torch.Tensor._make_wrapper_subclass(cls, data.size(), dtype=data.dtype, layout=data.layout,
+                                                      device=where, requires_grad=data.requires_grad)
+            out._data = data
+            out._index = index
+            return out
         offset = data.storage_offset()
-        if offset or data.requires_grad or data.layout is not torch.strided:
+        if offset or data.requires_grad:
             out = torch.Tensor._make_wrapper_subclass(
                 cls, data.size(), strides=data.stride(), storage_offset=offset, dtype=data.dtype,
                 layout=data.layout, device=where, requires_grad=data.requires_grad)
@@ -159,9 +165,11 @@ def _deferred(exc: Exception, func: Any, args: tuple, kwargs: dict) -> Any:
         raise exc
 
     torch.autograd.Variable._execution_engine.queue_callback(reraise)
-    data = to_host((args, kwargs))
+    host_args, host_kwargs = to_host((args, kwargs))
+    if isinstance(host_kwargs.get("device"), torch.device) and host_kwargs["device"].type != "cpu":
+        host_kwargs = {**host_kwargs, "device": torch.device("cpu")}  # a factory: made on the host
     index = next((a._index for a in (*args, *kwargs.values()) if isinstance(a, EmuTensor)), 0)
-    return _wrap(func(*data[0], **data[1]), index)
+    return _wrap(func(*host_args, **host_kwargs), index)
 
 
 def _mismatch(func: Any, first: torch.device, other: torch.device) -> RuntimeError:
