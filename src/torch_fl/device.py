@@ -365,12 +365,6 @@ def resolve(device: str | int | torch.device | None = None) -> torch.device:
     return resolved.device
 
 
-def _resolve(device: str | int | None) -> torch.device:
-    """The torch.device of a spec without activating routing (kept for older callers: use
-    resolve_spec)."""
-    return resolve_spec(device).device
-
-
 def description_for(dev: torch.device) -> Description:
     """The description that governs a physical device: the selected backend when its type matches,
     else the highest-priority description of that device type."""

@@ -19,7 +19,7 @@ def autoload() -> None:
     """
     if not _env.FL_CUDA_ALIAS.value():
         return
-    from ..device import _resolve
+    from ..device import resolve_spec
     from .alias import active, cuda_alias
 
     if active() is not None:
@@ -27,6 +27,6 @@ def autoload() -> None:
     # Called halfway through `import torch`: resolving the target fully would activate operator
     # routing before torch has registered its own kernels, so only the device type is looked up here
     # (nothing to do on real CUDA) and the alias resolves, and routes, on the first CUDA request.
-    if _resolve(None).type == "cuda":
+    if resolve_spec(None).device.type == "cuda":
         return
     cuda_alias().enable(resolve_now=False)
