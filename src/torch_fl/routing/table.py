@@ -71,7 +71,15 @@ def _lookup(table: dict[str, object], op: str) -> object | None:
 
 
 def dtype_name(dtype: torch.dtype | None) -> str | None:
-    return None if dtype is None else str(dtype).removeprefix("torch.")
+    if dtype is None:
+        return None
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:  # (asked on every emulated op: str(dtype) is ~0.2 us, the dict ~0.03)
+        name = _DTYPE_NAMES[dtype] = str(dtype).removeprefix("torch.")
+    return name
+
+
+_DTYPE_NAMES: dict[torch.dtype, str] = {}
 
 
 @dataclass

@@ -301,7 +301,8 @@ def _dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
     router = state.router
     if router is None:
         return _finish(plan, args, kwargs, plan.kernel(*cargs, **ckwargs), index)
-    dtype = first_dtype(cargs, ckwargs)
+    first = args[0] if args else None
+    dtype = dtype_name(first.dtype) if type(first) is EmuTensor else first_dtype(cargs, ckwargs)
     key = (id(func), dtype)
     route = state.routes.get(key)
     if route is None:
