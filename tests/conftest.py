@@ -32,3 +32,7 @@ def clean_torch_fl(monkeypatch, tmp_path_factory):
     # A test that registered a kernel and failed before removing it must not leak it into the next.
     torch_fl.routing.registered_kernels().clear()
     torch_fl.reset()
+    # FL_ROUTE_LOG set by a test registered an at-exit write to its temporary path, gone by then.
+    from torch_fl.routing import stats
+
+    stats._log_path.clear()

@@ -219,6 +219,8 @@ def write_at_exit(path: str) -> None:
 def _write_at_exit() -> None:
     # FL_ROUTE_LOG's folder was checked when routing started; if the write still fails (folder removed,
     # disk full), the log goes to stderr instead of being lost behind a traceback at exit.
+    if not _log_path:  # withdrawn since it was registered
+        return
     path = _log_path[-1]
     try:
         write_route_log(path, merge=True)
