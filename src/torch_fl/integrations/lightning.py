@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 import torch_fl  # noqa: F401  (binds torch.fl)
+from torch_fl.device import is_emulated
 
 __all__ = ["NAME", "TorchFLAccelerator", "accelerator_class", "register"]
 
@@ -88,7 +89,13 @@ def parallel_devices(devices: Any, spec: Any = None) -> list[torch.device]:
             f"Trainer(accelerator='{NAME}', devices={devices!r}) asks for device position(s) {missing}, but this "
             f"machine has {len(pool)} torch-fl device(s): {[str(d) for d in pool]}. Ask for fewer devices, or map "
             f"more (FL_DEVICE_MAP, or FL_EMU_DEVICES=N for an emulated chip).")
-    return [pool[i] for i in wanted]
+    chosen = [pool[i] for i in wanted]
+    if len(chosen) > 1 and all(is_emulated(d) for d in chosen):
+        # Lightning's DDP runs one process per device, and each emulated device lives in its own process:
+        # every rank trains on its own emu:0 (PyTorch's autograd engine cannot run backward on emu:1 of a
+        # Python backend, which sizes its device queues once per process).
+        return [torch.device(chosen[0].type, 0)] * len(chosen)
+    return chosen
 
 
 def device_stats(device: Any) -> dict[str, float]:
@@ -116,6 +123,11 @@ def _point_strategy_at(trainer: Any, device: torch.device, pl: ModuleType) -> No
     if isinstance(strategy, pl.strategies.SingleDeviceStrategy) and strategy.root_device != device:
         # Lightning keeps the device in this attribute only; the strategy has no setter.
         strategy._root_device = device
+    ddp = getattr(pl.strategies, "DDPStrategy", None)
+    if ddp is not None and isinstance(strategy, ddp) and device.type != "cuda":
+        # Lightning's DDPStrategy wraps the model in `torch.cuda.stream(torch.cuda.Stream())` whenever it
+        # passes device_ids, which fails off CUDA; DDP takes the device from the parameters without them.
+        strategy.determine_ddp_device_ids = lambda: None
     plugin = strategy.precision_plugin
     amp = pl.plugins.precision.MixedPrecision
     if isinstance(plugin, amp) and plugin.device != device.type:

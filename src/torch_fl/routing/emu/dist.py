@@ -43,6 +43,11 @@ class EmuProcessGroup(dist.ProcessGroup):
     def __init__(self, store: Any, rank: int, size: int, timeout: timedelta) -> None:
         super().__init__(rank, size)
         self._gloo = dist.ProcessGroupGloo(dist.PrefixStore("emu-gloo", store), rank, size, timeout)
+        # c10d's helpers ask the group for its backend per device type (init_process_group(device_id=emu:0)
+        # checks `_get_backend(device_id).supports_splitting`; timeouts are read from its options): the
+        # gloo group answers for both. Collectives still come through the methods below.
+        for device_type in ("cpu", backend_name()):
+            self._register_backend(torch.device(device_type), dist.ProcessGroup.BackendType.GLOO, self._gloo)
 
     def getBackendName(self) -> str:
         return backend_name()
@@ -79,10 +84,20 @@ class EmuProcessGroup(dist.ProcessGroup):
 
 
 def register() -> None:
-    """Make ``emu`` a c10d backend (idempotent)."""
+    """Make ``emu`` a c10d backend (idempotent), and the default backend of the emulated device type.
+
+    Called when the emulator registers its device (register.ensure), so plain torch.distributed code
+    that asks by device finds it: ``init_process_group(device_id=emu:0)`` (Lightning's DDP, which names
+    the backend from ``Backend.default_device_backend_map``) gets this backend, and a backend of
+    ``"emu"`` alone also serves CPU tensors (capability ``cpu`` too: EmuProcessGroup hands host tensors
+    to its gloo group unchanged). ``cpu`` keeps gloo as its default: register_backend never takes a
+    device type that already has one.
+    """
+    if not supports_distributed():
+        return
     name = backend_name()
     if name not in dist.Backend.backend_list:
-        dist.Backend.register_backend(name, EmuProcessGroup, devices=[name])
+        dist.Backend.register_backend(name, EmuProcessGroup, devices=["cpu", name])
 
 
 def supports_distributed() -> bool:

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from . import autocast, factories, generator, lazy, module, serialization, vendor
+from . import autocast, dist, factories, generator, lazy, module, serialization, vendor
 from .slot import backend_name, borrowed, device, state
 
 _lock = threading.Lock()
@@ -33,6 +33,7 @@ def ensure(count: int, chip: Any = None) -> None:
             generator._register_generator()
             lazy.register()
             autocast.register(backend_name())
+            dist.register()  # the c10d backend of the emulated type (init_process_group(device_id=emu:N))
         state.count = count
         state.live += [0] * max(0, count - len(state.live))
         state.peak += [0] * max(0, count - len(state.peak))
