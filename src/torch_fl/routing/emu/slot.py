@@ -34,6 +34,7 @@ class _State:
         self.table: Any = None
         self.dtypes: frozenset[str] = frozenset()
         self.torch_dtypes: frozenset[torch.dtype] = frozenset()
+        self.real_dtypes: frozenset[torch.dtype] = frozenset()  # torch_dtypes less complex (fast path)
         self.description: Any = None   # the description governing emu devices (even when inactive)
         self.routes: dict[tuple[Any, str | None], Route] = {}
         self.names: dict[Any, str] = {}
@@ -117,6 +118,7 @@ def set_router(router: Any) -> None:
         state.description = router.table.description
         state.dtypes = frozenset(router.table.description.dtypes)
         state.torch_dtypes = frozenset(getattr(torch, n) for n in state.dtypes if hasattr(torch, n))
+        state.real_dtypes = frozenset(d for d in state.torch_dtypes if not d.is_complex)
         # torch.autocast("emu") without dtype= takes the chip's dtype, as autocast on the real chip would
         torch.set_autocast_dtype(backend_name(), getattr(torch, router.table.description.autocast_dtype))
     else:
