@@ -145,10 +145,12 @@ class EmuTensor(torch.Tensor):
     def __torch_dispatch__(cls, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         try:
             plan = _plans.get(id(func))
-            if plan is not None and plan.fast and not kwargs and args and type(args[0]) is EmuTensor:
-                # The common call (add, mm, view, add_...): positional device tensors of one device and
-                # scalars, a native route, a real-dtype result. The steps of _dispatch/_finish inlined
-                # (each Python call costs ~0.1 us); anything else takes the general path below.
+            if plan is not None and plan.fast and args and type(args[0]) is EmuTensor and \
+                    (not kwargs or _plain_kwargs(kwargs)):
+                # The common call (add, mm, view, add_...): device tensors of one device, scalars and int
+                # lists, no tensor keyword, a native route, a real-dtype result. The steps of
+                # _dispatch/_finish inlined (each Python call costs ~0.1 us); anything else takes the
+                # general path below.
                 first = args[0]
                 index = first._index
                 plain = []
@@ -158,11 +160,16 @@ class EmuTensor(torch.Tensor):
                         if arg._index != index or arg.dtype.is_complex:
                             break
                         plain.append(arg._data)
-                    elif kind is list or kind is tuple or (isinstance(arg, torch.Tensor) and arg.dim() != 0):
+                    elif kind is list or kind is tuple:
+                        if plan.lists:  # (a tensor list: the general path unwraps and checks it)
+                            break
+                        plain.append(arg)
+                    elif isinstance(arg, torch.Tensor) and arg.dim() != 0:
                         break
                     else:
                         plain.append(arg)
                 else:
+                    kwargs = kwargs or {}
                     routes = state.routes
                     if state.router is None:
                         route, real = _NATIVE, _REAL_DTYPES
@@ -179,7 +186,7 @@ class EmuTensor(torch.Tensor):
                             plan.routes[first.dtype] = route
                         real = state.real_dtypes
                     if route.kind == "native":
-                        out = plan.call(*plain)
+                        out = plan.call(*plain, **kwargs)
                         if type(out) is torch.Tensor and out.dtype in real:
                             written = plan.written
                             if written is not None:
@@ -188,8 +195,8 @@ class EmuTensor(torch.Tensor):
                             elif not plan.view or not torch.is_inference_mode_enabled():
                                 return _fresh(out, index)
                         if route is not _NATIVE:
-                            _check_outputs(func, route, args, {}, out)
-                        return _finish(plan, args, {}, out, index)
+                            _check_outputs(func, route, args, kwargs, out)
+                        return _finish(plan, args, kwargs, out, index)
             return _dispatch(func, args, kwargs or {})
         except Exception as exc:
             if not _on_engine_thread():
@@ -319,7 +326,7 @@ class _Plan:
     """What the dispatch needs to know about one op, found once: the hot path then makes a single dict
     lookup keyed by the op's id (an OpOverload's own __hash__ is Python code, ~0.5 us a call)."""
 
-    __slots__ = ("call", "fast", "func", "kernel", "metadata", "name", "routes", "routes_of", "special", "view",
+    __slots__ = ("call", "fast", "func", "kernel", "lists", "metadata", "name", "routes", "routes_of", "special", "view",
                  "written")
 
     def __init__(self, func: Any) -> None:
@@ -338,6 +345,9 @@ class _Plan:
         # unwrap-run-wrap (or run and return the argument written) is all this op needs: no handler of
         # its own, no in-place change of shape
         self.fast = self.special is None and not self.metadata
+        # an argument that is a list of tensors (cat, stack, index): a list argument is then not ints
+        self.lists = any(isinstance(a.type, torch.ListType) and not _int_list(a.type)
+                         for a in func._schema.arguments)
         # the routes of this op by torch.dtype, for the route table `routes_of` (state.routes: set_router
         # replaces it, and so drops these)
         self.routes: dict[torch.dtype, Route] = {}
@@ -345,6 +355,22 @@ class _Plan:
 
 
 _plans: dict[int, _Plan] = {}
+
+
+def _int_list(kind: Any) -> bool:
+    element = kind.getElementType()
+    if isinstance(element, torch.OptionalType):
+        element = element.getElementType()
+    return isinstance(element, (torch.IntType, torch.SymIntType, torch.FloatType, torch.BoolType))
+
+
+def _plain_kwargs(kwargs: dict) -> bool:
+    """Keywords the fast path passes on as they are: no tensor, no list (memory_format=, dim=...)."""
+    for value in kwargs.values():
+        kind = type(value)
+        if kind is list or kind is tuple or isinstance(value, torch.Tensor):
+            return False
+    return True
 
 
 def _dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
