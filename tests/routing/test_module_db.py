@@ -1,40 +1,37 @@
 """External truth for the emulated device: PyTorch's own ModuleInfo and OptimInfo databases.
 
 Every float32 sample of ``common_modules.module_db`` runs forward and backward on emu:cuda and emu:mps
-and on the plain CPU; outputs and parameter gradients must be equal (PyTorch's default float32
-tolerances). Every ``common_optimizers.optim_db`` optimizer and configuration steps a small model on
-both. At least 99% must agree; the rest are listed in KNOWN with the reason, and a sample that starts
+and on the plain CPU (scripts/moduledb_harness.py: outputs, parameter and input gradients equal, at
+PyTorch's float32 tolerances or the ModuleInfo's own; a sample both reject agrees). Every ``common_optimizers.optim_db`` optimizer and configuration steps a small model on
+both. At least 99% must agree; the rest are listed in the harness's KNOWN with the reason, and a sample that starts
 to pass (or one that fails for another reason) fails the test until the list is updated.
 """
 
 from __future__ import annotations
 
 import copy
+import importlib.util
+import sys
 import warnings
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-from torch.utils._pytree import tree_flatten, tree_map
+from torch.utils._pytree import tree_map
 
 import torch_fl
 
 pytest.importorskip("expecttest")  # torch.testing._internal needs it (dev extras)
 
-# (chip, module) -> why its failing samples fail; the count of failing samples is checked too.
-_ATTENTION = ("norm_first, no bias, masks: the CPU reference takes its fused flash-attention kernel and the "
-              "emulated chip SDPA's math path (as a chip without that kernel); one gradient differs by "
-              "1.8e-5 absolute (float32 summation order)")
-_EMPTY_BATCH = ("an empty batch: PyTorch makes save_mean in toAccumulateType(float32, PrivateUse1) = float64 "
-                "(float32 on a real mps device), and mps has no float64: the emulated backend's own error")
-KNOWN: dict[tuple[str, str], tuple[int, str]] = {
-    ("emu:cuda", "nn.TransformerDecoderLayer"): (1, _ATTENTION),
-    ("emu:mps", "nn.TransformerDecoderLayer"): (1, _ATTENTION),
-    ("emu:mps", "nn.BatchNorm1d"): (1, _EMPTY_BATCH),
-    ("emu:mps", "nn.BatchNorm2d"): (1, _EMPTY_BATCH),
-    ("emu:mps", "nn.BatchNorm3d"): (1, _EMPTY_BATCH),
-}
+# The sample runner, the comparison and the documented remainder (KNOWN) are scripts/moduledb_harness.py's,
+# which scripts/moduledb_emu.py runs on any chip (a renamed one such as npu in a fresh process).
+_HARNESS = Path(__file__).resolve().parents[2] / "scripts" / "moduledb_harness.py"
+_spec = importlib.util.spec_from_file_location("moduledb_harness", _HARNESS)
+harness = importlib.util.module_from_spec(_spec)
+sys.modules.setdefault("moduledb_harness", harness)
+_spec.loader.exec_module(harness)
 
 MIN_SHARE = 0.99
 
@@ -52,66 +49,19 @@ def _to(value: Any, device: Any) -> Any:
     return tree_map(lambda v: move(v) if isinstance(v, torch.Tensor) else v, value)
 
 
-def _tensors(value: Any) -> list[torch.Tensor]:
-    return [t for t in tree_flatten(value)[0] if isinstance(t, torch.Tensor)]
-
-
-def _one_sample(info: Any, sample: Any, device: torch.device) -> None:
-    """Forward and backward of one ModuleInfo sample on `device` and on the CPU; raises when they differ."""
-    ctor_cpu = _to((sample.constructor_input.args, sample.constructor_input.kwargs), "cpu")
-    args, kwargs = sample.forward_input.args, sample.forward_input.kwargs
-    torch.manual_seed(0)
-    cpu = info.module_cls(*ctor_cpu[0], **ctor_cpu[1])
-    emu = copy.deepcopy(cpu)
-    try:
-        torch.manual_seed(1)
-        expected = cpu(*_to(args, "cpu"), **_to(kwargs, "cpu"))
-    except Exception:
-        # a sample the CPU itself rejects (FractionalMaxPool's float64 samples with float32 input):
-        # the device must reject it too
-        with pytest.raises(Exception):  # noqa: B017
-            _device_module(info, sample, emu, device)(*_to(args, device), **_to(kwargs, device))
-        return
-    emu = _device_module(info, sample, emu, device)
-    torch.manual_seed(1)
-    actual = emu(*_to(args, device), **_to(kwargs, device))
-    torch.testing.assert_close(_to(_tensors(actual), "cpu"), _tensors(expected), equal_nan=True)
-    outputs = [t for t in _tensors(expected) if t.requires_grad]
-    if outputs:
-        sum(t.float().sum() for t in outputs).backward()
-        sum(t.float().sum() for t in _tensors(actual) if t.requires_grad).backward()
-        torch.testing.assert_close(_to([p.grad for p in emu.parameters()], "cpu"),
-                                   [p.grad for p in cpu.parameters()], equal_nan=True)
-
-
-def _device_module(info: Any, sample: Any, copied: torch.nn.Module, device: torch.device) -> torch.nn.Module:
-    ctor = _to((sample.constructor_input.args, sample.constructor_input.kwargs), device)
-    if _tensors(ctor):  # constructor tensors (FractionalMaxPool's samples): the device's own
-        torch.manual_seed(0)
-        copied = info.module_cls(*ctor[0], **ctor[1])
-    return copied.to(device)
-
-
 def run_module_db(device: torch.device) -> tuple[int, int, dict[str, list[str]]]:
-    """(samples, passed, failures by module) of float32 module_db forward+backward on `device`."""
-    from torch.testing._internal.common_modules import module_db
-
+    """(samples, agreeing, failures by module) of float32 module_db forward+backward on `device`: a sample
+    agrees when it equals the CPU or both reject it (harness.check_sample)."""
     total = passed = 0
     failures: dict[str, list[str]] = {}
-    for info in module_db:
-        # samples are made on the host (as the data of a real run is) and moved; made on the device,
-        # several ModuleInfos mix in host tensors that no accelerator would accept
-        samples = info.module_inputs_func(info, device="cpu", dtype=torch.float32, requires_grad=True,
-                                          training=True)
-        for sample in samples:
-            if sample.forward_input is None:
-                continue
-            total += 1
-            try:
-                _one_sample(info, sample, device)
-                passed += 1
-            except Exception as exc:
-                failures.setdefault(info.name, []).append(f"{type(exc).__name__}: {str(exc).splitlines()[0]}")
+    for _, info, index, sample in harness.samples():
+        total += 1
+        result, detail = ("fail", f"samples: {sample}") if isinstance(sample, Exception) else \
+            harness.check_sample(info, sample, device, seed=index)
+        if result in ("pass", "skip"):
+            passed += 1
+        else:
+            failures.setdefault(info.name, []).append(f"{result}: {detail.splitlines()[0] if detail else ''}")
     return total, passed, failures
 
 
@@ -165,14 +115,12 @@ def _optimizer_steps(optim_cls: Any, kwargs: dict, device: torch.device) -> None
     torch.testing.assert_close(results[1], results[0])
 
 
-def _check(chip: str, total: int, passed: int, failures: dict[str, list[str]], known: dict) -> None:
-    unexplained = {name: reasons for name, reasons in failures.items() if (chip, name) not in known}
-    assert not unexplained, f"{chip}: failures with no documented reason: {unexplained}"
-    counts = {name: len(reasons) for name, reasons in failures.items()}
-    for (known_chip, name), (count, _) in known.items():
-        if known_chip == chip:
-            assert counts.get(name, 0) == count, f"{chip}: {name} now fails {counts.get(name, 0)} samples " \
-                                                  f"(KNOWN says {count}): update KNOWN"
+def _check(chip: str, total: int, passed: int, failures: dict[str, list[str]], known: dict | None = None) -> None:
+    if known is None:
+        problems = harness.check(chip, failures)
+    else:  # optim_db's own list
+        problems = [f"{chip}: {name}: {reasons}" for name, reasons in failures.items() if (chip, name) not in known]
+    assert not problems, problems
     assert passed / total >= MIN_SHARE, f"{chip}: {passed}/{total}"
 
 
@@ -193,7 +141,7 @@ def test_module_db_forward_and_backward_equal_the_cpu(emulated, chip):
         total, passed, failures = run_module_db(emulated(chip))
     print(f"{chip}: module_db float32 {passed}/{total} samples equal to the CPU",
           dict(Counter({k: len(v) for k, v in failures.items()})))
-    _check(chip, total, passed, failures, KNOWN)
+    _check(chip, total, passed, failures)
 
 
 OPTIM_KNOWN: dict[tuple[str, str], tuple[int, str]] = {}
