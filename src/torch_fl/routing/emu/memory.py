@@ -25,16 +25,16 @@ def _allocated(data: torch.Tensor, index: int) -> None:
     key = storage.data_ptr()
     if not size or key in _tracked:
         return
-    _tracked[key] = weakref.ref(storage, lambda _ref: _freed(key, index, size))
+
+    def freed(_ref: Any) -> None:  # (the callback itself: one frame per free)
+        _tracked.pop(key, None)
+        state.live[index] -= size
+
+    _tracked[key] = weakref.ref(storage, freed)
     live = state.live
     live[index] += size
     if live[index] > state.peak[index]:
         state.peak[index] = live[index]
-
-
-def _freed(key: int, index: int, size: int) -> None:
-    _tracked.pop(key, None)
-    state.live[index] -= size
 
 
 def memory_allocated(index: int) -> int:

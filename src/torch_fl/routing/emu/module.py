@@ -166,8 +166,10 @@ def _make_hook() -> Any:
 def _make_guard() -> Any:
     # Only type_ is bound for Python guards: PyTorch counts one device (see docs/routing.md, several
     # emulated devices, for what that means for backward on emu:1 and above).
+    private_use1 = torch._C._autograd.DeviceType.PrivateUse1  # (C++ asks type_ on every device op)
+
     class Guard(torch._C._acc.DeviceGuard):
         def type_(self) -> Any:
-            return torch._C._autograd.DeviceType.PrivateUse1
+            return private_use1
 
     return Guard()
