@@ -265,28 +265,14 @@ def run(case: Case) -> tuple[int, str]:
         return rc, _message(case, out, err)
 
 
-_NO_TORCH = """
-import sys
-
-
-class _NoTorch:
-    def find_spec(self, name, path=None, target=None):
-        if name == "torch" or name.startswith("torch."):
-            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
-        return None
-
-
-sys.meta_path.insert(0, _NoTorch())
-"""
+NO_TORCH = ROOT / "scripts" / "no_torch"  # a sitecustomize that blocks torch
 
 
 def _execute(case: Case) -> tuple[int, str, str]:
     from torch_fl.cli import main
 
     if case.no_torch:  # torch blocked by a meta-path finder, as where it is not installed
-        Path("no-torch").mkdir()
-        Path("no-torch", "sitecustomize.py").write_text(_NO_TORCH)
-        env = {**os.environ, "PYTHONPATH": os.path.abspath("no-torch")}
+        env = {**os.environ, "PYTHONPATH": str(NO_TORCH)}
         code = (f"import sys; sys.path.insert(0, {str(ROOT / 'src')!r}); import _torch_fl_cli; "
                 f"sys.exit(_torch_fl_cli.main({list(case.argv)!r}))")
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)

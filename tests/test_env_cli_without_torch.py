@@ -17,19 +17,7 @@ from torch_fl.cli import COMMANDS, TORCH_FREE
 ROOT = Path(__file__).resolve().parents[1]
 NEEDS_TORCH = "this command needs torch: pip install torch"
 
-_BLOCKER = """
-import sys
-
-
-class _NoTorch:
-    def find_spec(self, name, path=None, target=None):
-        if name == "torch" or name.startswith("torch."):
-            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
-        return None
-
-
-sys.meta_path.insert(0, _NoTorch())
-"""
+BLOCKER = ROOT / "scripts" / "no_torch"  # its sitecustomize blocks torch
 
 _RUNNER = """
 import contextlib, io, json, sys
@@ -54,11 +42,8 @@ print("RESULTS " + json.dumps(results))
 
 
 def _run_without_torch(tmp_path: Path, argvs: list[list[str]]) -> list[dict]:
-    blocker = tmp_path / "blocker"
-    blocker.mkdir()
-    (blocker / "sitecustomize.py").write_text(_BLOCKER)
     env = {k: v for k, v in os.environ.items() if not k.startswith("FL_")}
-    env["PYTHONPATH"] = str(blocker)
+    env["PYTHONPATH"] = str(BLOCKER)
     done = subprocess.run([sys.executable, "-c", _RUNNER.format(src=str(ROOT / "src")), json.dumps(argvs)],
                           env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
     line = next((x for x in done.stdout.splitlines() if x.startswith("RESULTS ")), None)
@@ -69,10 +54,8 @@ def _run_without_torch(tmp_path: Path, argvs: list[list[str]]) -> list[dict]:
 
 
 def test_the_blocker_really_blocks_torch(tmp_path):
-    (tmp_path / "blocker").mkdir()
-    (tmp_path / "blocker" / "sitecustomize.py").write_text(_BLOCKER)
-    done = subprocess.run([sys.executable, "-c", "import torch"], env={**os.environ, "PYTHONPATH": str(
-        tmp_path / "blocker")}, capture_output=True, text=True, timeout=60)
+    done = subprocess.run([sys.executable, "-c", "import torch"], env={**os.environ, "PYTHONPATH": str(BLOCKER)},
+                          capture_output=True, text=True, timeout=60)
     assert "ModuleNotFoundError: No module named 'torch'" in done.stderr
 
 
