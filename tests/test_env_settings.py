@@ -176,6 +176,29 @@ def test_cli_counts_are_ascii_and_bounded(text):
     assert positive_int("8") == 8
 
 
+@pytest.mark.parametrize(("argv", "message"), [
+    (["bench", "m.py:f", "--steps", "0"], "argument --steps: must be a whole number >= 1, got '0'"),
+    (["bench", "m.py:f", "--warmup", "-1"], "argument --warmup: must be a whole number >= 0, got '-1'"),
+    (["grade", "m.py:f", "--steps", "١٠"], "argument --steps: must be a whole number >= 1, got '١٠'"),
+    (["grade", "m.py:f", "--warmup", "1_0"], "argument --warmup: must be a whole number >= 0, got '1_0'"),
+    (["grade", "m.py:f", "--steps", "99999999"], "(at most 1000000, in ASCII digits)"),
+])
+def test_bench_and_grade_step_counts_are_ascii_and_bounded(argv, message, capsys):
+    from torch_fl.cli import main
+
+    with pytest.raises(SystemExit) as stop:
+        main(argv)
+    assert stop.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_warmup_may_be_zero():
+    from torch_fl.cli import non_negative_int
+
+    assert non_negative_int("0") == 0
+    assert non_negative_int("3") == 3
+
+
 @pytest.mark.parametrize("text", ["1e308", "inf", "nan", "٣", "604801", "0", "-1"])
 def test_cli_seconds_are_ascii_and_bounded(text):
     import argparse

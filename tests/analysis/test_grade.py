@@ -324,8 +324,10 @@ def test_halved_inputs():
 # ----------------------------------------------------------------------------------------------- CLI
 
 def test_usage_errors(models, capsys):
-    assert main(["grade", f"{models}:tiny", "--device", "cpu", "--steps", "0"]) == 2
-    assert "--steps must be >= 1" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        main(["grade", f"{models}:tiny", "--device", "cpu", "--steps", "0"])
+    assert exc.value.code == 2
+    assert "argument --steps: must be a whole number >= 1, got '0'" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exc:
         main(["grade", f"{models}:tiny"])
     assert exc.value.code == 2

@@ -178,6 +178,17 @@ def positive_int(text: str) -> int:
     return value
 
 
+def non_negative_int(text: str) -> int:
+    """A whole number from 0 to MAX_COUNT, in ASCII digits (warm-up steps, retries)."""
+    if text == "0":
+        return 0
+    try:
+        return positive_int(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 0, got '{text}' (at most {MAX_COUNT}, in "
+                                         "ASCII digits)") from None
+
+
 def count_up_to(maximum: int):
     """An argparse type: a whole number from 1 to `maximum` (e.g. ranks, each one a process)."""
 

@@ -11,6 +11,7 @@ import json
 import sys
 from pathlib import Path
 
+from . import non_negative_int, positive_int
 from .args import add_device, add_report_files
 
 
@@ -30,9 +31,9 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> No
     parser.add_argument("model", metavar="MODEL", help="model entry point, path/to/file.py:factory or "
                                                        "package.module:factory")
     add_device(parser, required=True)
-    parser.add_argument("--steps", type=int, default=20, metavar="N",
+    parser.add_argument("--steps", type=positive_int, default=20, metavar="N",
                         help="timed steps per mode (default 20)")
-    parser.add_argument("--warmup", type=int, default=3, metavar="W",
+    parser.add_argument("--warmup", type=non_negative_int, default=3, metavar="W",
                         help="untimed steps per mode before timing (default 3)")
     parser.add_argument("--train", action=argparse.BooleanOptionalAction, default=True,
                         help="time training steps (forward, backward, AdamW update; default) or, with "
@@ -46,9 +47,6 @@ def run(args: argparse.Namespace) -> int:
     from ..analysis.report import emit
     from ..errors import UnsupportedOperatorError
 
-    if args.steps < 1 or args.warmup < 0:
-        print("torchfl bench: error: --steps must be >= 1 and --warmup >= 0", file=sys.stderr)
-        return 2
     spec = load_model(args.model)
     try:
         report = bench(spec, args.device, steps=args.steps, warmup=args.warmup, train=args.train)

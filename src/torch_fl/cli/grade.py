@@ -8,8 +8,8 @@ cannot be loaded.
 from __future__ import annotations
 
 import argparse
-import sys
 
+from . import non_negative_int, positive_int
 from .args import add_device, add_reference, add_report_files
 
 USAGE = 2
@@ -39,10 +39,10 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> No
                                                        "package.module:factory")
     add_device(parser, required=True, what="device to grade")
     add_reference(parser)
-    parser.add_argument("--steps", type=int, default=DEFAULT_STEPS, metavar="N",
+    parser.add_argument("--steps", type=positive_int, default=DEFAULT_STEPS, metavar="N",
                         help=f"bench: timed training steps per mode, for alignment and the memory run "
                              f"(default {DEFAULT_STEPS}; 4 or more for a memory verdict)")
-    parser.add_argument("--warmup", type=int, default=DEFAULT_WARMUP, metavar="W",
+    parser.add_argument("--warmup", type=non_negative_int, default=DEFAULT_WARMUP, metavar="W",
                         help=f"bench: untimed steps per mode first (default {DEFAULT_WARMUP})")
     parser.add_argument("--compile", action="store_true",
                         help="measure torch.compile with the description's backend (a cold compile takes "
@@ -58,9 +58,6 @@ def run(args: argparse.Namespace) -> int:
     from ..analysis.model import load_model
     from ..analysis.report import emit, progress
 
-    if args.steps < 1 or args.warmup < 0:
-        print("torchfl grade: error: --steps must be >= 1 and --warmup >= 0", file=sys.stderr)
-        return USAGE
     progress(f"loading {args.model}")
     spec = load_model(args.model)
     report = grade(spec, args.device, args.reference, steps=args.steps, warmup=args.warmup,
