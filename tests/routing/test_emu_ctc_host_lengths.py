@@ -1,9 +1,7 @@
 """F.ctc_loss with the lengths on the host: CUDA's kernel reads input_lengths/target_lengths on the CPU
-and accepts them there, so the emulated device should too, with the CPU's loss and gradient.
-
-Not yet: the emulator's device check (routing/emu/tensor.py, `_unwrap_all`) refuses any host tensor that
-is not 0-dim or an index, and stops at aten::_ctc_loss.Tensor. Marked xfail(strict) until that check
-lets these ops' length arguments through; the strict mark fails the test once it passes."""
+and accepts them there, so the emulated device does too (routing/emu/tensor.py `_HOST_ARGUMENTS`), with the
+CPU's loss and gradient. reduction='mean' divides the device loss by the host target_lengths tensor in
+ATen's composite, which a real accelerator refuses as a device mismatch: the emulator says the same."""
 
 from __future__ import annotations
 
@@ -14,8 +12,6 @@ import torch.nn.functional as F
 import torch_fl
 
 
-@pytest.mark.xfail(strict=True, raises=RuntimeError,
-                   reason="emulated device check refuses host lengths at aten::_ctc_loss.Tensor (tensor.py)")
 @pytest.mark.parametrize("reduction", ["none", "sum"])
 def test_ctc_loss_with_host_lengths_equals_the_cpu(monkeypatch, reduction):
     monkeypatch.setenv("FL_DEVICE", "emu:cuda")
@@ -33,3 +29,16 @@ def test_ctc_loss_with_host_lengths_equals_the_cpu(monkeypatch, reduction):
     assert actual.device == dev
     torch.testing.assert_close(actual.cpu(), expected.detach())
     torch.testing.assert_close(on_device.grad.cpu(), log_probs.grad)
+
+
+def test_ctc_loss_mean_with_host_lengths_is_a_device_mismatch_as_on_cuda(monkeypatch):
+    monkeypatch.setenv("FL_DEVICE", "emu:cuda")
+    torch_fl.reset()
+    dev = torch_fl.device()
+    log_probs = torch.randn(12, 2, 5).log_softmax(2).to(dev)
+    targets = torch.randint(1, 5, (2, 4)).to(dev)
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+        F.ctc_loss(log_probs, targets, torch.tensor([12, 10]), torch.tensor([4, 3]), reduction="mean")
+    # with the lengths on the device (what CUDA code does), mean works
+    loss = F.ctc_loss(log_probs, targets, torch.tensor([12, 10]).to(dev), torch.tensor([4, 3]).to(dev))
+    assert loss.device == dev

@@ -263,8 +263,9 @@ def _unwrap_all(func: Any, args: tuple, kwargs: dict) -> tuple[int, tuple, dict]
     index = -1
     host: torch.Tensor | None = None
     host_indices = func in _HOST_INDICES
+    host_ok = _HOST_ARGUMENTS.get(func, ())
 
-    def one(value: Any, in_list: bool = False) -> Any:
+    def one(value: Any, in_list: bool = False, on_host: bool = False) -> Any:
         nonlocal index, host
         if isinstance(value, EmuTensor):
             if index < 0:
@@ -275,19 +276,19 @@ def _unwrap_all(func: Any, args: tuple, kwargs: dict) -> tuple[int, tuple, dict]
             # a view, which views raw memory and keeps the bits on the wrapper (_wrap_bits)
             return _logical(value) if value.dtype.is_complex and not _is_view(func) else value._data
         if isinstance(value, torch.Tensor) and value.dim() != 0 and host is None and \
-                not (in_list and host_indices):
+                not (in_list and host_indices) and not on_host:
             host = value
         return value
 
-    def value(arg: Any) -> Any:
+    def value(arg: Any, on_host: bool = False) -> Any:
         if isinstance(arg, list):
             return [one(a, True) for a in arg]
         if isinstance(arg, tuple):
             return tuple(one(a, True) for a in arg)
-        return one(arg)
+        return one(arg, on_host=on_host)
 
-    new_args = tuple(value(arg) for arg in args)
-    new_kwargs = {k: value(v) for k, v in kwargs.items()} if kwargs else kwargs
+    new_args = tuple(value(arg, i in host_ok) for i, arg in enumerate(args))
+    new_kwargs = {k: value(v, k in host_ok) for k, v in kwargs.items()} if kwargs else kwargs
     if host is not None:
         raise _mismatch(func, device(index), host.device)
     return index, new_args, new_kwargs
@@ -296,6 +297,13 @@ def _unwrap_all(func: Any, args: tuple, kwargs: dict) -> tuple[int, tuple, dict]
 # x_device[host_index] works on PyTorch's accelerators (the indices are copied over).
 _HOST_INDICES = {aten.index.Tensor, aten.index_put.default, aten.index_put_.default,
                  aten._index_put_impl_.default, aten._unsafe_index.Tensor, aten._unsafe_index_put.default}
+
+# Arguments an accelerator's kernel reads on the host, so a CPU tensor there is accepted as on CUDA (its
+# CTC kernels copy input_lengths/target_lengths to the CPU first). By position and by keyword name.
+_HOST_ARGUMENTS: dict[Any, frozenset] = {
+    aten._ctc_loss.Tensor: frozenset({2, 3, "input_lengths", "target_lengths"}),
+    aten._ctc_loss_backward.Tensor: frozenset({3, 4, "input_lengths", "target_lengths"}),
+}
 
 
 def _wrap(out: Any, index: int) -> Any:
