@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import time
 from typing import Any
 
 import torch
@@ -100,7 +99,9 @@ class Stream:
         pass
 
     def record_event(self, event: Any = None) -> Any:
-        event = event if event is not None else Event()
+        from .module import _BackendModule
+
+        event = event if event is not None else _BackendModule.Event()
         event.record(self)
         return event
 
@@ -114,34 +115,6 @@ class Stream:
         return f"<emulated Stream device={self.device}>"
 
 
-class Event:
-    """``torch.<chip>.Event`` of an emulated chip, timed with the host clock (milliseconds)."""
-
-    def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False) -> None:
-        self.enable_timing = enable_timing
-        self._recorded_ns: int | None = None
-
-    def record(self, stream: Any = None) -> None:
-        self._recorded_ns = time.perf_counter_ns()
-
-    def query(self) -> bool:
-        return True
-
-    def synchronize(self) -> None:
-        pass
-
-    def wait(self, stream: Any = None) -> None:
-        pass
-
-    def elapsed_time(self, end_event: Event) -> float:
-        if not (self.enable_timing and end_event.enable_timing):
-            raise RuntimeError("Events were not created with enable_timing=True; create both with "
-                               "Event(enable_timing=True) to time between them")
-        if self._recorded_ns is None or end_event._recorded_ns is None:
-            raise RuntimeError("elapsed_time needs both events recorded: call record() on each first")
-        return (end_event._recorded_ns - self._recorded_ns) / 1e6
-
-
 def _vendor_module_class(base: type, name: str) -> type:
     def _chip() -> str:
         from .slot import state
@@ -151,8 +124,7 @@ def _vendor_module_class(base: type, name: str) -> type:
     class VendorModule(base):  # type: ignore[misc, valid-type]
         """``torch.<chip>`` of an emulated plugin chip: the plugin's device-module calls."""
 
-        Stream = Stream
-        Event = Event
+        Stream = Stream  # Event, memory and seeding calls are the emulator's own (base)
 
         @staticmethod
         def stream(stream: Any) -> Any:
@@ -169,10 +141,6 @@ def _vendor_module_class(base: type, name: str) -> type:
         @staticmethod
         def init() -> None:
             pass
-
-        @staticmethod
-        def empty_cache() -> None:
-            pass  # emulated memory is the host's; its live bytes are still counted
 
         @staticmethod
         def get_device_name(device: Any = None) -> str:
