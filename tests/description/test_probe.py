@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 import torch
@@ -18,20 +15,6 @@ from torch_fl.errors import DescriptionError
 REPO = Path(__file__).resolve().parents[2]
 GENERATOR = REPO / "scripts" / "gen_op_tables.py"
 TABLES = REPO / "src" / "torch_fl" / "description" / "builtin" / "tables"
-
-
-@pytest.fixture(scope="module")
-def gen() -> Iterator[ModuleType]:
-    spec = importlib.util.spec_from_file_location("gen_op_tables", GENERATOR)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    # dataclasses look the defining module up in sys.modules while building the class.
-    sys.modules[spec.name] = module
-    try:
-        spec.loader.exec_module(module)
-        yield module
-    finally:
-        del sys.modules[spec.name]
 
 
 @pytest.fixture

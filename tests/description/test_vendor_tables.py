@@ -7,9 +7,7 @@ import importlib
 import importlib.util
 import re
 import sys
-from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
@@ -92,19 +90,6 @@ ASCEND_DOC = """\
 
 **限制与说明**： `input`仅支持fp32，tf32
 """
-
-
-@pytest.fixture(scope="module")
-def gen() -> Iterator[ModuleType]:
-    spec = importlib.util.spec_from_file_location("gen_op_tables", REPO / "scripts" / "gen_op_tables.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    try:
-        spec.loader.exec_module(module)
-        yield module
-    finally:
-        del sys.modules[spec.name]
 
 
 # The generator's reading of each vendor format ----------------------------------------------------
