@@ -21,7 +21,7 @@ from .. import _env
 from ..description.model import Description
 from ..description.probe import canonical_op_name
 from .stats import reset_route_stats, route_log, route_stats, routed_seconds, write_route_log
-from .table import ROUTES, KernelEntry, Route, RouteTable
+from .table import ROUTES, KernelEntry, Route, RouteTable, current_overrides
 
 if TYPE_CHECKING:
     from ..device import ResolvedDevice
@@ -52,6 +52,22 @@ class Activation:
 
 _active: list[Activation] = []  # a stack: emulate() can nest over an activated device
 
+# The route tables of past activations, by description (identity) and the user's overrides: a table
+# memoises its decisions, so entering emulate() again around each step (or each test) decides each op
+# once, not once per entry. register_kernel and KernelHandle.remove empty it (a kernel changes routes).
+_tables: dict[tuple[int, tuple], tuple[Description, RouteTable]] = {}
+
+
+def _table(desc: Description) -> RouteTable:
+    overrides = current_overrides()  # read each time: FL_ROUTE or a config's [routes] may have changed
+    key = (id(desc), overrides.key())
+    found = _tables.get(key)
+    if found is None or found[0] is not desc:
+        if len(_tables) >= 64:  # (descriptions loaded from many paths in one process: keep it bounded)
+            _tables.clear()
+        found = _tables[key] = (desc, RouteTable(desc, _kernels, overrides))
+    return found[1]
+
 
 def active() -> Activation | None:
     """The innermost activation, or None."""
@@ -74,7 +90,7 @@ def _activate(desc, device: torch.device, emulated: bool) -> Activation:
     from . import stats
     from .router import Router
 
-    table = RouteTable(desc, _kernels)
+    table = _table(desc)
     on_device = emulated and device.type != "cpu"  # the emu backend; else the dispatch-mode fallback
     label = f"emu:{desc.name} ({device})" if on_device else \
         f"emu:{desc.name} (on cpu)" if emulated else str(device)
@@ -241,6 +257,7 @@ def register_kernel(op: str, fn: Callable, *, device_type: str | None = None,
 
 def _refresh() -> None:
     """Re-install active routing so new or removed kernels take effect."""
+    _tables.clear()
     if not _active:
         return
     specs = [(a.description, a.device, a.emulated) for a in _active]

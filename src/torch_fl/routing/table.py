@@ -90,15 +90,46 @@ class KernelEntry:
     device_type: str | None = None  # None: every device type
 
 
+@dataclass(frozen=True)
+class Overrides:
+    """The routes forced by the user's settings: FL_ROUTE (op -> kind) and the config files' [routes]
+    (op -> (kind, origin)). Equal overrides give equal tables (routing/ keeps its tables across
+    activations by description and these)."""
+
+    env: dict[str, str]
+    config: dict[str, tuple[str, str]]
+
+    def key(self) -> tuple:
+        return tuple(sorted(self.env.items())), tuple(sorted(self.config.items()))
+
+
+def current_overrides() -> Overrides:
+    """The overrides as the environment and config files say now."""
+    # FL_ROUTE is parsed (ops checked against the dispatcher, kinds, duplicates) by the env layer
+    env = {_route_key(op, "FL_ROUTE"): kind for op, kind in _env.FL_ROUTE.value().items()}
+    config: dict[str, tuple[str, str]] = {}
+    # The files' [routes] tables meet FL_ROUTE's checks (the settings layer parses both)
+    for found in reversed(_env.FL_ROUTE.layers(environment=False)):  # project overrides user
+        origin = f"{found.source} [routes]"
+        for op, kind in found.value.items():
+            config[_route_key(op, origin)] = (kind, origin)
+    return Overrides(env, config)
+
+
 class RouteTable:
     """Routes of one description. Lookups are memoised; `invalidate` after registering kernels."""
 
-    def __init__(self, desc: Description, kernels: dict[str, list[KernelEntry]] | None = None):
+    def __init__(self, desc: Description, kernels: dict[str, list[KernelEntry]] | None = None,
+                 overrides: Overrides | None = None):
         self.description = desc
         self.kernels = kernels if kernels is not None else {}
         self._lock = threading.Lock()
         self._cache: dict[tuple[str, str | None], Route] = {}
-        self._load_overrides()
+        # The same decisions keyed as a dispatcher finds them (the emulated device: by op id and dtype
+        # name); they live as long as the table, so re-entering an activation keeps them.
+        self.dispatch_routes: dict[tuple[object, str | None], Route] = {}
+        self.overrides = overrides if overrides is not None else current_overrides()
+        self._env_routes, self._config_routes = self.overrides.env, self.overrides.config
         ops = desc.section("ops")
         where = f"description '{desc.name}' ({desc.path})"
         self._explicit: dict[str, tuple[str, str]] = {}
@@ -115,19 +146,10 @@ class RouteTable:
         self._policy = ops["default"]
         self._where = where
 
-    def _load_overrides(self) -> None:
-        # FL_ROUTE is parsed (ops checked against the dispatcher, kinds, duplicates) by the env layer
-        self._env_routes = {_route_key(op, "FL_ROUTE"): kind for op, kind in _env.FL_ROUTE.value().items()}
-        self._config_routes: dict[str, tuple[str, str]] = {}
-        # The files' [routes] tables meet FL_ROUTE's checks (the settings layer parses both)
-        for found in reversed(_env.FL_ROUTE.layers(environment=False)):  # project overrides user
-            origin = f"{found.source} [routes]"
-            for op, kind in found.value.items():
-                self._config_routes[_route_key(op, origin)] = (kind, origin)
-
     def invalidate(self) -> None:
         with self._lock:
             self._cache.clear()
+            self.dispatch_routes = {}  # a new dict: holders of the old one (emu state) see it is stale
 
     # The decision ---------------------------------------------------------------------------------
     def route(self, op: str, dtype: str | None = None) -> Route:

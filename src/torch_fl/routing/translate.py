@@ -1,7 +1,9 @@
 """Generic implementations of operators: PyTorch's own decompositions.
 
 Sources, in order: ``torch._decomp.decomposition_table`` (which also covers many in-place and ``out=``
-overloads) and ``OpOverload.decompose()`` for CompositeImplicitAutograd kernels. A decomposition can
+overloads), ``OpOverload.decompose()`` for CompositeImplicitAutograd kernels, and for the ``_foreach_*``
+ops their CompositeExplicitAutograd kernel: the per-tensor loop PyTorch itself runs on any backend that
+registers no fused kernel of its own. A decomposition can
 return ``NotImplemented`` for inputs it does not cover (``adaptive_max_pool2d``): that means "no
 translation for these inputs", never a result.
 """
@@ -51,7 +53,31 @@ def _translation(op: str) -> Callable | None:
     if found is not None:
         correct = _CORRECTIONS.get(op)
         return found if correct is None else functools.partial(_corrected, found, correct)
-    return ovl.decompose if is_composite_implicit(op) else None
+    if is_composite_implicit(op):
+        return ovl.decompose
+    return _composite_explicit(ovl)
+
+
+def _composite_explicit(ovl: torch._ops.OpOverload) -> Callable | None:
+    """A ``_foreach_*`` op's CompositeExplicitAutograd kernel (PyTorch's ``foreach_tensor_*_slow``: one
+    call of the per-tensor op for each tensor, each routed in turn) as a callable, or None. Only these:
+    other ops' CompositeExplicitAutograd kernels are often not decompositions but device code of their
+    own (copy_'s checks device types and reaches into the storage), which is no generic implementation."""
+    name = ovl.name()
+    if not name.startswith("aten::_foreach_"):
+        return None
+    computed = getattr(torch._C, "_dispatch_get_computed_kernel_for_dispatch_key", None)  # torch >= 2.9
+    if computed is None or not torch._C._dispatch_has_kernel_for_dispatch_key(name, "CompositeExplicitAutograd"):
+        return None
+    # The alias key has no runtime entry; the Undefined key's entry is the alias's default kernel
+    # (no backend registers kernels there).
+    kernel = computed(name, "Undefined")
+    keyset = torch._C.DispatchKeySet(torch._C.DispatchKey.CompositeExplicitAutograd)
+
+    def composite(*args: Any, **kwargs: Any) -> Any:
+        return kernel.call_boxed(keyset, *args, **kwargs)
+
+    return composite
 
 
 def _corrected(decomposition: Callable, correct: Callable, *args: Any, **kwargs: Any) -> Any:

@@ -43,6 +43,7 @@ class _State:
         self.peak = [0]
         self.h2d_bytes = self.h2d_calls = self.d2h_bytes = self.d2h_calls = self.syncs = 0
         self.broken = ""               # why the registered backend cannot be used (autograd probe)
+        self.tensor_type: Any = None   # EmuTensor (tensor.py sets it; this module is below it)
         self.probed = False
 
 
@@ -112,7 +113,9 @@ def device(index: int = 0) -> torch.device:
 def set_router(router: Any) -> None:
     """Check emulated devices against `router`'s description (None: run them unchecked)."""
     state.router = router
-    state.routes = {}
+    # the table's own dispatch-keyed decisions: a table re-entered keeps them (and the fast path's
+    # per-op copies, which follow this dict's identity)
+    state.routes = router.table.dispatch_routes if router is not None else {}
     if router is not None:
         state.table = router.table
         state.description = router.table.description
@@ -123,6 +126,36 @@ def set_router(router: Any) -> None:
         torch.set_autocast_dtype(backend_name(), getattr(torch, router.table.description.autocast_dtype))
     else:
         state.table = None
+    _foreach_as_on(state.description if router is not None else None)
+
+
+def takes_foreach(desc: Any) -> bool:
+    """Whether PyTorch's optimizers, zero_grad and clip_grad_norm_ take their foreach (multi-tensor) path
+    by default on the real chip `desc`: its device type is in PyTorch's own list (cuda, xpu, mtia and the
+    PrivateUse1 backend of the process, which is the chip's on a plugin chip's host; not mps, not cpu)."""
+    from torch.utils._foreach_utils import _get_foreach_kernels_supported_devices
+
+    listed = set(_get_foreach_kernels_supported_devices()) - {owner()}  # (owner(): the slot borrowed here)
+    return desc.device_type in listed or desc.dispatch_key == "PrivateUse1"
+
+
+def _foreach_as_on(desc: Any) -> None:
+    """PyTorch decides the foreach path by device type (the borrowed slot's is always listed) and by
+    tensor type (an EmuTensor is not, unless listed): list it exactly while a chip that takes the path
+    is emulated, so the emulator runs the ops the chip would run (_foreach_* there, the per-tensor loop
+    on mps) and not ten times the calls. PyTorch's DTensor lists itself in the same two lists."""
+    from torch.optim import optimizer
+    from torch.utils import _foreach_utils
+
+    kind = state.tensor_type
+    if kind is None:
+        return
+    wanted = desc is not None and takes_foreach(desc)
+    for supported in (optimizer._foreach_supported_types, _foreach_utils._foreach_supported_types):
+        if wanted and kind not in supported:
+            supported.append(kind)
+        elif not wanted and kind in supported:
+            supported.remove(kind)
 
 
 class DeviceEmulation:

@@ -534,6 +534,9 @@ SPECIAL: dict[Any, Callable[[Any, tuple, dict], Any]] = {
 }
 
 
+state.tensor_type = EmuTensor
+
+
 def to_host(value: Any) -> Any:
     """The CPU data of every EmuTensor in `value` (a tensor, or a pytree of them), with its lazy
     conjugate/negative bits; aliasing is kept (a device view is a view of the same CPU data)."""
