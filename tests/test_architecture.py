@@ -19,15 +19,10 @@ ROOT = Path(__file__).parents[1]
 PACKAGE = ROOT / "src" / "torch_fl"
 DOC = ROOT / "docs" / "architecture.md"
 
-# Import loops that run through a lazy import, measured when this test learnt to see them (issue 24).
-# Each entry is one import (importer, imported) that closes a loop; the test fails on any loop not closed by
-# one of them, and on an entry that no longer closes one (delete it: the list only shrinks).
-KNOWN_LOOPS: dict[tuple[str, str], str] = {
-    ("torch_fl.config", "torch_fl._env"): "loop 1: config files read through _env's parsers, _env reads them",
-    ("torch_fl.routing.table", "torch_fl.routing.translate"): "table asks translate which ops it can do",
-    ("torch_fl.device", "torch_fl.routing"): "loop 2: device activates routing and reads its state",
-    ("torch_fl.routing", "torch_fl.device"): "loop 2: routing resolves devices",
-}
+# Import loops that run through a lazy import, measured when this test learnt to see them (issue 24): four
+# then, none now. Each entry would be one import (importer, imported) that closes a loop; the test fails on
+# any loop not closed by one of them, and on an entry that no longer closes one. The list only shrinks.
+KNOWN_LOOPS: dict[tuple[str, str], str] = {}
 
 
 def layers() -> dict[str, int]:

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 import torch_fl
 from torch_fl import _env, _logging
@@ -162,6 +163,9 @@ def test_route_log_folder_must_exist_when_routing_starts(monkeypatch, tmp_path):
     monkeypatch.setenv("FL_ROUTE_LOG", str(tmp_path / "missing" / "log.json"))
     with pytest.raises(ConfigError, match=r"in a folder that does not exist .*mkdir -p"):
         torch_fl.activate("cpu")
+    # refused before anything was installed: no router is left behind that no activation could remove
+    assert torch_fl.routing.active() is None
+    assert not torch._C._dispatch_has_backend_fallback(torch._C.DispatchKey.CPU)
     assert "is a folder; name a file inside it" in _error("FL_ROUTE_LOG", str(tmp_path))
 
 

@@ -390,7 +390,9 @@ def config_files() -> list[tuple[str, Any]]:
     from . import config
 
     found = []
-    for kind, read in (("project config", config.project_config), ("user config", config.user_config)):
+    user = FL_CONFIG.value()  # (the files are read here with the path it names: config never reads FL_*)
+    for kind, read in (("project config", config.project_config),
+                       ("user config", lambda: config.user_config(user))):
         file = read()
         if file.path is None:
             continue
@@ -402,6 +404,14 @@ def config_files() -> list[tuple[str, Any]]:
                 raise ConfigError(f"{file.path}: 'scan' must be a table, e.g. [tool.torch_fl.scan]")
         found.append((kind, file))
     return found
+
+
+def config_value(key: str) -> tuple[Any, str] | None:
+    """The value of config key `key` from the project file, else the user file, with the file's path;
+    parsed and checked by the same parser as its FL_* variable (None: no file sets it)."""
+    for found in BY_KEY[key].layers(environment=False):
+        return found.value, found.source
+    return None
 
 
 def settings() -> list[tuple[EnvVar, Setting | ConfigError]]:

@@ -92,40 +92,27 @@ def project_config(start: Path | None = None) -> ConfigFile:
     return ConfigFile(None)
 
 
-def user_config_path() -> Path:
-    from . import _env  # not at the top: the scan config below is read by `torchfl scan`, which starts fast
-
-    explicit = _env.FL_CONFIG.value()
+def user_config_path(explicit: Path | None = None) -> Path:
+    """The user config file: `explicit` (FL_CONFIG, which the settings layer parses and passes), else
+    ~/.config/torch_fl/config.toml (under XDG_CONFIG_HOME when set)."""
     if explicit is not None:
         return explicit
     base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
     return Path(base) / "torch_fl" / "config.toml"
 
 
-def user_config() -> ConfigFile:
-    """The user file; FL_CONFIG naming a file that is not there is an error (it used to be ignored, so a
-    typo in the path silently dropped every setting of the file)."""
-    from . import _env
-
-    path = user_config_path()
+def user_config(explicit: Path | None = None) -> ConfigFile:
+    """The user file (`explicit`: FL_CONFIG's path). FL_CONFIG naming a file that is not there is an error
+    (it used to be ignored, so a typo in the path silently dropped every setting of the file)."""
+    path = user_config_path(explicit)
     if path.is_file():
         return _read(path)
-    if _env.FL_CONFIG.is_set():
+    if explicit is not None:
         why = "is a folder" if path.is_dir() else "exists but is not a regular file" if path.exists() else \
             "does not exist"
         raise ConfigError(f"FL_CONFIG: {path} {why}; it names the user config file. Fix: point FL_CONFIG at a "
                           "TOML file (see docs/env.md), or unset it to use ~/.config/torch_fl/config.toml.")
     return ConfigFile(None)
-
-
-def lookup(key: str) -> tuple[Any, str] | None:
-    """The value of config key `key` from the project file, else the user file, with the file's path;
-    parsed and checked by the settings layer (the same parser as its FL_* variable)."""
-    from . import _env
-
-    for found in _env.BY_KEY[key].layers(environment=False):
-        return found.value, found.source
-    return None
 
 
 # `torchfl scan` / `torchfl fix` ----------------------------------------------------------------------

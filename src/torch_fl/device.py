@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from . import _env, config, plugins
+from . import _env, plugins
 from ._names import EMULATION_PREFIX, VIRTUAL_ID
 from .description import registry
 from .description.model import Description
@@ -64,9 +64,9 @@ def reset() -> None:
     """Deactivate routing and forget the detected backend and discovered descriptions (after changing
     FL_* variables); the next device resolution activates routing again."""
     global _backend, _auto_activated
-    from . import routing
+    from .routing import activation
 
-    routing.deactivate()
+    activation.deactivate()
     with _lock:
         _backend = None
         _auto_activated = False
@@ -82,10 +82,10 @@ def _activate_once(resolved: ResolvedDevice) -> None:
     if _auto_activated:
         return
     _auto_activated = True  # set first: activation resolves devices itself
-    from . import routing
+    from .routing import activation
 
     try:
-        routing.activate(resolved)
+        activation.activate_resolved(resolved)
     except Exception:
         _auto_activated = False
         raise
@@ -113,7 +113,7 @@ def explicit_map() -> tuple[dict[str, torch.device], str] | None:
     text = _env.FL_DEVICE_MAP.text()
     if text:
         return parse_device_map(text), "FL_DEVICE_MAP"
-    found = config.lookup("device_map")
+    found = _env.config_value("device_map")
     if found:
         table, path = found
         for key in table:
@@ -147,7 +147,7 @@ def _default_id() -> tuple[str, str]:
     value = _env.FL_DEVICE.get()
     if value:
         return value, "FL_DEVICE"
-    found = config.lookup("device")
+    found = _env.config_value("device")
     if found:
         return found
     return "acc0", "default"
@@ -308,9 +308,9 @@ def _emu_count() -> int:
 def emulating() -> Description | None:
     """The emulated chip this process runs as: the default device's (FL_DEVICE or config emu:NAME), else
     the active torch.fl.emulate(); None when it runs on real devices."""
-    from . import routing
+    from .routing import activation
 
-    active = routing.active()
+    active = activation.active()
     if active is not None and active.emulated:
         return active.description
     text = _default_id()[0].strip()

@@ -15,7 +15,7 @@ import sys
 
 import torch
 
-from . import _env, config
+from . import _env
 from ._versions import satisfies
 from .description import registry
 from .description.model import Description
@@ -131,7 +131,7 @@ def detect() -> tuple[Description, str]:
     forced = _env.FL_BACKEND.get()
     source = "FL_BACKEND"
     if not forced:
-        found = config.lookup("backend")
+        found = _env.config_value("backend")
         if found:
             forced, source = found
     if forced:

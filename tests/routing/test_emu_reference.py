@@ -12,7 +12,6 @@ import torch.nn.functional as F
 import torch_fl
 from torch_fl.description import registry
 from torch_fl.routing.emu import reference
-from torch_fl.routing.table import has_cpu_kernel
 
 
 @pytest.fixture
@@ -25,13 +24,13 @@ def device(monkeypatch):
 @pytest.mark.parametrize("chip", ["cuda", "rocm", "mps"])
 def test_every_native_op_without_a_cpu_kernel_has_a_reference_or_a_reason(chip):
     missing = [op for op in registry.get(chip).native_ops()
-               if op.startswith("aten::") and not has_cpu_kernel(op)
+               if op.startswith("aten::") and not reference.has_cpu_kernel(op)
                and not reference.has_reference(op) and reference.unreached_reason(op) is None]
     assert not missing, f"add these to routing/emu/reference.py (REFERENCE or UNREACHED): {missing}"
 
 
 def test_the_reference_table_names_only_ops_the_host_lacks():
-    assert all(not has_cpu_kernel(op) for op in reference._NAMES)
+    assert all(not reference.has_cpu_kernel(op) for op in reference._NAMES)
 
 
 def _grads(module, inputs):

@@ -209,7 +209,7 @@ def test_activation_is_idempotent_and_thread_safe():
     for t in threads:
         t.join()
     assert len({id(r) for r in results}) == 1
-    assert len(torch_fl.routing._active) == 1
+    assert len(torch_fl.routing.activation.stack) == 1
 
 
 @needs_get_kernel

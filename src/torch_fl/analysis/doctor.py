@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from .. import _env, _platform, config, runtime
+from .. import _env, _platform, runtime
 from .._version import __version__
 from .._versions import satisfies
 from ..description import registry
@@ -171,7 +171,7 @@ def _describe_forced(data: dict[str, Any]) -> None:
     forced, source = _env.FL_BACKEND.get(), "FL_BACKEND"
     try:
         if not forced:
-            forced, source = config.lookup("backend") or ("", "")
+            forced, source = _env.config_value("backend") or ("", "")
         desc = registry.get(forced) if forced else None
     except TorchFLError:
         return

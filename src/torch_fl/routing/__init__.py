@@ -5,23 +5,27 @@ routers are registered on its dispatch key for the ops whose route is not plain 
 chip (``FL_DEVICE=emu:NAME`` or ``torch.fl.emulate(NAME)``) the emulated device ``emu:N`` (emu/)
 checks its own tensors against the description, and where that device cannot exist a dispatch mode
 checks the CPU (emu/mode.py). ``torch.fl.deactivate()`` restores the dispatcher exactly.
+
+The functions here take device specs (``acc0``, ``emu:mps``, a description name) and resolve them
+through the device layer; the activation stack itself (activation.py) takes resolved devices only, so
+the device layer can activate routing without routing resolving back through it.
 """
 
 from __future__ import annotations
 
 import contextlib
-import threading
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 
-from .. import _env
+from .._names import EMULATION_PREFIX
 from ..description.model import Description
 from ..description.probe import canonical_op_name
+from . import activation
+from .activation import Activation, active, deactivate
 from .stats import reset_route_stats, route_log, route_stats, routed_seconds, write_route_log
-from .table import ROUTES, KernelEntry, Route, RouteTable, current_overrides
+from .table import ROUTES, KernelEntry, Route, RouteTable
 
 if TYPE_CHECKING:
     from ..device import ResolvedDevice
@@ -32,88 +36,18 @@ __all__ = [
     "route_stats", "route_table", "routed_seconds", "suspended", "write_route_log",
 ]
 
-_lock = threading.RLock()
-_kernels: dict[str, list[KernelEntry]] = {}
-
-
-@dataclass
-class Activation:
-    """What is installed: the route table, where, and how to undo it."""
-
-    table: RouteTable
-    device: torch.device
-    emulated: bool
-    installation: Any
-
-    @property
-    def description(self):
-        return self.table.description
-
-
-_active: list[Activation] = []  # a stack: emulate() can nest over an activated device
-
-# The route tables of past activations, by description (identity) and the user's overrides: a table
-# memoises its decisions, so entering emulate() again around each step (or each test) decides each op
-# once, not once per entry. register_kernel and KernelHandle.remove empty it (a kernel changes routes).
-_tables: dict[tuple[int, tuple], tuple[Description, RouteTable]] = {}
-
-
-def _table(desc: Description) -> RouteTable:
-    overrides = current_overrides()  # read each time: FL_ROUTE or a config's [routes] may have changed
-    key = (id(desc), overrides.key())
-    found = _tables.get(key)
-    if found is None or found[0] is not desc:
-        if len(_tables) >= 64:  # (descriptions loaded from many paths in one process: keep it bounded)
-            _tables.clear()
-        found = _tables[key] = (desc, RouteTable(desc, _kernels, overrides))
-    return found[1]
-
-
-def active() -> Activation | None:
-    """The innermost activation, or None."""
-    return _active[-1] if _active else None
-
 
 def route_table(description: str | Description | None = None) -> RouteTable:
     """The route table of a description (a Description, a name, a path, emu:NAME or a device id such as
     acc1; default: the active one, else torch.fl.device()'s). Activates nothing."""
     from ..device import governing
 
-    if description is None and _active:
-        return _active[-1].table
+    current = active()
+    if description is None and current is not None:
+        return current.table
     if isinstance(description, Description):
-        return RouteTable(description, _kernels)
-    return RouteTable(governing(description), _kernels)
-
-
-def _activate(desc, device: torch.device, emulated: bool) -> Activation:
-    from . import stats
-    from .router import Router
-
-    table = _table(desc)
-    on_device = emulated and device.type != "cpu"  # the emu backend; else the dispatch-mode fallback
-    label = f"emu:{desc.name} ({device})" if on_device else \
-        f"emu:{desc.name} (on cpu)" if emulated else str(device)
-    router = Router(table, label, host_is_device=emulated or device.type == "cpu")
-    if on_device:
-        from .emu import DeviceEmulation
-
-        installation = DeviceEmulation(router).install()
-    elif emulated:
-        from .emu.mode import Emulation
-
-        installation = Emulation(router).install()
-    else:
-        from .install import KeyInstallation
-
-        installation = KeyInstallation(router).install()
-    stats.set_context(label, desc.name)
-    log_path = _env.FL_ROUTE_LOG.value()  # its folder is checked now, so the log is not lost at exit
-    if log_path is not None:
-        stats.write_at_exit(str(log_path))
-    activation = Activation(table, device, emulated, installation)
-    _active.append(activation)
-    return activation
+        return RouteTable(description, activation.kernels)
+    return RouteTable(governing(description), activation.kernels)
 
 
 def activate(device: str | torch.device | ResolvedDevice | None = None) -> Activation:
@@ -127,51 +61,32 @@ def activate(device: str | torch.device | ResolvedDevice | None = None) -> Activ
     """
     from ..device import ResolvedDevice, resolve_spec
 
-    with _lock:
-        resolved = device if isinstance(device, ResolvedDevice) else resolve_spec(device)
-        desc, emulated = resolved.description, resolved.emulated
-        for current in _active:
-            if current.description.name == desc.name and current.emulated == emulated:
-                return current
-        return _activate(desc, resolved.device, emulated)
-
-
-def deactivate() -> None:
-    """Remove every installed router and emulation; the dispatcher is as before activation."""
-    _unwind(0)
-
-
-def _unwind(depth: int) -> None:
-    """Remove activations (innermost first) until `depth` remain."""
-    with _lock:
-        while len(_active) > depth:
-            _active.pop().installation.remove()
+    with activation.lock:
+        return activation.activate_resolved(device if isinstance(device, ResolvedDevice) else resolve_spec(device))
 
 
 @contextlib.contextmanager
 def activated(device: str | torch.device | None = None) -> Iterator[Activation]:
     """Routing active inside the block only (unless it was already active before)."""
-    before = len(_active)
-    activation = activate(device)
+    before = len(activation.stack)
+    current = activate(device)
     try:
-        yield activation
+        yield current
     finally:
-        _unwind(before)
+        activation.unwind(before)
 
 
 @contextlib.contextmanager
 def suspended() -> Iterator[None]:
     """Plain PyTorch inside the block (no routers, no emulation); routing is restored after it.
     For host-side work next to an emulated chip: building reference inputs, CPU reference results."""
-    with _lock:
-        saved = [(a.description, a.device, a.emulated) for a in _active]
+    with activation.lock:
+        specs = activation.saved()
         deactivate()
     try:
         yield
     finally:
-        with _lock:
-            for desc, device, emulated in saved:
-                _activate(desc, device, emulated)
+        activation.restore(specs)
 
 
 @contextlib.contextmanager
@@ -190,7 +105,7 @@ def emulate(name: str, *, host: bool = False) -> Iterator[Activation]:
         ...     model.to(chip.device)(x.to(chip.device))  # float64 raises, missing ops translate
     """
     from ..description import registry
-    from ..device import EMULATION_PREFIX, resolve_spec
+    from ..device import resolve_spec
 
     spec = name if name.startswith(EMULATION_PREFIX) else EMULATION_PREFIX + name
     if host:
@@ -198,18 +113,18 @@ def emulate(name: str, *, host: bool = False) -> Iterator[Activation]:
     else:
         resolved = resolve_spec(spec)
         desc, device = resolved.description, resolved.device
-    with _lock:
-        before = len(_active)
-        activation = _activate(desc, device, True)
+    with activation.lock:
+        before = len(activation.stack)
+        installed = activation.install(desc, device, True)
     try:
-        yield activation
+        yield installed
     finally:
-        _unwind(before)
+        activation.unwind(before)
 
 
 def registered_kernels() -> dict[str, list[KernelEntry]]:
     """Kernels registered with register_kernel, by op (shared with every RouteTable built here)."""
-    return _kernels
+    return activation.kernels
 
 
 class KernelHandle:
@@ -219,11 +134,7 @@ class KernelHandle:
         self.op, self.entry = op, entry
 
     def remove(self) -> None:
-        with _lock:
-            entries = _kernels.get(self.op, [])
-            if self.entry in entries:
-                entries.remove(self.entry)
-            _refresh()
+        activation.remove_kernel(self.op, self.entry)
 
 
 def register_kernel(op: str, fn: Callable, *, device_type: str | None = None,
@@ -249,18 +160,5 @@ def register_kernel(op: str, fn: Callable, *, device_type: str | None = None,
         str(d).removeprefix("torch.") if isinstance(d, torch.dtype) else d for d in dtypes)
     entry = KernelEntry(fn, names, f"torch.fl.register_kernel({key!r}"
                         + (f", device_type={device_type!r}" if device_type else "") + ")", device_type)
-    with _lock:
-        _kernels.setdefault(key, []).append(entry)
-        _refresh()
+    activation.add_kernel(key, entry)
     return KernelHandle(key, entry)
-
-
-def _refresh() -> None:
-    """Re-install active routing so new or removed kernels take effect."""
-    _tables.clear()
-    if not _active:
-        return
-    specs = [(a.description, a.device, a.emulated) for a in _active]
-    deactivate()
-    for desc, device, emulated in specs:
-        _activate(desc, device, emulated)

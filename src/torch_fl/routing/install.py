@@ -25,8 +25,7 @@ from .._versions import release
 from ..description.probe import all_aten_ops, canonical_op_name, dispatcher_op_name, has_native_kernel
 from ..errors import TorchVersionError
 from .router import Router, first_dtype
-from .table import is_composite_implicit
-from .translate import overload
+from .translate import is_composite_implicit, overload
 
 _log = logging.getLogger("torch_fl.dispatch")
 GET_KERNEL_SINCE = "2.9"  # torch.library.get_kernel (pytorch/pytorch#158393)

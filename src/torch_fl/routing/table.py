@@ -21,8 +21,9 @@ import torch
 
 from .. import _env
 from .._names import ROUTES
-from ..description.probe import canonical_op_name, dispatcher_op_name
+from ..description.probe import canonical_op_name
 from ..errors import ConfigError
+from .translate import has_translation, is_composite_implicit
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -218,8 +219,6 @@ class RouteTable:
         return dtype in self._dtypes and (limits is None or dtype in limits)  # type: ignore[operator]
 
     def _policy_route(self, op: str, dtype: str | None) -> Route:
-        from .translate import has_translation
-
         source = f"{self._where} ops.default = '{self._policy}'"
         if self._policy in ("translate-or-error", "translate-or-fallback") and has_translation(op):
             return Route("translate", source)
@@ -285,25 +284,6 @@ def placeholder(ovl: torch._ops.OpOverload, args: tuple) -> bool:
 def _size_first(ovl: torch._ops.OpOverload) -> bool:
     arguments = ovl._schema.arguments  # builds the schema's Python objects: slow, so once per overload
     return bool(arguments) and arguments[0].name == "size"
-
-
-def has_cpu_kernel(op: str) -> bool:
-    """Whether the CPU can run `op` (its own kernel or a composite one): a fallback needs one, and an
-    emulated chip computes its native ops with it (_thnn_fused_lstm_cell and the fused attention
-    kernels have none)."""
-    try:
-        return torch._C._dispatch_has_computed_kernel_for_dispatch_key(dispatcher_op_name(op), "CPU")
-    except RuntimeError:
-        return True  # not an operator the dispatcher can answer for: do not guess against it
-
-
-def is_composite_implicit(op: str) -> bool:
-    """CompositeImplicitAutograd ops decompose above the backend key, so they never need a route."""
-    try:
-        return torch._C._dispatch_has_kernel_for_dispatch_key(dispatcher_op_name(op),
-                                                              "CompositeImplicitAutograd")
-    except RuntimeError:
-        return False
 
 
 def _import_kernel(ref: str, where: str) -> Callable:

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from .table import is_composite_implicit
+from ..description.probe import dispatcher_op_name
 
 
 @functools.cache
@@ -150,6 +150,16 @@ def _pointwise_inplace(ovl: torch._ops.OpOverload, decomposition: Callable | Non
         return self.copy_(out)
 
     return inplace
+
+
+def is_composite_implicit(op: str) -> bool:
+    """CompositeImplicitAutograd ops decompose above the backend key, so they never need a route (and
+    their decomposition is a translation)."""
+    try:
+        return torch._C._dispatch_has_kernel_for_dispatch_key(dispatcher_op_name(op),
+                                                              "CompositeImplicitAutograd")
+    except RuntimeError:
+        return False
 
 
 def has_translation(op: str) -> bool:

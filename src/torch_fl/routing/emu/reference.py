@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from ...description.probe import canonical_op_name
+from ...description.probe import canonical_op_name, dispatcher_op_name, has_native_kernel
 
 aten = torch.ops.aten
 
@@ -288,9 +288,18 @@ def unreached_reason(op: str) -> str | None:
 def host_can_run(op: str) -> bool:
     """Whether the host can run `op` ('aten::name.overload'): the CPU's kernel, or the reference math
     here. A CPU fallback needs this (router.py), and coverage asks the same (analysis/chains.py)."""
-    from ..table import has_cpu_kernel
-
     return has_cpu_kernel(op) or has_reference(op)
+
+
+def has_cpu_kernel(op: str) -> bool:
+    """Whether the CPU has a kernel of `op` (its own or a composite one): a fallback needs one, and an
+    emulated chip computes its native ops with it (_thnn_fused_lstm_cell and the fused attention
+    kernels have none). Asked per key (probe.has_native_kernel), not through the computed table: while
+    routing is active on the CPU key, torch-fl's own backend fallback is in that table for every op."""
+    try:
+        return has_native_kernel(dispatcher_op_name(op), "CPU")
+    except RuntimeError:
+        return True  # not an operator the dispatcher can answer for: do not guess against it
 
 
 def has_reference(op: str) -> bool:
