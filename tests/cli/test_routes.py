@@ -58,6 +58,14 @@ def test_show_on_cpu_lists_the_ops_that_are_not_native(capsys: pytest.CaptureFix
     assert rows and all(route != "native" and route in ROUTES for _, route, _ in rows)
 
 
+def test_show_header_names_where_the_native_ops_come_from(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["routes", "show", "--device", "npu"]) == 0
+    out = capsys.readouterr().out
+    assert "native ops from: table tables/npu.txt (torch_npu " in out  # the vendor table and its line
+    assert main(["routes", "show", "--device", "minimal"]) == 0
+    assert "native ops from: file:tables/minimal.txt" in capsys.readouterr().out
+
+
 def test_show_json_shape(capsys: pytest.CaptureFixture[str]) -> None:
     data = _show(capsys)
     assert set(data) == {"device", "description", "dtype", "summary", "ops"}

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -54,3 +57,29 @@ def test_no_fallback_is_offered_for_an_op_the_cpu_cannot_run():
     fixes = router.fixes("aten::_cudnn_rnn.default", Route("unsupported", "test"))
     assert not any("fallback" in f for f in fixes)
     assert router.fixes("aten::median.default", Route("unsupported", "test"))[0].startswith("run it on the CPU")
+
+
+# An op the chip refuses, whose host kernel is missing too (a chip-native fused kernel), in forward or in
+# backward: the error reaches the caller; in backward PyTorch's engine thread would abort the whole process on it
+# (run in a child process, so a regression cannot take the test session down).
+_REFUSED_IN_BACKWARD = """
+import torch, torch_fl
+torch_fl.device.emulated_devices(create=True)
+with torch_fl.emulate("cuda") as chip:
+    gru = torch.nn.GRU(4, 4).to(chip.device)
+    try:
+        out, _ = gru(torch.randn(3, 2, 4, device=chip.device))
+        out.sum().backward()
+    except torch_fl.errors.UnsupportedOperatorError as exc:
+        print("raised:", str(exc).splitlines()[0])
+print("alive")
+"""
+
+
+@pytest.mark.parametrize("op", ["aten::_thnn_fused_gru_cell_backward", "aten::_thnn_fused_gru_cell"])
+def test_an_op_refused_inside_backward_raises_from_backward_not_an_abort(op):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FL_")}
+    done = subprocess.run([sys.executable, "-c", _REFUSED_IN_BACKWARD], capture_output=True, text=True,
+                          timeout=300, env={**env, "FL_ROUTE": f"{op}=unsupported"}, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f"raised: {op}" in done.stdout and "alive" in done.stdout

@@ -171,6 +171,7 @@ def render_show(target: Target, dtype: str | None, rows: list[dict[str, str]],
     counts = ", ".join(f"{n} {r}" for r, n in summary(rows).items())
     matching = f" containing '{args.op}'" if args.op else ""
     lines = [f"device {target.device}: description '{desc.name}' ({desc.path})",
+             f"native ops from: {desc.native_source}",
              f"dtype: {dtype or 'any (routes regardless of dtype)'}",
              f"{len(rows)} aten overloads{matching}: {counts}", ""]
     if not listed:

@@ -222,7 +222,21 @@ def _deferred(exc: Exception, func: Any, args: tuple, kwargs: dict) -> Any:
     if isinstance(host_kwargs.get("device"), torch.device) and host_kwargs["device"].type != "cpu":
         host_kwargs = {**host_kwargs, "device": torch.device("cpu")}  # a factory: made on the host
     index = next((a._index for a in (*args, *kwargs.values()) if isinstance(a, EmuTensor)), 0)
-    return _wrap(func(*host_args, **host_kwargs), index)
+    try:
+        # the CPU kernel, or the reference math of a chip kernel the host lacks
+        return _wrap(REFERENCE.get(func, func)(*host_args, **host_kwargs), index)
+    except Exception:  # noqa: BLE001 (the host cannot run it either: any escape here aborts the process)
+        return _wrap(_placeholder_result(func, host_args, host_kwargs), index)
+
+
+def _placeholder_result(func: Any, args: tuple, kwargs: dict) -> Any:
+    """Zeros shaped as `func`'s result (from its meta kernel), for a backward that only has to reach its
+    end, where the error is raised; nothing computed with them is returned to the caller."""
+    def to_meta(value: Any) -> Any:
+        return value.to("meta") if isinstance(value, torch.Tensor) else value
+
+    out = func(*tree_map(to_meta, args), **tree_map(to_meta, kwargs))
+    return tree_map(lambda t: torch.zeros(t.shape, dtype=t.dtype) if isinstance(t, torch.Tensor) else t, out)
 
 
 def _mismatch(func: Any, first: torch.device, other: torch.device) -> RuntimeError:
