@@ -38,6 +38,16 @@ def test_routes_in_a_config_file_meet_fl_route_checks(tmp_path):
         torch_fl.route_table("cpu")
 
 
+def test_a_relative_path_in_a_config_file_is_relative_to_the_file(tmp_path, monkeypatch):
+    monkeypatch.delenv("FL_CACHE_DIR")  # (the test session points it at a temporary folder)
+    _project(tmp_path, 'cache_dir = "build/cache"\n')
+    (tmp_path / "src").mkdir()
+    monkeypatch.chdir(tmp_path / "src")                  # the project file is found from a subfolder
+    assert _env.FL_CACHE_DIR.value() == tmp_path / "build" / "cache"
+    monkeypatch.setenv("FL_CACHE_DIR", "here")           # the variable's own relative path: the cwd's
+    assert _env.FL_CACHE_DIR.value() == Path("here")
+
+
 def test_log_in_a_config_file_is_checked_and_applied(tmp_path):
     _project(tmp_path, 'log = "dispach=DEBUG"\n')
     with pytest.raises(ConfigError, match=r"torch_fl.toml: log: 'dispach' is not a torch_fl logger.*Did you "

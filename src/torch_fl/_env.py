@@ -117,7 +117,10 @@ class EnvVar:
                     origin = f"{config.path}: {self.key}"
                     raw = config.values[self.key]
                     written = ",".join(f"{k}={v}" for k, v in raw.items()) if isinstance(raw, dict) else str(raw)
-                    found.append(Setting(self.parse(raw, origin), str(config.path), kind, written))
+                    value = self.parse(raw, origin)
+                    if isinstance(value, Path) and not value.is_absolute():
+                        value = Path(config.path).parent / value  # a path in a file is relative to that file
+                    found.append(Setting(value, str(config.path), kind, written))
         return found
 
     def value_from_env(self) -> Any:
