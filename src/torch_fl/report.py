@@ -3,7 +3,7 @@
 A command builds a :class:`Report`: ``data`` is the machine-readable result (what ``--json FILE`` writes,
 a stable documented schema), the sections are what a person reads (terminal tables here; the
 self-contained HTML page in torch_fl.analysis.html). The model sits below every command package
-(analysis, compiler, migrate), so any of them may build reports; torch_fl.analysis.report.emit prints one
+(analysis, compiler, migrate), so any of them may build reports; torch_fl.cli.output.emit prints one
 and writes the requested files.
 """
 

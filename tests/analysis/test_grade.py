@@ -23,8 +23,8 @@ from torch_fl.analysis.grade import (
     halved_inputs,
 )
 from torch_fl.analysis.model import load_model
-from torch_fl.analysis.report import render_text
 from torch_fl.cli import main
+from torch_fl.report import render_text
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
 

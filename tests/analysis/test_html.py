@@ -27,7 +27,8 @@ from torch_fl.analysis.html import (
     series_color,
     write_html,
 )
-from torch_fl.analysis.report import Chart, Report, Section, Table, emit
+from torch_fl.cli.output import emit
+from torch_fl.report import Chart, Report, Section, Table
 
 NASTY = "</script><script>alert('x')</script> & \"quoted\" <b>bold</b> 'single' <!-- -->"
 ROUTES = ["native", "translate", "fallback", "kernel", "unsupported"]
@@ -161,6 +162,10 @@ def test_every_chart_kind_renders_svg():
 
 
 def test_route_colours():
+    from torch_fl._names import ROUTES
+
+    assert list(ROUTE_COLORS) == list(ROUTES)  # every route word has its colour, and only those
+    assert len(set(ROUTE_COLORS.values())) == len(ROUTES)
     assert series_color("native", 3) == ROUTE_COLORS["native"]
     assert series_color("Fallback ops", 0) == ROUTE_COLORS["fallback"]
     assert series_color("translated", 0) == ROUTE_COLORS["translate"]

@@ -37,8 +37,14 @@ def test_strict_before_script_still_works():
     assert args.strict and args.script == ["x.py"] and args.json == "r.json"
 
 
+def test_json_after_script_takes_a_file_or_means_stdout():
+    assert _parse("--script", "x.py", "--json", "r.json").json == "r.json"
+    assert _parse("--script", "x.py", "--json").json == "-"               # alone: the JSON on stdout
+    args = _parse("--script", "x.py", "--json", "--lr=3")
+    assert args.json == "-" and args.script == ["x.py", "--lr=3"]
+
+
 @pytest.mark.parametrize(("argv", "message"), [
-    (["--script", "x.py", "--json"], "--json needs a value"),
     (["--script", "x.py", "--strict=yes"], "--strict takes no value"),
     (["--script", "--strict", "x.py"], "--script needs the script first"),
 ])

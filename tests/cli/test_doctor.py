@@ -70,6 +70,15 @@ def test_json_on_cpu_is_healthy(capsys: pytest.CaptureFixture[str]) -> None:
     assert data["description"]["compat"]["torch"]["ok"] is True
 
 
+def test_json_file_next_to_the_text(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    target = tmp_path / "doctor.json"
+    code, out = _doctor(capsys, "--json", str(target))
+    assert code == 0 and "healthy" in out.lower() and not out.lstrip().startswith("{")  # the text
+    _check_shape(json.loads(target.read_text(encoding="utf-8")))
+    code, out = _doctor(capsys, "--json", "-")                                           # = --json alone
+    _check_shape(json.loads(out))
+
+
 def test_routes_partition_every_known_op(capsys: pytest.CaptureFixture[str]) -> None:
     _, out = _doctor(capsys, "--json")
     assert sum(json.loads(out)["routes"].values()) == len(all_aten_ops())

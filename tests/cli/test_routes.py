@@ -215,9 +215,14 @@ def test_diff_json(capsys: pytest.CaptureFixture[str], logs: dict[str, Path]) ->
     assert list(route["before"]) == ["translate"] and list(route["after"]) == ["fallback"]
     assert changes[("added", "aten::addmm.default")]["before"] == {}
     assert data["summary"]["route"] >= 1 and data["summary"]["added"] >= 1
-    assert main(["routes", "diff", "--json", str(logs["forced"]), str(logs["before"])]) == 1
+    assert main(["routes", "diff", "--json", "-", str(logs["forced"]), str(logs["before"])]) == 1
     reverse = json.loads(capsys.readouterr().out)
     assert ("removed", "aten::addmm.default") in {(c["change"], c["op"]) for c in reverse["changes"]}
+    # --json FILE: the JSON goes to the file and the table is printed as without --json
+    written = logs["before"].parent / "diff.json"
+    assert main(["routes", "diff", str(logs["forced"]), str(logs["before"]), "--json", str(written)]) == 1
+    assert "removed" in capsys.readouterr().out
+    assert json.loads(written.read_text(encoding="utf-8"))["changes"] == reverse["changes"]
 
 
 @pytest.mark.slow

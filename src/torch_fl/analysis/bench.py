@@ -24,8 +24,8 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_map
 
+from ..report import Chart, Report, Section, Table, progress
 from .model import ModelSpec
-from .report import Chart, Report, Section, Table, progress
 
 MODES = ("routed", "native")
 TARGET = 0.9  # the native alignment ratio the article asks of an adaptation layer

@@ -29,8 +29,8 @@ import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
 from ..errors import CompareError
+from ..report import Chart, Report, Section, Table
 from .model import ModelSpec
-from .report import Chart, Report, Section, Table
 
 ROOT = "<model>"
 CRITERION = "max|device - reference| <= atol + rtol * max|reference| (per tensor)"

@@ -17,12 +17,12 @@ from typing import Any
 
 from .._names import EMULATION_PREFIX, ROUTE_SEVERITY, ROUTES
 from ..device import ResolvedDevice
+from ..report import Chart, Report, Section, Table, progress
 from ..routing import route_table
 from ..routing.emu.slot import backend_name
 from ..routing.table import RouteTable
 from .fidelity import CUDA_AUTOCAST_BACKENDS, DeviceKernels, device_kernels
 from .model import ModelSpec
-from .report import Chart, Report, Section, Table, progress
 from .trace import MODEL, OPTIMIZER, OpRecord, TraceResult, trace_step
 
 NATIVE_CALLS_WARNING = 0.8  # below this native share of calls a model is far from ready

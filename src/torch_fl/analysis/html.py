@@ -21,6 +21,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from .._names import ROUTES
 from .._version import __version__
 from ..report import VERDICTS, Chart, Report, Section, Table, format_cell
 
@@ -43,10 +44,11 @@ ROUTE_COLORS: dict[str, str] = {
 DEFAULT_PALETTE: tuple[str, ...] = ("#6a3d9a", "#0c8599", "#d6336c", "#5f6b7a", "#a6761d", "#3b5bdb",
                                     "#7d8a2e", "#c2255c")
 
-_ROUTE_RE = re.compile(r"^\W*(native|translated?|translations?|fallbacks?|kernels?|unsupported)\b",
-                       re.IGNORECASE)
+# The other spellings of a route in series and column names; the pattern is the route words of _names.
 _ROUTE_CANON = {"translated": "translate", "translation": "translate", "translations": "translate",
                 "fallbacks": "fallback", "kernels": "kernel"}
+_ROUTE_RE = re.compile(r"^\W*(" + "|".join(sorted((*ROUTES, *_ROUTE_CANON), key=len, reverse=True)) + r")\b",
+                       re.IGNORECASE)
 
 
 def route_of(name: Any) -> str | None:

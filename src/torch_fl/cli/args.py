@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import argparse
 
-__all__ = ["DEVICES", "add_device", "add_reference", "add_report_files"]
+__all__ = ["DEVICES", "STDOUT", "add_device", "add_json", "add_reference", "add_report_files"]
+
+STDOUT = "-"  # --json's value for "print the JSON instead of the text"
 
 DEVICES = "acc0, cuda:1, cpu, emu:NAME"  # what --device accepts, in every command's help
 DESCRIPTIONS = "a description name (cuda, npu, ...) or .toml file"  # where a description is enough
@@ -36,10 +38,20 @@ def add_reference(parser: argparse.ArgumentParser) -> None:
                         help="reference device, run with routing deactivated (default: cpu)")
 
 
+def add_json(parser: argparse.ArgumentParser, *, what: str = "the result", schema: str | None = None) -> None:
+    """--json [FILE], the same in every command: FILE gets the JSON and the text is printed as usual;
+    --json alone (or --json -) prints the JSON instead of the text. (Before positional arguments, write
+    --json - or --json=FILE: a bare --json there would take the next word as its FILE.)"""
+    where = f" (schema: {schema})" if schema else ""
+    parser.add_argument("--json", nargs="?", const=STDOUT, metavar="FILE",
+                        help=f"{what} as JSON{where}: written to FILE, or printed instead of the text with "
+                             f"--json alone or --json -")
+
+
 def add_report_files(parser: argparse.ArgumentParser, *, html: bool = True,
                      schema: str | None = "docs/analysis.md") -> None:
-    """--json FILE (the machine-readable result) and, with `html`, --html FILE (a self-contained page)."""
-    where = f" (schema: {schema})" if schema else ""
-    parser.add_argument("--json", metavar="FILE", help=f"write the result as JSON to FILE{where}")
+    """--json [FILE] (the machine-readable result, add_json) and, with `html`, --html FILE (a self-contained
+    page)."""
+    add_json(parser, schema=schema)
     if html:
         parser.add_argument("--html", metavar="FILE", help="write a self-contained HTML report to FILE")

@@ -14,7 +14,7 @@ import argparse
 import os
 import sys
 
-from .args import add_report_files
+from .args import STDOUT, add_report_files
 
 OK, FOUND = 0, 1
 
@@ -65,8 +65,8 @@ def _keep_script_tail(parser: argparse.ArgumentParser) -> None:
 
 
 # audit's own options that may follow --script SCRIPT (argparse's REMAINDER hands them to the script):
-# option -> whether it takes a value.
-_OWN_AFTER_SCRIPT = {"--strict": False, "--json": True}
+# option -> what it takes: False nothing, else the value it has without one (--json alone: stdout).
+_OWN_AFTER_SCRIPT: dict[str, str | bool] = {"--strict": False, "--json": STDOUT}
 
 
 def split_script_args(args: argparse.Namespace) -> str | None:
@@ -88,11 +88,13 @@ def split_script_args(args: argparse.Namespace) -> str | None:
             kept.append(head[i])
             i += 1
             continue
-        if _OWN_AFTER_SCRIPT[name]:
+        alone = _OWN_AFTER_SCRIPT[name]
+        if alone is not False:
             if not eq:
-                if i + 1 >= len(head):
-                    return f"{name} needs a value (torchfl audit --script {script} {name} FILE)"
-                value, i = head[i + 1], i + 1
+                if i + 1 < len(head) and not head[i + 1].startswith("-"):
+                    value, i = head[i + 1], i + 1
+                else:
+                    value = str(alone)
             setattr(args, name[2:], value)
         elif eq:
             return f"{name} takes no value, got {head[i]!r}"
@@ -106,8 +108,9 @@ def split_script_args(args: argparse.Namespace) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..analysis.report import emit, progress
     from ..migrate.audit import audit_model, audit_script
+    from ..report import progress
+    from .output import emit
 
     if args.script is not None:
         problem = split_script_args(args)
@@ -121,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
         if not os.path.isfile(script):
             print(f"torchfl audit: {script}: no such file", file=sys.stderr)
             return 2
-        from .run import run_target
+        from ..migrate.script import run_target
 
         progress(f"running {script} under the audit")
         report, code = audit_script(lambda: run_target(script, None, argv), script)

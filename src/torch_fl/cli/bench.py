@@ -7,9 +7,7 @@ the JSON), 1 when the routed run cannot run the model (an unsupported operator),
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-from pathlib import Path
 
 from . import non_negative_int, positive_int
 from .args import add_device, add_report_files
@@ -44,8 +42,8 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> No
 def run(args: argparse.Namespace) -> int:
     from ..analysis.bench import bench
     from ..analysis.model import load_model
-    from ..analysis.report import emit
     from ..errors import UnsupportedOperatorError
+    from .output import emit, emit_json
 
     spec = load_model(args.model)
     try:
@@ -55,9 +53,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"torchfl bench: {args.device} cannot run {spec.name} with routing active:\n{exc}",
               file=sys.stderr)
         if args.json:
-            Path(args.json).write_text(json.dumps(
-                {"device": args.device, "model": spec.name, "steps": args.steps, "error": str(exc)},
-                indent=2) + "\n", encoding="utf-8")
+            emit_json({"device": args.device, "model": spec.name, "steps": args.steps, "error": str(exc)},
+                      args.json)
         return 1
     emit(report, json_path=args.json, html_path=args.html)
     return 0

@@ -7,13 +7,13 @@ skipped; 2 on a usage error."""
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from .args import add_device, add_report_files
+from .args import STDOUT, add_device, add_report_files
+from .output import emit_json
 
 
 def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> None:
@@ -68,7 +68,9 @@ def run(args: argparse.Namespace) -> int:
     data = _data(root, desc, current, entries)
     data["refused"] = refusal
     if args.json:
-        Path(args.json).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+        emit_json(data, args.json)
+        if args.json == STDOUT:
+            return 0 if args.action == "info" else _verdict(data)
     if args.action == "info":
         _print_info(data)
         return 0
@@ -147,6 +149,11 @@ def _print_info(data: dict[str, Any]) -> None:
         print(f"  {name.ljust(width)}  {value}")
 
 
+def _verdict(data: dict[str, Any]) -> int:
+    """verify's exit status: 1 when an entry is corrupt or untrusted."""
+    return 1 if any(row["status"] in ("corrupt", "untrusted") for row in data["entries"]) else 0
+
+
 def _print_verify(data: dict[str, Any]) -> int:
     corrupt = 0
     for row in data["entries"]:
@@ -174,7 +181,7 @@ def _print_verify(data: dict[str, Any]) -> int:
     if corrupt:
         print("remove them with `torchfl cache clear --corrupt` (the current entry is moved aside and "
               "rebuilt automatically at its next use)")
-    return 1 if corrupt else 0
+    return _verdict(data)
 
 
 def _clear(root: Path, entries: list, current: Any, args: argparse.Namespace) -> int:

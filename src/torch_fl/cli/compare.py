@@ -7,10 +7,8 @@ otherwise or when the device cannot run the model (an unsupported operator), 2 o
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
-from pathlib import Path
 
 from .args import add_device, add_reference, add_report_files
 
@@ -51,8 +49,9 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> No
 def run(args: argparse.Namespace) -> int:
     from ..analysis.compare import compare
     from ..analysis.model import load_model
-    from ..analysis.report import emit, progress
     from ..errors import UnsupportedOperatorError
+    from ..report import progress
+    from .output import emit, emit_json
 
     for flag in ("rtol", "atol"):
         value = getattr(args, flag)
@@ -69,10 +68,8 @@ def run(args: argparse.Namespace) -> int:
         # The device cannot run the model at all: say which op, without a traceback.
         print(f"torchfl compare: {args.device} cannot run {spec.name}:\n{exc}", file=sys.stderr)
         if args.json:
-            Path(args.json).write_text(json.dumps(
-                {"model": spec.name, "device": args.device, "reference": args.reference,
-                 "dtype": args.dtype, "train": args.train, "error": str(exc), "ok": False}, indent=2) + "\n",
-                encoding="utf-8")
+            emit_json({"model": spec.name, "device": args.device, "reference": args.reference,
+                       "dtype": args.dtype, "train": args.train, "error": str(exc), "ok": False}, args.json)
         return 1
     emit(report, json_path=args.json, html_path=args.html)
     return 0 if report.data["ok"] else 1

@@ -52,8 +52,9 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> No
 def run(args: argparse.Namespace) -> int:
     from ..analysis.coverage import coverage
     from ..analysis.model import load_model
-    from ..analysis.report import emit, progress
     from ..analysis.trace import TraceError
+    from ..report import progress
+    from .output import emit
 
     progress(f"loading {args.model}")
     spec = load_model(args.model)

@@ -5,10 +5,10 @@ self-check, and a next step for each problem). Exit code 0: healthy; 1: a proble
 from __future__ import annotations
 
 import argparse
-import json
 
 from ..analysis.doctor import examine
-from .args import add_device
+from .args import STDOUT, add_device, add_json
+from .output import emit_json
 
 
 # Command ------------------------------------------------------------------------------------------
@@ -18,11 +18,14 @@ def add_parser(subparsers: argparse._SubParsersAction, name: str, help_text: str
         description="Report the backend, device, plugin and versions torch-fl sees, run a small matmul "
                     "self-check, and explain any problem with a next step. Exit code 0: healthy; "
                     "1: a problem was found.")
-    parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    add_json(parser, what="the report (one object)")
     add_device(parser, what="device to check")
 
 
 def run(args: argparse.Namespace) -> int:
     report = examine(args.device)
-    print(json.dumps(report.json(), indent=2) if args.json else report.text())
+    if args.json != STDOUT:
+        print(report.text())
+    if args.json:
+        emit_json(report.json(), args.json)
     return 0 if report.healthy else 1

@@ -56,7 +56,8 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> No
 def run(args: argparse.Namespace) -> int:
     from ..analysis.grade import grade
     from ..analysis.model import load_model
-    from ..analysis.report import emit, progress
+    from ..report import progress
+    from .output import emit
 
     progress(f"loading {args.model}")
     spec = load_model(args.model)

@@ -9,12 +9,13 @@ agent store) that a training job started with torchrun sees.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import time
 from typing import Any
 
 from . import count_up_to, positive_seconds
+from .args import STDOUT, add_json
+from .output import emit_json
 
 MAX_RANKS = 1024  # local ranks are processes on one node
 
@@ -37,7 +38,7 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> No
                         help=f"seconds each preflight step may take (default {DEFAULT_TIMEOUT:g})")
     parser.add_argument("--backend", help="force a torch.distributed backend (default: from the "
                                           "descriptions of the ranks)")
-    parser.add_argument("--json", action="store_true", help="print the per-rank results as JSON")
+    add_json(parser, what="the per-rank results")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -45,10 +46,10 @@ def run(args: argparse.Namespace) -> int:
     began = time.perf_counter()
     results = launch(nproc, args.timeout, args.backend)
     seconds = time.perf_counter() - began
-    if args.json:
-        print(json.dumps({"nproc": nproc, "seconds": seconds, "ranks": results}, indent=2))
-    else:
+    if args.json != STDOUT:
         print(render(results, nproc, seconds))
+    if args.json:
+        emit_json({"nproc": nproc, "seconds": seconds, "ranks": results}, args.json)
     return 0 if all("error" not in r for r in results) else 1
 
 

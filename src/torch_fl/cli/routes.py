@@ -8,7 +8,6 @@ torch.fl.write_route_log) and exits like diff(1): 0 identical, 1 different, 2 un
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -17,7 +16,8 @@ from typing import Any
 
 from ..errors import RouteLogError
 from ..routing.stats import RouteLog, read_route_log
-from .args import add_device
+from .args import STDOUT, add_device, add_json
+from .output import emit_json
 
 SAME, DIFFERENT, BAD_INPUT = 0, 1, 2
 CHANGES = ("route", "added", "removed", "calls")  # the order of the diff table
@@ -55,7 +55,7 @@ def _add_show(actions: argparse._SubParsersAction, routes: Sequence[str]) -> Non
     show.add_argument("--dtype", help="routes for inputs of this dtype, e.g. float16 (default: "
                                       "regardless of dtype)")
     show.add_argument("--all", action="store_true", help="list native ops too")
-    show.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    add_json(show, what="the routes")
 
 
 def _add_diff(actions: argparse._SubParsersAction) -> None:
@@ -71,7 +71,7 @@ def _add_diff(actions: argparse._SubParsersAction) -> None:
     diff.add_argument("after", help="route log of the later run (JSON)")
     diff.add_argument("--ignore-calls", action="store_true",
                       help="ignore changed call counts (only routes matter, e.g. in CI)")
-    diff.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    add_json(diff, what="the changes")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -151,11 +151,11 @@ def run_show(args: argparse.Namespace) -> int:
     dtype = check_dtype(args.dtype)
     rows = route_rows(target, dtype, args.op)
     listed = [row for row in rows if _listed(row, args.route, args.all)]
-    if args.json:
-        emit(json.dumps({"device": target.device, "description": target.description.name,
-                         "dtype": dtype, "summary": summary(rows), "ops": listed}, indent=2) + "\n")
-    else:
+    if args.json != STDOUT:
         emit(render_show(target, dtype, rows, listed, args))
+    if args.json:
+        emit_json({"device": target.device, "description": target.description.name,
+                   "dtype": dtype, "summary": summary(rows), "ops": listed}, args.json)
     return 0
 
 
@@ -219,11 +219,11 @@ def run_diff(args: argparse.Namespace) -> int:
         return BAD_INPUT
     changes = compare(before, after, ignore_calls=args.ignore_calls)
     counts = {kind: sum(c["change"] == kind for c in changes) for kind in CHANGES}
-    if args.json:
-        emit(json.dumps({"before": _side(before), "after": _side(after), "identical": not changes,
-                         "summary": counts, "changes": changes}, indent=2) + "\n")
-    else:
+    if args.json != STDOUT:
         emit(render_diff(before, after, changes, counts))
+    if args.json:
+        emit_json({"before": _side(before), "after": _side(after), "identical": not changes,
+                   "summary": counts, "changes": changes}, args.json)
     return DIFFERENT if changes else SAME
 
 

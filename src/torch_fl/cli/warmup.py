@@ -36,8 +36,8 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> No
 
 def run(args: argparse.Namespace) -> int:
     from ..analysis.model import load_model
-    from ..analysis.report import emit
     from ..compiler.warmup import warmup
+    from .output import emit
 
     spec = load_model(args.model)
     emit(warmup(spec, args.device, args.shapes, train=args.train), json_path=args.json)

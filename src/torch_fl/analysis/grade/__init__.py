@@ -49,7 +49,7 @@ from .levels import (
     judge_train_step,
     noisy_modes,
 )
-from .report import build_report
+from .presentation import build_report
 from .runs import (
     PRECISION_DTYPE,
     Measurements,

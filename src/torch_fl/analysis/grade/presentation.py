@@ -1,4 +1,4 @@
-"""grade's report: the JSON data, the text and HTML sections, and the warnings."""
+"""grade's presentation of its measurements: the JSON data, the text and HTML sections, and the warnings."""
 
 from __future__ import annotations
 
