@@ -225,7 +225,7 @@ def _deferred(exc: Exception, func: Any, args: tuple, kwargs: dict) -> Any:
     try:
         # the CPU kernel, or the reference math of a chip kernel the host lacks
         return _wrap(REFERENCE.get(func, func)(*host_args, **host_kwargs), index)
-    except Exception:  # noqa: BLE001 (the host cannot run it either: any escape here aborts the process)
+    except Exception:  # (the host cannot run it either: any escape here aborts the process)
         return _wrap(_placeholder_result(func, host_args, host_kwargs), index)
 
 
