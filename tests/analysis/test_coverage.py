@@ -363,11 +363,19 @@ def test_cuda_records_the_fused_attention_kernel_it_would_pick() -> None:
     assert "aten::_scaled_dot_product_flash_attention.default" in amp  # float16 under autocast
 
 
-def test_emulated_cuda_takes_the_math_path_the_emulator_computes() -> None:
+def test_emulated_cuda_takes_the_fused_kernel_the_emulator_runs() -> None:
+    # as the real chip: the fused kernel, which the emulated device computes with the host's one
     data = coverage(_spec("gpt"), "emu:cuda", train=True).data
     ops = {op["op"] for op in data["ops"]}
-    assert "aten::_safe_softmax.default" in ops and not any("efficient" in op for op in ops)
-    assert any("as the emulator computes it on the CPU" in note for note in data["notes"])
+    assert "aten::_scaled_dot_product_efficient_attention.default" in ops
+    assert "aten::_scaled_dot_product_efficient_attention_backward.default" in ops
+    assert "aten::_safe_softmax.default" not in ops
+    assert ops == {op["op"] for op in coverage(_spec("gpt"), "cuda", train=True).data["ops"]}
+    assert any("The emulated device runs the same kernel" in note for note in data["notes"])
+    # a chip without fused kernels (mps's table has none of them): the math path, in both
+    mps = coverage(_spec("gpt"), "emu:mps", train=True).data
+    assert "aten::_safe_softmax.default" in {op["op"] for op in mps["ops"]}
+    assert any("as the emulator computes it on the CPU" in note for note in mps["notes"])
     # Either on the emulated backend's own tensors, or (in a process where it cannot be registered,
     # as in a test session after other backward passes) on meta tensors, and the report says which.
     assert any("tensors of the emulated backend" in note or "could not be registered" in note

@@ -246,7 +246,8 @@ def _notes(table: RouteTable, result: TraceResult, kernels: DeviceKernels, devic
     if on_emu and kernels.emulated:
         notes.append(f"The model's tensors were tensors of the emulated backend ({device_tensors}), so "
                      f"PyTorch made that backend's kernel choices (fused dropout and LSTM cells, no "
-                     f"oneDNN or *_for_cpu kernels, SDPA's math path) exactly as under emulation.")
+                     f"oneDNN or *_for_cpu kernels) exactly as under emulation; SDPA was recorded as the "
+                     f"emulated device runs it (routing/emu/attention.py).")
     elif on_emu:
         notes.append(f"For its autocast lists the model's tensors were tensors of the emulated backend "
                      f"({device_tensors}), with attention and dropout steered to '{desc.name}''s kernels: "
@@ -303,9 +304,13 @@ def _attention_note(desc: Any, records: list[OpRecord], kernels: DeviceKernels) 
                    and not op.endswith(("_backward.default", "_math.default")))
     if kernels.attention:
         recorded = [k.op for k in kernels.attention if k.op in sdpa]
+        emulated = (" The emulated device runs the same kernel, computed by the host's fused kernel (with "
+                    "dropout or a mask that needs its gradient it takes the math path, and so does this trace)."
+                    if kernels.emulated else "")
         return ("scaled_dot_product_attention was recorded as the fused kernel PyTorch picks on "
                 f"'{desc.name}' for these inputs ({', '.join(recorded) or 'none fitted: math path'}); "
-                f"its order of preference: {', '.join(k.op for k in kernels.attention)}, else the math path.")
+                f"its order of preference: {', '.join(k.op for k in kernels.attention)}, else the math "
+                f"path.{emulated}")
     how = "as the emulator computes it on the CPU" if kernels.emulated else "no fused kernel of it is native"
     return (f"scaled_dot_product_attention was traced on its math path (bmm, softmax), {how}; the chip "
             f"itself picks a fused kernel of '{desc.name}' when one fits "

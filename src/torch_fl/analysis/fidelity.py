@@ -6,10 +6,12 @@ the device, not from its name:
 
 - **Attention.** ``scaled_dot_product_attention`` takes a fused kernel when the device has one that
   fits the inputs. Which fused kernels a device has is its description's native op set (with
-  ``ops.fused_attention``); the order PyTorch tries them in and what each accepts are PyTorch facts,
-  in FUSED_ATTENTION below. Without a fitting one the math path runs (bmm, _safe_softmax), as on a
-  chip without fused attention. Emulated chips compute on the CPU, where no device's fused kernel
-  exists: they take the math path, and so does their trace.
+  ``ops.fused_attention``); the order PyTorch tries them in and what each accepts are PyTorch facts
+  (routing/attention.py, shared with the emulated device). Without a fitting one the math path runs
+  (bmm, _safe_softmax), as on a chip without fused attention. An emulated chip runs the same fused
+  kernel, computed by the host's (routing/emu/attention.py), except with dropout or a mask that needs
+  its gradient, which the host's kernel does not give: there it takes the math path, and so does its
+  trace.
 - **CPU-only kernels.** The CPU runs RNNs through oneDNN (``mkldnn_rnn_layer``) and attention through
   ``*_for_cpu`` kernels; no other backend calls those. Off the host, oneDNN is switched off for the
   trace, so an LSTM decomposes into the generic cell ops every backend runs.
@@ -31,6 +33,8 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
+from ..routing.attention import FUSED_ATTENTION, FusedAttention, chip_kernels, fitting
+
 # aten/src/ATen/native/Dropout.cpp, is_fused_kernel_acceptable: dropout is one native_dropout call on
 # these backends (dispatch keys), in training, for 0 < p < 1 and a non-empty input.
 FUSED_DROPOUT_BACKENDS = frozenset({"CUDA", "XPU", "PrivateUse1"})
@@ -39,25 +43,6 @@ EMULATED_BACKEND = "PrivateUse1"
 # emulated backend registers too (routing/emu/autocast.py): an AMP trace of them runs on fake tensors of
 # the emulated backend to get those lists (the CPU's lists differ).
 CUDA_AUTOCAST_BACKENDS = frozenset({"CUDA"})
-
-
-@dataclass(frozen=True)
-class FusedAttention:
-    """One fused SDPA kernel: its op and the inputs PyTorch sends to it (sdp_utils.cpp)."""
-
-    op: str
-    dtypes: frozenset[str]
-    mask: bool               # accepts an attn_mask
-    max_head_dim: int
-
-
-# PyTorch's order of preference (flash, then memory-efficient); the math path when neither fits.
-FUSED_ATTENTION = (
-    FusedAttention("aten::_scaled_dot_product_flash_attention.default",
-                   frozenset({"float16", "bfloat16"}), mask=False, max_head_dim=256),
-    FusedAttention("aten::_scaled_dot_product_efficient_attention.default",
-                   frozenset({"float32", "float16", "bfloat16"}), mask=True, max_head_dim=512),
-)
 
 
 @dataclass(frozen=True)
@@ -80,16 +65,22 @@ def device_kernels(desc: Any, emulated: bool) -> DeviceKernels:
     backend = EMULATED_BACKEND if emulated else desc.dispatch_key
     host = backend == "CPU"
     fused = bool(desc.section("ops")["fused_attention"])
-    native = desc.native_ops() if fused and not host and not emulated else frozenset()
-    attention = tuple(kernel for kernel in FUSED_ATTENTION if kernel.op in native)
+    attention = () if host else chip_kernels(desc)
     return DeviceKernels(backend, host, attention, math_attention=not (host and fused), emulated=emulated)
 
 
-def kernel_choices(device: DeviceKernels, *, cpu_kernels: bool = False) -> contextlib.ExitStack:
+def kernel_choices(device: DeviceKernels, *, cpu_kernels: bool = False,
+                   attention_only: bool = False) -> contextlib.ExitStack:
     """Enter what makes the CPU trace take `device`'s kernels (close the stack to undo);
-    `cpu_kernels` keeps the CPU's oneDNN kernels (only attention and dropout change)."""
+    `cpu_kernels` keeps the CPU's oneDNN kernels (only attention and dropout change). `attention_only`:
+    the fused attention kernel alone (a trace on the emulated backend's own tensors, where PyTorch makes
+    every other choice as the emulated device does, but SDPA's is the emulator's, routing/emu/attention.py)."""
     stack = contextlib.ExitStack()
     if device.host:
+        return stack
+    if attention_only:
+        if device.attention:
+            stack.enter_context(_DeviceFunctions(device, dropout=False))
         return stack
     if not cpu_kernels:
         with warnings.catch_warnings():  # flags() re-sets oneDNN's TF32 switch, which warns on CPU builds
@@ -107,16 +98,17 @@ def kernel_choices(device: DeviceKernels, *, cpu_kernels: bool = False) -> conte
 class _DeviceFunctions(TorchFunctionMode):
     """Calls the fused aten op that the device's backend would call for SDPA and dropout."""
 
-    def __init__(self, device: DeviceKernels):
+    def __init__(self, device: DeviceKernels, *, dropout: bool = True):
         super().__init__()
         import torch.nn.functional as F
 
         self.handlers: dict[Callable, Callable] = {}
         if device.attention:
             self.handlers[F.scaled_dot_product_attention] = self._attention
-        if device.fused_dropout:
+        if dropout and device.fused_dropout:
             self.handlers[F.dropout] = self._dropout
         self.attention = device.attention
+        self.emulated = device.emulated
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -144,10 +136,12 @@ class _DeviceFunctions(TorchFunctionMode):
         # these kernels: attention takes the math path there, and the report says so.
         if not isinstance(query, FakeTensor) or query.dim() != 4 or enable_gqa or key.shape[1] != query.shape[1]:
             return NotImplemented
-        for kernel in self.attention:
-            if dtype not in kernel.dtypes or (attn_mask is not None and not kernel.mask) \
-                    or query.shape[-1] > kernel.max_head_dim:
-                continue
+        if self.emulated and (dropout_p or (attn_mask is not None and attn_mask.requires_grad)):
+            # the emulated chip computes fused attention with the host's kernel, which takes no dropout and
+            # gives no mask gradient: it runs the math path there (routing/emu/attention.py)
+            return NotImplemented
+        kernel = fitting(self.attention, dtype, mask=attn_mask is not None, head_dim=query.shape[-1])
+        if kernel is not None:
             if kernel.op.startswith("aten::_scaled_dot_product_flash_attention"):
                 return torch.ops.aten._scaled_dot_product_flash_attention(
                     query, key, value, dropout_p, is_causal, scale=scale)[0]

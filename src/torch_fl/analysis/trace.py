@@ -320,6 +320,8 @@ def _trace(spec: ModelSpec, *, fake: bool, train: bool, step: bool, amp: bool, a
     # For an emulated chip on the emulated backend PyTorch makes the chip's kernel choices itself;
     # elsewhere (a real device's trace, whichever tensors it uses) they are steered (fidelity.py).
     steer = kernels is not None and not (backend == backend_name() and kernels.emulated)
+    # ... except SDPA's, which the emulated device makes in Python (routing/emu/attention.py): steered alone
+    attention_only = kernels is not None and not steer and bool(kernels.attention)
     if fake:
         mode = placement.fake_mode()
         tensors = placement.stand_ins(spec.model, lambda t: placement.to_fake(mode, t, device))
@@ -337,13 +339,14 @@ def _trace(spec: ModelSpec, *, fake: bool, train: bool, step: bool, amp: bool, a
         side = placement.DeviceSide("all")
     with placement.borrowed(spec.model, tensors, train) as model:
         return _run(spec, model, inputs, mode, side, train=train, step=step, amp=amp, amp_dtype=amp_dtype,
-                    table=table, kernels=kernels if steer else None, cpu_kernels=cpu_kernels,
-                    backend=backend)
+                    table=table, kernels=kernels if steer or attention_only else None, cpu_kernels=cpu_kernels,
+                    backend=backend, attention_only=attention_only)
 
 
 def _run(spec: ModelSpec, model: torch.nn.Module, inputs: tuple, mode: Any, side: placement.DeviceSide, *,
          train: bool, step: bool, amp: bool, amp_dtype: torch.dtype, table: RouteTable | None,
-         kernels: DeviceKernels | None, cpu_kernels: bool, backend: str) -> list[OpRecord]:
+         kernels: DeviceKernels | None, cpu_kernels: bool, backend: str,
+         attention_only: bool = False) -> list[OpRecord]:
     attribution = _Attribution(model)
     recorder = _Recorder(attribution, Replay(table) if table is not None else None, side)
     try:
@@ -354,7 +357,7 @@ def _run(spec: ModelSpec, model: torch.nn.Module, inputs: tuple, mode: Any, side
             if kernels is not None:
                 from .fidelity import kernel_choices
 
-                stack.enter_context(kernel_choices(kernels, cpu_kernels=cpu_kernels))
+                stack.enter_context(kernel_choices(kernels, cpu_kernels=cpu_kernels, attention_only=attention_only))
             optimizer = make_optimizer(model.parameters()) if train and step else None
             stack.enter_context(recorder)
             with _phase("forward pass", attribution), torch.set_grad_enabled(train), \

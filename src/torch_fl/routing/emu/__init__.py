@@ -10,7 +10,7 @@ The modules, lowest first:
   emulated devices; ``register``: borrowing it (``ensure``), with everything below;
 - ``memory``: live/peak device bytes and host-device transfer counters;
 - ``tensor``: ``EmuTensor`` and its dispatch (device checks, routes, wrapping);
-- ``copies``: host <-> device copies, dtype conversions, syncs;
+- ``copies``: host <-> device copies, dtype conversions, syncs; ``attention``: fused SDPA as the chip runs it;
 - ``factories``: ``torch.zeros(.., device="emu")`` and friends (a PrivateUse1 fallback), pinning;
 - ``serialization``: ``torch.save`` / ``torch.load(map_location="emu")``, ``set_``;
 - ``generator``: ``torch.Generator(device="emu")``;
@@ -26,8 +26,8 @@ be a device: emulation then falls back to the dispatch mode (``mode.py``), which
 
 from __future__ import annotations
 
-# copies and serialization add their ops to the tensor's dispatch table when imported
-from . import copies, serialization  # noqa: F401
+# attention, copies and serialization add their ops to the tensor's dispatch table when imported
+from . import attention, copies, serialization  # noqa: F401
 from .memory import (
     max_memory_allocated,
     memory_allocated,

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from . import autocast, dist, factories, generator, lazy, module, serialization, vendor
+from . import attention, autocast, dist, factories, generator, lazy, module, serialization, vendor
 from .slot import backend_name, borrowed, device, state
 
 _lock = threading.Lock()
@@ -32,6 +32,7 @@ def ensure(count: int, chip: Any = None) -> None:
             serialization._register_serialization()
             generator._register_generator()
             lazy.register()
+            attention.register()  # scaled_dot_product_attention's fused path where the chip has one
             autocast.register(backend_name())
             dist.register()  # the c10d backend of the emulated type (init_process_group(device_id=emu:N))
         state.count = count

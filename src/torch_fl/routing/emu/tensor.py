@@ -532,20 +532,8 @@ def _check_outputs(func: Any, route: Route, args: tuple, kwargs: dict, out: Any)
 
 
 
-def _sdp_choice(func: Any, args: tuple, kwargs: dict) -> int:
-    """SDPA asks the device which fused kernel to use; the CPU's answer names CPU-only kernels (the CPU
-    flash attention, whose backward no other chip has): an emulated chip takes the math path, as a chip
-    without a fused kernel of its own does."""
-    from torch.nn.attention import SDPBackend
-
-    return int(SDPBackend.MATH)
-
-
-
 # Ops with a handler of their own (the other modules of the emulator add theirs).
-SPECIAL: dict[Any, Callable[[Any, tuple, dict], Any]] = {
-    aten._fused_sdp_choice.default: _sdp_choice,
-}
+SPECIAL: dict[Any, Callable[[Any, tuple, dict], Any]] = {}
 
 
 state.tensor_type = EmuTensor
