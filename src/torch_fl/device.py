@@ -279,7 +279,7 @@ def emulated_devices(create: bool = False, chip: Description | None = None) -> l
                          "a forgotten .to(device) goes unnoticed): the emu device is unavailable, because %s.",
                          emu.unavailable_reason())
         return []
-    return [emu.device(i) for i in range(emu.state.count)]
+    return emu.devices()
 
 
 _warned: set[str] = set()
@@ -394,7 +394,7 @@ sys.modules[__name__].__class__ = _CallableModule
 def _last_emulated() -> Description | None:
     from .routing import emu
 
-    return emu.state.description
+    return emu.chip()
 
 try:
     register_emulated_early()

@@ -41,7 +41,9 @@ from .slot import (
     available,
     backend_name,
     borrowed,
+    chip,
     device,
+    devices,
     owner,
     set_router,
     state,
@@ -51,7 +53,8 @@ from .slot import (
 from .tensor import EmuTensor, to_host
 
 __all__ = [
-    "DeviceEmulation", "EmuTensor", "available", "backend_name", "borrowed", "device", "ensure",
+    "DeviceEmulation", "EmuTensor", "available", "backend_name", "borrowed", "chip", "device", "devices",
+    "ensure",
     "max_memory_allocated", "memory_allocated", "owner", "reset_peak_memory_stats", "reset_transfers",
     "set_router", "state", "status", "to_host", "transfers", "unavailable_reason",
 ]

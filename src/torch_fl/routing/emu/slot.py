@@ -110,6 +110,17 @@ def device(index: int = 0) -> torch.device:
     return torch.device(backend_name(), index)
 
 
+def devices() -> list[torch.device]:
+    """The registered emulated devices (emu:0..emu:N-1; none before the backend is registered)."""
+    return [device(i) for i in range(state.count)]
+
+
+def chip() -> Any:
+    """The description that governs the emulated devices: the active emulation's, else the last one's
+    (tensors made under it stay its); None before any."""
+    return state.description
+
+
 def set_router(router: Any) -> None:
     """Check emulated devices against `router`'s description (None: run them unchecked)."""
     state.router = router
