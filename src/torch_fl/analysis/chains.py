@@ -33,7 +33,7 @@ import torch
 
 from .. import _env
 from ..routing.emu.reference import host_can_run
-from ..routing.table import Route, RouteTable, dtype_name, placeholder
+from ..routing.table import Route, RouteTable, foreign_output_dtype, placeholder
 from ..routing.translate import guard, translation, untranslatable_reason
 
 # A translated call a sub-call was reached through: (op, dtype).
@@ -75,7 +75,7 @@ class Replay:
             route = self._fallback(op, route)
         out = func(*args, **kwargs)
         if kind == "native":
-            produced = _foreign_dtype(out, self.dtypes)
+            produced = foreign_output_dtype(func, out, self.dtypes)
             if produced is not None:
                 route = Route("unsupported", f"{route.source}; it produces {produced}, which is not in "
                                              f"precision.dtypes")
@@ -158,15 +158,6 @@ def _factory(args: tuple, kwargs: dict) -> bool:
                                                and isinstance(value[0], torch.Tensor)):
             return False
     return True
-
-
-def _foreign_dtype(out: Any, dtypes: frozenset[str]) -> str | None:
-    for value in out if isinstance(out, (tuple, list)) else (out,):
-        if isinstance(value, torch.Tensor):
-            name = dtype_name(value.dtype)
-            if name not in dtypes:
-                return name
-    return None
 
 
 __all__ = ["CallKey", "Link", "Replay"]

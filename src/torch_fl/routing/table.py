@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -81,6 +81,34 @@ def dtype_name(dtype: torch.dtype | None) -> str | None:
 
 
 _DTYPE_NAMES: dict[torch.dtype, str] = {}
+
+
+# Returns that are no value computed in a dtype, by the schema's own names: the random-number state a
+# fused kernel hands its backward, and a slot it leaves unused (CUDA's flash attention returns both as
+# uint64, whatever dtypes the chip computes in).
+_STATE_RETURNS = frozenset({"philox_seed", "philox_offset", "rng_state", "unused"})
+
+
+@functools.cache
+def computed_outputs(ovl: torch._ops.OpOverload) -> tuple[bool, ...]:
+    """For each return of `ovl`, whether it is a value the chip computes in its dtype (checked against
+    precision.dtypes), or state (_STATE_RETURNS, not checked)."""
+    return tuple(r.name not in _STATE_RETURNS for r in ovl._schema.returns)
+
+
+def foreign_output_dtype(ovl: Any, out: Any, dtypes: frozenset[str]) -> str | None:
+    """The first dtype outside `dtypes` among the computed outputs of `ovl` (`out`: what it returned), or
+    None. A native op can still produce a dtype the chip lacks (rfft: float32 in, complex64 out); the
+    emulated device, the dispatch-mode emulator and coverage's replay all ask this."""
+    computed = computed_outputs(ovl) if isinstance(ovl, torch._ops.OpOverload) else ()
+    for i, value in enumerate(out if isinstance(out, (tuple, list)) else (out,)):
+        if i < len(computed) and not computed[i]:
+            continue
+        if isinstance(value, torch.Tensor):
+            name = dtype_name(value.dtype)
+            if name not in dtypes:
+                return name
+    return None
 
 
 @dataclass

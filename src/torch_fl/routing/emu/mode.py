@@ -18,12 +18,11 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ...description.probe import canonical_op_name
 from ..router import Router, first_dtype
-from ..table import Route, dtype_name
+from ..table import Route, foreign_output_dtype
 
 
 class EmulationMode(TorchDispatchMode):
@@ -43,19 +42,18 @@ class EmulationMode(TorchDispatchMode):
         route = self.table.route(op, dtype)
         if route.kind == "native":
             out = func(*args, **kwargs)
-            self._check_outputs(op, route, args, kwargs, out)
+            self._check_outputs(func, op, route, args, kwargs, out)
             return out
         return self.router.call(op, func, route, dtype, args, kwargs,
                                 native=lambda a, k: func(*a, **k), reenter=self)
 
-    def _check_outputs(self, op: str, route: Route, args: tuple, kwargs: dict, out: Any) -> None:
+    def _check_outputs(self, func: Any, op: str, route: Route, args: tuple, kwargs: dict, out: Any) -> None:
         """A native op can still produce a dtype the chip lacks (rfft: float32 in, complex64 out); on
         the chip that fails here, not at the next op that happens to read the result."""
-        for value in out if isinstance(out, (tuple, list)) else (out,):
-            if isinstance(value, torch.Tensor) and dtype_name(value.dtype) not in self.dtypes:
-                raise self.router.error(
-                    op, args, kwargs, Route("unsupported", route.source),
-                    f"it produces {dtype_name(value.dtype)}, which is not in precision.dtypes")
+        produced = foreign_output_dtype(func, out, self.dtypes)
+        if produced is not None:
+            raise self.router.error(op, args, kwargs, Route("unsupported", route.source),
+                                    f"it produces {produced}, which is not in precision.dtypes")
 
 
 class Emulation:

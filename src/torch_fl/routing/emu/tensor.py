@@ -29,7 +29,7 @@ from torch.utils._pytree import tree_map
 
 from ...description.probe import canonical_op_name
 from ..router import first_dtype
-from ..table import Route, dtype_name
+from ..table import Route, dtype_name, foreign_output_dtype
 from .memory import _allocated, _nbytes
 from .reference import REFERENCE
 from .slot import backend_name, device, state
@@ -520,15 +520,12 @@ def _logical(t: EmuTensor) -> torch.Tensor:
 def _check_outputs(func: Any, route: Route, args: tuple, kwargs: dict, out: Any) -> None:
     """A native op can still produce a dtype the chip lacks (rfft: float32 in, complex64 out); on the
     chip that fails here, not at the next op that happens to read the result."""
-    if type(out) is torch.Tensor:
-        if out.dtype in state.torch_dtypes:
-            return
-        out = (out,)
-    for value in out if isinstance(out, (tuple, list)) else (out,):
-        if isinstance(value, torch.Tensor) and dtype_name(value.dtype) not in state.dtypes:
-            raise state.router.error(
-                canonical_op_name(func), args, kwargs, Route("unsupported", route.source),
-                f"it produces {dtype_name(value.dtype)}, which is not in precision.dtypes")
+    if type(out) is torch.Tensor and out.dtype in state.torch_dtypes:
+        return
+    produced = foreign_output_dtype(func, out, state.dtypes)
+    if produced is not None:
+        raise state.router.error(canonical_op_name(func), args, kwargs, Route("unsupported", route.source),
+                                 f"it produces {produced}, which is not in precision.dtypes")
 
 
 
