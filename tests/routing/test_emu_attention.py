@@ -77,6 +77,21 @@ def _attention(chip: str, *, mask=None, dropout_p=0.0, requires_grad=False):
         return ops.names, out.detach().cpu(), F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 
 
+def test_inference_mode_takes_the_fused_kernel_too(monkeypatch):
+    # no autograd key there: SDPA itself reaches the device (a mode sees only it), which chooses the same
+    from torch_fl.routing.emu import attention
+
+    chosen = []
+    choose = attention.chip_kernel
+    monkeypatch.setattr(attention, "chip_kernel", lambda *a: chosen.append(choose(*a)) or chosen[-1])
+    torch.manual_seed(0)
+    q = torch.randn(2, 4, 8, 16)
+    with torch_fl.emulate("cuda") as activation, torch.inference_mode():
+        out = F.scaled_dot_product_attention(*(q.to(activation.device),) * 3, is_causal=True)
+    assert [k.op for k in chosen] == ["aten::_scaled_dot_product_efficient_attention.default"]
+    assert torch.equal(out.cpu(), F.scaled_dot_product_attention(q, q, q, is_causal=True))
+
+
 def test_a_boolean_mask_takes_the_fused_kernel():
     mask = torch.ones(8, 8, dtype=torch.bool).tril()
     names, out, expected = _attention("cuda", mask=mask, requires_grad=True)

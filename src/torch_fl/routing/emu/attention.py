@@ -9,7 +9,7 @@ takes them too, SDPA runs PyTorch's kernel slot for out-of-tree backends,
 the chip's kernel (``_scaled_dot_product_efficient_attention`` on CUDA for float32) and whose result is
 computed by the host's fused kernel (``_scaled_dot_product_flash_attention_for_cpu`` and its backward), so
 the values are the plain CPU run's: one call in place of the math path's ten, and its backward in place of
-fifteen. Otherwise (no fitting kernel, dropout, a mask that needs its gradient, grouped-query attention,
+fifteen (under inference mode, where SDPA reaches the device itself, the same). Otherwise (no fitting kernel, dropout, a mask that needs its gradient, grouped-query attention,
 an unchecked device) PyTorch's own composite runs: the math path, as on a chip without a fused kernel for
 those inputs.
 """
@@ -118,5 +118,8 @@ def _backward(func: Any, args: tuple, kwargs: dict) -> Any:
 
 
 SPECIAL[aten._fused_sdp_choice.default] = _sdp_choice
+# Under inference mode tensors have no autograd key, so SDPA reaches the device itself (tensor.py runs such
+# composite ops there): the same choice then.
+SPECIAL[aten.scaled_dot_product_attention.default] = lambda func, args, kwargs: _sdpa(*args, **kwargs)
 SPECIAL[aten._scaled_dot_product_fused_attention_overrideable.default] = _forward
 SPECIAL[aten._scaled_dot_product_fused_attention_overrideable_backward.default] = _backward
