@@ -122,6 +122,27 @@ def test_a_guard_around_an_unsafe_fix_is_unsafe_and_fixed_together():
     assert "if torch.fl.is_accelerator():\n    device = torch.fl.device_type()" in unsafe
 
 
+def test_a_guard_around_a_call_into_another_project_module_is_not_a_safe_fix():
+    # guided-diffusion: `from . import dist_util`; DDP(device_ids=[dist_util.dev()]) under the check, where
+    # dev() (another file) returns a CUDA device only while CUDA is there: the check rewritten alone would
+    # run DDP with a CPU device id on an NPU host. The pass cannot see that body, so the fix is unsafe.
+    source = ("import torch as th\nfrom torch.nn.parallel import DistributedDataParallel as DDP\n"
+              "from . import dist_util\nfrom .logger import log\n\n"
+              "def wrap(model):\n    if th.cuda.is_available():\n"
+              "        return DDP(model, device_ids=[dist_util.dev()])\n    return model\n\n"
+              "def note():\n    if th.cuda.is_available():\n        log('on cuda')\n")
+    guards = {f.line: f for f in scan_source(source) if f.code == "FL201"}
+    assert guards[7].safety == "unsafe" and not guards[7].fixable
+    assert "(dist_util.dev(), defined in another module of this project and not followed here, line 8)" \
+        in guards[7].message
+    assert guards[12].safety == "unsafe"  # `from .logger import log`: log() is the project's too
+    assert "th.cuda.is_available()" in fix_source(source).new_source
+    assert "th.cuda.is_available()" not in fix_source(source, unsafe=True).new_source
+    # a call into an installed package (an absolute import) is not the project's: the fix stays safe
+    outside = "import torch\nimport math\nif torch.cuda.is_available():\n    print(math.sqrt(2))\n"
+    assert _fixable(outside) == [("FL201", 3)]
+
+
 def test_an_early_return_guard_covers_the_rest_of_the_function():
     tuning = ("import torch\ndef setup():\n    if not torch.cuda.is_available():\n        return\n"
               "    torch.backends.cudnn.benchmark = True\n    torch.backends.cuda.matmul.allow_tf32 = True\n")

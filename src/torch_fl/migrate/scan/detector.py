@@ -49,6 +49,7 @@ class Detector(Scopes, Guards, Flow):
         self.check_keys = {}
         self.dropped = set()
         self.local_calls = []
+        self.project_calls = []
         self.guards: list[tuple[list[int], Any, Any]] = []  # (test findings, start mark, end mark)
 
 

@@ -65,6 +65,7 @@ class Dispatch:
     check_keys: dict[Any, list[int]]  # a variable holding a CUDA check -> the raw findings of its value
     dropped: set[int]  # raw findings withdrawn (a check found correct after the fact)
     local_calls: list[tuple[int, str]]  # (raw findings so far, name) per call of a module-level function
+    project_calls: list[tuple[int, str]]  # (line, text) per call of a function imported relatively
 
     def visit(self, node: ast.AST) -> None:
         handler = self.HANDLERS.get(node.__class__)
@@ -193,6 +194,8 @@ class Dispatch:
         if type(func) is ast.Name and func.id in self.functions:
             self.pass_arguments(node, self.functions[func.id])
             self.local_calls.append((len(self.raw), func.id))  # for guards: what the call runs (see Guards.mark)
+        elif self.relative_import(func):
+            self.project_calls.append((node.lineno, ast.unparse(func)))
         for hook in HOOKS.call_names.get(name, ()) if name else ():
             hook(self, node, name)
         for kw in node.keywords:

@@ -37,6 +37,14 @@ class Scopes(Dispatch):
                 if alias.name != "*":
                     self.imported[alias.asname or alias.name] = (node.module or "", node.level, alias.name)
 
+    def relative_import(self, func: ast.expr) -> bool:
+        """Whether a call's function comes from the project's own package by a relative import:
+        `from .util import dev` then `dev()`, or `from . import dist_util` then `dist_util.dev()`."""
+        name = func.id if type(func) is ast.Name else \
+            func.value.id if type(func) is ast.Attribute and type(func.value) is ast.Name else None
+        found = self.imported.get(name) if name is not None else None
+        return found is not None and found[1] > 0
+
     def visit_Import(self, node: ast.Import) -> None:
         self.stmt_line = node.lineno
         self.bind_import(node)
