@@ -243,16 +243,20 @@ held in a variable, `kwargs["load_in_8bit"] = True`, `attn_implementation="flash
 lines that are not couplings: messages, imports whose uses are reported, uses of an imported CUDA-only
 library (its import is reported), `if torch.cuda.is_available():` around CUDA tuning only (correct).
 
-**Fixes** on copies (safe, then `--unsafe-fixes`): 77 and 102 fixes, every file parses after. The
+**Fixes** on copies (safe, then `--unsafe-fixes`): 75 and 102 fixes, every file parses after (77
+safe before a check guarding a call into another project module became unsafe, below). The
 repositories themselves need their data, weights and MPI/transformers setups, so their safe fixes were
 checked in their shapes: `tests/migrate/fixtures/target/repo_shapes.py` (CLIP's `load()` default,
 stable-diffusion's DDIM `register_buffer` and device choice, guided-diffusion's backend choice and
 `sync_cuda`, mae's AMP step, LLaVA's loaders, FastChat's cache calls) runs fixed on the CPU and under
 `FL_DEVICE=emu:mps` and `emu:npu` with no CUDA call (`tests/migrate/test_target.py`). The emulated MPS
 stops mae's `float64` meter: MPS has no float64 (a chip limit, not a CUDA path). Known limit:
-guided-diffusion's `if th.cuda.is_available(): DDP(..., device_ids=[dist_util.dev()])` is fixed (its
-body is fixable) while `dist_util.dev()` keeps its own, unfixable CUDA check: the guard reasoning does
-not follow calls into other functions.
+guided-diffusion's and improved-diffusion's `if th.cuda.is_available(): DDP(...,
+device_ids=[dist_util.dev()])` was a safe fix while `dist_util.dev()` keeps its own, unfixable CUDA
+check. Now a check guarding a call into a relatively imported module of the project is an unsafe fix,
+with the reason (`python scripts/realworld_scan.py` on the 8 checkouts: exactly these two moved from safe
+to unsafe, nothing else changed). A project module imported absolutely (`from guided_diffusion import
+dist_util` in its scripts/) is not told apart from an installed package by the one-file pass.
 
 The judged samples of timm and litgpt, with the two false positives marked, then every finding of the
 second measurement:
