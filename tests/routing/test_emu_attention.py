@@ -11,23 +11,12 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from torch.utils._python_dispatch import TorchDispatchMode
 
 import torch_fl
 
 sys.path.insert(0, str(Path(__file__).parents[2] / "examples"))
+from dispatch_record import CalledOps  # this folder's helper
 from gpt import factory
-
-
-class _Ops(TorchDispatchMode):
-    def __init__(self) -> None:
-        super().__init__()
-        self.names: list[str] = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[override]
-        self.names.append(func._schema.name)
-        return func(*args, **(kwargs or {}))
-
 
 FUSED = "aten::_scaled_dot_product_fused_attention_overrideable"
 MATH = "aten::_safe_softmax"
@@ -41,7 +30,7 @@ def _step(chip: str):
     with torch_fl.emulate(chip) as activation:
         d = activation.device
         twin, tokens_d = copy.deepcopy(model).to(d), tokens.to(d)
-        ops = _Ops()
+        ops = CalledOps()
         with ops:
             got = loss_fn(twin(tokens_d), tokens_d)
             got.backward()
@@ -69,7 +58,7 @@ def _attention(chip: str, *, mask=None, dropout_p=0.0, requires_grad=False):
         d = activation.device
         qd, kd, vd = (t.to(d).requires_grad_(requires_grad) for t in (q, k, v))
         md = mask.to(d) if mask is not None else None
-        ops = _Ops()
+        ops = CalledOps()
         with ops:
             out = F.scaled_dot_product_attention(qd, kd, vd, attn_mask=md, dropout_p=dropout_p)
             if requires_grad:

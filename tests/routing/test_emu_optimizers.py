@@ -8,23 +8,11 @@ import copy
 
 import pytest
 import torch
+from dispatch_record import CalledOps  # this folder's helper
 from torch.optim import optimizer
-from torch.utils._python_dispatch import TorchDispatchMode
 
 import torch_fl
 from torch_fl import routing
-
-
-class _Ops(TorchDispatchMode):
-    """The aten overloads called (a mode sees every call, the emulated device's included)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.names: list[str] = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[override]
-        self.names.append(func._schema.name)
-        return func(*args, **(kwargs or {}))
 
 
 def _train(model: torch.nn.Module, x: torch.Tensor, **options) -> list[torch.Tensor]:
@@ -48,7 +36,7 @@ def test_adamw_takes_the_real_chips_default_path(chip, foreach):
     with torch_fl.emulate(chip) as activation:
         d = activation.device
         twin = copy.deepcopy(model).to(d)
-        ops = _Ops()
+        ops = CalledOps()
         with ops:
             got = _train(twin, x.to(d))
     assert any(name.startswith("aten::_foreach_") for name in ops.names) is foreach

@@ -33,7 +33,7 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
-from ..routing.attention import FUSED_ATTENTION, FusedAttention, chip_kernels, fitting
+from ..routing.attention import FUSED_ATTENTION, FusedAttention, additive_bias, chip_kernels, fitting
 
 # aten/src/ATen/native/Dropout.cpp, is_fused_kernel_acceptable: dropout is one native_dropout call on
 # these backends (dispatch keys), in training, for 0 < p < 1 and a non-empty input.
@@ -145,10 +145,8 @@ class _DeviceFunctions(TorchFunctionMode):
             if kernel.op.startswith("aten::_scaled_dot_product_flash_attention"):
                 return torch.ops.aten._scaled_dot_product_flash_attention(
                     query, key, value, dropout_p, is_causal, scale=scale)[0]
-            bias = attn_mask
+            bias = additive_bias(attn_mask, query.dtype)
             if bias is not None:
-                if bias.dtype == torch.bool:  # PyTorch turns a boolean mask into an additive bias first
-                    bias = torch.where(bias.logical_not(), float("-inf"), 0.0).to(query.dtype)
                 bias = bias.expand(query.shape[0], query.shape[1], query.shape[2], key.shape[2])
             grad = query.requires_grad or key.requires_grad or value.requires_grad
             return torch.ops.aten._scaled_dot_product_efficient_attention(

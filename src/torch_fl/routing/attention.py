@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["FUSED_ATTENTION", "FusedAttention", "chip_kernels", "fitting"]
+__all__ = ["FUSED_ATTENTION", "FusedAttention", "additive_bias", "chip_kernels", "fitting"]
 
 
 @dataclass(frozen=True)
@@ -44,6 +44,16 @@ def chip_kernels(desc: Any) -> tuple[FusedAttention, ...]:
         return ()
     native = desc.native_ops()
     return tuple(kernel for kernel in FUSED_ATTENTION if kernel.op in native)
+
+
+def additive_bias(mask: Any, dtype: Any) -> Any:
+    """The mask as the additive bias PyTorch hands a fused kernel: a boolean mask (True: attend) becomes
+    0 / -inf in `dtype`; any other mask (or None) is passed on as it is."""
+    import torch
+
+    if mask is None or mask.dtype != torch.bool:
+        return mask
+    return torch.where(mask.logical_not(), float("-inf"), 0.0).to(dtype)
 
 
 def fitting(kernels: tuple[FusedAttention, ...], dtype: str, *, mask: bool, head_dim: int) -> FusedAttention | None:

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch.nn.attention import SDPBackend
 
-from ..attention import FusedAttention, chip_kernels, fitting
+from ..attention import FusedAttention, additive_bias, chip_kernels, fitting
 from ..table import dtype_name
 from .slot import state
 from .tensor import SPECIAL, EmuTensor, _unwrap, _wrap, to_host
@@ -70,11 +70,8 @@ def _sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask
     if kernel is None:
         return aten.scaled_dot_product_attention.default.decompose(
             query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)
-    bias = attn_mask
-    if bias is not None and bias.dtype == torch.bool:  # PyTorch turns a boolean mask into an additive bias
-        bias = torch.where(bias.logical_not(), float("-inf"), 0.0).to(query.dtype)
     return aten._scaled_dot_product_fused_attention_overrideable.default(
-        query, key, value, bias, dropout_p, is_causal, False, scale=scale)[0]
+        query, key, value, additive_bias(attn_mask, query.dtype), dropout_p, is_causal, False, scale=scale)[0]
 
 
 def _sdp_choice(func: Any, args: tuple, kwargs: dict) -> int:
