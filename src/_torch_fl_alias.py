@@ -33,9 +33,13 @@ class _TorchFLAlias:
 
 def autoload():
     """The ``torch.backends`` entry point: torch calls it during ``import torch``. It imports torch_fl
-    only when ``FL_CUDA_ALIAS`` asks for the CUDA alias (torch_fl.migrate.autoload)."""
+    only when ``FL_CUDA_ALIAS`` asks for the CUDA alias (torch_fl.migrate.autoload), or ``FL_DEVICE`` names
+    an emulated chip (``emu:npu``: ``import torch`` alone then gives ``torch.npu`` and ``import torch_npu``,
+    as the vendor's plugin does through this same hook)."""
     import os
 
+    if os.environ.get("FL_DEVICE", "").strip().startswith("emu:"):
+        _emulate_at_import()
     value = os.environ.get("FL_CUDA_ALIAS", "")
     if value.strip().lower() in ("", "0", "false", "no", "off"):
         return
@@ -47,6 +51,18 @@ def autoload():
         # torch would wrap this in "Failed to load the backend extension: torch_fl" and bury the cause
         # in a chained traceback; the process cannot run as asked, so stop with the cause as the last line.
         raise SystemExit(_failure(value, exc)) from None
+
+
+def _emulate_at_import():
+    """Register the emulated chip while torch imports (torch_fl registers it when it loads)."""
+    try:
+        import torch_fl  # noqa: F401
+    except Exception as exc:
+        import os
+
+        raise SystemExit(f"torch-fl: FL_DEVICE={os.environ.get('FL_DEVICE')} asks for an emulated chip, which "
+                         f"did not start ({type(exc).__module__}.{type(exc).__name__}). Fix the cause below, "
+                         f"or unset FL_DEVICE to run without emulation.\n{str(exc).strip()}") from None
 
 
 def _failure(value, exc):

@@ -289,8 +289,18 @@ def register_emulated_early() -> None:
     """With FL_DEVICE=emu:NAME set before the process starts, register the emu device at import: PyTorch's
     autograd engine fixes its devices at the first backward pass, which may come before the first
     torch.fl.device() call."""
-    if _env.FL_DEVICE.get().startswith(EMULATION_PREFIX):
-        emulated_devices(create=True)
+    if _env.FL_DEVICE.get().startswith(EMULATION_PREFIX) and emulated_devices(create=True):
+        from .routing import emu
+
+        # Code that never calls torch.fl.device() (x.npu(), device="npu", a library's own device choice)
+        # is checked from its first device tensor, not run unchecked: that tensor resolves FL_DEVICE,
+        # which activates the chip's routing as torch.fl.device() would.
+        emu.state.on_first_tensor = _activate_default
+
+
+def _activate_default() -> None:
+    if not _auto_activated:
+        resolve(None)
 
 
 def _emulated_chip() -> Description | None:

@@ -192,7 +192,13 @@ def installed_version(plugin: str) -> str:
     # Not a pip distribution (a vendor install script, say): ask the module only if already loaded.
     import sys
 
-    return str(getattr(sys.modules.get(top), "__version__", ""))
+    module = sys.modules.get(top)
+    return "" if emulated_plugin(module) else str(getattr(module, "__version__", ""))
+
+
+def emulated_plugin(module: Any) -> bool:
+    """Whether `module` is torch-fl's emulation of a plugin package (routing/emu/plugin.py), not the plugin."""
+    return hasattr(module, "__torch_fl_emulation__")
 
 
 def backend_loaded(desc: Any) -> bool:
@@ -207,6 +213,7 @@ def backend_loaded(desc: Any) -> bool:
         return True
     if key == "PrivateUse1":
         return bool(desc.plugin) and desc.plugin in sys.modules and \
+            not emulated_plugin(sys.modules[desc.plugin]) and \
             torch._C._get_privateuse1_backend_name() == desc.device_type
     module = getattr(torch, desc.device_type, None)
     try:

@@ -110,6 +110,13 @@ SCHEMA: dict[str | None, dict[str, Key]] = {
                       item_allowed=DTYPE_NAMES),
         "kernels": Key("table[str]", {}, "Per-op fast-path kernels: op -> 'pkg.module:function'."),
     },
+    "emulation": {
+        "plugin_migration": Key("list[str]", [], "Submodules of the plugin whose import turns on the vendor's "
+                                "CUDA-to-chip migration (torch_npu's contrib.transfer_to_npu); in the emulated "
+                                "plugin they turn on torch-fl's CUDA alias."),
+        "plugin_ops": Key("str", "", "The emulator's module (torch_fl.routing.emu.NAME) computing the plugin's "
+                          "own fused ops (torch_npu.npu_rms_norm, ...) that the emulated plugin offers."),
+    },
 }
 
 

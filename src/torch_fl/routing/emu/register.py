@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from . import attention, autocast, dist, factories, generator, lazy, module, serialization, vendor
+from . import attention, autocast, dist, factories, generator, lazy, module, plugin, serialization, vendor
 from .slot import backend_name, borrowed, device, state
 
 _lock = threading.Lock()
@@ -35,14 +35,18 @@ def ensure(count: int, chip: Any = None) -> None:
             attention.register()  # scaled_dot_product_attention's fused path where the chip has one
             autocast.register(backend_name())
             dist.register()  # the c10d backend of the emulated type (init_process_group(device_id=emu:N))
+            if state.name != vendor.EMU and chip is not None:
+                plugin.install(chip, state.name)  # `import torch_npu` answered by the emulated plugin
         state.count = count
         state.live += [0] * max(0, count - len(state.live))
         state.peak += [0] * max(0, count - len(state.peak))
-        if not state.probed and not _torch_importing():
-            # (while torch itself imports, FL_CUDA_ALIAS's autoload hook: no backward can have run yet, and
-            # a backward would deadlock on the import lock; the next resolution probes)
+        if not state.probed:
             state.probed = True
-            _probe_autograd()
+            # (while torch itself imports, under the torch.backends autoload hook: no backward can have
+            # run yet, so the engine will know the device; and a backward now would deadlock on the
+            # import lock)
+            if not _torch_importing():
+                _probe_autograd()
 
 
 def _torch_importing() -> bool:

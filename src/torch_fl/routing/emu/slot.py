@@ -45,6 +45,9 @@ class _State:
         self.broken = ""               # why the registered backend cannot be used (autograd probe)
         self.tensor_type: Any = None   # EmuTensor (tensor.py sets it; this module is below it)
         self.probed = False
+        # Called once, at the first device tensor, when FL_DEVICE names the emulated chip but nothing has
+        # activated its routing yet (code that calls .npu() and never torch.fl.device()); see device.py.
+        self.on_first_tensor: Any = None
 
 
 state = _State()

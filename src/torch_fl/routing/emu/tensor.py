@@ -50,6 +50,8 @@ class EmuTensor(torch.Tensor):
 
     @staticmethod
     def __new__(cls, data: torch.Tensor, index: int = 0) -> EmuTensor:
+        if state.on_first_tensor is not None:
+            _first_device_tensor()
         where = _devices.get(index)
         if where is None:
             where = _devices[index] = torch.device(backend_name(), index)
@@ -202,6 +204,13 @@ class EmuTensor(torch.Tensor):
             if not _on_engine_thread():
                 raise
             return _deferred(exc, func, args, kwargs or {})
+
+
+def _first_device_tensor() -> None:
+    """Activate the emulated chip's routing at the process's first device tensor (once)."""
+    activate, state.on_first_tensor = state.on_first_tensor, None
+    if activate is not None:
+        activate()
 
 
 def _on_engine_thread() -> bool:

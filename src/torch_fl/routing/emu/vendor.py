@@ -14,7 +14,6 @@ never taken when the real plugin owns the slot (``slot.unavailable_reason``).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from typing import Any
 
@@ -70,7 +69,9 @@ def backend_module(name: str) -> Any:
 
     if name == EMU:
         return _BackendModule()
-    return _vendor_module_class(_BackendModule, name)()
+    from .vendor_module import vendor_module_class
+
+    return vendor_module_class(_BackendModule, name, Stream)()
 
 
 class Stream:
@@ -113,44 +114,3 @@ class Stream:
 
     def __repr__(self) -> str:
         return f"<emulated Stream device={self.device}>"
-
-
-def _vendor_module_class(base: type, name: str) -> type:
-    def _chip() -> str:
-        from .slot import state
-
-        return getattr(state.description, "name", name)
-
-    class VendorModule(base):  # type: ignore[misc, valid-type]
-        """``torch.<chip>`` of an emulated plugin chip: the plugin's device-module calls."""
-
-        Stream = Stream  # Event, memory and seeding calls are the emulator's own (base)
-
-        @staticmethod
-        def stream(stream: Any) -> Any:
-            return contextlib.nullcontext(stream)
-
-        @staticmethod
-        def current_stream(device: Any = None) -> Stream:
-            return Stream(device)
-
-        @staticmethod
-        def default_stream(device: Any = None) -> Stream:
-            return Stream(device)
-
-        @staticmethod
-        def init() -> None:
-            pass
-
-        @staticmethod
-        def get_device_name(device: Any = None) -> str:
-            return f"{_chip()} (emulated by torch-fl on the CPU)"
-
-        @staticmethod
-        def is_bf16_supported() -> bool:
-            from .slot import state
-
-            return state.description is None or "bfloat16" in state.description.dtypes
-
-    VendorModule.__name__ = VendorModule.__qualname__ = f"torch.{name} (torch-fl emulation)"
-    return VendorModule

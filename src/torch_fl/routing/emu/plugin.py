@@ -1,0 +1,130 @@
+"""The vendor's plugin package of an emulated chip: ``import torch_npu`` under ``FL_DEVICE=emu:npu``.
+
+Code written for a PrivateUse1 plugin chip starts with ``import torch_npu`` (``torch_mlu``, ``torch_musa``),
+and the libraries that support the chip decide from ``importlib.util.find_spec("torch_npu")`` and
+``torch.npu.is_available()`` (transformers' ``is_torch_npu_available``, accelerate's ``is_npu_available``).
+While such a chip is emulated under its own name (vendor.py), the plugin's name is answered by a finder
+on ``sys.meta_path``: the package is ``torch.npu`` (the emulator's device module, vendor_module.py) as
+``torch_npu.npu``, the vendor's fused ops the description names (``emulation.plugin_ops``: npu_ops.py),
+and the vendor's migration switches (``emulation.plugin_migration``: ``import
+torch_npu.contrib.transfer_to_npu`` turns on torch-fl's CUDA alias, as the vendor's module patches
+``torch.cuda`` onto the chip).
+
+Never installed when the real plugin can be imported: the finder is only added when no other finder on
+``sys.path`` knows the name, and the emulator never takes the slot's name when a plugin owns it (slot.py).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.machinery
+import logging
+import sys
+import types
+from typing import Any
+
+import torch
+
+_log = logging.getLogger("torch_fl.routing")
+
+__all__ = ["EmulatedPlugin", "install", "installed"]
+
+
+class EmulatedPlugin:
+    """Meta path finder and loader of one emulated plugin package and its submodules."""
+
+    def __init__(self, desc: Any, device_type: str) -> None:
+        self.name = desc.plugin
+        self.desc = desc
+        self.device_type = device_type
+        section = desc.section("emulation")
+        self.migration = {f"{self.name}.{sub}" for sub in section.get("plugin_migration", [])}
+        self.ops_module = section.get("plugin_ops", "")
+        self.packages = {self.name} | {name.rsplit(".", 1)[0] for name in self.migration}
+        for name in list(self.packages):  # every parent of a migration module is a package too
+            while "." in name:
+                name = name.rsplit(".", 1)[0]
+                self.packages.add(name)
+
+    # importlib's finder protocol ----------------------------------------------------------------------
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        if fullname not in self._modules():
+            return None
+        return importlib.machinery.ModuleSpec(fullname, self, origin=f"torch-fl emulation of {self.name}",
+                                              is_package=fullname in self.packages)
+
+    def create_module(self, spec: Any) -> Any:
+        if spec.name == f"{self.name}.{self.device_type}":
+            return getattr(torch, self.device_type)  # torch_npu.npu is torch.npu, as the plugin makes it
+        return None  # a plain module, filled by exec_module
+
+    def exec_module(self, module: Any) -> None:
+        module.__file__ = __file__  # (libraries treat a module without __file__ as a namespace package)
+        if module.__name__ == self.name:
+            self._fill_package(module)
+        elif module.__name__ in self.migration:
+            self._migrate(module)
+
+    # the package ------------------------------------------------------------------------------------
+    def _modules(self) -> set[str]:
+        return {*self.packages, *self.migration, f"{self.name}.{self.device_type}"}
+
+    def _fill_package(self, module: types.ModuleType) -> None:
+        from ... import __version__ as fl_version
+
+        # (marked first: the version below reads the op table, which must not take this for the plugin)
+        module.__torch_fl_emulation__ = f"torch-fl {fl_version}: '{self.desc.name}' emulated on the CPU"
+        module.__version__ = plugin_version(self.desc)
+        module.__path__ = []
+        setattr(module, self.device_type, getattr(torch, self.device_type))
+        if self.ops_module:
+            ops = importlib.import_module(f"{__package__}.{self.ops_module}")
+            ops.register()
+            for name in ops.FUSED_OPS:
+                setattr(module, name, getattr(ops, name))
+
+    def _migrate(self, module: types.ModuleType) -> None:
+        from ...migrate.alias import active, cuda_alias
+
+        if active() is None:
+            cuda_alias().enable()
+        module.__doc__ = (f"{module.__name__} of the emulated {self.name}: torch-fl's CUDA alias runs "
+                          f"torch.cuda calls and 'cuda' devices on {self.device_type}:N (docs/migrate-runtime.md)")
+        _log.info("%s: CUDA calls and devices now run on the emulated %s (torch-fl's CUDA alias)",
+                  module.__name__, self.device_type)
+
+
+def plugin_version(desc: Any) -> str:
+    """The version the emulated plugin reports: the release line its op table answers for (the installed
+    plugin's, else the newest), as a PEP 440 version with a local label ('2.5.1+torchfl.emu')."""
+    resolved = desc.native_table()
+    line = resolved[1] if resolved else None
+    if not line:
+        return f"{torch.__version__.split('+')[0]}+torchfl.emu"
+    parts = line.split(".")
+    return ".".join(parts + ["0"] * (3 - len(parts))) + "+torchfl.emu"
+
+
+_installed: dict[str, EmulatedPlugin] = {}
+
+
+def installed() -> dict[str, EmulatedPlugin]:
+    """Plugin name -> its emulation, for doctor and tests."""
+    return dict(_installed)
+
+
+def install(desc: Any, device_type: str) -> str:
+    """Answer ``import <desc.plugin>`` with the emulated package for this process; returns why not ('' when
+    installed). Only for a chip emulated under its vendor's device type, and never over a real plugin."""
+    name = desc.plugin
+    if not name or name in _installed:
+        return ""
+    if name in sys.modules or importlib.machinery.PathFinder.find_spec(name) is not None:
+        reason = (f"'{name}' is installed: `import {name}` loads the vendor's real plugin, which cannot share "
+                  f"the process with the emulated '{device_type}' (uninstall it, or use a separate venv, to "
+                  f"run vendor code on the emulated chip)")
+        _log.warning("%s", reason)
+        return reason
+    finder = _installed[name] = EmulatedPlugin(desc, device_type)
+    sys.meta_path.append(finder)
+    return ""

@@ -1,0 +1,264 @@
+"""``torch.<chip>`` of an emulated plugin chip (``torch.npu`` under ``FL_DEVICE=emu:npu``): the device-module
+calls public vendor code makes, answered by the emulator.
+
+The surface is what code written for the vendor's plugin reaches for, gathered from public users of it
+(DeepSpeed's ``accelerator/npu_accelerator.py`` and ``mlu_accelerator.py``, accelerate's and transformers'
+npu/mlu/musa branches, Ascend's samples): device selection by ordinal, string or device, amp autocast and
+GradScaler (``torch.npu.amp``), config switches (``torch.npu.config.allow_internal_format``,
+``torch.npu.matmul.allow_hf32``), compile mode (``torch.npu.set_compile_mode``), memory statistics,
+streams and events, seeding, device properties and the legacy tensor types (``torch.npu.FloatTensor``).
+Calls without a meaning on the CPU (compile mode, options, internal formats) are recorded and do nothing,
+as on the real chip they change speed, not values.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from . import memory
+from .slot import backend_name, state
+
+
+def device_index(where: Any) -> int:
+    """The ordinal of `where` as the vendor's ``set_device`` takes it: 1, "npu:1", "npu", torch.device."""
+    if where is None:
+        return state.current
+    if isinstance(where, int):
+        return where
+    if isinstance(where, str) and where.strip().isdigit():
+        return int(where)
+    try:
+        dev = torch.device(where)
+    except (RuntimeError, TypeError, ValueError):
+        raise ValueError(f"{where!r} is not a device of the emulated chip: give an ordinal (0), a device "
+                         f"string ('{backend_name()}:0') or a torch.device") from None
+    if dev.type != backend_name():
+        raise ValueError(f"{where!r} is a '{dev.type}' device, not one of the emulated chip's "
+                         f"('{backend_name()}:N')")
+    return state.current if dev.index is None else dev.index
+
+
+class _Amp:
+    """``torch.<chip>.amp``: autocast and GradScaler on the chip, as ``torch.cuda.amp`` is on CUDA."""
+
+    @property
+    def autocast(self) -> type:
+        return _chip_autocast()
+
+    @property
+    def GradScaler(self) -> type:
+        return _chip_grad_scaler()
+
+    @staticmethod
+    def custom_fwd(fwd: Callable | None = None, **kwargs: Any) -> Any:
+        return torch.amp.custom_fwd(fwd, device_type=backend_name(), **kwargs)
+
+    @staticmethod
+    def custom_bwd(bwd: Callable | None = None) -> Any:
+        return torch.amp.custom_bwd(bwd, device_type=backend_name())
+
+
+@functools.cache
+def _chip_autocast() -> type:
+    class autocast(torch.amp.autocast):
+        """``torch.<chip>.amp.autocast(enabled=True, dtype=torch.float16, cache_enabled=True)``."""
+
+        def __init__(self, enabled: bool = True, dtype: torch.dtype = torch.float16,
+                     cache_enabled: bool = True) -> None:
+            super().__init__(backend_name(), dtype=dtype, enabled=enabled, cache_enabled=cache_enabled)
+
+    return autocast
+
+
+@functools.cache
+def _chip_grad_scaler() -> type:
+    class GradScaler(torch.amp.GradScaler):
+        """``torch.<chip>.amp.GradScaler(...)``: PyTorch's GradScaler on the chip's device type."""
+
+        def __init__(self, init_scale: float = 2.0**16, growth_factor: float = 2.0, backoff_factor: float = 0.5,
+                     growth_interval: int = 2000, enabled: bool = True, **_vendor: Any) -> None:
+            # (_vendor: torch_npu's dynamic=True and friends, which choose a scaling strategy, not values)
+            super().__init__(backend_name(), init_scale=init_scale, growth_factor=growth_factor,
+                             backoff_factor=backoff_factor, growth_interval=growth_interval, enabled=enabled)
+
+    return GradScaler
+
+
+class _Switches:
+    """A namespace of boolean switches (``torch.npu.config``, ``torch.npu.matmul``): recorded, no effect on
+    the CPU (internal formats and HF32 change the chip's speed and rounding, not the program)."""
+
+    def __init__(self, **defaults: Any) -> None:
+        self.__dict__.update(defaults)
+
+    def __repr__(self) -> str:
+        return f"<emulated switches {self.__dict__}>"
+
+
+class _TensorType(type):
+    """``torch.<chip>.FloatTensor`` and friends: a factory of that dtype on the chip, and an isinstance test
+    (``isinstance(t, torch.npu.HalfTensor)``) by dtype and device type."""
+
+    dtype: torch.dtype
+
+    def __call__(cls, *sizes: Any) -> torch.Tensor:
+        if len(sizes) == 1 and not isinstance(sizes[0], int):
+            return torch.tensor(sizes[0], dtype=cls.dtype, device=torch.device(backend_name(), state.current))
+        return torch.empty(*sizes, dtype=cls.dtype, device=torch.device(backend_name(), state.current))
+
+    def __instancecheck__(cls, value: Any) -> bool:
+        return isinstance(value, torch.Tensor) and value.dtype == cls.dtype and value.device.type == backend_name()
+
+
+_TENSOR_TYPES = {"FloatTensor": torch.float32, "DoubleTensor": torch.float64, "HalfTensor": torch.float16,
+                 "BFloat16Tensor": torch.bfloat16, "ByteTensor": torch.uint8, "CharTensor": torch.int8,
+                 "ShortTensor": torch.int16, "IntTensor": torch.int32, "LongTensor": torch.int64,
+                 "BoolTensor": torch.bool}
+
+
+class DeviceProperties:
+    """What ``torch.<chip>.get_device_properties(i)`` gives: name, total memory, and the counts the
+    vendor reports (zero here: there are no cores to count)."""
+
+    def __init__(self, name: str, total_memory: int) -> None:
+        self.name = name
+        self.total_memory = total_memory
+        self.multi_processor_count = 0
+        self.major = self.minor = 0
+
+    def __repr__(self) -> str:
+        return f"_DeviceProperties(name='{self.name}', total_memory={self.total_memory // 2**20}MB)"
+
+
+def vendor_module_class(base: type, name: str, stream_type: type) -> type:
+    """The class of ``torch.<name>``: the emulator's backend module `base` plus the vendor's calls."""
+
+    def _chip() -> str:
+        return getattr(state.description, "name", name)
+
+    class VendorModule(base):  # type: ignore[misc, valid-type]
+        """``torch.<chip>`` of an emulated plugin chip: the plugin's device-module calls."""
+
+        Stream = stream_type  # Event, memory and seeding calls are the emulator's own (base)
+        amp = _Amp()
+        config = _Switches(allow_internal_format=False)
+        matmul = _Switches(allow_hf32=False)
+        conv = _Switches(allow_hf32=True)
+        options: dict[str, Any] = {}  # noqa: RUF012  (set_option's record)
+        jit_compile = True
+
+        @staticmethod
+        def set_device(where: Any) -> None:
+            index = device_index(where)
+            if not 0 <= index < max(state.count, 1):
+                raise RuntimeError(f"{backend_name()}:{index} does not exist: {state.count} emulated device(s). "
+                                   f"Set FL_EMU_DEVICES={index + 1} for more.")
+            state.current = index
+
+        @staticmethod
+        def stream(stream: Any) -> Any:
+            return contextlib.nullcontext(stream)
+
+        @staticmethod
+        def set_stream(stream: Any) -> None:
+            pass
+
+        @staticmethod
+        def current_stream(device: Any = None) -> Any:
+            return stream_type(device)
+
+        @staticmethod
+        def default_stream(device: Any = None) -> Any:
+            return stream_type(device)
+
+        @staticmethod
+        def init() -> None:
+            pass
+
+        @staticmethod
+        def _lazy_call(callback: Callable[[], Any], **_: Any) -> None:
+            callback()  # the device is initialized already
+
+        @staticmethod
+        def get_device_name(device: Any = None) -> str:
+            return f"{_chip()} (emulated by torch-fl on the CPU)"
+
+        @staticmethod
+        def get_device_properties(device: Any = None) -> DeviceProperties:
+            return DeviceProperties(VendorModule.get_device_name(device), VendorModule.mem_get_info(device)[1])
+
+        @staticmethod
+        def get_device_capability(device: Any = None) -> None:
+            return None  # (torch_npu returns None: the chip has no CUDA compute capability)
+
+        @staticmethod
+        def is_bf16_supported(including_emulation: bool = True) -> bool:
+            return state.description is None or "bfloat16" in state.description.dtypes
+
+        @staticmethod
+        def set_compile_mode(jit_compile: bool = True) -> None:
+            VendorModule.jit_compile = bool(jit_compile)
+
+        @staticmethod
+        def is_jit_compile_false() -> bool:
+            return not VendorModule.jit_compile
+
+        @staticmethod
+        def set_option(option: dict[str, Any]) -> None:
+            if not isinstance(option, dict):
+                raise TypeError(f"set_option takes a dict of option names to values, not {type(option).__name__}")
+            VendorModule.options.update(option)
+
+        @staticmethod
+        def seed() -> None:
+            torch.seed()
+
+        seed_all = seed
+
+        @staticmethod
+        def initial_seed() -> int:
+            return torch.initial_seed()
+
+        @staticmethod
+        def memory_reserved(device: Any = None) -> int:
+            return memory.memory_allocated(device_index(device))  # nothing is cached beyond live tensors
+
+        @staticmethod
+        def max_memory_reserved(device: Any = None) -> int:
+            return memory.max_memory_allocated(device_index(device))
+
+        memory_cached, max_memory_cached = memory_reserved, max_memory_reserved
+
+        @staticmethod
+        def reset_max_memory_allocated(device: Any = None) -> None:
+            memory.reset_peak_memory_stats(device_index(device))
+
+        reset_max_memory_cached = reset_max_memory_allocated
+
+        @staticmethod
+        def memory_stats(device: Any = None) -> dict[str, int]:
+            index = device_index(device)
+            live, peak = memory.memory_allocated(index), memory.max_memory_allocated(index)
+            return {"allocated_bytes.all.current": live, "allocated_bytes.all.peak": peak,
+                    "reserved_bytes.all.current": live, "reserved_bytes.all.peak": peak}
+
+        @staticmethod
+        def memory_summary(device: Any = None, abbreviated: bool = False) -> str:
+            stats = VendorModule.memory_stats(device)
+            return "\n".join(f"{key}: {value}" for key, value in stats.items())
+
+        @staticmethod
+        def device_of(obj: Any) -> Any:
+            if isinstance(obj, torch.Tensor) and obj.device.type == backend_name():
+                return base.device(obj.device.index or 0)
+            return contextlib.nullcontext()
+
+    for kind, dtype in _TENSOR_TYPES.items():
+        setattr(VendorModule, kind, _TensorType(kind, (), {"dtype": dtype}))
+    VendorModule.__name__ = VendorModule.__qualname__ = f"torch.{name} (torch-fl emulation)"
+    return VendorModule
