@@ -14,7 +14,7 @@ from ..router import first_dtype
 from ..table import Route
 from .copies import _copy_
 from .slot import _no_device, backend_name, state
-from .tensor import _check_outputs, _wrap
+from .tensor import _check_outputs, _first_device_tensor, _wrap
 
 aten = torch.ops.aten
 
@@ -29,6 +29,8 @@ def _factory_fallback(ovl: Any, *args: Any, **kwargs: Any) -> Any:
         cpu_kwargs["device"] = torch.device("cpu")
     if cpu_kwargs.get("pin_memory"):
         cpu_kwargs["pin_memory"] = False
+    if state.on_first_tensor is not None:  # the process's first device tensor: its routing starts now
+        _first_device_tensor()
     router = state.router
     if router is None or _empty(ovl, args):
         # unchecked, or a placeholder of no elements (batch_norm's uint8 reserve of size 0): no chip

@@ -1,0 +1,215 @@
+"""Vendor code unmodified on an emulated plugin chip: ``import torch_npu`` (torch_mlu, torch_musa) under
+``FL_DEVICE=emu:NAME``, the vendor's device-module surface, its migration switch, the libraries' own
+vendor checks, and checking from the first device tensor.
+
+Each check runs in a fresh process: PyTorch names its PrivateUse1 slot once per process, and the test
+session has named it 'emu' (conftest)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.slow  # a fresh process each: ~4-8 s
+
+
+def _run(code: str, *, expect_ok: bool = True, **env: str) -> dict:
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("FL_")}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          env={**environ, **env}, cwd=REPO, check=False)
+    if expect_ok:
+        assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.strip().splitlines()
+    assert lines, done.stderr[-3000:]
+    return json.loads(lines[-1])
+
+
+# `import torch` alone (no torch_fl) is what vendor code does
+PLAIN_IMPORT = r'''
+import importlib.util, json, sys, torch
+out = {"torch.npu": hasattr(torch, "npu"), "spec": importlib.util.find_spec("torch_npu") is not None}
+import torch_npu
+out["same_module"] = torch_npu.npu is torch.npu
+out["version"] = torch_npu.__version__
+out["file"] = bool(torch_npu.__file__)
+x = torch.randn(4, 4).npu()
+out["device"] = str((x @ x).device)
+print(json.dumps(out))
+'''
+
+
+def test_import_torch_alone_gives_the_vendor_module_and_package():
+    out = _run(PLAIN_IMPORT, FL_DEVICE="emu:npu")
+    assert out["torch.npu"] and out["spec"] and out["same_module"] and out["file"]
+    assert out["version"].endswith("+torchfl.emu")
+    assert out["device"] == "npu:0"
+
+
+SURFACE = r'''
+import json, torch, torch_npu
+out = {}
+torch.npu.set_device("npu:0"); torch.npu.set_device(torch.device("npu", 0)); torch.npu.set_device(0)
+try:
+    torch.npu.set_device("npu:3")
+except RuntimeError as exc:
+    out["bad_index"] = str(exc)
+try:
+    torch.npu.set_device("cuda:0")
+except ValueError as exc:
+    out["bad_type"] = str(exc)
+torch.npu.config.allow_internal_format = False
+torch.npu.matmul.allow_hf32 = True
+torch.npu.set_compile_mode(jit_compile=False)
+out["jit_false"] = torch.npu.is_jit_compile_false()
+props = torch.npu.get_device_properties(0)
+out["props"] = [props.name, props.total_memory > 0]
+half = torch.npu.HalfTensor(2, 3)
+out["types"] = [str(half.device), str(half.dtype), isinstance(half, torch.npu.HalfTensor),
+                isinstance(half, torch.npu.FloatTensor), isinstance(torch.ones(1).half(), torch.npu.HalfTensor)]
+torch.manual_seed(0)
+ref = torch.nn.Linear(8, 4)
+model = torch.nn.Linear(8, 4)
+model.load_state_dict(ref.state_dict())
+model = model.npu()
+x = torch.randn(3, 8)
+def step(m, dev, autocast, scaler):
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    with autocast:
+        y = m(x.to(dev))
+    out.setdefault("autocast_dtypes", []).append(str(y.dtype))
+    scaler.scale(y.float().pow(2).sum()).backward()
+    scaler.step(opt); scaler.update()
+    return scaler.get_scale()
+s1 = step(model, "npu:0", torch.npu.amp.autocast(dtype=torch.bfloat16), torch.npu.amp.GradScaler(init_scale=1024.0))
+s2 = step(ref, "cpu", torch.autocast("cpu", dtype=torch.bfloat16), torch.amp.GradScaler("cpu", init_scale=1024.0))
+out["scales"] = [s1, s2]
+out["equal"] = all(torch.equal(a.detach().cpu(), b.detach()) for a, b in zip(model.parameters(), ref.parameters()))
+out["memory"] = torch.npu.memory_stats()["allocated_bytes.all.current"] == torch.npu.memory_allocated() > 0
+out["reserved"] = torch.npu.memory_reserved() >= torch.npu.memory_allocated()
+stream = torch.npu.current_stream()
+with torch.npu.stream(stream):
+    pass
+torch.npu.synchronize()
+out["bf16"] = torch.npu.is_bf16_supported()
+print(json.dumps(out))
+'''
+
+
+def test_the_device_module_surface_vendor_code_uses():
+    out = _run(SURFACE, FL_DEVICE="emu:npu")
+    assert "npu:3 does not exist" in out["bad_index"] and "FL_EMU_DEVICES=4" in out["bad_index"]
+    assert "'cuda' device, not one of the emulated chip's" in out["bad_type"]
+    assert out["jit_false"] is True
+    assert out["props"] == ["npu (emulated by torch-fl on the CPU)", True]
+    assert out["types"] == ["npu:0", "torch.float16", True, False, False]
+    assert out["autocast_dtypes"] == ["torch.bfloat16", "torch.bfloat16"]
+    assert out["scales"][0] == out["scales"][1] and out["equal"], out
+    assert out["memory"] and out["reserved"] and out["bf16"]
+
+
+MIGRATION = r'''
+import json, torch
+import torch_npu
+from torch_npu.contrib import transfer_to_npu
+x = torch.ones(2).cuda()
+m = torch.nn.Linear(2, 2).cuda()
+print(json.dumps({"x": str(x.device), "m": str(next(m.parameters()).device), "avail": torch.cuda.is_available(),
+                  "y": str(torch.zeros(1, device="cuda").device)}))
+'''
+
+
+def test_transfer_to_npu_runs_cuda_code_on_the_npu():
+    out = _run(MIGRATION, FL_DEVICE="emu:npu")
+    assert out == {"x": "npu:0", "m": "npu:0", "avail": True, "y": "npu:0"}
+
+
+@pytest.mark.parametrize(("chip", "plugin", "check", "migration"), [
+    ("mlu", "torch_mlu", "is_torch_mlu_available", "import torch_mlu.utils.gpu_migration"),
+    ("musa", "torch_musa", "is_torch_musa_available", ""),
+    ("npu", "torch_npu", "is_torch_npu_available", "import torch_npu.contrib.transfer_to_npu"),
+])
+def test_the_libraries_see_the_vendor_chip(chip, plugin, check, migration):
+    code = (f"import json, torch\nimport transformers.utils as hf\nimport accelerate.utils as acc\n"
+            f"import {plugin}\n{migration}\n"
+            f"out = {{'hf': hf.{check}(), 'module': getattr(torch, '{chip}').is_available(),\n"
+            f"       'device': str(torch.ones(1).{chip}().device)}}\n"
+            f"if '{migration}': out['cuda'] = str(torch.ones(1).cuda().device)\n"
+            f"print(json.dumps(out))")
+    out = _run(code, FL_DEVICE=f"emu:{chip}")
+    assert out["hf"] is True and out["module"] is True and out["device"] == f"{chip}:0"
+    if migration:
+        assert out["cuda"] == f"{chip}:0"
+
+
+ACCELERATOR = r'''
+import json, torch
+from accelerate import Accelerator
+from accelerate.utils import is_npu_available
+acc = Accelerator()
+model = torch.nn.Linear(4, 2)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+model, opt = acc.prepare(model, opt)
+loss = model(torch.ones(3, 4, device=acc.device)).sum()
+acc.backward(loss); opt.step()
+print(json.dumps({"npu": is_npu_available(), "device": str(acc.device),
+                  "param": str(next(model.parameters()).device)}))
+'''
+
+
+def test_accelerate_picks_the_npu_through_its_own_vendor_code():
+    out = _run(ACCELERATOR, FL_DEVICE="emu:npu")
+    # (accelerate names the single-process device by type, as it does on a real NPU)
+    assert out == {"npu": True, "device": "npu", "param": "npu:0"}
+
+
+FIRST_TENSOR = r'''
+import json, torch
+out = {}
+try:
+    torch.ones(2, dtype=torch.uint16).npu()   # no torch.fl.device() call anywhere
+    out["first"] = "no error"
+except Exception as exc:
+    out["first"] = f"{type(exc).__name__}: {exc}"
+x = torch.ones(2).npu()
+try:
+    x.to(torch.uint16)
+    out["later"] = "no error"
+except Exception as exc:
+    out["later"] = type(exc).__name__
+print(json.dumps(out))
+'''
+
+
+def test_checked_from_the_first_device_tensor():
+    out = _run(FIRST_TENSOR, FL_DEVICE="emu:npu")
+    assert out["first"].startswith("UnsupportedOperatorError") and "uint16" in out["first"]
+    assert "not in precision.dtypes" in out["first"]
+    assert out["later"] == "UnsupportedOperatorError"
+
+
+def test_never_over_a_real_plugin(tmp_path):
+    # a package named torch_npu on sys.path stands for the installed vendor plugin: `import torch_npu`
+    # must load it, not the emulation, and the log says why the emulation stands aside
+    package = tmp_path / "torch_npu"
+    package.mkdir()
+    (package / "__init__.py").write_text("REAL = True\n")
+    code = ("import json, logging, torch\nimport torch_npu\n"
+            "from torch_fl.routing.emu import plugin\n"
+            "print(json.dumps({'real': getattr(torch_npu, 'REAL', False), 'emulated': sorted(plugin.installed())}))")
+    out = _run(code, FL_DEVICE="emu:npu", PYTHONPATH=f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    assert out == {"real": True, "emulated": []}
+
+
+def test_no_emulated_plugin_without_an_emulated_plugin_chip():
+    code = ("import importlib.util, json, torch, torch_fl\n"
+            "print(json.dumps({'spec': importlib.util.find_spec('torch_npu') is not None, "
+            "'npu': hasattr(torch, 'npu')}))")
+    assert _run(code, FL_DEVICE="emu:cuda") == {"spec": False, "npu": False}
+    assert _run(code) == {"spec": False, "npu": False}
