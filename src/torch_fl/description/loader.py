@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from .. import _toml
 from .._versions import check_spec
 from ..errors import DescriptionError, did_you_mean
+from .fallback import parse_switch
 from .model import Description
 from .schema import SCHEMA, SCHEMA_VERSION, Key, defaults
 
@@ -147,6 +150,11 @@ class _Validator:
                 raise self.fail(problem, "compat", key)
         for key in ("translate", "fallback", "unsupported"):
             self.check_ops("ops", key, data["ops"][key])
+        switch = data["ops"]["vendor_fallback_env"]
+        if switch and parse_switch(switch) is None:
+            raise self.fail(f"'{switch}' is not NAME=VALUE: write the vendor's variable and the value that flips "
+                            f"ops.vendor_fallback, e.g. 'ENABLE_FALLBACK_TO_CPU=0' (VALUE: 1, true, yes, on, 0, "
+                            f"false, no, off or an integer)", "ops", "vendor_fallback_env")
         if data["precision"]["autocast_dtype"] not in data["precision"]["dtypes"]:
             raise self.fail(f"autocast dtype '{data['precision']['autocast_dtype']}' is not in "
                             f"precision.dtypes", "precision", "autocast_dtype")
@@ -161,28 +169,98 @@ class _Validator:
             target[key] = self.check_value(section, key, keys[key], value)
 
 
-def parse(text: str, path: str = "<string>", *, builtin: bool = False) -> Description:
-    """Parse and validate description text; `path` is used in error messages and for relative files."""
+def read_raw(text: str, path: str) -> dict[str, Any]:
+    """The TOML of a description file, unvalidated (errors name the file and the line)."""
     try:
-        raw = _toml.loads(text)
+        return _toml.loads(text)
     except _toml.TOMLDecodeError as exc:
         line = re.search(r"line (\d+)", str(exc))
         raise DescriptionError(f"not valid TOML: {exc}", path=path,
                                line=int(line.group(1)) if line else None) from None
     except (ValueError, RecursionError) as exc:  # an integer over Python's digit limit, absurd nesting
         raise DescriptionError(f"not a usable TOML file: {exc}", path=path) from None
-    data = _Validator(text, path).validate(raw)
+
+
+def parse(text: str, path: str = "<string>", *, builtin: bool = False,
+          bases: Mapping[str, Description] | None = None) -> Description:
+    """Parse and validate description text; `path` is used in error messages and for relative files.
+
+    A file with ``extends = "NAME"`` starts from description NAME (looked up in `bases`, by default the
+    discovered descriptions) and replaces the keys it sets (see `extend`)."""
+    raw = read_raw(text, path)
+    validator = _Validator(text, path)
+    if raw.get("extends", "") != "":
+        raw = extend(_base(validator, raw["extends"], path, bases), raw, path)
+    data = validator.validate(raw)
     digest = hashlib.sha256(text.encode()).hexdigest()
     return Description(data=data, path=path, sha256=digest, builtin=builtin)
 
 
-def load(path: str | Path, *, builtin: bool = False) -> Description:
-    """Load one description file."""
+def _base(validator: _Validator, name: Any, path: str, bases: Mapping[str, Description] | None) -> Description:
+    if not isinstance(name, str):
+        raise validator.fail(f"must be the name of a description, got {name!r}", None, "extends")
+    if bases is None:
+        from . import registry
+
+        bases = registry.descriptions()
+    base = bases.get(name)
+    if base is None:
+        raise validator.fail(f"extends '{name}', which is not a known description.{did_you_mean(name, bases)} "
+                             f"Known: {', '.join(sorted(bases))}.", None, "extends")
+    if base.path == path:
+        raise validator.fail(f"extends '{name}', which is this file itself", None, "extends")
+    return base
+
+
+# Tables whose entries merge with the extended description's (this file's entries win); every other
+# key, lists included, replaces the extended description's value.
+_MERGED_TABLES = {("ops", "dtypes"), ("ops", "kernels"), ("precision", "tolerances"), ("precision", "op_tolerances")}
+
+
+def extend(base: Description, raw: dict[str, Any], path: str) -> dict[str, Any]:
+    """The raw keys of a file that extends `base`: base's (validated) keys, with the file's replacing
+    them, key by key inside each [section]; [ops.dtypes], [ops.kernels] and the tolerance tables merge
+    entry by entry. Paths relative to base's file (ops.table, ops.native = "file:...") stay pointing
+    at base's files when this file lives elsewhere."""
+    merged: dict[str, Any] = copy.deepcopy(base.data)
+    _anchor_paths(merged, base, path)
+    for name, value in raw.items():
+        target = merged.get(name)
+        if isinstance(value, dict) and isinstance(target, dict):
+            for key, item in value.items():
+                if (name, key) in _MERGED_TABLES and isinstance(item, dict) and isinstance(target.get(key), dict):
+                    target[key] = {**target[key], **item}
+                else:
+                    target[key] = item
+        else:
+            merged[name] = value
+    merged["schema"] = raw.get("schema")  # the file's own: every file says which schema it is written in
+    return merged
+
+
+def _anchor_paths(data: dict[str, Any], base: Description, path: str) -> None:
+    here, there = Path(path).parent, Path(base.path).parent
+    if here == there:
+        return
+    ops = data["ops"]
+    if ops["table"] and not Path(ops["table"]).is_absolute():
+        ops["table"] = str(there / ops["table"])
+    native = ops["native"]
+    if isinstance(native, str) and native.startswith("file:") and not Path(native[5:]).is_absolute():
+        ops["native"] = "file:" + str(there / native[5:])
+
+
+def load(path: str | Path, *, builtin: bool = False, bases: Mapping[str, Description] | None = None) -> Description:
+    """Load one description file (`bases`: where a file's `extends` looks, see `parse`)."""
     path = Path(path)
+    return parse(read_text(path), str(path), builtin=builtin, bases=bases)
+
+
+def read_text(path: Path) -> str:
+    """A description file's text (errors name the file)."""
     try:
-        text = _toml.read_text(path)
+        return _toml.read_text(path)
     except OSError as exc:
         raise DescriptionError(f"cannot read the file: {exc.strerror or exc}", path=str(path)) from None
     except _toml.TextDecodeError as exc:
         raise DescriptionError(f"not a description file: {exc}", path=str(path)) from None
-    return parse(text, str(path), builtin=builtin)

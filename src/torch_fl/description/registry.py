@@ -19,7 +19,7 @@ from pathlib import Path
 
 from .. import _env, _toml
 from ..errors import DescriptionError, UnknownDescriptionError, did_you_mean
-from .loader import load
+from .loader import load, parse, read_raw, read_text
 from .model import Description
 
 ENTRY_POINT_GROUP = "torch_fl.devices"
@@ -65,24 +65,58 @@ def _sources() -> Iterable[tuple[str, Path, bool]]:
 
 def _discover() -> dict[str, Description]:
     found: dict[str, Description] = {}
-    for origin, path, builtin in _sources():
+    rank: dict[str, int] = {}  # name -> the position of its source (a later source replaces an earlier)
+    # Files that extend another description wait until every file has been read: each extends the
+    # description of that name that wins (a site's own npu.toml, then, for the built-in npu-910).
+    waiting: list[tuple[int, str, Path, bool, str, dict]] = []
+    for index, (origin, path, builtin) in enumerate(_sources()):
         if not builtin and not path.is_file():
             raise DescriptionError(f"{origin} names {_not_a_file(path)}", path=str(path))
-        desc = load(path, builtin=builtin)
-        earlier = found.get(desc.name)
-        if earlier is not None and origin == "FL_DESCRIPTION_PATH" and earlier.path and \
-                Path(earlier.path).parent == path.parent:
-            # which one wins would be an accident of file names: say so instead of picking one
-            raise DescriptionError(f"two files in {path.parent} describe '{desc.name}': {Path(earlier.path).name} "
-                                   f"and {path.name}. Fix: keep one of them (or rename one's `name`)",
-                                   path=str(path))
-        if desc.name in found:
-            _log.debug("description %r from %s (%s) replaces the one from %s", desc.name, path, origin,
-                       found[desc.name].path)
-            if found[desc.name].builtin and not builtin:
-                _shadowed[desc.name] = (str(path), origin)
-        found[desc.name] = desc
+        text = read_text(path)
+        raw = read_raw(text, str(path))
+        base = raw.get("extends", "")
+        if base == "":
+            _add(found, rank, index, origin, path, builtin, parse(text, str(path), builtin=builtin))
+        elif not isinstance(base, str):
+            parse(text, str(path), builtin=builtin, bases={})  # the validator's error for the file
+        else:
+            waiting.append((index, origin, path, builtin, text, raw))
+    while waiting:
+        names = {raw.get("name") for *_, raw in waiting}
+        # ready: its base is known and no waiting file would still replace that base (a file may extend
+        # the description of its own name: a site's npu.toml that refines the built-in one)
+        ready = [w for w in waiting if w[5]["extends"] in found and
+                 (w[5]["extends"] not in names or w[5]["extends"] == w[5].get("name"))]
+        if not ready:  # the rest extend unknown names, or each other in a loop
+            for index, origin, path, builtin, text, raw in waiting:
+                if raw["extends"] not in found and raw["extends"] not in names:
+                    parse(text, str(path), builtin=builtin, bases=found)  # raises the "did you mean" error
+            index, origin, path, builtin, text, raw = waiting[0]
+            raise DescriptionError(f"extends '{raw['extends']}', which extends this file back (directly or "
+                                   f"through others): {', '.join(sorted(map(str, names)))}", path=str(path), key="extends")
+        for item in ready:
+            waiting.remove(item)
+            index, origin, path, builtin, text, _ = item
+            _add(found, rank, index, origin, path, builtin, parse(text, str(path), builtin=builtin, bases=found))
     return found
+
+
+def _add(found: dict[str, Description], rank: dict[str, int], index: int, origin: str, path: Path, builtin: bool,
+         desc: Description) -> None:
+    earlier = found.get(desc.name)
+    if earlier is not None and rank[desc.name] > index:
+        return  # a later source already replaced this one (a description that extends waited its turn)
+    if earlier is not None and origin == "FL_DESCRIPTION_PATH" and earlier.path and \
+            Path(earlier.path).parent == path.parent:
+        # which one wins would be an accident of file names: say so instead of picking one
+        raise DescriptionError(f"two files in {path.parent} describe '{desc.name}': {Path(earlier.path).name} "
+                               f"and {path.name}. Fix: keep one of them (or rename one's `name`)",
+                               path=str(path))
+    if earlier is not None:
+        _log.debug("description %r from %s (%s) replaces the one from %s", desc.name, path, origin, earlier.path)
+        if earlier.builtin and not builtin:
+            _shadowed[desc.name] = (str(path), origin)
+    found[desc.name], rank[desc.name] = desc, index
 
 
 def _not_a_file(path: Path) -> str:

@@ -47,6 +47,12 @@ SCHEMA: dict[str | None, dict[str, Key]] = {
         "plugin": Key("str", "", "Module that registers the device with torch ('' = built into torch)."),
         "visible_devices_env": Key("str", "", "Environment variable that selects visible devices."),
         "level": Key("str", "none", "Claimed support level; `torchfl grade` verifies it.", LEVELS),
+        "extends": Key("str", "", "Name of a description this file starts from: its keys, each key this file "
+                       "sets replacing that one ([ops.dtypes], [ops.kernels] and the tolerance tables merge "
+                       "entry by entry). How a product generation of a chip is written (npu-910 extends npu)."),
+        "generation": Key("str", "", "The product generation this description answers for, in the vendor's "
+                          "words (Atlas A2 training series); named in dtype refusals with the generations "
+                          "that do take the dtype."),
     },
     "detect": {
         "priority": Key("int", 0, "Higher is tried first during auto-detection."),

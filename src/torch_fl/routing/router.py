@@ -185,8 +185,9 @@ class Router:
         kernel = f"provide a kernel: torch.fl.register_kernel('{op}', fn, device_type='{desc.device_type}')"
         if "precision.dtypes" in route.source or "precision.dtypes" in reason:
             # the tensor itself cannot exist on the chip: no route of the op changes that
+            elsewhere = desc.generations_with_more_dtypes()  # a chip of another generation may have it
             return [f"keep the tensor in a dtype '{desc.name}' has (precision.dtypes: {', '.join(desc.dtypes)}): "
-                    f"convert it before this call, for example with .float()"]
+                    f"convert it before this call, for example with .float()", *([elsewhere] if elsewhere else [])]
         fixes = []
         if route.kind != "fallback" and self._cpu_can_run(op):
             if self.strict:

@@ -12,6 +12,7 @@ Precedence, highest first:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import threading
 from dataclasses import dataclass
@@ -214,7 +215,12 @@ class RouteTable:
             return self._forced(op, dtype, kind, origin)
         if self.is_native(op, dtype):
             return Route("native", f"{self._where} ops.native ({self.description.native_source})")
-        return self._policy_route(op, dtype)
+        route = self._policy_route(op, dtype)
+        if dtype is not None and self.is_native(op, None):  # native, but not in this dtype: say why
+            why = self.description.dtype_refusal(op, dtype)
+            if why:
+                return dataclasses.replace(route, source=f"{route.source} ({dtype}: {why})")
+        return route
 
     def _forced(self, op: str, dtype: str | None, kind: str, origin: str) -> Route:
         if kind == "kernel":
