@@ -17,6 +17,7 @@ DTYPE_NAMES = (
     "uint8", "uint16", "uint32", "uint64", "bool",
 )
 ROUTE_POLICIES = ("translate-or-error", "translate-or-fallback", "fallback", "error")
+VENDOR_FALLBACKS = ("error", "cpu")  # ops.vendor_fallback (description/fallback.py)
 LEVELS = ("none", "L0", "L1", "L2")
 COLLECTIVE_BACKENDS = ("nccl", "rccl", "hccl", "cncl", "mccl", "xccl", "gloo", "flagcx", "mpi", "none")
 
@@ -115,6 +116,17 @@ SCHEMA: dict[str | None, dict[str, Key]] = {
         "dtypes": Key("table[list[str]]", {}, "Per-op dtype limits: op -> dtypes it is native for.",
                       item_allowed=DTYPE_NAMES),
         "kernels": Key("table[str]", {}, "Per-op fast-path kernels: op -> 'pkg.module:function'."),
+        "vendor_fallback": Key("str", "error", "What the vendor's stack does with an op that reaches its "
+                               "dispatch key with no kernel there (no composite kernel either): 'cpu' (its "
+                               "boxed fallback copies the inputs to the host, runs the CPU kernel and warns: "
+                               "torch_npu, torch_mlu) or 'error' (NotImplementedError). Ops it runs on the CPU "
+                               "route to fallback, not translate.", VENDOR_FALLBACKS),
+        "vendor_fallback_env": Key("str", "", "The vendor's environment setting that flips vendor_fallback, "
+                                   "as NAME=VALUE (ENABLE_FALLBACK_TO_CPU=0): NAME set to a value of VALUE's "
+                                   "truth (1/true/yes/on or 0/false/no/off) gives the other behaviour ('' = "
+                                   "no switch)."),
+        "vendor_fallback_message": Key("str", "", "The vendor's warning when it falls back, '{op}' standing for "
+                                       "the operator (quoted in routes' reasons and FallbackWarning)."),
     },
     "emulation": {
         "plugin_migration": Key("list[str]", [], "Submodules of the plugin whose import turns on the vendor's "

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from .. import _env
+from ..description.fallback import vendor_fallback
 from ..description.model import Description
 from .table import KernelEntry, RouteTable, current_overrides
 
@@ -55,7 +56,7 @@ def active() -> Activation | None:
 def table_for(desc: Description) -> RouteTable:
     """The route table of `desc` under the current FL_ROUTE and config [routes] (kept across activations)."""
     overrides = current_overrides()  # read each time: FL_ROUTE or a config's [routes] may have changed
-    key = (id(desc), overrides.key())
+    key = (id(desc), overrides.key(), vendor_fallback(desc).key())  # the vendor's switch may have changed
     found = _tables.get(key)
     if found is None or found[0] is not desc:
         if len(_tables) >= 64:  # (descriptions loaded from many paths in one process: keep it bounded)

@@ -198,6 +198,9 @@ class Router:
                 fixes.append(f"run it on the CPU (counted and warned): FL_ROUTE='{op}=fallback', or in your "
                              f"config (torch_fl.toml, or [tool.torch_fl] in pyproject.toml): "
                              f"[routes] \"{op}\" = \"fallback\"{where}")
+        vendor = self.table.vendor_fallback.off_hint()
+        if vendor and route.kind != "fallback" and self._cpu_can_run(op):
+            fixes.append(f"let the vendor's stack run it on the CPU: {vendor}")
         if route.kind != "translate" and untranslatable_reason(op) is None:
             fixes.append(f"run PyTorch's decomposition: FL_ROUTE='{op}=translate', or in your config: "
                          f"[routes] \"{op}\" = \"translate\"")

@@ -22,7 +22,8 @@ import torch
 
 from .. import _env
 from .._names import ROUTES
-from ..description.probe import canonical_op_name
+from ..description.fallback import vendor_fallback
+from ..description.probe import canonical_op_name, dispatcher_op_name, structured_delegates
 from ..errors import ConfigError
 from .translate import has_translation, is_composite_implicit
 
@@ -40,6 +41,7 @@ class Route:
     kind: str
     source: str
     kernel: Callable | None = None
+    vendor: bool = False  # a fallback the vendor's own stack makes (ops.vendor_fallback), not torch-fl's
 
 
 def _route_key(op: str, origin: str) -> str:
@@ -163,11 +165,20 @@ class RouteTable:
         ops = desc.section("ops")
         where = f"description '{desc.name}' ({desc.path})"
         self._explicit: dict[str, tuple[str, str]] = {}
+        listed_fallbacks = set(ops["fallback"])
+        self._vendor_listed: set[str] = set()  # the vendor table's fallback rows: the vendor's own list
         for kind in ("translate", "fallback", "unsupported"):  # unsupported last: it wins a conflict
             if not desc.builtin:
                 _check_listed(desc, kind, ops[kind])
             for op in desc.explicit_ops(kind):  # the list, plus a vendor table's fallback rows
-                self._explicit[_route_key(op, where)] = (kind, f"{where} ops.{kind}")
+                key = _route_key(op, where)
+                if kind == "fallback" and op not in listed_fallbacks:
+                    self._vendor_listed.add(key)
+                    self._explicit[key] = (kind, f"{where} ops.table route=fallback: the vendor registers "
+                                                 f"its CPU fallback for it (the vendor's CPU-fallback list)")
+                else:
+                    self._vendor_listed.discard(key)
+                    self._explicit[key] = (kind, f"{where} ops.{kind}")
         self._described_kernels = {_route_key(op, where): ref for op, ref in ops["kernels"].items()}
         # ops.dtypes plus the vendor's documented limits, where a vendor table answers
         self._op_dtypes = {_route_key(op, where): frozenset(d) for op, d in desc.op_dtypes().items()}
@@ -175,6 +186,7 @@ class RouteTable:
         self._native = desc.native_ops()
         self._policy = ops["default"]
         self._where = where
+        self.vendor_fallback = vendor_fallback(desc)  # read once per table (activation keys tables by it)
 
     def invalidate(self) -> None:
         with self._lock:
@@ -212,15 +224,38 @@ class RouteTable:
         explicit = _lookup(self._explicit, op)
         if explicit is not None:
             kind, origin = explicit  # type: ignore[misc]
+            if kind == "fallback" and (op in self._vendor_listed or op.rsplit(".", 1)[0] in self._vendor_listed):
+                return Route(kind, origin, vendor=True)
             return self._forced(op, dtype, kind, origin)
         if self.is_native(op, dtype):
             return Route("native", f"{self._where} ops.native ({self.description.native_source})")
+        if self.vendor_fallback.on and op not in self._native and (dtype is None or dtype in self._dtypes):
+            vendor = self._vendor_route(op)
+            if vendor is not None:
+                return vendor
         route = self._policy_route(op, dtype)
         if dtype is not None and self.is_native(op, None):  # native, but not in this dtype: say why
             why = self.description.dtype_refusal(op, dtype)
             if why:
                 return dataclasses.replace(route, source=f"{route.source} ({dtype}: {why})")
         return route
+
+    def _vendor_route(self, op: str) -> Route | None:
+        """The vendor's CPU fallback for an op the chip has no kernel for (ops.vendor_fallback = 'cpu'),
+        where the real stack reaches it: PyTorch's dispatcher takes a composite kernel before a backend
+        fallback, so only ops without one get there (a structured op's generated forwarder gets there
+        through its out= overload), and the vendor's fallback runs the CPU kernel, so an op the CPU has
+        no kernel for is left to ops.default. torch-fl's own translation would not match the real
+        stack here: the stack runs these ops on the CPU, never their decomposition."""
+        reaches, through = backend_fallback_entry(op)
+        if not reaches:
+            return None
+        from .emu.reference import has_cpu_kernel
+
+        if not has_cpu_kernel(through or op):
+            return None
+        return Route("fallback", f"{self._where} " + self.vendor_fallback.reason(
+            dispatcher_op_name(op), dispatcher_op_name(through) if through else None), vendor=True)
 
     def _forced(self, op: str, dtype: str | None, kind: str, origin: str) -> Route:
         if kind == "kernel":
@@ -259,6 +294,9 @@ class RouteTable:
         if self._policy in ("translate-or-fallback", "fallback"):
             return Route("fallback", source)
         why = "" if self._policy == "error" else " and no generic (decomposed) implementation exists"
+        vendor = self.vendor_fallback
+        if vendor.flipped and not vendor.on:
+            why += f"; the vendor's CPU fallback is off ({vendor.setting()})"
         return Route("unsupported", source + f": not native{why}")
 
     def untranslatable(self, route: Route, why: str) -> Route:
@@ -305,6 +343,25 @@ class RouteTable:
         if _lookup(self._op_dtypes, op) is not None:
             return True
         return any(e.dtypes is not None for n in (op, op.rsplit(".", 1)[0]) for e in self.kernels.get(n, []))
+
+
+@functools.cache
+def backend_fallback_entry(op: str) -> tuple[bool, str | None]:
+    """Whether a call of `op` on a backend that registers no kernel for it reaches that backend's fallback
+    (PyTorch's dispatcher prefers any composite kernel), and the out= overload it gets there through
+    when a structured op's generated CompositeExplicitAutogradNonFunctional forwarder runs first (None:
+    the op itself). Other NonFunctional kernels (the *_copy view ops) compose on the device: no."""
+    name = dispatcher_op_name(op)
+    has = torch._C._dispatch_has_kernel_for_dispatch_key
+    try:
+        if has(name, "CompositeImplicitAutograd") or has(name, "CompositeExplicitAutograd"):
+            return False, None
+        if has(name, "CompositeExplicitAutogradNonFunctional"):
+            target = structured_delegates().get(op)
+            return (True, target) if target else (False, None)
+    except RuntimeError:  # not an operator this dispatcher knows
+        return False, None
+    return True, None
 
 
 def placeholder(ovl: torch._ops.OpOverload, args: tuple) -> bool:
