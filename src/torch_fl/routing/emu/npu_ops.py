@@ -70,7 +70,7 @@ varlen split) and ``pse`` with ``TND`` raise ``NotImplementedError``.
 from __future__ import annotations
 
 import difflib
-import importlib.util
+import importlib.machinery
 import math
 import sys
 import threading
@@ -1084,8 +1084,12 @@ _library: Any = None
 
 
 def vendor_present() -> bool:
-    """Whether the real torch_npu is loaded or installed (its ops own the ``npu`` namespace then)."""
-    return "torch_npu" in sys.modules or importlib.util.find_spec("torch_npu") is not None
+    """Whether the real torch_npu is loaded or installed (its ops own the ``npu`` namespace then). The
+    emulated package (plugin.py: marked ``__torch_fl_emulation__``, found by torch-fl's own finder) is not."""
+    loaded = sys.modules.get("torch_npu")
+    if loaded is not None and not hasattr(loaded, "__torch_fl_emulation__"):
+        return True
+    return importlib.machinery.PathFinder.find_spec("torch_npu") is not None
 
 
 def registered() -> bool:
