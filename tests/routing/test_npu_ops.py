@@ -494,6 +494,10 @@ def test_register_refuses_next_to_the_real_torch_npu(monkeypatch):
     monkeypatch.setitem(sys.modules, "torch_npu", types.ModuleType("torch_npu"))
     with pytest.raises(RuntimeError, match="real torch_npu is installed"):
         npu_ops.register()
+    emulated = types.ModuleType("torch_npu")  # torch-fl's own emulated package (plugin.py) is no vendor
+    emulated.__torch_fl_emulation__ = "torch-fl: 'npu' emulated on the CPU"
+    monkeypatch.setitem(sys.modules, "torch_npu", emulated)
+    assert not npu_ops.vendor_present()
 
 
 def test_kernel_route_names_the_vendors_kernel():
