@@ -22,48 +22,65 @@ REPO = Path(__file__).resolve().parents[2]
 TABLES = REPO / "src" / "torch_fl" / "description" / "builtin" / "tables"
 CHIPS = ("npu", "mlu", "musa", "xpu")
 
-OP_PLUGIN = """\
-all_version: [v2.1, v2.2, v2.3, v2.4, v2.5, v2.6, v2.7]
-official:
-  - func: abs(Tensor self) -> Tensor
-    acl_op: all_version
-    op_api: all_version
-
-  - func: add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor
-    acl_op: [v2.1, v2.3]
-    op_api: [v2.6, newest]
-
-  - func: gelu(Tensor self, *, str approximate='none') -> Tensor  # a comment
-    op_api: v2.1, v2.2
-
-  - func: no_ranges(Tensor self) -> Tensor
-    exposed: True
-
-custom:
-  - func: npu_thing(Tensor self, SymInt[] size) -> Tensor
-    op_api: all_version
-
-symint:
-  - func: npu_thing(Tensor self, SymInt[] size) -> Tensor
-    op_api: all_version
-
-  - func: embedding(Tensor weight, Tensor indices, SymInt padding_idx=-1) -> Tensor
-    op_api: [v2.5, newest]
-
-quant:
-  - func: q_scale(Tensor self) -> float
-    acl_op: v2.2
-"""
-
-TORCH_NPU = """\
+# npu_native_functions_by_codegen.yaml of a torch_npu wheel: yaml.dump's layout (keys sorted, lists at
+# column 0, a bare name for torch_npu's own kernels)
+NPU_CODEGEN = """\
 backend: NPU
-supported:
-  - empty_strided
-  - func: copy_
-    op_api: True
+cpp_namespace: at_npu::native
+autograd:
+- func: _thnn_fused_gru_cell(Tensor input_gates, Tensor hidden_gates, Tensor hx, Tensor? input_bias=None, Tensor? hidden_bias=None) -> (Tensor, Tensor)
+  impl_ns: op_api
 custom:
-  - func: npu_format_cast(Tensor self, int acl_format) -> Tensor
+- device_check: NoCheck
+  exposed: true
+  func: npu_format_cast.Tensor(Tensor self, Tensor dst) -> Tensor
+- dispatch:
+    CompositeExplicitAutograd: empty_with_format
+  exposed: true
+  func: empty_with_format(int[] size, *, ScalarType? dtype=None, int acl_format=2) -> Tensor
+quant:
+- func: int_repr(Tensor self) -> Tensor
+  impl_ns: acl_op
+supported:
+- empty_strided
+- func: copy_
+  op_api: true
+- empty_with_format
+- device_check: NoCheck
+  func: resize_as_
+- func: abs(Tensor self) -> Tensor
+  impl_ns: acl_op, op_api
+- func: gelu.out(Tensor self, *, str approximate='none', Tensor(a!) out) -> Tensor(a!)
+  impl_ns: op_api
+  structured: true
+- func: _coalesce(Tensor self) -> Tensor
+  sparse: op_api
+- func: add.out(Tensor self, Tensor other, *, Scalar alpha=1, Tensor(a!) out) -> Tensor(a!)
+  impl_ns: acl_op, op_api
+  sparse: op_api
+symint:
+- as_strided_
+- func: embedding(Tensor weight, Tensor indices, SymInt padding_idx=-1) -> Tensor
+  impl_ns: acl_op, op_api
 """
+# the registration strings of its libtorch_npu.so: NUL-terminated, tail-merged (abs ends _foreach_abs)
+NPU_LIBRARY = (b"\x7fELF\0junk\0empty_strided\0copy_\0resize_as_\0_foreach_abs\0gelu.out\0add.out\0"
+               b"as_strided_\0embedding\0_thnn_fused_gru_cell\0")
+
+
+def write_wheel(folder: Path, version: str, built: tuple[int, int, int], codegen: str = NPU_CODEGEN,
+                library: bytes = NPU_LIBRARY) -> Path:
+    """A torch_npu wheel with what the generator reads: METADATA, the codegen op list, the library."""
+    import zipfile
+
+    path = folder / f"torch_npu-{version}-cp311-cp311-manylinux_2_28_x86_64.whl"
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, data in ((f"torch_npu-{version}.dist-info/METADATA",
+                            f"Metadata-Version: 2.1\nName: torch_npu\nVersion: {version}\n"),
+                           ("torch_npu/csrc/aten/npu_native_functions_by_codegen.yaml", codegen),
+                           ("torch_npu/lib/libtorch_npu.so", library)):
+            archive.writestr(zipfile.ZipInfo(name, date_time=(*built, 0, 0, 0)), data)
+    return path
 
 
 ASCEND_DOC = """\
@@ -93,23 +110,37 @@ ASCEND_DOC = """\
 
 
 # The generator's reading of each vendor format ----------------------------------------------------
-def test_op_plugin_version_ranges_and_sections(gen):
-    versions, rows, skipped = gen.parse_op_plugin(OP_PLUGIN)
-    assert versions == ["2.1", "2.2", "2.3", "2.4", "2.5", "2.6", "2.7"]
-    assert rows["aten::abs.default"] == set(versions)
-    # acl_op and op_api are two implementations; either registers the op
-    assert rows["aten::add.Tensor"] == {"2.1", "2.2", "2.3", "2.6", "2.7"}
-    assert rows["aten::gelu.default"] == {"2.1", "2.2"}
-    assert rows["aten::embedding.default"] == {"2.5", "2.6", "2.7"}   # symint, not a custom op
-    assert "aten::npu_thing.default" not in rows and "aten::q_scale.default" not in rows
-    assert "aten::no_ranges.default" not in rows                      # listed with no version
-    assert skipped == {"custom": 1, "symint": 1, "quant": 1, "official": 1}
+def test_npu_codegen_entries(gen):
+    dense, autograd, skipped = gen.parse_npu_codegen(NPU_CODEGEN)
+    assert dense == {"aten::empty_strided.default", "aten::copy_.default", "aten::resize_as_.default",
+                     "aten::abs.default", "aten::gelu.out", "aten::add.out", "aten::as_strided_.default",
+                     "aten::embedding.default", "aten::_thnn_fused_gru_cell.default"}
+    assert autograd == {"aten::_thnn_fused_gru_cell.default"}
+    # npu:: custom ops (also when torch_npu lists them as supported), quantized and sparse-only entries
+    assert skipped == {"custom": 2, "quant": 1, "supported (an npu:: custom op)": 1, "supported (sparse only)": 1}
+    with pytest.raises(ValueError, match=r"by_codegen.yaml:2: unexpected layout"):
+        gen.parse_npu_codegen("supported:\n  - abs\n")
 
 
-def test_op_plugin_rejects_an_unknown_version(gen):
-    with pytest.raises(ValueError, match=r"op_plugin_functions.yaml:4: .*outside all_version"):
-        gen.parse_op_plugin("all_version: [v2.1]\nofficial:\n  - func: abs(Tensor self) -> Tensor\n"
-                            "    op_api: [v2.1, v3.0]\n")
+def test_every_op_is_a_registration_string_of_the_library(gen):
+    dense, _, _ = gen.parse_npu_codegen(NPU_CODEGEN)
+    assert gen.unregistered_in_library(dense, NPU_LIBRARY) == []
+    assert gen.unregistered_in_library({"aten::scatter_reduce.two", "aten::junk.default"}, NPU_LIBRARY) == \
+        ["aten::scatter_reduce.two"]  # 'junk' is a string of the library, 'scatter_reduce.two' is not
+
+
+def test_newest_release_of_a_line_is_the_latest_built(gen, tmp_path):
+    assert gen.release_key("2.9.0.post9") < gen.release_key("2.9.1") < gen.release_key("2.10.0")
+    with pytest.raises(ValueError, match="not a final release"):
+        gen.release_key("2.6.0rc1")
+    write_wheel(tmp_path, "2.9.1", (2026, 5, 11))
+    write_wheel(tmp_path, "2.9.0.post9", (2026, 10, 15))  # a post release of 2.9.0 built after 2.9.1
+    write_wheel(tmp_path, "2.5.1", (2024, 11, 1))
+    write_wheel(tmp_path, "2.5.1.post1", (2025, 7, 29))
+    chosen = gen.newest_per_line([str(tmp_path)])
+    assert {line: (wheel.version, older) for line, (wheel, older) in chosen.items()} == {
+        "2.9": ("2.9.0.post9", ["2.9.1"]), "2.5": ("2.5.1.post1", ["2.5.1"])}
+    assert chosen["2.9"][0].built == "2026-10-15" and len(chosen["2.9"][0].sha256) == 64
 
 
 def test_musa_dispatch_rule(gen):
@@ -125,39 +156,86 @@ def test_xpu_fallback_list(gen):
     assert gen.parse_xpu_fallback(text) == {"aten::linalg_eig.default", "aten::ormqr.out"}
 
 
-def test_generate_from_work_trees_and_read_back(gen, tmp_path):
-    plugin, npu = tmp_path / "op-plugin", tmp_path / "pytorch"
-    (plugin / "op_plugin/config").mkdir(parents=True)
-    (plugin / "op_plugin/config/op_plugin_functions.yaml").write_text(OP_PLUGIN, encoding="utf-8")
-    (npu / "torch_npu/csrc/aten").mkdir(parents=True)
-    (npu / "torch_npu/csrc/aten/npu_native_functions.yaml").write_text(TORCH_NPU, encoding="utf-8")
+def test_generate_from_wheels_and_read_back(gen, tmp_path):
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    write_wheel(wheels, "2.1.0.post17", (2025, 10, 23), NPU_CODEGEN.replace("- func: gelu.out", "- func: gelu"),
+                NPU_LIBRARY + b"gelu\0")
+    write_wheel(wheels, "2.5.1", (2024, 11, 1), NPU_CODEGEN.replace("- func: abs", "- func: logit"),
+                NPU_LIBRARY + b"logit\0")
+    write_wheel(wheels, "2.5.1.post1", (2025, 7, 29))
+    npu = tmp_path / "pytorch"
     docs = npu / "docs/zh/api/native_api/pytorch_2-13-0"
     docs.mkdir(parents=True)
     (docs / "torch.md").write_text(ASCEND_DOC, encoding="utf-8")
     out = tmp_path / "tables"
-    assert gen.main(["--vendor", "npu", "--repo", f"Ascend/op-plugin={plugin}",
-                     "--repo", f"Ascend/pytorch={npu}", "--out-dir", str(out)]) == 0
+    assert gen.main(["--vendor", "npu", "--wheel", str(wheels), "--repo", f"Ascend/pytorch={npu}",
+                     "--out-dir", str(out)]) == 0
     table = read_vendor_table(out / "npu.txt")
-    assert table.versions[-1] == "2.7" and table.plugin == "torch_npu"
-    assert any("Ascend/op-plugin@unknown (not a git checkout)" in s for s in table.sources())
-    assert table.ops("2.7") == {"aten::abs.default", "aten::add.Tensor", "aten::embedding.default",
-                                "aten::empty_strided.default", "aten::copy_.default"}
-    assert "aten::gelu.default" in table.ops("2.2") and "aten::add.Tensor" not in table.ops("2.4")
+    assert table.versions == ("2.1", "2.5") and table.plugin == "torch_npu"
+    assert table.header["releases"] == "2.1=2.1.0.post17 2.5=2.5.1.post1"  # the newest of each line
+    first = table.sources()[0]
+    assert first.startswith("pypi:torch-npu==2.1.0.post17 torch_npu-2.1.0.post17-cp311") and " sha256:" in first
+    assert "built 2025-10-23" in first
+    assert any("Ascend/pytorch@unknown (not a git checkout)" in s for s in table.sources())
+    common = {"aten::empty_strided.default", "aten::copy_.default", "aten::resize_as_.default", "aten::abs.default",
+              "aten::add.out", "aten::as_strided_.default", "aten::embedding.default",
+              "aten::_thnn_fused_gru_cell.default"}
+    # the backward ops PyTorch's formula of an autograd: op calls come with it
+    backward = {"aten::_thnn_differentiable_gru_cell_backward.default", "aten::_thnn_fused_gru_cell_backward.default"}
+    assert table.ops("2.5") == common | backward | {"aten::gelu.out"}
+    assert table.ops("2.1") == common | backward | {"aten::gelu.default"}
+    assert "aten::logit.default" not in table.ops(None)  # only 2.5.1 has it, and 2.5.1.post1 is read
     # documented input dtypes (torch.abs, F.gelu); a limit on another argument or an unknown word is not
     assert table.dtype_limits == {"aten::abs": {"float16", "float32", "bfloat16"}, "aten::gelu": {"float32"}}
     assert any("torch-nn-functional.md: not in this checkout" in s for s in table.sources())
-    assert table.changes("2.4")["aten::embedding.default"] == "native from 2.5"
-    assert table.changes("2.4")["aten::gelu.default"] == "native in 2.1-2.2 (not in 2.4)"
-    assert table.changes("2.4")["aten::add.Tensor"] == "native in 2.1-2.3, 2.6-2.7 (not in 2.4)"
-    assert table.changes("2.2")["aten::add.Tensor"] == "native in 2.1-2.3, 2.6-2.7"
-    assert "aten::abs.default" not in table.changes("2.4")
+    assert table.changes("2.1")["aten::gelu.out"] == "native from 2.5"
+    assert table.changes("2.5")["aten::gelu.default"] == "native in 2.1 (not in 2.5)"
+    assert "aten::abs.default" not in table.changes("2.1")
+    # --verify regenerates from the same sources: equal; from another wheel of a line: the table differs
+    args = ["--verify", "--out-dir", str(out), "--repo", f"Ascend/pytorch={npu}"]
+    assert gen.main([*args, "--wheel", str(wheels)]) == 0
+    (wheels / "torch_npu-2.5.1.post1-cp311-cp311-manylinux_2_28_x86_64.whl").unlink()
+    assert gen.main([*args, "--wheel", str(wheels)]) == 1
+
+
+def test_a_wheel_whose_op_list_the_library_does_not_register_is_refused(gen, tmp_path):
+    write_wheel(tmp_path, "2.5.1", (2024, 11, 1), NPU_CODEGEN.replace("- func: abs", "- func: logit"))
+    (tmp_path / "docs").mkdir()
+    with pytest.raises(ValueError, match=r"1 ops of .* not registered in torch_npu/lib/libtorch_npu.so .*logit"):
+        gen.main(["--vendor", "npu", "--wheel", str(tmp_path), "--repo", f"Ascend/pytorch={tmp_path / 'docs'}",
+                  "--out-dir", str(tmp_path / "out")])
+
+
+def test_branch_tables_keep_what_every_release_of_a_line_registers(gen, tmp_path, monkeypatch):
+    repo = tmp_path / "torch_musa"
+    (repo / "torch_musa/csrc/aten/ops").mkdir(parents=True)
+    yaml = repo / "torch_musa/csrc/aten/ops/musa_functions.yaml"
+    texts = {"v2.7.0": "- func: abs\n- func: sub.out\n", "v2.7.1": "- func: abs\n- func: add.out\n",
+             "v2.5.0": "- func: abs\n"}
+
+    class Tags(gen.Checkout):  # a work tree read at a tag: the test's texts
+        def read(self, relpath, ref=None):
+            return texts[ref]
+
+    source = gen.VendorSource("MooreThreads/torch_musa", str(yaml.relative_to(repo)), "entries",
+                              {"2.5": ("v2.5.0",), "2.7": ("v2.7.0", "v2.7.1")})
+    vendor = gen.Vendor("musa", "torch_musa", "torch_musa", (source,))
+    versions, rows, sources, releases = gen.vendor_rows(vendor, {source.repo: Tags(source.repo, str(repo))})
+    assert versions == ["2.5", "2.7"] and releases == {"2.5": "v2.5.0", "2.7": "v2.7.0,v2.7.1"}
+    assert rows == {"aten::abs.default": ("native", {"2.5", "2.7"})}  # sub.out, add.out: one release only
+    assert "line 2.7 = the 1 ops all of v2.7.0, v2.7.1 register (2 ops of only some left out)" in sources[-1]
 
 
 def test_repo_argument_errors(gen, capsys):
     with pytest.raises(SystemExit, match="OWNER/NAME=PATH"):
-        gen.main(["--vendor", "npu", "--repo", "just-a-path"])
-    with pytest.raises(SystemExit, match="needs --repo Ascend/op-plugin=PATH"):
+        gen.main(["--vendor", "npu", "--wheel", "x.whl", "--repo", "just-a-path"])
+    with pytest.raises(SystemExit, match="needs --wheel PATH"):
         gen.main(["--vendor", "npu"])
+    with pytest.raises(SystemExit, match="needs --repo intel/torch-xpu-ops=PATH"):
+        gen.main(["--vendor", "xpu"])
+    assert gen.main(["--verify"]) == 1  # no source given: nothing verified
+    assert "npu: not verified" in capsys.readouterr().err
 
 
 def test_a_bad_row_names_file_and_line(tmp_path):
@@ -172,9 +250,10 @@ def test_a_bad_row_names_file_and_line(tmp_path):
 @pytest.mark.parametrize("chip", CHIPS)
 def test_checked_in_table_names_its_sources(chip):
     table = read_vendor_table(TABLES / f"{chip}.txt")
-    # each vendor file at a named commit (xpu adds the torch wheel's own XPU kernels, by torch version)
-    assert table.sources() and all(re.search(r"@[0-9a-f]{40} ", s) or s.startswith("torch ")
-                                   for s in table.sources())
+    # each vendor file at a named commit or in a released wheel by its sha256 (xpu adds the torch wheel's own
+    # XPU kernels, by torch version)
+    assert table.sources() and all(re.search(r"@[0-9a-f]{40} |^pypi:\S+==\S+ \S+\.whl sha256:[0-9a-f]{64} ", s)
+                                   or s.startswith("torch ") for s in table.sources())
     assert len(table.ops(table.versions[-1] if table.versions else None)) > 500
 
 
@@ -197,17 +276,18 @@ def test_registered_ops_are_native_and_unregistered_backend_ops_are_not(chip):
 
 
 def test_structured_ops_forward_to_a_registered_out_overload():
-    # Ascend registers gelu.out only; PyTorch's generated kernel runs gelu and gelu_ through it
+    # Ascend registers gelu.out only (from 2.7; gelu itself before); PyTorch's generated kernel runs gelu and
+    # gelu_ through it
     desc = torch_fl.description("npu")
-    table = desc.native_table()[0]
-    assert "aten::gelu.out" in table.ops(None) and "aten::gelu.default" not in table.ops(None)
+    table, version, _ = desc.native_table()
+    assert "aten::gelu.out" in table.ops(version) and "aten::gelu.default" not in table.ops(version)
     assert {"aten::gelu.default", "aten::gelu_.default"} <= desc.native_ops()
     assert probe.structured_delegates()["aten::gelu_.default"] == "aten::gelu.out"
 
 
 def test_description_says_which_table_and_version():
     desc = torch_fl.description("npu")
-    assert desc.native_source.startswith("table tables/npu.txt (torch_npu 2.15: the newest")
+    assert desc.native_source.startswith("table tables/npu.txt (torch_npu 2.14: the newest")
     assert "torch_npu is not installed" in desc.native_source
     asked = desc.with_plugin_version("2.5.1")
     assert "torch_npu 2.5: plugin version 2.5.1 asked for" in asked.native_source
@@ -218,7 +298,7 @@ def test_plugin_version_changes_the_native_set():
     table = desc.native_table()[0]
     later = {op for op, why in table.changes("2.5").items() if why.startswith("native from")}
     later = later & set(probe.all_aten_ops()) - probe.composite_ops()
-    assert later, "Ascend added ops after 2.5 (e.g. bitwise shifts from 2.7)"
+    assert later, "Ascend added ops after 2.5 (e.g. _chunk_cat from 2.7)"
     assert later <= desc.native_ops()
     assert not later & desc.with_plugin_version("2.5").native_ops()
 
@@ -247,8 +327,60 @@ def test_documented_dtype_limits_route_other_dtypes_off_the_native_path():
 def test_xpu_cpu_fallback_list_becomes_fallback_routes():
     table = RouteTable(torch_fl.description("xpu"))
     route = table.route("aten::linalg_eig.default", "float32")
-    assert route.kind == "fallback" and "ops.fallback" in route.source
+    assert route.kind == "fallback" and "route=fallback" in route.source
     assert table.route("aten::add.Tensor", "float32").kind == "native"
+
+
+# Facts of the released plugins (the committed tables; scripts/gen_op_tables.py --verify checks them
+# against the wheels and tags they name) -------------------------------------------------------------------
+def test_npu_lines_are_the_released_ones():
+    table = read_vendor_table(TABLES / "npu.txt")
+    releases = dict(item.split("=") for item in table.header["releases"].split())
+    # one line per torch_npu release line on PyPI (no 2.2 was released), each read from its newest release
+    assert table.versions == ("2.1", "2.3", "2.4", "2.5", "2.6", "2.7", "2.8", "2.9", "2.10", "2.11", "2.12",
+                              "2.13", "2.14")
+    assert releases["2.1"] == "2.1.0.post17" and releases["2.5"] == "2.5.1.post1" and releases["2.14"] == "2.14.0"
+    assert releases["2.9"] == "2.9.0.post9"  # built 2026-10-15, after 2.9.1 (2026-05-11), and a superset of it
+    # the default line (nothing installed) is the newest release
+    assert torch_fl.description("npu").native_table()[1] == "2.14" == table.versions[-1]
+    assert table.select(None)[0] == "2.14"
+
+
+def test_npu_facts_of_the_released_wheels():
+    table = read_vendor_table(TABLES / "npu.txt")
+    scatter_reduce = {"aten::scatter_reduce.two", "aten::scatter_reduce.two_out", "aten::scatter_reduce_.two"}
+    for line in ("2.1", "2.3", "2.4", "2.5", "2.6", "2.8"):  # 2.1.0.post17, 2.5.1.post1, ... lack it
+        assert not scatter_reduce & table.ops(line), line
+    assert scatter_reduce <= table.ops("2.7") and scatter_reduce <= table.ops("2.14")
+    # logit: in 2.1.0.post17, not in 2.3.1.post6 or 2.4.0.post4 (nor 2.5.1; 2.5.1.post1, the 2.5 line, has it)
+    assert "aten::logit.default" in table.ops("2.1")
+    assert "aten::logit.default" not in table.ops("2.3") | table.ops("2.4")
+    assert "aten::logit.default" in table.ops("2.5")
+    # torch_npu's own kernels, npu:: custom ops are not aten rows
+    assert {"aten::empty_strided.default", "aten::copy_.default"} <= table.ops("2.1") & table.ops("2.14")
+    assert "aten::empty_with_format.default" not in table.rows
+
+
+def test_xpu_facts_of_the_release_branch():
+    table = read_vendor_table(TABLES / "xpu.txt")
+    assert any("(release/2.13; torch 2.13) yaml/native/native_functions.yaml" in s for s in table.sources())
+    native = table.ops(None)
+    # torch-xpu-ops' codegen input, not the obsolete yaml/xpu_functions.yaml
+    for op in ("aten::dot.default", "aten::avg_pool3d.default", "aten::_foreach_add.List", "aten::_ctc_loss.default",
+               "aten::_fft_c2c.default", "aten::_fused_adam_.default", "aten::_thnn_fused_lstm_cell.default"):
+        assert op in native, op
+    assert "aten::mm.out" in native  # PyTorch's own oneDNN kernel (the torch wheel's native_functions.yaml)
+    assert "aten::linalg_eig.default" in table.ops(None, "fallback")
+
+
+def test_mlu_and_musa_lines_are_release_branches_and_tags():
+    mlu = read_vendor_table(TABLES / "mlu.txt")
+    assert mlu.header["releases"] == "2.1=r1.22_pt2.1.0 2.3=r1.22_pt2.3.0 2.4=r1.22_pt2.4.0"
+    assert "aten::_foreach_add.List" not in mlu.ops(None)  # only on the r2.x_develop branches
+    musa = read_vendor_table(TABLES / "musa.txt")
+    assert "2.7=v2.7.0,v2.7.1" in musa.header["releases"]
+    # added in v2.7.1: not every 2.7 release registers it
+    assert "aten::_assert_async.default" not in musa.ops("2.7")
 
 
 def test_a_probed_chip_without_a_table_is_an_error_offline():
@@ -293,5 +425,5 @@ def test_the_installed_plugin_picks_its_line(tmp_path, monkeypatch):
     desc = torch_fl.description("npu").with_plugin_version(None)
     _, version, why = desc.native_table()
     assert (version, why) == ("2.5", "torch_npu 2.5.1 installed")
-    assert "aten::bitwise_left_shift.Tensor_out" not in desc.native_ops()  # Ascend: from 2.7
+    assert "aten::bitwise_left_shift.Tensor_out" not in desc.native_ops()  # Ascend: in 2.7, 2.9-
     assert "torch_npu" not in sys.modules
