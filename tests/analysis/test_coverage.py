@@ -230,12 +230,12 @@ def test_a_vendor_description_file(tmp_path: Path) -> None:
 def test_json_shape() -> None:
     report = coverage(_spec("cnn"), "emu:minimal", train=True)
     data = report.data
-    assert list(data) == ["device", "model", "summary", "ops", "real_run", "notes"]
+    assert list(data) == ["device", "model", "summary", "ops", "real_run", "on_cpu", "notes"]
     assert data["real_run"] is None
     assert data["device"] == "minimal" and data["model"].endswith("cnn.py:factory")
     summary = data["summary"]
     assert list(summary) == ["native_ops_share", "native_calls_share", "ops", "calls", "routes",
-                             "in_translations", "unsupported_calls", "traced_on"]
+                             "in_translations", "unsupported_calls", "traced_on", "on_cpu_calls"]
     assert list(summary["routes"]) == list(ROUTES) == list(summary["in_translations"])
     top = [op for op in data["ops"] if not op["via"]]
     assert summary["ops"] == len(top) and summary["calls"] == sum(op["calls"] for op in top)
@@ -247,6 +247,9 @@ def test_json_shape() -> None:
         assert op["route"] in ROUTES and op["calls"] == sum(m["calls"] for m in op["modules"])
         assert all(list(m) == ["module", "calls"] for m in op["modules"])
     assert all(isinstance(note, str) for note in data["notes"])
+    # what runs on the CPU on the real chip: nothing on minimal (translate-or-error, no vendor fallback)
+    assert data["on_cpu"]["ops"] == [] and data["on_cpu"]["calls"] == summary["on_cpu_calls"] == 0
+    assert list(data["on_cpu"]) == ["calls", "bytes", "vendor_fallback", "vendor_setting", "ops", "cost"]
     json.dumps(data)  # serialisable as is
     chart = report.sections[1].charts[0]
     assert chart.kind == "stacked-bar" and chart.x == ["features", "classifier", MODEL, OPTIMIZER]

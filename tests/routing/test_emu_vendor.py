@@ -105,12 +105,16 @@ def test_xpu_is_emulated_as_emu():
 
 
 @pytest.mark.slow  # a fresh process: ~5 s
-def test_never_when_the_plugin_owns_the_slot():
-    # torch_npu renames PrivateUse1 to 'npu' at import; a process where it did keeps its own backend
-    code = ("import torch\ntorch.utils.rename_privateuse1_backend('npu')\nimport json, torch_fl\n"
+def test_never_when_the_plugin_owns_the_slot(tmp_path):
+    # torch_npu renames PrivateUse1 to 'npu' at import; a process where it did keeps its own backend. A
+    # package on the path stands for the installed plugin: torch-fl must leave the slot to it, even though
+    # FL_DEVICE=emu:npu is set when torch imports
+    (tmp_path / "torch_npu").mkdir()
+    (tmp_path / "torch_npu" / "__init__.py").write_text("import torch\ntorch.utils.rename_privateuse1_backend('npu')\n")
+    code = ("import torch\nimport torch_npu\nimport json, torch_fl\n"
             "from torch_fl.routing import emu\nd = torch.fl.device()\n"
             "print(json.dumps({'device': str(d), 'borrowed': emu.borrowed(), 'why': emu.unavailable_reason()}))")
-    out = _run(code, FL_DEVICE="emu:npu")
+    out = _run(code, FL_DEVICE="emu:npu", PYTHONPATH=f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
     assert out["device"] == "cpu" and not out["borrowed"]
     assert "belongs to 'npu'" in out["why"]
 
@@ -141,7 +145,8 @@ def test_module_db_on_emu_npu(tmp_path):
 
 @pytest.mark.slow  # coverage plus an emulated step in a fresh process: ~25 s
 def test_coverage_and_the_emulated_step_agree_on_a_vendor_chip(tmp_path):
-    # Cambricon registers no bucketize: coverage routes it to translate, and the emulated step counts it
+    # Cambricon registers no bucketize: torch_mlu's own CPU fallback runs it (ops.vendor_fallback), so
+    # coverage routes it to fallback, and the emulated step counts it
     report = tmp_path / "agree.json"
     done = subprocess.run([sys.executable, str(REPO / "scripts" / "vendor_agreement.py"), "--chips", "mlu",
                            "--models", "examples/unusual.py:factory", "--json", str(report)],
@@ -149,5 +154,5 @@ def test_coverage_and_the_emulated_step_agree_on_a_vendor_chip(tmp_path):
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     (row,) = json.loads(report.read_text(encoding="utf-8"))
     assert row["agree"] and row["emulated"]["device"] == "mlu:0"
-    assert row["coverage"]["non_native"] == row["emulated"]["non_native"] == {"aten::bucketize.Tensor": "translate"}
+    assert row["coverage"]["non_native"] == row["emulated"]["non_native"] == {"aten::bucketize.Tensor": "fallback"}
     assert row["emulated"]["loss"] == row["emulated"]["cpu_loss"]

@@ -53,6 +53,9 @@ class Replay:
         self.dtypes = frozenset(table.description.dtypes)
         self.strict_fallback = _env.FL_FALLBACK.value() == "error"
         self.calls: Counter[CallKey] = Counter()
+        # Bytes a CPU fallback copies per recorded call key: its device inputs to the host and its results
+        # back (what cpu_fallback moves), from the traced tensors' shapes and dtypes.
+        self.copied: Counter[CallKey] = Counter()
         self.via: list[Link] = []
         self._cpu: dict[str, bool] = {}
 
@@ -79,7 +82,7 @@ class Replay:
             if produced is not None:
                 route = Route("unsupported", f"{route.source}; it produces {produced}, which is not in "
                                              f"precision.dtypes")
-        self._count(op, dtype, module, route)
+        self._count(op, dtype, module, route, args, kwargs, out)
         return out
 
     def _fallback(self, op: str, route: Route) -> Route:
@@ -89,8 +92,12 @@ class Replay:
             return Route("unsupported", f"{route.source}; but the CPU has no kernel for it either")
         return route
 
-    def _count(self, op: str, dtype: str | None, module: str, route: Route) -> None:
-        self.calls[op, dtype, module, tuple(self.via), route.kind, route.source] += 1
+    def _count(self, op: str, dtype: str | None, module: str, route: Route, args: tuple = (),
+               kwargs: dict | None = None, out: Any = None) -> None:
+        key = (op, dtype, module, tuple(self.via), route.kind, route.source)
+        self.calls[key] += 1
+        if route.kind == "fallback":
+            self.copied[key] += copied_bytes((*args, *(kwargs or {}).values()), out)
 
     def _translate(self, mode: Any, func: Any, op: str, dtype: str | None, module: str, route: Route,
                    args: tuple, kwargs: dict) -> Any:
@@ -141,8 +148,27 @@ class Replay:
         instead = self.table.untranslatable(route, why)
         if instead.kind == "fallback":
             instead = self._fallback(op, instead)
-        self._count(op, dtype, module, instead)
-        return func(*args, **kwargs)
+        out = func(*args, **kwargs)
+        self._count(op, dtype, module, instead, args, kwargs, out)
+        return out
+
+
+def _tensors(value: Any) -> list[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in _tensors(v)]
+    return []
+
+
+def copied_bytes(inputs: tuple, out: Any) -> int:
+    """Bytes one CPU fallback copies (router.cpu_fallback): every device tensor among `inputs` to the
+    host, then every tensor of `out` back (a written argument, in-place self or out=, is copied back into
+    the original; a new result moves to the device). Host tensors among the inputs (0-dim scalars, host
+    indices) are not copied; in a trace with every tensor on the host all of them count."""
+    given = _tensors(inputs)
+    going = [t for t in given if t.device.type != "cpu"] or given
+    return sum(t.numel() * t.element_size() for t in (*going, *_tensors(out)))
 
 
 def _cpu_can_run(op: str, cache: dict[str, bool]) -> bool:

@@ -74,6 +74,8 @@ def coverage(spec: ModelSpec, device: str | ResolvedDevice, train: bool = False,
         progress(f"fake tensors could not follow the model ({result.real_run}); recorded a real CPU run "
                  f"of the example inputs instead")
     data = _data(spec, desc.name, result)
+    data["on_cpu"] = _on_cpu(table, result.records)
+    data["summary"]["on_cpu_calls"] = data["on_cpu"]["calls"]
     data["notes"] = _notes(table, result, kernels, device_tensors, train=train, amp=amp)
     plugin = _plugin_data(desc, result.records)
     if plugin is not None:
@@ -201,6 +203,27 @@ def _data(spec: ModelSpec, device: str, result: TraceResult) -> dict[str, Any]:
                 for r in records],
         "real_run": result.real_run or None,
     }
+
+
+def _on_cpu(table: RouteTable, records: list[OpRecord]) -> dict[str, Any]:
+    """The calls that run on the CPU on the real chip (route fallback, at any depth), who runs them
+    there (the vendor's own CPU fallback, or torch-fl's), and what they copy."""
+    ops = []
+    for r in records:
+        if r.route != "fallback":
+            continue
+        ops.append({"op": r.op, "dtype": r.dtype, "calls": r.calls, "source": r.source,
+                    "by": "vendor" if table.route(r.op, r.dtype).vendor else "torch-fl",
+                    "via": [{"op": op, "dtype": dtype} for op, dtype in r.via],
+                    "bytes_per_call": r.copied_bytes // r.calls if r.calls else 0, "bytes": r.copied_bytes})
+    ops.sort(key=lambda o: (-o["bytes"], -o["calls"], o["op"]))
+    vendor = table.vendor_fallback
+    return {"calls": sum(o["calls"] for o in ops), "bytes": sum(o["bytes"] for o in ops),
+            "vendor_fallback": vendor.on, "vendor_setting": vendor.setting(), "ops": ops,
+            "cost": "each call copies its device inputs to the host and its results back (in-place and "
+                    "out= arguments are written back into the originals): the bytes shown, computed from the "
+                    "traced shapes and dtypes; plus a device sync per call and the CPU kernel's own time, "
+                    "which the trace does not measure."}
 
 
 def _notes(table: RouteTable, result: TraceResult, kernels: DeviceKernels, device_tensors: str, *,
@@ -335,9 +358,13 @@ def _report(spec: ModelSpec, device: str, data: dict[str, Any], traced: str) -> 
             ("inside translations", ", ".join(f"{kind} {n}" for kind, n in summary["in_translations"].items()
                                               if n) or "none"),
             ("unsupported calls", f"{summary['unsupported_calls']} (any depth; --strict fails above 0)"),
+            ("on the CPU", f"{_n(data['on_cpu']['calls'], 'call')} (any depth) run on the CPU on the real chip, "
+                           f"copying {_bytes(data['on_cpu']['bytes'])}"),
         ],
     )
     report.sections.append(_not_native_section(data))
+    if data["on_cpu"]["ops"] or data["on_cpu"]["vendor_fallback"]:
+        report.sections.append(_on_cpu_section(data))
     if "plugin" in data:
         report.sections.append(_plugin_section(data))
     report.sections.append(_module_section(spec, data))
@@ -365,6 +392,36 @@ def _not_native_section(data: dict[str, Any]) -> Section:
                                  "decided by"], rows))
     section.text.append("'translate -> X': the translation runs, but the worst route in its chain is X. "
                         "Rows with 'via' are reached inside translations (outermost first).")
+    return section
+
+
+def _n(count: int, what: str) -> str:
+    return f"{count} {what}" + ("" if count == 1 else "s")
+
+
+def _bytes(n: int) -> str:
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} B"
+
+
+def _on_cpu_section(data: dict[str, Any]) -> Section:
+    on_cpu = data["on_cpu"]
+    section = Section(f"Runs on the CPU on the real chip ({data['device']})")
+    if not on_cpu["ops"]:
+        section.text.append(f"No traced call runs on the CPU on {data['device']} ({on_cpu['vendor_setting']}).")
+        return section
+    rows = [[op["op"], op["dtype"] or "-", op["calls"], _bytes(op["bytes_per_call"]), _bytes(op["bytes"]),
+             "the vendor's stack" if op["by"] == "vendor" else "torch-fl", _via_text(op["via"]) or "-",
+             _short_source(op["source"], data["device"])] for op in on_cpu["ops"]]
+    section.tables.append(Table(["op", "dtype", "calls", "copied per call", "copied in all", "falls back",
+                                 "via translation of", "decided by"], rows))
+    vendor = sum(op["calls"] for op in on_cpu["ops"] if op["by"] == "vendor")
+    section.text.append(f"{_n(on_cpu['calls'], 'call')} of {_n(len(on_cpu['ops']), '(op, dtype) pair')} copy "
+                        f"their tensors to the host and back ({_bytes(on_cpu['bytes'])} in all); {vendor} of them "
+                        f"the vendor's own CPU fallback makes, without an error ({on_cpu['vendor_setting']}). "
+                        f"The cost: {on_cpu['cost']}")
     return section
 
 
@@ -424,6 +481,13 @@ def _warnings(data: dict[str, Any]) -> list[str]:
                         f"{NATIVE_CALLS_WARNING:.0%}): expect translation and fallback overhead; the "
                         f"table 'Ops that are not native on {data['device']}' lists what to add to the "
                         f"description or provide kernels for.")
+    vendor = [op for op in data["on_cpu"]["ops"] if op["by"] == "vendor"]
+    if vendor:
+        names = ", ".join(op["op"] for op in vendor[:5]) + (f" and {len(vendor) - 5} more" if len(vendor) > 5 else "")
+        warnings.append(f"{_n(sum(op['calls'] for op in vendor), 'call')} of {_n(len(vendor), '(op, dtype) pair')} "
+                        f"run on the CPU on the real {data['device']}, silently but for the vendor's warning: its stack has "
+                        f"no kernel for {names} and falls back to the CPU itself (see 'Runs on the CPU on the "
+                        f"real chip').")
     unsupported = [op for op in data["ops"] if op["route"] == "unsupported"]
     if unsupported:
         names = ", ".join(f"{op['op']} ({op['dtype'] or 'any dtype'})"

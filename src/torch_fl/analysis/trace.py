@@ -74,6 +74,7 @@ class OpRecord:
     via: tuple[tuple[str, str | None], ...] = ()  # (op, dtype) of each translated call
     route: str | None = None
     source: str = ""
+    copied_bytes: int = 0    # route fallback: bytes its calls copy host<->device, from the traced shapes
 
 
 @dataclass
@@ -374,7 +375,7 @@ def _run(spec: ModelSpec, model: torch.nn.Module, inputs: tuple, mode: Any, side
                 attribution.exit()
     finally:
         attribution.remove()
-    return _records(recorder.calls)
+    return _records(recorder.calls, recorder.replay.copied if recorder.replay is not None else None)
 
 
 class _HostData(TorchFunctionMode):
@@ -412,14 +413,16 @@ def _autocast_type(backend: str) -> str:
     return "cpu" if backend == "meta" else backend
 
 
-def _records(calls: Counter[CallKey]) -> list[OpRecord]:
+def _records(calls: Counter[CallKey], copied: Counter[CallKey] | None = None) -> list[OpRecord]:
     records: dict[tuple[str, str | None, tuple[tuple[str, str | None], ...], str], OpRecord] = {}
-    for (op, dtype, module, via, route, source), count in calls.items():
+    for key, count in calls.items():
+        op, dtype, module, via, route, source = key
         record = records.get((op, dtype, via, route))
         if record is None:
             record = records[op, dtype, via, route] = OpRecord(op, dtype, via=via, route=route or None,
                                                                source=source)
         record.calls += count
+        record.copied_bytes += copied.get(key, 0) if copied else 0
         record.modules[module] = record.modules.get(module, 0) + count
     for record in records.values():
         record.modules = dict(sorted(record.modules.items(), key=lambda kv: (-kv[1], kv[0])))
