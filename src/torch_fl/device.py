@@ -288,14 +288,36 @@ _warned: set[str] = set()
 def register_emulated_early() -> None:
     """With FL_DEVICE=emu:NAME set before the process starts, register the emu device at import: PyTorch's
     autograd engine fixes its devices at the first backward pass, which may come before the first
-    torch.fl.device() call."""
-    if _env.FL_DEVICE.get().startswith(EMULATION_PREFIX) and emulated_devices(create=True):
+    torch.fl.device() call.
+
+    Not when the chip's real plugin is installed: the slot is its to take when it is imported (its own
+    torch.backends hook, or the script's `import torch_npu`), and one borrowed first would make that import
+    fail; the emulated device then registers at the first torch.fl.device() call, if the slot is free."""
+    if not _env.FL_DEVICE.get().startswith(EMULATION_PREFIX):
+        return
+    chip = _emulated_chip()
+    if chip is not None and chip.plugin and _plugin_installed(chip.plugin):
+        _log.info("FL_DEVICE=%s: %s is installed, so the emulated device is not registered at import (the "
+                  "plugin owns PyTorch's PrivateUse1 slot once imported)", _env.FL_DEVICE.get(), chip.plugin)
+        return
+    if emulated_devices(create=True):
         from .routing import emu
 
         # Code that never calls torch.fl.device() (x.npu(), device="npu", a library's own device choice)
         # is checked from its first device tensor, not run unchecked: that tensor resolves FL_DEVICE,
         # which activates the chip's routing as torch.fl.device() would.
         emu.state.on_first_tensor = _activate_default
+
+
+def _plugin_installed(name: str) -> bool:
+    """Whether the real plugin `name` can be imported (torch-fl's emulation of it does not count)."""
+    import importlib.machinery
+
+    from .description.probe import emulated_plugin
+
+    if name in sys.modules:
+        return not emulated_plugin(sys.modules[name])
+    return importlib.machinery.PathFinder.find_spec(name) is not None
 
 
 def _activate_default() -> None:

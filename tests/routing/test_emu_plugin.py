@@ -213,3 +213,37 @@ def test_no_emulated_plugin_without_an_emulated_plugin_chip():
             "'npu': hasattr(torch, 'npu')}))")
     assert _run(code, FL_DEVICE="emu:cuda") == {"spec": False, "npu": False}
     assert _run(code) == {"spec": False, "npu": False}
+
+
+HF_NPU_FLASH = r'''
+import json, torch, torch_npu
+from transformers import LlamaConfig, LlamaForCausalLM
+cfg = LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
+                  num_key_value_heads=2, vocab_size=64, max_position_embeddings=32)
+torch.manual_seed(0)
+ref = LlamaForCausalLM(cfg).to(torch.bfloat16)
+ids = torch.randint(0, 64, (2, 8))
+out = {"fused_ops": [name for name in ("npu_fusion_attention", "npu_rms_norm", "npu_rotary_mul", "npu_swiglu")
+                     if callable(getattr(torch_npu, name, None))]}
+for impl in ("flash_attention_2", "sdpa"):
+    m = LlamaForCausalLM._from_config(cfg, attn_implementation=impl, dtype=torch.bfloat16)
+    m.load_state_dict(ref.state_dict())
+    m = m.npu()
+    loss = m(ids.npu(), labels=ids.npu()).loss
+    loss.backward()
+    out[impl] = loss.item()
+    out[impl + "_grad_device"] = str(m.model.layers[0].self_attn.q_proj.weight.grad.device)
+out["routes"] = sorted({(r["op"], r["route"]) for r in torch.fl.route_stats() if r["op"].startswith("npu::")})
+print(json.dumps(out))
+'''
+
+
+def test_transformers_npu_flash_attention_runs_on_the_vendor_fused_op():
+    # transformers' own npu path (integrations/npu_flash_attention.py) calls torch_npu.npu_fusion_attention
+    out = _run(HF_NPU_FLASH, FL_DEVICE="emu:npu")
+    assert out["fused_ops"] == ["npu_fusion_attention", "npu_rms_norm", "npu_rotary_mul", "npu_swiglu"]
+    assert out["flash_attention_2"] == pytest.approx(out["sdpa"], rel=1e-2)
+    assert out["flash_attention_2_grad_device"] == "npu:0"
+    assert [op for op, _ in out["routes"]] == ["npu::npu_fusion_attention.default",
+                                               "npu::npu_fusion_attention_grad.default"]
+    assert {route for _, route in out["routes"]} == {"kernel"}

@@ -78,10 +78,13 @@ class EmulatedPlugin:
         module.__path__ = []
         setattr(module, self.device_type, getattr(torch, self.device_type))
         if self.ops_module:
+            # the vendor's fused ops (torch_npu.npu_rms_norm, ...) and the Tensor methods the plugin adds
+            # (x.npu_format_cast(...)), as importing the real plugin gives them
             ops = importlib.import_module(f"{__package__}.{self.ops_module}")
-            ops.register()
-            for name in ops.FUSED_OPS:
-                setattr(module, name, getattr(ops, name))
+            ops.attach(module)
+            for name, method in getattr(ops, "TENSOR_METHODS", {}).items():
+                if not hasattr(torch.Tensor, name):
+                    setattr(torch.Tensor, name, method)
 
     def _migrate(self, module: types.ModuleType) -> None:
         from ...migrate.alias import active, cuda_alias
