@@ -43,26 +43,27 @@ def _route(data: dict, op: str) -> str:
 
 
 def test_an_op_ascend_added_in_2_7(shift):
-    # Ascend registers bitwise_left_shift.Tensor_out from torch_npu 2.7 (op-plugin's [v2.7, newest])
+    # Ascend registers bitwise_left_shift.Tensor_out in the torch_npu 2.7 line and from 2.9 (the wheels
+    # 2.7.1.post11 and 2.9.0.post9 have it, 2.8.0.post5 not)
     old = coverage(load_model(shift), "npu", plugin_version="2.5").data
     # torch_npu's own CPU fallback runs it there (through the out= overload its forwarder calls)
     assert _route(old, SHIFT) == "fallback"
     assert old["plugin"]["version"] == "2.5" and old["plugin"]["plugin"] == "torch_npu"
     assert old["plugin"]["changes"] == [
-        {"op": SHIFT, "change": "native from 2.7 (through aten::bitwise_left_shift.Tensor_out)"}]
+        {"op": SHIFT, "change": "native in 2.7, 2.9-2.14 (not in 2.5) (through aten::bitwise_left_shift.Tensor_out)"}]
     new = coverage(load_model(shift), "npu", plugin_version="2.7").data
     assert _route(new, SHIFT) == "native"
     newest = coverage(load_model(shift), "npu").data  # torch_npu not installed: the newest line
-    assert newest["plugin"]["version"] == "2.15" and "not installed" in newest["plugin"]["why"]
-    assert any("vendor op table" in note and "Ascend/op-plugin@" in note for note in newest["notes"])
+    assert newest["plugin"]["version"] == "2.14" and "not installed" in newest["plugin"]["why"]
+    assert any("vendor op table" in note and "pypi:torch-npu==2.14.0 " in note for note in newest["notes"])
 
 
 def test_cli_spelling_and_report(shift, tmp_path, capsys):
     out = tmp_path / "c.json"
     assert main(["coverage", shift, "--device", "npu", "--plugin-version", "2.5", "--json", str(out)]) == 0
-    assert "native from 2.7" in capsys.readouterr().out
+    assert "native in 2.7, 2.9-2.14" in capsys.readouterr().out
     data = json.loads(out.read_text(encoding="utf-8"))
-    assert data["plugin"]["changes"][0]["change"].startswith("native from 2.7")
+    assert data["plugin"]["changes"][0]["change"].startswith("native in 2.7, 2.9-2.14")
 
 
 def test_plugin_version_on_a_chip_without_a_table(shift):
