@@ -88,10 +88,10 @@ def _discover() -> dict[str, Description]:
         ready = [w for w in waiting if w[5]["extends"] in found and
                  (w[5]["extends"] not in names or w[5]["extends"] == w[5].get("name"))]
         if not ready:  # the rest extend unknown names, or each other in a loop
-            for index, origin, path, builtin, text, raw in waiting:
+            for _, _, path, builtin, text, raw in waiting:
                 if raw["extends"] not in found and raw["extends"] not in names:
                     parse(text, str(path), builtin=builtin, bases=found)  # raises the "did you mean" error
-            index, origin, path, builtin, text, raw = waiting[0]
+            *_, path, _, _, raw = waiting[0]
             raise DescriptionError(f"extends '{raw['extends']}', which extends this file back (directly or "
                                    f"through others): {', '.join(sorted(map(str, names)))}", path=str(path), key="extends")
         for item in ready:
