@@ -22,21 +22,60 @@ import random
 import re
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 try:  # Python 3.11+
     import re._parser as sre_parse  # type: ignore[import-not-found]
     from re._constants import (  # type: ignore[import-not-found]
-        ANY, AT, BRANCH, CATEGORY, CATEGORY_DIGIT, CATEGORY_NOT_DIGIT, CATEGORY_NOT_SPACE, CATEGORY_NOT_WORD,
-        CATEGORY_SPACE, CATEGORY_WORD, IN, LITERAL, MAX_REPEAT, MIN_REPEAT, NEGATE, NOT_LITERAL, RANGE,
-        SUBPATTERN, ASSERT, ASSERT_NOT, GROUPREF)
+        ANY,
+        ASSERT,
+        ASSERT_NOT,
+        AT,
+        BRANCH,
+        CATEGORY,
+        CATEGORY_DIGIT,
+        CATEGORY_NOT_DIGIT,
+        CATEGORY_NOT_SPACE,
+        CATEGORY_NOT_WORD,
+        CATEGORY_SPACE,
+        CATEGORY_WORD,
+        GROUPREF,
+        IN,
+        LITERAL,
+        MAX_REPEAT,
+        MIN_REPEAT,
+        NEGATE,
+        NOT_LITERAL,
+        RANGE,
+        SUBPATTERN,
+    )
 except ImportError:  # pragma: no cover
     import sre_parse  # type: ignore[no-redef]
     from sre_constants import (  # type: ignore[no-redef]
-        ANY, AT, BRANCH, CATEGORY, CATEGORY_DIGIT, CATEGORY_NOT_DIGIT, CATEGORY_NOT_SPACE, CATEGORY_NOT_WORD,
-        CATEGORY_SPACE, CATEGORY_WORD, IN, LITERAL, MAX_REPEAT, MIN_REPEAT, NEGATE, NOT_LITERAL, RANGE,
-        SUBPATTERN, ASSERT, ASSERT_NOT, GROUPREF)
+        ANY,
+        ASSERT,
+        ASSERT_NOT,
+        AT,
+        BRANCH,
+        CATEGORY,
+        CATEGORY_DIGIT,
+        CATEGORY_NOT_DIGIT,
+        CATEGORY_NOT_SPACE,
+        CATEGORY_NOT_WORD,
+        CATEGORY_SPACE,
+        CATEGORY_WORD,
+        GROUPREF,
+        IN,
+        LITERAL,
+        MAX_REPEAT,
+        MIN_REPEAT,
+        NEGATE,
+        NOT_LITERAL,
+        RANGE,
+        SUBPATTERN,
+    )
 
 DEFAULT_REPO = "/work/.mirror/gitleaks+gitleaks/repo"
 FIXTURE = Path(__file__).resolve().parents[1] / "tests" / "cli" / "data" / "gitleaks_examples.txt"
@@ -307,17 +346,21 @@ def extract(repo: str, per_rule: int = 3) -> tuple[str, list[tuple[str, str, str
 
 
 def _secret(pattern: re.Pattern[str] | None, rule: dict, text: str) -> str | None:
+    """What the rule captures as the secret: its secretGroup, else its first non-empty group (as
+    gitleaks), else the whole match; without the quotes around it and the `key:` in front of it (the
+    kubernetes rule's group holds the pair)."""
     if pattern is None:
         return None
     match = pattern.search(text)
     if not match:
         return None
-    group = rule.get("secretGroup") or (1 if pattern.groups else 0)
-    try:
-        found = match.group(group) or ""
-    except IndexError:
-        found = ""
-    return found if len(found) >= 8 else match.group(0)  # a repeated group's last part is not the secret
+    if rule.get("secretGroup"):
+        found = match.group(rule["secretGroup"]) or ""
+    else:
+        found = next((g for g in match.groups() if g), "")
+    found = found if len(found) >= 8 else match.group(0)  # a repeated group's last part is not the secret
+    found = re.sub(r"^[\w.-]+:\s+", "", found.strip()) if re.match(r"^[\w.-]+:\s+\S+$", found.strip()) else found
+    return found.strip().strip("\"'")
 
 
 def main(argv: list[str] | None = None) -> int:

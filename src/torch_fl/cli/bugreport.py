@@ -30,7 +30,7 @@ from ..analysis import doctor
 from ..description import registry
 from ..errors import TorchFLError
 from . import positive_int
-from .redact import REDACTED, SECRET_WORDS, USER, is_secret, redact, redact_value, secret_name
+from .redact import REDACTED, SECRET_WORDS, USER, is_secret, redact, redact_value, secret_name, secret_values
 
 __all__ = ["REDACTED", "SECRET_WORDS", "USER", "build_report", "is_secret", "redact", "relevant_env",
            "secret_name"]
@@ -44,10 +44,12 @@ _FIXED_VARS = ("LD_LIBRARY_PATH", "PYTHONPATH")
 def relevant_env(environ: Mapping[str, str], visible_env: str = "") -> dict[str, str]:
     """FL_* plus the variables of every device stack torch-fl knows, values of secrets redacted (by name,
     and by the shape of the value: FL_CONFIG=https://host/c.toml?token=... is still a token)."""
+    return {name: redact_value(name, environ[name]) for name in _relevant_names(environ, visible_env)}
+
+
+def _relevant_names(environ: Mapping[str, str], visible_env: str = "") -> list[str]:
     prefixes = ("FL_", *_stack_prefixes())
-    names = sorted(name for name in environ
-                   if name.startswith(prefixes) or name in (*_FIXED_VARS, visible_env))
-    return {name: redact_value(name, environ[name]) for name in names}
+    return sorted(name for name in environ if name.startswith(prefixes) or name in (*_FIXED_VARS, visible_env))
 
 
 def _stack_prefixes() -> tuple[str, ...]:
@@ -96,7 +98,12 @@ def build_report(log: Path | None, lines: int, environ: Mapping[str, str] | None
         + _fence("import torch\nimport torch_fl\n\ndev = torch.fl.device()\n"
                  "# ... the few lines that fail ...", "python"),
     ]
-    return redact("\n\n".join(sections) + "\n", environ)
+    # One value redacted everywhere: a secret in a listed variable (FL_DEVICE=<a token> by mistake) is
+    # also the device line and doctor's problem text, so the secret parts of every listed value are
+    # replaced wherever they occur, with every secret the text rules find anywhere in the report.
+    known = set().union(*(secret_values(name, environ[name])
+                          for name in _relevant_names(environ, data["visible_devices"]["env"])))
+    return redact("\n\n".join(sections) + "\n", environ, known=known)
 
 
 def _environment(data: dict[str, Any], environ: Mapping[str, str]) -> str:

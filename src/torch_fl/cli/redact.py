@@ -24,7 +24,7 @@ import getpass
 import math
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH")
 REDACTED = "<redacted>"
@@ -49,39 +49,124 @@ _SECRET_PARAMS = frozenset({"token", "sig", "signature", "key", "secret", "passw
                             "client_secret", "x-amz-signature", "x-amz-security-token", "x-amz-credential",
                             "x-goog-signature", "x-goog-credential", "sv", "se", "sp"})
 _NAME = r"[A-Za-z_][\w.-]*"
-_SEP = r"\s*[:=：＝]\s*"  # full-width colon and equals sign too (CJK input methods type them)
-_VALUE = r"(\"[^\"]*\"|'[^']*'|[^\s,;}\]]+)"
+_SEP = r"[ \t]*[:=：＝][ \t]*"  # full-width colon and equals sign too (CJK input methods type them)
+_VALUE = r"(\"[^\"]*\"|'[^']*'|[^\s,;}\]\"']+)"
 _ASSIGNMENT = re.compile(rf"(?<![\w.-])({_NAME})[=＝](\"[^\"]*\"|'[^']*'|[^\s;&]+)")
 _KEY_VALUE = re.compile(rf"([\"']?)(?<![\w.-])({_NAME})\1({_SEP}){_VALUE}")
 # A strong name with an unquoted value: the rest of the line is the value ('password: correct horse').
 _PHRASE = re.compile(rf"([\"']?)(?<![\w.-])({_NAME})\1([ \t]*[:：=＝][ \t]*)(?![\"'\s])([^\n,;}}\]]+)")
 # 'password' in the languages of the chip vendors' users (Chinese, Japanese, Korean) and a few more
 _NATIVE_PASSWORD = re.compile(r"(?i)(密码|密碼|口令|パスワード|비밀번호|passwort|contraseña|mot de passe)"
-                              r"(\s*[:=：＝]\s*)[^\s,;]+")
+                              r"(\s*[:=：＝]\s*)([^\s,;]+)")
 _OPTION = re.compile(rf"(--{_NAME})(=|\s+){_VALUE}")
 _QUERY = re.compile(r"([?&;])([\w.-]+)=([^&;#\s'\"<>]+)")
 # scheme://user:password@host: the password may hold '@', '/' or quotes; ':digits/' is a port, not one.
 _URL_CREDENTIALS = re.compile(
     r"\b([a-zA-Z][\w+.-]*://)([^\s/:@'\"]*):(?!\d+(?:[/?#\s]|$))((?:\"[^\"]*\"|[^\s\"])+)"
     r"@(?=[\w\[][\w.\[\]-]*(?:[:/?#\s'\"]|$))")
-_PEM = re.compile(r"(-----BEGIN ([A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?)-----)(.*?)(-----END \2-----|\Z)", re.S)
-# (pattern, replacement) applied in order; each keeps enough context to show what was removed.
-_VALUE_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
-    (_PEM, rf"\1\n{REDACTED}\n\4"),
-    (_URL_CREDENTIALS, rf"\1{REDACTED}@"),
-    # Authorization: Bearer xyz / Authorization=Basic xyz / "Authorization": "token xyz"
-    (re.compile(r"(?i)(authorization[\"']?\s*[:=：]\s*[\"']?)(?:(bearer|basic|token|digest)\s+)?[^\s\"',}]+"),
-     rf"\1\2 {REDACTED}"),
-    (re.compile(r"(?i)\b(bearer)\s+[A-Za-z0-9._~+/=-]{8,}"), rf"\1 {REDACTED}"),
-    # JSON Web Tokens: header.payload.signature, each base64url; the header always starts eyJ ('{"')
-    (re.compile(r"\beyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*"), REDACTED),
-    (re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{16,}|github_pat_\w{20,}|hf_[A-Za-z0-9]{16,}|sk-[A-Za-z0-9_-]{16,}"
-                r"|(?:AKIA|ASIA)[0-9A-Z]{16}|xox[abposr]-[A-Za-z0-9-]{10,}|glpat-[\w-]{16,}"
-                r"|[sr]k_(?:live|test)_[A-Za-z0-9]{10,}|AIza[0-9A-Za-z_-]{30,}|pypi-[A-Za-z0-9_-]{40,}"
-                r"|npm_[A-Za-z0-9]{30,})"), REDACTED),
-    # Azure connection strings: AccountKey=...; SharedAccessKey=...; SharedAccessSignature=...
-    (re.compile(r"(?i)\b(AccountKey|SharedAccessKey|SharedAccessSignature)\s*=\s*[^;\s'\"]+"), rf"\1={REDACTED}"),
+# Vendors' published token formats. Cross-checked against gitleaks' rules (config/gitleaks.toml,
+# https://github.com/gitleaks/gitleaks, MIT): every format there with a prefix or shape of its own is
+# here, a little looser where a vendor's lengths vary; formats that are only "32 random characters
+# after the vendor's name" are found by the key-name rules below instead. Each entry: (vendor, regex of
+# the secret alone; context that stays, such as a webhook's host, is a lookbehind).
+VENDOR_FORMATS: tuple[tuple[str, str], ...] = (
+    ("1Password", r"A3-[A-Z0-9]{6}-(?:[A-Z0-9]{11}|[A-Z0-9]{6}-[A-Z0-9]{5})-[A-Z0-9]{5}-[A-Z0-9]{5}-[A-Z0-9]{5}"
+                  r"|ops_eyJ[A-Za-z0-9+/]{100,}={0,3}"),
+    ("Adobe", r"p8e-[A-Za-z0-9]{32}"),
+    ("age", r"AGE-SECRET-KEY-1[0-9A-Z]{58}"),
+    ("Airtable", r"pat[A-Za-z0-9]{14}\.[a-f0-9]{64}"),
+    ("Alibaba", r"LTAI[A-Za-z0-9]{20}"),
+    ("Anthropic, OpenAI", r"sk-[A-Za-z0-9_-]{16,}"),
+    ("Artifactory", r"AKCp[A-Za-z0-9]{69}|cmVmd[A-Za-z0-9]{59}"),
+    ("Atlassian", r"ATATT3[A-Za-z0-9_=-]{100,}|ATCTT3[A-Za-z0-9_=-]{100,}"),
+    ("Authress", r"(?:sc|ext|scauth|authress)_[A-Za-z0-9]{5,30}\.[A-Za-z0-9]{4,6}\.acc[_-][A-Za-z0-9-]{10,32}"
+                 r"\.[A-Za-z0-9+/_=-]{30,120}"),
+    ("AWS", r"(?:A3T[A-Z0-9]|AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}|ABSK[A-Za-z0-9+/]{100,}={0,2}"
+            r"|bedrock-api-key-[A-Za-z0-9+/=]{20,}"),
+    ("Azure AD", r"[A-Za-z0-9_~.]{3}\dQ~[A-Za-z0-9_~.-]{31,34}"),
+    ("ClickHouse", r"4b1d[A-Za-z0-9]{38}"),
+    ("Clojars", r"CLOJARS_[A-Za-z0-9]{60}"),
+    ("Cloudflare", r"v1\.0-[a-f0-9]{24}-[a-f0-9]{146}"),
+    ("Contentful", r"CFPAT-[\w-]{43}"),
+    ("Databricks", r"dapi[a-f0-9]{32}(?:-\d)?"),
+    ("Defined Networking", r"dnkey-[\w=-]{26}-[\w=-]{52}"),
+    ("DigitalOcean", r"do[opr]_v1_[a-f0-9]{64}"),
+    ("Doppler", r"dp\.(?:pt|st|sa|ct|scim|audit)\.[A-Za-z0-9]{40,44}"),
+    ("Dropbox", r"sl\.[A-Za-z0-9_=-]{130,}"),
+    ("Duffel", r"duffel_(?:test|live)_[A-Za-z0-9_=-]{43}"),
+    ("Dynatrace", r"dt0c01\.[A-Za-z0-9]{24}\.[A-Za-z0-9]{64}"),
+    ("EasyPost", r"EZ[AT]K[A-Za-z0-9]{54}"),
+    ("Facebook", r"EAA[MC][A-Za-z0-9]{100,}|\d{15,16}(?:\||%7C)[0-9A-Za-z_-]{27,40}"),
+    ("Flutterwave", r"FLW(?:SECK|PUBK)_TEST-[A-Za-z0-9]{12,32}(?:-X)?"),
+    ("Fly.io", r"fo1_[\w-]{43}|fm[12][ar]?_[A-Za-z0-9+/]{100,}={0,3}"),
+    ("Frame.io", r"fio-u-[A-Za-z0-9_=-]{64}"),
+    ("GitHub", r"gh[pousr]_[A-Za-z0-9]{16,}|github_pat_\w{20,}"),
+    ("GitLab", r"gl(?:pat|dt|ffct|ft|imt|agent|oas|ptt|rt|soat|cbt)-[\w.-]{16,}|GR1348941[\w-]{20}"
+               r"|(?<=_gitlab_session=)[0-9a-z]{32}"),
+    ("Google", r"AIza[\w-]{30,}|ya29\.[\w-]{20,}|GOCSPX-[\w-]{28}"),
+    ("Grafana", r"glsa_[A-Za-z0-9]{32}_[A-Fa-f0-9]{8}|glc_[A-Za-z0-9+/]{32,}={0,3}|eyJrIjoi[A-Za-z0-9]{50,}={0,3}"),
+    ("Harness", r"(?:pat|sat)\.[\w-]{22}\.[A-Za-z0-9]{24}\.[A-Za-z0-9]{20}"),
+    ("HashiCorp", r"[A-Za-z0-9]{14}\.atlasv1\.[\w=-]{60,70}|hv[sb]\.[\w-]{90,300}|s\.(?=[A-Za-z]*\d)[A-Za-z0-9]{24}"),
+    ("Heroku", r"HRKU-[\w-]{58,60}"),
+    ("Hugging Face", r"hf_[A-Za-z0-9]{16,}|api_org_[A-Za-z0-9]{30,}"),
+    ("Infracost", r"ico-[A-Za-z0-9]{32}"),
+    ("Intra 42", r"s-s4t2(?:ud|af)-[a-f0-9]{64}"),
+    ("JWT", r"eyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*"
+            r"|ey[A-Za-z0-9]{17,}\.ey[A-Za-z0-9/\\_-]{17,}\.(?:[A-Za-z0-9/\\_-]{10,}={0,2})?"),
+    ("Linear", r"lin_(?:api|oauth)_[A-Za-z0-9]{40}"),
+    ("Mailchimp", r"[0-9a-f]{32}-us\d{1,2}"),
+    ("Mailgun", r"(?:pub)?key-[0-9a-f]{32}"),
+    ("Mapbox", r"[ps]k\.eyJ[\w.-]{20,}"),
+    ("MaxMind", r"[A-Za-z0-9]{6}_[A-Za-z0-9]{29}_mmk"),
+    ("Microsoft Teams", r"(?<=\.webhook\.office\.com/)webhookb2/[^\s'\"<>]+"),
+    ("New Relic", r"NR(?:AK|JS|II)-[A-Za-z0-9-]{19,32}"),
+    ("Notion", r"ntn_[0-9]{11}[A-Za-z0-9]{35}"),
+    ("npm", r"npm_[A-Za-z0-9]{30,}"),
+    ("Octopus Deploy", r"API-[A-Z0-9]{26}"),
+    ("OpenShift", r"sha256~[\w-]{43}"),
+    ("Perplexity", r"pplx-[A-Za-z0-9]{48}"),
+    ("Plaid", r"access-(?:sandbox|development|production)-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"),
+    ("PlanetScale", r"pscale_(?:tkn|oauth|pw)_[\w=.-]{32,64}"),
+    ("Postman", r"PMAK-[A-Fa-f0-9]{24}-[A-Fa-f0-9]{34}"),
+    ("Prefect", r"pnu_[A-Za-z0-9]{36}"),
+    ("Pulumi", r"pul-[a-f0-9]{40}"),
+    ("PyPI", r"pypi-[A-Za-z0-9_-]{40,}"),
+    ("ReadMe", r"rdme_[a-z0-9]{70}"),
+    ("RubyGems", r"rubygems_[a-f0-9]{48}"),
+    ("Scalingo", r"tk-us-[\w-]{48}"),
+    ("SendGrid", r"SG\.[\w=.-]{60,}|SG\.[\w-]{16,32}\.[\w-]{16,64}"),
+    ("Sendinblue", r"xkeysib-[a-f0-9]{64}-[A-Za-z0-9]{16}"),
+    ("Sentry", r"sntry[us]_[A-Za-z0-9+/=_]{40,}"),
+    ("SettleMint", r"sm_[aps]at_[A-Za-z0-9]{16}"),
+    ("Shippo", r"shippo_(?:live|test)_[A-Fa-f0-9]{40}"),
+    ("Shopify", r"shp(?:at|ca|pa|ss)_[A-Fa-f0-9]{32}"),
+    ("Slack", r"xox[a-z](?:\.xox[a-z])?-[0-9A-Za-z-]{8,}|xapp-\d-[A-Za-z0-9-]{10,}"
+              r"|(?<=hooks\.slack\.com/)(?:services|workflows|triggers)/[A-Za-z0-9+/]{20,}"),
+    ("Sonar", r"sq[uap]_[A-Za-z0-9]{40}"),
+    ("Sourcegraph", r"sgp_(?:[A-Fa-f0-9]{16}|local)_[A-Fa-f0-9]{40}|sgp_[A-Fa-f0-9]{40}"),
+    ("Square", r"(?:EAAA|sq0atp-|sq0csp-)[\w-]{22,60}"),
+    ("Stripe", r"[sr]k_(?:live|test|prod)_[A-Za-z0-9]{10,99}"),
+    ("Telegram", r"\d{5,16}:A[\w-]{34}"),
+    ("Twilio", r"SK[0-9a-fA-F]{32}"),
+    ("Twitter", r"A{22}[A-Za-z0-9%]{80,100}"),
+    ("Typeform", r"tfp_[\w.=-]{40,}"),
+    ("Yandex", r"AQVN[\w-]{35,38}|t1\.[\w-]+={0,2}\.[\w-]{86}={0,2}|YC[\w-]{38}"),
 )
+_VENDOR = re.compile("|".join(f"(?:{regex})" for _, regex in VENDOR_FORMATS))
+# a match inside a longer word is none (a '/' may sit either side: tokens are path segments too)
+_VENDOR_TOKEN = re.compile(rf"(?<![\w+~.\-])(?:{_VENDOR.pattern})(?![\w+=~\-])")
+_PEM = re.compile(r"(-----BEGIN ([A-Z0-9 _-]*PRIVATE KEY(?: BLOCK)?)-----)(.*?)(-----END \2-----|\Z)", re.S)
+_AUTHORIZATION = re.compile(r"(?i)(authorization[\"']?\s*[:=：]\s*[\"']?)(?:(bearer|basic|token|digest)\s+)?"
+                            r"([^\s\"',}]+)")
+_BEARER = re.compile(r"(?i)\b(bearer)\s+([A-Za-z0-9._~+/=-]{8,})")
+_AZURE = re.compile(r"(?i)\b(AccountKey|SharedAccessKey|SharedAccessSignature)\s*=\s*([^;\s'\"]+)")
+_CURL_USER = re.compile(r"(\s(?:-u|--user)[= ]\s*)([\"']?)([^\s\"':]*):([^\s\"']+)\2")
+# scheme://TOKEN@host (a token as the user: `git clone https://ghp_...@github.com/...`)
+_URL_USER = re.compile(r"\b([a-zA-Z][\w+.-]*://)([^\s/:@'\"]+)@(?=[\w\[][\w.\[\]-]*(?:[:/?#\s'\"]|$))")
+_URL_PATH = re.compile(r"\b([a-zA-Z][\w+.-]*://[^\s/'\"<>]+)(/[^\s?#'\"<>]*)")
+# os.environ["X_TOKEN"] = "v", config['api_key'] = 'v'; setdefault("X_TOKEN", "v"), setProperty(...)
+_SUBSCRIPT = re.compile(rf"(\[\s*)([\"'])({_NAME})\2(\s*\]\s*=\s*){_VALUE}")
+_CALL_PAIR = re.compile(rf"(\(\s*)([\"'])({_NAME})\2(\s*,\s*){_VALUE}")
 # Generic account names: replacing them as words would mangle ordinary text ('root' of a tree).
 _GENERIC_USERS = frozenset({"root", "user", "admin", "ubuntu", "runner", "nobody"})
 # detect-secrets plugins that look for a vendor's token shape (not entropy, not keywords).
@@ -127,6 +212,187 @@ def _keep_value(value: str) -> bool:
     return value.strip("\"'").startswith(("$", "{", "<", "%"))
 
 
+def _code_like(value: str) -> bool:
+    """A value that is code, not a literal: a call, an index, a constant, a dotted name (self.eod_token),
+    a variable named for a secret (`= aws_secret_access_key`: where it comes from, not what it is)."""
+    quoted = value[:1] in "\"'`"
+    v = value.strip("\"'`").rstrip(",;")
+    if re.search(r"[()\[\]{}<>]", v) or v.startswith("=") or v.lower() in _CONSTANTS:
+        return True
+    if re.fullmatch(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+", v) and _wordy(v):
+        return True
+    return (not quoted and re.fullmatch(r"[a-z_][a-z0-9_]*|[A-Za-z]+_\w+", v) is not None
+            and _name_kind(v) > 0)
+
+
+_CONSTANTS = frozenset({"none", "null", "nil", "true", "false", "undefined", "yes", "no", "on", "off", "required",
+                        "optional", "str", "string", "bytes", "int", "secret", "token", "password", "changeme",
+                        "xxx", "***", "...", "redacted"})
+
+
+def _wordy(value: str) -> bool:
+    """Made of words and numbers (bert-base-uncased, model.layers.0.weight, input_ids), not of random
+    characters: every part between separators is letters, or digits, or 4 characters at most."""
+    parts = [p for p in re.split(r"[-_.:/~+]+", value) if p]
+    return all(p.isdigit() or len(p) <= 4 or (_WORD.fullmatch(p) and not _HEX.fullmatch(p)) for p in parts)
+
+
+# a word as people write them (lower, UPPER, Capitalised, camelCase), not random letters (yqDVtkqPECriaLRi);
+# 8+ hex digits are a number, not a word
+_WORD = re.compile(r"(?:[A-Z]?[a-z]+(?:[A-Z][a-z]+)*|[A-Z]+[a-z]*)\d*")
+_HEX = re.compile(r"[0-9a-f]{8,}")
+
+
+def _entropy(value: str) -> float:
+    counts = {c: value.count(c) for c in set(value)}
+    return -sum(n / len(value) * math.log2(n / len(value)) for n in counts.values())
+
+
+def credential_like(value: str) -> bool:
+    """A value with a credential's shape: 8+ characters without spaces, not code, not a path or URL,
+    not words and numbers alone (a slug, a dotted name), varied enough (entropy) to be random."""
+    v = value.strip("\"'`")
+    if not 8 <= len(v) <= 4096 or re.search(r"\s", v) or _code_like(v) or _keep_value(v):
+        return False
+    if "://" in v or v.startswith(("/", "./", "../", "~/", "-")):
+        return False
+    if re.fullmatch(r"[\d.:,eE+-]+", v) and not v.isdigit():  # a number, a version, a time
+        return False
+    if _PASSWORD_WORD.search(v):  # token: "TestSource-Password", a password however wordy
+        return True
+    if v.isdigit():
+        return len(v) >= 10
+    if v.isalpha():  # random letters in both cases, not a word (DeepLearningExamples)
+        return len(v) >= 16 and not _WORD.fullmatch(v) and _entropy(v) >= 3.5
+    if _wordy(v):
+        return False
+    return _entropy(v) >= 2.5
+
+
+# 'bearer' in prose ('HTTP bearer authorization'), not before a token
+_NOT_BEARER = frozenset({"authorization", "authentication", "token", "tokens", "auth", "header", "scheme"})
+_PASSWORD_WORD = re.compile(r"(?i)pass(?:word|wd)|secret")
+
+
+class _Found:
+    """The secret values one pass finds, to replace everywhere in the second."""
+
+    def __init__(self) -> None:
+        self.values: set[str] = set()
+
+    def hide(self, value: str) -> str:
+        value = value.strip().strip("\"'`").strip()
+        if len(value) >= _MIN_VERBATIM and REDACTED not in value:
+            self.values.add(value)
+        return REDACTED
+
+
+def _name_kind(name: str) -> int:
+    """2: a name whose value is a secret whatever it looks like (password, api_key, HF_TOKEN, SECRET_X);
+    1: a name whose value is a secret when it looks like one (token, x_key, adafruit_token, X-Vendor-Key,
+    ARROW_KEY_FLAG); 0: not a secret's name."""
+    words = _words(name)
+    if not words:
+        return 0
+    if name.isupper() or (name.upper() == name and any(c.isalpha() for c in name)):
+        if not is_secret(name):
+            return 0
+        upper = [w.upper() for w in words]
+        return 2 if upper[0] in SECRET_WORDS or upper[-1] in SECRET_WORDS or "".join(upper[-2:]) == "APIKEY" else 1
+    if secret_name(name):
+        return 2
+    if words[-1] in _WEAK_WORDS and (len(words) == 1 or words[-2] not in _NOT_SECRET):
+        return 1
+    return 0
+
+
+# The last word of a name that holds a secret when its value looks like one ...
+_WEAK_WORDS = frozenset({"token", "key", "secret", "password", "passwd", "pwd", "pass", "passphrase", "credential",
+                         "credentials", "creds", "auth", "apikey", "sig", "signature", "pat", "dsn", "cookie"})
+# ... unless the word before says it is another kind of key (sort_key, cache_key, cls_token, pad_token)
+_NOT_SECRET = frozenset({"cache", "sort", "primary", "foreign", "public", "pub", "hash", "lookup", "dict", "row",
+                         "col", "column", "partition", "group", "idx", "index", "map", "state", "cls", "sep", "pad",
+                         "mask", "eos", "bos", "unk", "special", "start", "end", "max", "min", "num", "next", "prev",
+                         "page", "cursor", "continuation", "sequence", "schema", "natural", "bucket", "object",
+                         "file", "path", "name", "input", "output", "label", "image", "text", "metric", "monitor",
+                         "config", "query", "value", "class", "position", "pos", "model", "layer", "param",
+                         "weight", "batch", "sample", "random", "rng", "prng", "seed", "event", "hot", "target",
+                         "source", "src", "tgt", "dataset", "module", "attr", "field", "type",
+                         "ssh", "gpg", "pgp", "dispatch", "eod", "sos", "img", "vision", "id"})
+
+
+def _redacts(name: str, value: str) -> bool:
+    if _keep_value(value):
+        return False
+    kind = _name_kind(name)
+    return (kind == 2 and not _code_like(value)) or (kind == 1 and credential_like(value))
+
+
+def _scan(text: str, found: _Found, detector: bool = True) -> str:
+    """Pass 1: every rule that looks at the text, each secret replaced where it was found and kept in
+    `found`."""
+    hide = found.hide
+    text = _PEM.sub(lambda m: f"{m.group(1)}\n{hide(m.group(3))}\n{m.group(4)}", text)
+    text = _URL_CREDENTIALS.sub(lambda m: f"{m.group(1)}{hide(m.group(3))}@", text)
+    text = _URL_USER.sub(lambda m: f"{m.group(1)}{hide(m.group(2))}@" if credential_like(m.group(2))
+                         or _VENDOR_TOKEN.fullmatch(m.group(2)) else m.group(0), text)
+    text = _AUTHORIZATION.sub(lambda m: m.group(0) if REDACTED in m.group(3) or _keep_value(m.group(3))
+                              or not re.search(r"[A-Za-z0-9]", m.group(3))
+                              else f"{m.group(1)}{m.group(2) or ''} {hide(m.group(3))}", text)
+    text = _BEARER.sub(lambda m: m.group(0) if m.group(2).lower() in _NOT_BEARER
+                       else f"{m.group(1)} {hide(m.group(2))}", text)
+    text = _VENDOR_TOKEN.sub(lambda m: hide(m.group(0)), text)
+    text = _AZURE.sub(lambda m: f"{m.group(1)}={hide(m.group(2))}" if re.search(r"[A-Za-z0-9]", m.group(2))
+                      else m.group(0), text)
+    text = _CURL_USER.sub(lambda m: f"{m.group(1)}{m.group(2)}{m.group(3)}:{hide(m.group(4))}{m.group(2)}", text)
+    if detector:
+        text = _detected(text, found)
+    text = _QUERY.sub(lambda m: _query(m, found), text)
+    text = _NATIVE_PASSWORD.sub(lambda m: f"{m.group(1)}{m.group(2)}{hide(m.group(3))}", text)
+    text = _PHRASE.sub(lambda m: f"{m.group(1)}{m.group(2)}{m.group(1)}{m.group(3)}{hide(m.group(4))}"
+                       if _strong(m.group(2)) and not _keep_value(m.group(4)) and REDACTED not in m.group(4)
+                       and not _code_like(m.group(4).strip()) else m.group(0), text)
+    text = _SUBSCRIPT.sub(lambda m: f"{m.group(1)}{m.group(2)}{m.group(3)}{m.group(2)}{m.group(4)}{hide(m.group(5))}"
+                          if _redacts(m.group(3), m.group(5)) else m.group(0), text)
+    text = _CALL_PAIR.sub(lambda m: f"{m.group(1)}{m.group(2)}{m.group(3)}{m.group(2)}{m.group(4)}{hide(m.group(5))}"
+                          if _redacts(m.group(3), m.group(5)) else m.group(0), text)
+    text = _ASSIGNMENT.sub(lambda m: f"{m.group(1)}={hide(m.group(2))}" if _redacts(m.group(1), m.group(2))
+                           else m.group(0), text)
+    text = _KEY_VALUE.sub(lambda m: f"{m.group(1)}{m.group(2)}{m.group(1)}{m.group(3)}{hide(m.group(4))}"
+                          if _redacts(m.group(2), m.group(4)) else m.group(0), text)
+    text = _OPTION.sub(lambda m: f"{m.group(1)}{m.group(2)}{hide(m.group(3))}" if _option_secret(m) else m.group(0),
+                       text)
+    return _URL_PATH.sub(lambda m: m.group(1) + _path(m.group(2), found), text)
+
+
+def _option_secret(m: re.Match[str]) -> bool:
+    name, value = m.group(1)[2:], m.group(3)
+    if name.lower() in _SECRET_OPTIONS:
+        return not _keep_value(value) and not _code_like(value)
+    return _redacts(name, value)
+
+
+def _path(path: str, found: _Found) -> str:
+    # a token as a path segment (webhooks, bot APIs): long, random, not a word, a slug or a commit hash
+    segments = path.split("/")
+    for i, seg in enumerate(segments):
+        if REDACTED in seg or len(seg) < 12 or not credential_like(seg) or _entropy(seg) < 3.0:
+            continue
+        if not (re.search(r"[0-9]", seg) and re.search(r"[A-Za-z]", seg)):  # names in paths have no digits
+            continue
+        if re.fullmatch(r"[0-9a-f]{7,64}", seg) and i and segments[i - 1] in _HASH_PARENTS:
+            continue
+        if re.search(r"\.[A-Za-z][A-Za-z0-9]{0,7}$", seg):  # a file name: weights.safetensors
+            continue
+        segments[i] = found.hide(seg)
+    return "/".join(segments)
+
+
+# URL folders whose next segment is a commit or a content hash, not a credential
+_HASH_PARENTS = frozenset({"commit", "commits", "blob", "tree", "raw", "resolve", "archive", "compare", "pull",
+                           "refs", "sha", "sha256", "blobs", "snapshots", "revision", "revisions"})
+
+
 @functools.cache
 def detectors() -> tuple[Callable[[str], object], ...]:
     """The detect-secrets plugins' analyze_string functions, or () when detect-secrets is not installed."""
@@ -141,58 +407,84 @@ def detectors() -> tuple[Callable[[str], object], ...]:
         return ()
 
 
-def _detected(text: str) -> str:
+def _detected(text: str, found: _Found) -> str:
     for analyze in detectors():
         for line in text.splitlines():
             try:
-                found = [str(s) for s in analyze(line)]  # type: ignore[operator]
+                secrets = [str(s) for s in analyze(line)]  # type: ignore[operator]
             except Exception:
                 continue
-            for secret in sorted(found, key=len, reverse=True):
+            for secret in sorted(secrets, key=len, reverse=True):
                 if len(secret) >= _MIN_DETECTED and REDACTED not in secret:
-                    text = text.replace(secret, REDACTED)
+                    text = text.replace(secret, found.hide(secret))
     return text
 
 
-def _query(match: re.Match[str]) -> str:
+def _query(match: re.Match[str], found: _Found) -> str:
     sep, name, value = match.groups()
-    if (name.lower() in _SECRET_PARAMS or secret_name(name)) and not _keep_value(value):
-        return f"{sep}{name}={REDACTED}"
+    if _keep_value(value) or REDACTED in value:
+        return match.group(0)
+    if name.lower() in _SECRET_PARAMS or _redacts(name, value):
+        return f"{sep}{name}={found.hide(value)}"
     return match.group(0)
 
 
+def _everywhere(text: str, values: Iterable[str]) -> str:
+    """Pass 2: each secret found anywhere replaced wherever else it occurs (longest first, so a value that
+    contains another goes whole; short ones only as whole words)."""
+    for value in sorted(set(values), key=len, reverse=True):
+        if len(value) < _MIN_VERBATIM or value not in text:
+            continue
+        if len(value) >= 12:
+            text = text.replace(value, REDACTED)
+        else:
+            text = re.sub(rf"(?<![\w-]){re.escape(value)}(?![\w-])", REDACTED, text)
+    return text
+
+
+def find_secrets(text: str, *, detector: bool = True) -> set[str]:
+    """The secret values in `text` (what `redact_shapes` replaces)."""
+    found = _Found()
+    _scan(text, found, detector)
+    return found.values
+
+
 def redact(text: str, environ: Mapping[str, str] | None = None, *, home: str | None = None,
-           user: str | None = None, detector: bool = True) -> str:
-    """`text` without secrets (by variable name and by value shape), home as ~ and the user as <user>.
-    `detector=False` leaves detect-secrets out (the floor alone)."""
+           user: str | None = None, detector: bool = True, known: Iterable[str] = ()) -> str:
+    """`text` without secrets, in two passes: every rule finds secrets (by name, by shape, in the
+    environment: values of secret-named variables and the secret parts of FL_* values), then each one
+    found is replaced wherever it occurs, also where no rule would see it (a token printed bare two
+    lines below its assignment). `known`: more values to replace everywhere. Home as ~, the user as
+    <user>. `detector=False` leaves detect-secrets out (the floor alone)."""
     environ = os.environ if environ is None else environ
-    text = redact_shapes(text, detector=detector)
-    secrets = sorted((v for k, v in environ.items() if is_secret(k) and len(v) >= _MIN_VERBATIM),
-                     key=len, reverse=True)  # longest first, so a value containing another goes whole
-    for value in secrets:
-        text = text.replace(value, REDACTED)
+    found = _Found()
+    text = _scan(text, found, detector)
+    secrets = set(found.values) | {v for v in known if v}
+    secrets |= {v for k, v in environ.items() if is_secret(k) and len(v) >= _MIN_VERBATIM}
+    for name, value in environ.items():
+        if name.startswith("FL_") and not is_secret(name):
+            secrets |= secret_values(name, value)
+    text = _everywhere(text, secrets)
     return _anonymise(text, home if home is not None else _home(environ),
                       user if user is not None else _user(environ))
 
 
 def redact_shapes(text: str, *, detector: bool = True) -> str:
-    """Every rule that looks at the text itself (not at the environment)."""
-    for pattern, replacement in _VALUE_PATTERNS:
-        text = pattern.sub(replacement, text)
-    if detector:
-        text = _detected(text)
-    text = _QUERY.sub(_query, text)
-    text = _NATIVE_PASSWORD.sub(rf"\1\2{REDACTED}", text)
-    text = _PHRASE.sub(lambda m: f"{m.group(1)}{m.group(2)}{m.group(1)}{m.group(3)}{REDACTED}"
-                       if _strong(m.group(2)) and not _keep_value(m.group(4)) and REDACTED not in m.group(4)
-                       else m.group(0), text)
-    text = _ASSIGNMENT.sub(lambda m: f"{m.group(1)}={REDACTED}" if secret_name(m.group(1))
-                           and not _keep_value(m.group(2)) else m.group(0), text)
-    text = _KEY_VALUE.sub(lambda m: f"{m.group(1)}{m.group(2)}{m.group(1)}{m.group(3)}{REDACTED}"
-                          if secret_name(m.group(2)) and not _keep_value(m.group(4)) else m.group(0), text)
-    return _OPTION.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}"
-                       if (secret_name(m.group(1)[2:]) or m.group(1)[2:].lower() in _SECRET_OPTIONS)
-                       and not _keep_value(m.group(3)) else m.group(0), text)
+    """Every rule that looks at the text itself (not at the environment), both passes."""
+    found = _Found()
+    text = _scan(text, found, detector)
+    return _everywhere(text, found.values)
+
+
+def secret_values(name: str, value: str) -> set[str]:
+    """The secrets in an environment variable: its whole value for a secret name or a key-like value,
+    else what the text rules find in it (the token of FL_CONFIG=https://host/c.toml?token=...)."""
+    if is_secret(name):
+        return {value} if value else set()
+    found = find_secrets(value)
+    if not found and _looks_like_key(value):
+        return {value}
+    return found
 
 
 def redact_value(name: str, value: str) -> str:
@@ -213,9 +505,7 @@ def _looks_like_key(value: str) -> bool:
         return False
     if not (re.search(r"[A-Za-z]", value) and re.search(r"[0-9]", value)):
         return False
-    counts = {c: value.count(c) for c in set(value)}
-    entropy = -sum(n / len(value) * math.log2(n / len(value)) for n in counts.values())
-    return entropy >= 4.0
+    return _entropy(value) >= 4.0
 
 
 def _home(environ: Mapping[str, str]) -> str:
