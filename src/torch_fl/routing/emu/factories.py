@@ -12,6 +12,7 @@ import torch
 from ...description.probe import canonical_op_name
 from ..router import first_dtype
 from ..table import Route
+from . import storage as _storage
 from .copies import _copy_
 from .slot import _no_device, backend_name, state
 from .tensor import _check_outputs, _first_device_tensor, _wrap
@@ -83,12 +84,13 @@ def _register_factories() -> None:
 
 
 def _pinning() -> Any:
-    """Pinned host memory for the emulated device is plain host memory. Once PrivateUse1 is the current
-    accelerator, DataLoader(pin_memory=True) pins for it, and PyTorch asks PrivateUse1's hooks for a
-    pinned allocator, which a Python backend cannot provide; these two CPU kernels answer for it and
-    leave every other device to PyTorch's own kernel."""
+    """Pinned host memory for the emulated device is plain host memory, recorded as pinned (storage.py:
+    ``is_pinned()`` is True for a pinned copy and its views, False for others). Once PrivateUse1 is the
+    current accelerator, DataLoader(pin_memory=True) pins for it, and PyTorch asks PrivateUse1's hooks
+    for a pinned allocator, which a Python backend cannot provide; these two CPU kernels answer for it
+    and leave every other device to PyTorch's own kernel."""
     library = torch.library.Library("aten", "IMPL")
-    for name, emulated in (("_pin_memory", lambda t: t.clone()), ("is_pinned", lambda t: False)):
+    for name, emulated in (("_pin_memory", _storage.pin), ("is_pinned", _storage.is_pinned)):
         original = torch.library.get_kernel(f"aten::{name}", "CPU")
 
         def kernel(keyset: Any, tensor: torch.Tensor, device: Any = None, *, _original: Any = original,

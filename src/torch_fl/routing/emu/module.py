@@ -3,6 +3,7 @@ dtypes, memory), the PrivateUse1 hooks and the device guard."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Any
 
@@ -95,6 +96,24 @@ class _BackendModule:
     @staticmethod
     def empty_cache() -> None:
         pass  # nothing is cached: freed device tensors return their host memory at once
+
+    # Streams (torch.distributed.checkpoint copies to the host on the device's current stream): work on
+    # the CPU is already ordered, so a stream is a handle whose waits are no-ops (vendor.Stream)
+    @staticmethod
+    def current_stream(device: Any = None) -> Any:
+        from .vendor import Stream
+
+        return Stream(device)
+
+    default_stream = current_stream
+
+    @staticmethod
+    def stream(stream: Any) -> Any:
+        return contextlib.nullcontext(stream)
+
+    @staticmethod
+    def set_stream(stream: Any) -> None:
+        pass
 
     class Event:
         """``torch.emu.Event``: the emulated device runs each op when it is called, so an event is

@@ -8,7 +8,20 @@ from typing import Any
 
 import torch
 
-from . import attention, autocast, dist, factories, generator, lazy, module, plugin, serialization, vendor
+from . import (
+    attention,
+    autocast,
+    dist,
+    factories,
+    generator,
+    lazy,
+    module,
+    moves,
+    plugin,
+    serialization,
+    storage,
+    vendor,
+)
 from .slot import backend_name, borrowed, device, state
 
 _lock = threading.Lock()
@@ -30,6 +43,8 @@ def ensure(count: int, chip: Any = None) -> None:
                                                     hook=module._make_hook(), device_guard=module._make_guard())
             factories._register_factories()
             serialization._register_serialization()
+            storage.install()  # torch.UntypedStorage(n, device=emu): host memory, not PrivateUse1's allocator
+            moves.install()  # module.to(emu) of parameters a live host autograd graph still holds
             generator._register_generator()
             lazy.register()
             attention.register()  # scaled_dot_product_attention's fused path where the chip has one

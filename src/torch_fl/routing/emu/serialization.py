@@ -1,5 +1,5 @@
-"""``torch.save`` / ``torch.load(map_location="emu")`` and storage calls (``set_``) on the emulated
-device."""
+"""``torch.save`` / ``torch.load`` (every map_location form) and storage calls (``set_``) on the
+emulated device; the device storages themselves are in storage.py."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Any
 import torch
 
 from .slot import _no_device, backend_name, device, state
+from .storage import device_storage, host_of, sync
 from .tensor import SPECIAL, EmuTensor, _mismatch
 
 aten = torch.ops.aten
@@ -35,33 +36,42 @@ def _device_storage(host: Any, where: torch.device) -> Any:
     torch._utils._rebuild_tensor then builds ``torch.empty(0, device=where).set_(storage, ...)``, which
     `_set_storage` turns into an EmuTensor over `host`."""
     host = getattr(host, "_untyped_storage", host)
+    host = host_of(host) or host  # (already a device storage: the host storage it stands for)
     if where.index is None:
         where = device(state.current)
     if where.index >= state.count:
         raise _no_device(where.index)
-    storage = torch._C._construct_storage_from_data_pointer(host.data_ptr(), where, host.nbytes())
-    storage._host = host
+    storage = device_storage(host, where)
     state.h2d_bytes += host.nbytes()
     state.h2d_calls += 1
     return storage
 
 
 def _set_storage(func: Any, args: tuple, kwargs: dict) -> Any:
+    """set_(tensor) and set_(storage, ...): the data takes the source's host data, and the wrapper its
+    sizes, strides, offset and device storage (the source's own: the two share it, as on a device)."""
     self = args[0]
     source = args[1]
     if isinstance(source, EmuTensor):
+        if source.device != self.device:
+            raise _mismatch(func, self.device, source.device)
         self._data.set_(source._data, *args[2:], **kwargs)
-        return self
+        return sync(self)
     if isinstance(source, torch.Tensor):
         raise _mismatch(func, self.device, source.device)
-    host = getattr(source, "_host", None)
+    source = getattr(source, "_untyped_storage", source)  # (a TypedStorage)
+    host = host_of(source)
     if host is None:
         if source.device.type != "cpu":
             raise _mismatch(func, self.device, source.device)
         raise RuntimeError(f"set_: {self.device} tensors cannot use a cpu storage; copy the data with "
                            f".to('{self.device}')")
+    if source.device != self.device:
+        raise RuntimeError(f'Attempted to set the storage of a tensor on device "{self.device}" to a storage '
+                           f'on different device "{source.device}".  This is no longer allowed; the devices '
+                           f'must match.')
     self._data.set_(host, *args[2:], **kwargs)
-    return self
+    return sync(self, source)
 
 
 for _op in (aten.set_.source_Storage, aten.set_.source_Storage_storage_offset, aten.set_.source_Tensor,
@@ -71,7 +81,7 @@ for _op in (aten.set_.source_Storage, aten.set_.source_Storage_storage_offset, a
 
 def _set_empty(func: Any, args: tuple, kwargs: dict) -> Any:
     args[0]._data.set_()
-    return args[0]
+    return sync(args[0])
 
 
 SPECIAL[aten.set_.default] = _set_empty

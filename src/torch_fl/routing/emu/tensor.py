@@ -30,6 +30,7 @@ from torch.utils._pytree import tree_map
 from ...description.probe import canonical_op_name
 from ..router import first_dtype
 from ..table import Route, dtype_name, foreign_output_dtype
+from . import storage as _storage
 from .memory import _allocated, _nbytes
 from .reference import REFERENCE
 from .slot import backend_name, device, state
@@ -134,14 +135,34 @@ class EmuTensor(torch.Tensor):
                             f"copy the tensor to host memory first.")
         return self.cpu().numpy()
 
+    # Storage (storage.py): the device storage over the held data, shared by every tensor of that data,
+    # made when asked for; data_ptr() is the host address of the data (stable while the tensor lives).
+    def untyped_storage(self) -> torch.UntypedStorage:
+        return _storage.untyped_storage(self)
+
+    def data_ptr(self) -> int:
+        return self._data.data_ptr()
+
+    def is_pinned(self, device: Any = None) -> bool:
+        return False  # (device memory is never pinned host memory)
+
     def __reduce_ex__(self, proto: Any) -> Any:
-        # A tensor of a storage-less PrivateUse1 backend: PyTorch saves its CPU copy and a location
-        # tag, and restores it with map_location honored (weights-only loading accepts both).
+        # As a tensor of a real device: its device storage (one per allocation, so views and tied
+        # weights stay shared in the file), offset, sizes and strides. torch.save copies the storage to
+        # the host and tags it 'emu:N'; torch.load restores it with every map_location form
+        # (serialization.py) and weights-only loading accepts it.
         if getattr(self, "_is_param", False):  # an nn.Parameter on the device (torch.save(model))
             return (torch._utils._rebuild_parameter,
                     (EmuTensor(self._data.detach(), self._index), self.requires_grad, collections.OrderedDict()))
-        return (torch._utils._rebuild_device_tensor_from_cpu_tensor,
-                (self._data.detach(), self.dtype, str(self.device), self.requires_grad))
+        if self.layout is not torch.strided or self.is_conj() or self.is_neg():
+            # sparse gradients, lazy complex bits: the CPU values and a location tag
+            return (torch._utils._rebuild_device_tensor_from_cpu_tensor,
+                    (_logical(self).detach().resolve_conj().resolve_neg(), self.dtype, str(self.device),
+                     self.requires_grad))
+        typed = torch.storage.TypedStorage(wrap_storage=self.untyped_storage(), dtype=self.dtype, _internal=True)
+        return (torch._utils._rebuild_tensor_v2,
+                (typed, self.storage_offset(), tuple(self.size()), self.stride(), self.requires_grad,
+                 collections.OrderedDict()))
 
     @classmethod
     def __torch_dispatch__(cls, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
@@ -353,12 +374,26 @@ def _written_argument(func: Any) -> tuple[int, str] | None:
     return None
 
 
+# resize_as_'s own kernel resizes through the backend (and so through the device's resize_)
+_RESIZES = {aten.resize_as_.default}
+
+
+def _out_arguments(func: Any) -> list[tuple[int, str]] | None:
+    """(position, name) of each out= argument of an op that returns several of them, else None."""
+    returns = func._schema.returns
+    if len(returns) < 2 or not all(r.alias_info is not None and r.alias_info.is_write for r in returns):
+        return None
+    outs = [(i, a.name) for i, a in enumerate(func._schema.arguments)
+            if a.alias_info is not None and a.alias_info.is_write]
+    return outs if len(outs) == len(returns) else None
+
+
 class _Plan:
     """What the dispatch needs to know about one op, found once: the hot path then makes a single dict
     lookup keyed by the op's id (an OpOverload's own __hash__ is Python code, ~0.5 us a call)."""
 
-    __slots__ = ("call", "fast", "func", "kernel", "lists", "metadata", "name", "routes", "routes_of", "special", "view",
-                 "written")
+    __slots__ = ("call", "fast", "func", "kernel", "lists", "metadata", "name", "outs", "resizes", "routes",
+                 "routes_of", "special", "view", "written")
 
     def __init__(self, func: Any) -> None:
         self.func = func  # (holds the op, so its id stays its own)
@@ -373,6 +408,10 @@ class _Plan:
         self.written = _written_argument(func)
         self.view = _is_view(func)
         self.metadata = torch.Tag.inplace_view in func.tags
+        # an in-place change of shape with no kernel that runs on a wrapper's metadata alone
+        self.resizes = self.metadata and (func in _RESIZES or not torch._C._dispatch_has_kernel_for_dispatch_key(
+            func.name(), "CompositeExplicitAutograd"))
+        self.outs = _out_arguments(func) if self.written is None else None
         # unwrap-run-wrap (or run and return the argument written) is all this op needs: no handler of
         # its own, no in-place change of shape
         self.fast = self.special is None and not self.metadata
@@ -468,11 +507,28 @@ def _finish(plan: _Plan, args: tuple, kwargs: dict, out: Any, index: int) -> Any
         position, name = written
         same = args[position] if position < len(args) else kwargs[name]
         if plan.metadata:
-            # transpose_, squeeze_, as_strided_...: the data changed shape in place, and so must the
-            # wrapper (PyTorch's own kernel of the op, run on the wrapper's metadata alone)
-            with no_dispatch():
-                plan.func(*args, **kwargs)
+            if plan.resizes:
+                # resize_, as_strided_ (no kernel that runs on metadata alone): the wrapper takes its
+                # data's sizes, strides, offset and storage
+                _storage.sync(same)
+            else:
+                # transpose_, squeeze_...: the data changed shape in place, and so must the wrapper
+                # (PyTorch's own kernel of the op, run on the wrapper's metadata alone)
+                with no_dispatch():
+                    plan.func(*args, **kwargs)
+        elif type(same) is EmuTensor and same.shape != same._data.shape:
+            _storage.sync(same)  # out=: resized by the kernel, as a real device resizes it
         return same
+    if plan.outs is not None:
+        # several out= arguments (max(dim, out=(values, indices)), sort, ...): each written (and resized
+        # where the kernel resized it), and returned itself
+        written = []
+        for position, name in plan.outs:
+            same = args[position] if position < len(args) else kwargs[name]
+            if type(same) is EmuTensor and same.shape != same._data.shape:
+                _storage.sync(same)
+            written.append(same)
+        return tuple(written)
     if isinstance(out, torch.Tensor) and out.dtype.is_complex:
         return _wrap_bits(plan.func, args, out, max(index, 0))
     if plan.view and torch.is_inference_mode_enabled():

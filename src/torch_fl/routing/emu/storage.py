@@ -1,0 +1,150 @@
+"""Storages of the emulated device: what ``untyped_storage()``, ``data_ptr()``, ``set_``, ``resize_``
+and pinned memory give the ecosystem (safetensors, ``save_pretrained``, ``torch.save``, DCP, DataLoader).
+
+An ``EmuTensor`` is made by ``_make_wrapper_subclass``, whose storage has no memory (PyTorch answers
+``untyped_storage().data_ptr()`` with "invalid python storage"). The device storage of a host storage
+is a storage on ``emu:N`` over the host memory (``_construct_storage_from_data_pointer``) that keeps the
+host storage alive (``_host``; PyTorch preserves a storage's Python object, and so its attributes, while
+the storage lives), one per host storage: views, tied weights and every wrapper of the same data share
+it, as tensors of one allocation share one storage on a real device.
+
+A wrapper gets its device storage when something asks (``untyped_storage()``, ``storage()``,
+``torch.save``) or when its shape changes in place (``resize_``, ``out=`` resizing, ``set_``,
+``as_strided_``): PyTorch's own CPU ``set_`` kernel then sets the wrapper's storage, sizes, strides and
+offset to those of its data. The common op never pays for it (the dispatch's fast path is unchanged).
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import torch
+
+from .slot import _no_device, backend_name, state
+
+# set_(storage, offset, size, stride) of PyTorch's CPU kernel: it only checks that storage and tensor are
+# on one device and sets the metadata, so it serves a wrapper on emu:N and a storage on emu:N alike
+_SET_KERNEL: Any = None
+_base_storage = torch._C.TensorBase.untyped_storage
+
+# host StorageImpl address -> weak reference of its device storage (the device storage keeps the host
+# storage, and so its address, alive: an entry whose storage lives is never stale)
+_device: dict[int, Any] = {}
+
+
+def device_storage(host: torch.UntypedStorage, where: torch.device) -> torch.UntypedStorage:
+    """The one device storage of `host` on `where` (made at the first call)."""
+    key = host._cdata
+    ref = _device.get(key)
+    found = ref() if ref is not None else None
+    if found is not None and found.data_ptr() == host.data_ptr() and found.nbytes() == host.nbytes() \
+            and found.device == where:
+        return found
+    # (a host storage resized in place has new memory: a new device storage describes it)
+    made = torch._C._construct_storage_from_data_pointer(host.data_ptr(), where, host.nbytes())
+    made._host = host
+    adopt(made, host)
+    return made
+
+
+def adopt(storage: torch.UntypedStorage, host: torch.UntypedStorage) -> None:
+    """Make `storage` (a device storage over `host`'s memory) the device storage of `host`."""
+    key = host._cdata
+
+    def dropped(ref: Any, key: int = key) -> None:
+        if _device.get(key) is ref:
+            del _device[key]
+
+    _device[key] = weakref.ref(storage, dropped)
+
+
+def host_of(storage: Any) -> torch.UntypedStorage | None:
+    """The host storage a device storage of the emulator stands for, else None."""
+    return getattr(storage, "_host", None)
+
+
+def sync(tensor: Any, storage: Any = None) -> Any:
+    """Give the wrapper `tensor` the device storage of its data (or `storage`, that device storage) and
+    its data's sizes, strides and offset (after the data changed shape or storage in place, or to expose
+    the storage). Returns `tensor`."""
+    data = tensor._data
+    if data.layout is not torch.strided or type(data) is not torch.Tensor:
+        return tensor
+    if storage is None:
+        storage = device_storage(data.untyped_storage(), tensor.device)
+    global _SET_KERNEL
+    if _SET_KERNEL is None:
+        _SET_KERNEL = torch.library.get_kernel("aten::set_.source_Storage_storage_offset", "CPU")
+    _SET_KERNEL.call_boxed(torch._C._dispatch_keys(tensor), tensor, storage, data.storage_offset(),
+                           list(data.size()), list(data.stride()))
+    return tensor
+
+
+def untyped_storage(tensor: Any) -> torch.UntypedStorage:
+    """``tensor.untyped_storage()`` of an EmuTensor: its device storage, shared with every tensor that
+    shares its data."""
+    data = tensor._data
+    if type(data) is not torch.Tensor:  # (a FakeTensor under torch.compile: the wrapper's own)
+        return _base_storage(tensor)
+    if data.layout is not torch.strided:
+        return data.untyped_storage()  # (raises as PyTorch does for a sparse tensor)
+    storage = device_storage(data.untyped_storage(), tensor.device)
+    if _base_storage(tensor)._cdata != storage._cdata:
+        sync(tensor, storage)
+    return storage
+
+
+# Pinned host memory ----------------------------------------------------------------------------------
+# host StorageImpl address -> weak reference of the pinned storage (a weak reference keeps the address of
+# its storage from being reused, so a live entry is always the storage it names)
+_pinned: dict[int, Any] = {}
+
+
+def pin(tensor: torch.Tensor) -> torch.Tensor:
+    """``pin_memory()`` for the emulated device: a host copy whose storage is recorded as pinned."""
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    pinned = tensor.clone(memory_format=torch.contiguous_format) if tensor.layout is torch.strided else \
+        tensor.clone()
+    if len(_pinned) > 256:
+        for key in [k for k, ref in _pinned.items() if ref.expired()]:
+            del _pinned[key]
+    if pinned.layout is torch.strided:
+        storage = pinned.untyped_storage()
+        _pinned[storage._cdata] = StorageWeakRef(storage)
+    return pinned
+
+
+def is_pinned(tensor: torch.Tensor) -> bool:
+    if tensor.layout is not torch.strided:
+        return False
+    ref = _pinned.get(tensor.untyped_storage()._cdata)
+    return ref is not None and not ref.expired()
+
+
+# torch.UntypedStorage(n, device="emu") -------------------------------------------------------------------
+_plain_new = torch._C.StorageBase.__new__
+
+
+def _new_storage(cls: Any, *args: Any, device: Any = None, **kwargs: Any) -> Any:
+    """A storage made on the emulated device (``storage.to("emu")``, ``storage.emu()``, a map_location
+    of ``lambda storage, loc: storage.to(device)``): host memory and its device storage. PyTorch would
+    ask PrivateUse1's allocator, which a Python backend has none of (the process would crash)."""
+    if device is not None:
+        where = torch.device(device) if not isinstance(device, int) else None
+        if where is not None and where.type == backend_name():
+            if where.index is None:
+                where = torch.device(where.type, state.current)
+            if where.index >= state.count:
+                raise _no_device(where.index)
+            host = _plain_new(torch.UntypedStorage, *args, **kwargs)
+            return device_storage(host, where)
+        kwargs["device"] = device
+    return _plain_new(cls, *args, **kwargs)
+
+
+def install() -> None:
+    """Storages made on the emulated device by PyTorch's own storage code (once per process)."""
+    if torch.UntypedStorage.__dict__.get("__new__") is None:
+        torch.UntypedStorage.__new__ = _new_storage  # type: ignore[method-assign]
