@@ -738,7 +738,12 @@ def _xpu_rows(vendor: Vendor, checkout):
     line = line_of(_torch_version().split("+", 1)[0])
     ref = co.ref or (f"release/{line}" if co.git_dir is not None else None)
     registered = registered_aten_ops()
-    entries = parse_native_functions(Path(listed.file), co.read(listed.file, ref))
+    try:
+        entries = parse_native_functions(Path(listed.file), co.read(listed.file, ref))
+    except FileNotFoundError as exc:  # torch-xpu-ops removed yaml/ in 2026-06 (release/2.14 has none)
+        sys.exit(f"{listed.repo} {ref or co.path} has no {listed.file} ({exc}): after pytorch/pytorch#181233 (torch 2.14) the XPU "
+                 "dispatch entries are in PyTorch's own native_functions.yaml; teach gen_op_tables.py to read "
+                 "them there alone")
     native = native_ops(entries, "XPU", registered, composites=False)
     sources = [f"{listed.repo}@{co.commit(ref)} ({ref or 'the checkout as given'}; torch {line}) {listed.file}: "
                f"{len(native)} ops; {listed.what}"]
