@@ -26,8 +26,19 @@ _local = threading.local()  # the move in progress: old parameter id -> (old, re
 
 
 def _busy(param: torch.Tensor) -> bool:
-    """A parameter torch.utils.swap_tensors would refuse (another C++ reference, or a weak one)."""
-    return param._use_count() > 1 or bool(weakref.getweakrefs(param))
+    """A parameter torch.utils.swap_tensors would refuse: another C++ reference than an existing
+    AccumulateGrad node (which a swap poisons, as PyTorch does), or a weak reference."""
+    if weakref.getweakrefs(param):
+        return True
+    count = param._use_count()
+    if count <= 1:
+        return False
+    if count > 2 or not param.is_leaf:
+        return True
+    node = torch.autograd.graph.get_gradient_edge(param).node  # (made here if none existed: then busy)
+    busy = param._use_count() != 2
+    del node
+    return busy
 
 
 def _apply(self: torch.nn.Module, fn: Any, recurse: bool = True) -> Any:
@@ -39,24 +50,33 @@ def _apply(self: torch.nn.Module, fn: Any, recurse: bool = True) -> Any:
         finally:
             _local.moves = None
     inner = fn.fn if isinstance(fn, _replaying) else fn
+    # Parameters on the device move by swapping too, off the device included (PyTorch would give each
+    # module a new Parameter, untying tied weights; a real device keeps them, by param.data = ...)
+    on_device = any(p is not None and is_traceable_wrapper_subclass(p) for p in self._parameters.values())
     # (each module's own parameters, checked when its _apply runs: nn.RNNBase drops its weak references
     # to them first)
     for key, param in list(self._parameters.items()):
-        if param is None or is_traceable_wrapper_subclass(param):
+        if param is None:
             continue
         entry = moves.get(id(param))
         if entry is None and _busy(param):
             with torch.no_grad():
                 moved = inner(param)
             replacement = None
-            if is_traceable_wrapper_subclass(moved):  # onto the device: swap a fresh Parameter instead
+            if on_device or is_traceable_wrapper_subclass(moved):  # a swap: of a fresh Parameter instead
                 replacement = torch.nn.Parameter(param.detach(), requires_grad=param.requires_grad)
                 if param.grad is not None:
                     replacement.grad = param.grad.detach()
             entry = moves[id(param)] = (param, replacement, moved)
         if entry is not None and entry[1] is not None:
             self._parameters[key] = entry[1]
-    return _original_apply(self, fn, recurse)
+    if not on_device or torch.__future__.get_swap_module_params_on_conversion():
+        return _original_apply(self, fn, recurse)
+    torch.__future__.set_swap_module_params_on_conversion(True)
+    try:
+        return _original_apply(self, fn, recurse)
+    finally:
+        torch.__future__.set_swap_module_params_on_conversion(False)
 
 
 class _replaying:

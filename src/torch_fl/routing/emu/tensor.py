@@ -392,8 +392,8 @@ class _Plan:
     """What the dispatch needs to know about one op, found once: the hot path then makes a single dict
     lookup keyed by the op's id (an OpOverload's own __hash__ is Python code, ~0.5 us a call)."""
 
-    __slots__ = ("call", "fast", "func", "kernel", "lists", "metadata", "name", "outs", "resizes", "routes",
-                 "routes_of", "special", "view", "written")
+    __slots__ = ("call", "fast", "func", "inherited", "kernel", "lists", "metadata", "name", "outs", "resizes",
+                 "routes", "routes_of", "special", "view", "written")
 
     def __init__(self, func: Any) -> None:
         self.func = func  # (holds the op, so its id stays its own)
@@ -409,6 +409,11 @@ class _Plan:
         self.view = _is_view(func)
         self.metadata = torch.Tag.inplace_view in func.tags
         # an in-place change of shape with no kernel that runs on a wrapper's metadata alone
+        composite = any(torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), key)
+                        for key in ("CompositeExplicitAutograd", "CompositeExplicitAutogradNonFunctional"))
+        # an in-place view every backend inherits (as_strided_, transpose_, unsqueeze_...: PyTorch's
+        # composite kernel, no chip kernel): never asked of the chip's route table
+        self.inherited = self.metadata and composite
         self.resizes = self.metadata and (func in _RESIZES or not torch._C._dispatch_has_kernel_for_dispatch_key(
             func.name(), "CompositeExplicitAutograd"))
         self.outs = _out_arguments(func) if self.written is None else None
@@ -451,7 +456,7 @@ def _dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
         return plan.special(func, args, kwargs)
     index, cargs, ckwargs = _unwrap(func, args, kwargs)
     router = state.router
-    if router is None:
+    if router is None or plan.inherited:
         return _finish(plan, args, kwargs, plan.kernel(*cargs, **ckwargs), index)
     first = args[0] if args else None
     dtype = dtype_name(first.dtype) if type(first) is EmuTensor else first_dtype(cargs, ckwargs)
