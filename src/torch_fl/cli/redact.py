@@ -1,20 +1,21 @@
 """Secrets out of text that users paste into public issues (``torchfl bugreport``).
 
-Two layers:
+Two passes: `_scan` runs every rule and keeps each secret it finds; `_everywhere` then replaces each one
+wherever it occurs (a token redacted in one line is not printed two lines below). The rules:
 
-1. **Our own patterns, the floor** (always on, no dependency): secret-named variables, keys, options and
-   query parameters; credentials in URLs (passwords with ``@``, ``/`` or quotes in them); ``Authorization``
-   headers and bearer tokens; JWTs; PEM private-key blocks; and the token shapes of the services ML code
-   talks to (GitHub, GitLab, Hugging Face, OpenAI, AWS, Slack, Stripe, Google, PyPI, Azure).
-2. **detect-secrets' pattern plugins** (``pip install torch-fl[redact]``), when installed: a maintained
-   list of vendor token shapes (Twilio, SendGrid, npm, Discord, Mailchimp, Telegram, Artifactory, ...).
-   Its entropy and keyword plugins are not used: they flag every sha256 and ``key=`` in ordinary ML logs.
+1. **Vendors' token formats** (`VENDOR_FORMATS`, always on, no dependency): every format with a prefix
+   or shape of its own, gitleaks' rules as the reference; JWTs; PEM private-key blocks.
+2. **detect-secrets' pattern plugins** (``pip install torch-fl[redact]``), when installed. Its entropy and
+   keyword plugins are not used: they flag every sha256 and ``key=`` in ordinary ML logs.
+3. **Names and shapes**: ``NAME=value``, ``os.environ["NAME"] = ...``, ``("NAME", value)`` pairs, key/value
+   pairs (JSON, YAML, INI, TOML, dicts, reprs, headers), ``--option value``, query parameters, URL
+   credentials, a token as a URL's user or path segment, ``Authorization``/``Bearer``, ``curl -u``. Strong
+   names (password, api_key, HF_TOKEN) always; weak ones (token, x_key, X-Vendor-Key) when the value has a
+   credential's shape (`credential_like`).
 
-Values of environment variables are also redacted by shape (`redact_value`): a token in a variable
-without a secret-like name (``FL_CONFIG=https://host/c.toml?token=...``) is still a token.
-
-Measured on public code (scripts/redact_false_positives.py) and the probe shapes of
-tests/cli/test_bugreport_probes.py.
+Values of environment variables are redacted by name and by shape (`redact_value`, `secret_values`).
+Measured by scripts/redact_leak_rate.py (gitleaks' examples in 20 shapes) and
+scripts/redact_false_positives.py (public code); docs/cli.md has the numbers.
 """
 
 from __future__ import annotations
@@ -208,8 +209,13 @@ def _strong(name: str) -> bool:
 
 
 def _keep_value(value: str) -> bool:
-    # references to secrets are not secrets: ${{ secrets.X }}, $TOKEN, {token}, <redacted>
-    return value.strip("\"'").startswith(("$", "{", "<", "%"))
+    # references to secrets are not secrets: ${{ secrets.X }}, $TOKEN, {token}, <redacted>; nor are the
+    # placeholders of docs and examples: "hf_...", "hf_***", "xxxx", "your-api-key", "my-secret"
+    v = value.strip("\"'")
+    return v.startswith(("$", "{", "<", "%")) or _PLACEHOLDER.search(v) is not None
+
+
+_PLACEHOLDER = re.compile(r"(?i)\.\.\.|\*\*\*|x{4,}|^(?:your|my)[-_]")
 
 
 def _code_like(value: str) -> bool:
@@ -217,7 +223,7 @@ def _code_like(value: str) -> bool:
     a variable named for a secret (`= aws_secret_access_key`: where it comes from, not what it is)."""
     quoted = value[:1] in "\"'`"
     v = value.strip("\"'`").rstrip(",;")
-    if re.search(r"[()\[\]{}<>]", v) or v.startswith("=") or v.lower() in _CONSTANTS:
+    if re.search(r"[()\[\]{}<>`]", v) or v.startswith("=") or v.lower() in _CONSTANTS or _ANNOTATION.match(v):
         return True
     if re.fullmatch(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+", v) and _wordy(v):
         return True
@@ -225,6 +231,9 @@ def _code_like(value: str) -> bool:
             and _name_kind(v) > 0)
 
 
+# a type annotation: `password: str | None = None`
+_ANNOTATION = re.compile(r"(?:str|bool|int|float|bytes|dict|list|tuple|set|Any|Optional|Union|None|Path)"
+                         r"(?:\s*[|=,]|\s*$)")
 _CONSTANTS = frozenset({"none", "null", "nil", "true", "false", "undefined", "yes", "no", "on", "off", "required",
                         "optional", "str", "string", "bytes", "int", "secret", "token", "password", "changeme",
                         "xxx", "***", "...", "redacted"})
@@ -251,7 +260,7 @@ def _entropy(value: str) -> float:
 def credential_like(value: str) -> bool:
     """A value with a credential's shape: 8+ characters without spaces, not code, not a path or URL,
     not words and numbers alone (a slug, a dotted name), varied enough (entropy) to be random."""
-    v = value.strip("\"'`")
+    v = value.strip("\"'`").rstrip(",;")
     if not 8 <= len(v) <= 4096 or re.search(r"\s", v) or _code_like(v) or _keep_value(v):
         return False
     if "://" in v or v.startswith(("/", "./", "../", "~/", "-")):
@@ -282,7 +291,9 @@ class _Found:
 
     def hide(self, value: str) -> str:
         value = value.strip().strip("\"'`").strip()
-        if len(value) >= _MIN_VERBATIM and REDACTED not in value:
+        # a phrase (`password: correct horse battery`) is replaced where it was found, not everywhere:
+        # words would reach too far
+        if len(value) >= _MIN_VERBATIM and REDACTED not in value and not re.search(r"\s", value):
             self.values.add(value)
         return REDACTED
 
@@ -325,6 +336,11 @@ def _redacts(name: str, value: str) -> bool:
     if _keep_value(value):
         return False
     kind = _name_kind(name)
+    if kind == 2 and name.isupper() and _words(name.lower())[-1] in ("key", "token"):
+        # KEY=VALUE in a usage text, _TOTAL_KEY = "Total": a plain word is a name, not a key
+        word = value.strip("\"'")
+        if word.isalpha() and len(word) <= 12 and word[0].isupper() and _WORD.fullmatch(word):
+            return False
     return (kind == 2 and not _code_like(value)) or (kind == 1 and credential_like(value))
 
 
