@@ -75,5 +75,37 @@ def _failure(value, exc):
     return f"{head}\n{cause}"
 
 
+class _EmulatedPluginFirst:
+    """Under ``FL_DEVICE=emu:NAME``: ``import torch_npu`` before ``import torch`` (as vendor code often starts).
+
+    Last on ``sys.meta_path``, so it is asked only for a name no other finder has (never over an installed
+    plugin): for a top-level ``torch_*`` name it imports torch, whose autoload hook registers the emulated chip
+    and its plugin's finder (torch_fl.routing.emu.plugin), and hands the name to that finder."""
+
+    _busy = False
+
+    def find_spec(self, fullname, path=None, target=None):
+        if path is not None or not fullname.startswith("torch_") or fullname.startswith("torch_fl") \
+                or self._busy or "torch" in sys.modules:
+            return None  # (with torch imported, the plugin's own finder, if any, is installed already)
+        type(self)._busy = True
+        try:
+            import torch  # noqa: F401  (registers the emulated chip: autoload below)
+        finally:
+            type(self)._busy = False
+        for finder in sys.meta_path:
+            if finder is not self and type(finder).__name__ == "EmulatedPlugin":
+                spec = finder.find_spec(fullname, path, target)
+                if spec is not None:
+                    return spec
+        return None
+
+
 if not any(isinstance(finder, _TorchFLAlias) for finder in sys.meta_path):
     sys.meta_path.append(_TorchFLAlias())
+
+import os as _os  # noqa: E402  (os is loaded at interpreter start already: free)
+
+if _os.environ.get("FL_DEVICE", "").strip().startswith("emu:") and \
+        not any(isinstance(finder, _EmulatedPluginFirst) for finder in sys.meta_path):
+    sys.meta_path.append(_EmulatedPluginFirst())

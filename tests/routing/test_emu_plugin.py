@@ -247,3 +247,40 @@ def test_transformers_npu_flash_attention_runs_on_the_vendor_fused_op():
     assert [op for op, _ in out["routes"]] == ["npu::npu_fusion_attention.default",
                                                "npu::npu_fusion_attention_grad.default"]
     assert {route for _, route in out["routes"]} == {"kernel"}
+
+
+PLUGIN_FIRST = r'''
+import json
+import torch_npu                      # before torch, as Ascend samples often start
+from torch_npu.npu.amp import GradScaler, autocast
+from torch_npu.optim import NpuFusedAdamW, NpuFusedLamb
+from torch_npu.optim.npu_fused_optim_base import NpuFusedOptimizerBase
+import torch
+out = {"optim_base": issubclass(NpuFusedAdamW, torch.optim.AdamW) and issubclass(NpuFusedLamb, NpuFusedOptimizerBase)}
+torch.manual_seed(0)
+host = [torch.randn(3, 2), torch.randn(4)]
+dev = [p.clone().npu().requires_grad_() for p in host]
+ref = [p.clone().requires_grad_() for p in host]
+for group, opt in ((dev, NpuFusedAdamW(dev, lr=2e-3, weight_decay=0.05)),
+                   (ref, torch.optim.AdamW(ref, lr=2e-3, weight_decay=0.05))):
+    for p in group:
+        p.grad = p.detach() / 100.0
+    opt.step()
+out["adamw_equal"] = all(torch.equal(d.detach().cpu(), r.detach()) for d, r in zip(dev, ref))
+try:
+    NpuFusedLamb(dev)
+except NotImplementedError as exc:
+    out["lamb"] = str(exc)
+torch_npu._C._npu_setDevice(0)
+out["native_calls"] = [torch_npu._C._npu_getDevice(), torch_npu._C._npu_getDeviceCount()]
+out["scaler"] = type(GradScaler()).__mro__[1].__name__
+print(json.dumps(out))
+'''
+
+
+def test_the_plugin_imported_before_torch_and_its_optimizers():
+    out = _run(PLUGIN_FIRST, FL_DEVICE="emu:npu")
+    assert out["optim_base"] and out["adamw_equal"]
+    assert "NpuFusedLamb is not emulated by torch-fl" in out["lamb"] and "torch_optimizer.Lamb" in out["lamb"]
+    assert out["native_calls"] == [0, 1]
+    assert out["scaler"] == "GradScaler"

@@ -1310,6 +1310,11 @@ def get_npu_format(input: torch.Tensor) -> Format:
 
 
 # What an emulated torch_npu module carries: torch_npu.<name> = FUSED_OPS[name]
+# Submodules of the emulated torch_npu beyond its top level: name under torch_npu -> the module that is it
+# (plugin.py imports one when it is imported): the vendor's fused optimizers, as its docs import them.
+PLUGIN_SUBMODULES = {"optim": "torch_fl.routing.emu.npu_optim",
+                     "optim.npu_fused_optim_base": "torch_fl.routing.emu.npu_optim"}
+
 FUSED_OPS: dict[str, Callable[..., Any]] = {
     "npu_fusion_attention": npu_fusion_attention,
     "npu_fusion_attention_grad": npu_fusion_attention_grad,

@@ -16,6 +16,7 @@ Never installed when the real plugin can be imported: the finder is only added w
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.machinery
 import logging
@@ -40,7 +41,13 @@ class EmulatedPlugin:
         section = desc.section("emulation")
         self.migration = {f"{self.name}.{sub}" for sub in section.get("plugin_migration", [])}
         self.ops_module = section.get("plugin_ops", "")
-        self.packages = {self.name} | {name.rsplit(".", 1)[0] for name in self.migration}
+        # name -> the object that is that module: the device module (torch_npu.npu is torch.npu, and its amp),
+        # and the ops module's own submodules (torch_npu.optim)
+        self.objects: dict[str, Any] = {f"{self.name}.{device_type}": lambda: getattr(torch, device_type),
+                                        f"{self.name}.{device_type}.amp": lambda: getattr(torch, device_type).amp}
+        for sub, target in self._ops_submodules().items():
+            self.objects[f"{self.name}.{sub}"] = functools.partial(_reexport, f"{self.name}.{sub}", target)
+        self.packages = {self.name} | {name.rsplit(".", 1)[0] for name in (*self.migration, *self.objects)}
         for name in list(self.packages):  # every parent of a migration module is a package too
             while "." in name:
                 name = name.rsplit(".", 1)[0]
@@ -54,11 +61,14 @@ class EmulatedPlugin:
                                               is_package=fullname in self.packages)
 
     def create_module(self, spec: Any) -> Any:
-        if spec.name == f"{self.name}.{self.device_type}":
-            return getattr(torch, self.device_type)  # torch_npu.npu is torch.npu, as the plugin makes it
+        made = self.objects.get(spec.name)
+        if made is not None:
+            return made()  # torch_npu.npu is torch.npu, as the plugin makes it
         return None  # a plain module, filled by exec_module
 
     def exec_module(self, module: Any) -> None:
+        if module.__name__ in self.objects:
+            return  # an existing object (the device module, a real module of torch-fl)
         module.__file__ = __file__  # (libraries treat a module without __file__ as a namespace package)
         if module.__name__ == self.name:
             self._fill_package(module)
@@ -67,7 +77,12 @@ class EmulatedPlugin:
 
     # the package ------------------------------------------------------------------------------------
     def _modules(self) -> set[str]:
-        return {*self.packages, *self.migration, f"{self.name}.{self.device_type}"}
+        return {*self.packages, *self.migration, *self.objects}
+
+    def _ops_submodules(self) -> dict[str, str]:
+        if not self.ops_module:
+            return {}
+        return dict(getattr(importlib.import_module(f"{__package__}.{self.ops_module}"), "PLUGIN_SUBMODULES", {}))
 
     def _fill_package(self, module: types.ModuleType) -> None:
         from ... import __version__ as fl_version
@@ -77,6 +92,7 @@ class EmulatedPlugin:
         module.__version__ = plugin_version(self.desc)
         module.__path__ = []
         setattr(module, self.device_type, getattr(torch, self.device_type))
+        module._C = _native_calls(self.device_type)
         if self.ops_module:
             # the vendor's fused ops (torch_npu.npu_rms_norm, ...) and the Tensor methods the plugin adds
             # (x.npu_format_cast(...)), as importing the real plugin gives them
@@ -95,6 +111,27 @@ class EmulatedPlugin:
                           f"torch.cuda calls and 'cuda' devices on {self.device_type}:N (docs/migrate-runtime.md)")
         _log.info("%s: CUDA calls and devices now run on the emulated %s (torch-fl's CUDA alias)",
                   module.__name__, self.device_type)
+
+
+def _reexport(name: str, target: str) -> types.ModuleType:
+    """Module `name` offering the public names of torch-fl's module `target` (which keeps its own identity)."""
+    source = importlib.import_module(target)
+    module = types.ModuleType(name, source.__doc__)
+    module.__dict__.update({key: getattr(source, key) for key in getattr(source, "__all__", ())})
+    module.__file__ = source.__file__
+    return module
+
+
+def _native_calls(kind: str) -> types.SimpleNamespace:
+    """``torch_npu._C``: the plugin's C bindings that Python code reaches for directly (ditorch's CUDA
+    mocks call ``torch_npu._C._npu_setDevice`` and ``_npu_setStream``), as the device module's calls."""
+    module = getattr(torch, kind)
+    return types.SimpleNamespace(**{
+        f"_{kind}_setDevice": module.set_device, f"_{kind}_getDevice": module.current_device,
+        f"_{kind}_getDeviceCount": module.device_count, f"_{kind}_synchronize": module.synchronize,
+        f"_{kind}_setStream": lambda *args, **kwargs: None,  # (one host stream: nothing to switch)
+        f"_{kind}_init": module.init,
+    })
 
 
 def plugin_version(desc: Any) -> str:

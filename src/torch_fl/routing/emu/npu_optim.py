@@ -1,0 +1,62 @@
+"""``torch_npu.optim`` of the emulated Ascend plugin: the vendor's tensor-fusion optimizers.
+
+Ascend documents NpuFusedSGD, NpuFusedAdadelta, NpuFusedAdam, NpuFusedAdamW and NpuFusedRMSprop as "the
+core functionality compatible with torch.optim.X" (Ascend/op-plugin docs/zh/custom_APIs/torch_npu-optim/,
+torch_npu-optim_list.md and one page each): fusion packs the parameters into one buffer to launch fewer
+kernels, which changes speed, not the update. So each is PyTorch's optimizer with the vendor's signature
+and defaults (NpuFusedAdamW's weight_decay=1e-2, as torch's), running the chip's ops on the emulated device.
+
+The ones whose update is the vendor's own (NpuFusedLamb, NpuFusedBertAdam, NpuFusedRMSpropTF, NpuFusedAdamP)
+are not emulated: constructing one raises an error naming the class and the torch.optim replacement, rather
+than computing something that only looks like it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+
+class NpuFusedOptimizerBase(torch.optim.Optimizer):
+    """The vendor's base class (``torch_npu.optim.npu_fused_optim_base``): a torch Optimizer."""
+
+    def __init__(self, params: Any, default: dict[str, Any]) -> None:
+        super().__init__(params, default)
+
+
+def _compatible(base: type, name: str) -> type:
+    # foreach=False: the vendor's fused update is one kernel per buffer; PyTorch's per-tensor loop computes
+    # the same values on every chip (the foreach path is the emulator's choice to make per chip, slot.py)
+    def __init__(self: Any, params: Any, *args: Any, **kwargs: Any) -> None:
+        base.__init__(self, params, *args, **kwargs)
+
+    return type(name, (base,), {"__init__": __init__, "__module__": __name__,
+                                "__doc__": f"``torch_npu.optim.{name}``: torch.optim.{base.__name__} (the vendor "
+                                           f"documents the core as compatible with it)."})
+
+
+NpuFusedSGD = _compatible(torch.optim.SGD, "NpuFusedSGD")
+NpuFusedAdadelta = _compatible(torch.optim.Adadelta, "NpuFusedAdadelta")
+NpuFusedAdam = _compatible(torch.optim.Adam, "NpuFusedAdam")
+NpuFusedAdamW = _compatible(torch.optim.AdamW, "NpuFusedAdamW")
+NpuFusedRMSprop = _compatible(torch.optim.RMSprop, "NpuFusedRMSprop")
+
+
+def _not_emulated(name: str, instead: str) -> type:
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        raise NotImplementedError(
+            f"torch_npu.optim.{name} is not emulated by torch-fl: its update is the vendor's own (not "
+            f"torch.optim's), and an approximation would train differently from the NPU. Use {instead} to run "
+            f"on the emulated chip, or check this optimizer on the real NPU")
+
+    return type(name, (NpuFusedOptimizerBase,), {"__init__": __init__, "__module__": __name__})
+
+
+NpuFusedLamb = _not_emulated("NpuFusedLamb", "a LAMB implementation in Python (e.g. torch_optimizer.Lamb)")
+NpuFusedBertAdam = _not_emulated("NpuFusedBertAdam", "torch.optim.AdamW with a warmup schedule")
+NpuFusedRMSpropTF = _not_emulated("NpuFusedRMSpropTF", "torch.optim.RMSprop (eps outside the square root)")
+NpuFusedAdamP = _not_emulated("NpuFusedAdamP", "torch.optim.AdamW")
+
+__all__ = ["NpuFusedAdadelta", "NpuFusedAdam", "NpuFusedAdamP", "NpuFusedAdamW", "NpuFusedBertAdam",
+           "NpuFusedLamb", "NpuFusedOptimizerBase", "NpuFusedRMSprop", "NpuFusedRMSpropTF", "NpuFusedSGD"]
