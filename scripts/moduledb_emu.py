@@ -10,6 +10,7 @@ when the CPU reference raises and the device does too; anything else is a failur
 (dropout and friends) are run with the same seed on both sides.
 
 Usage: FL_DEVICE=emu:npu moduledb_emu.py [--modules NAME,...] [--samples N] [--json FILE]
+       FL_DEVICE=emu:npu moduledb_emu.py --optim [--json FILE]   (optim_db instead)
 Exit status: 0 when no sample failed, 1 otherwise. The summary goes to stdout.
 """
 
@@ -38,12 +39,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--samples", type=int, default=0, help="samples per module (default: all)")
     parser.add_argument("--json", help="write per-sample results to this file")
     parser.add_argument("--progress", action="store_true", help="name each module on stderr as it starts")
+    parser.add_argument("--optim", action="store_true",
+                        help="run optim_db instead: three steps of every optimizer configuration, equal to the CPU")
     parser.add_argument("--start", type=int, default=0, help="skip the first N ModuleInfos (used by --isolate)")
     parser.add_argument("--jsonl", help="append each sample's result to this file as it is known (--isolate)")
     parser.add_argument("--isolate", action="store_true",
                         help="run in child processes: a module that kills the process (a C++ abort) is "
                              "recorded as a failure ('crash') and the run resumes after it")
     args = parser.parse_args(argv)
+    if args.optim:
+        return _optim(args)
     if args.isolate:
         return _isolated(args)
     device = torch.fl.device()
@@ -80,6 +85,26 @@ def main(argv: list[str] | None = None) -> int:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump({"device": str(device), "counts": dict(counts), "results": results}, f, indent=1)
     return 1 if counts["fail"] else 0
+
+
+def _optim(args: argparse.Namespace) -> int:
+    """optim_db on the emulated chip (moduledb_harness.run_optim_db)."""
+    device = torch.fl.device()
+    if device.type == "cpu":
+        sys.exit("run under FL_DEVICE=emu:NAME: the emulated chip must be this process's device")
+    started = time.perf_counter()
+    warnings.filterwarnings("ignore")
+    total, passed, failures = harness.run_optim_db(device)
+    for name, reasons in failures.items():
+        for reason in reasons:
+            print(f"FAIL {name}: {reason}", file=sys.stderr)
+    print(f"optim_db on {device} ({torch_fl.description().name}): {total} configurations, {passed} equal the CPU "
+          f"after three steps, {total - passed} differ or stop (not run: {', '.join(harness.NOT_RUN)}) in "
+          f"{time.perf_counter() - started:.1f} s")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump({"device": str(device), "total": total, "passed": passed, "failures": failures}, f, indent=1)
+    return 1 if failures else 0
 
 
 def _isolated(args: argparse.Namespace) -> int:

@@ -9,17 +9,14 @@ to pass (or one that fails for another reason) fails the test until the list is 
 
 from __future__ import annotations
 
-import copy
 import importlib.util
 import sys
 import warnings
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
-from torch.utils._pytree import tree_map
 
 import torch_fl
 
@@ -35,18 +32,7 @@ _spec.loader.exec_module(harness)
 
 MIN_SHARE = 0.99
 
-# Optimizers not stepped here, and why.
-NOT_RUN = {
-    "SparseAdam": "takes sparse gradients only (nn.Embedding(sparse=True)), and the built-in cuda/mps "
-                  "op tables list no sparse kernels: the emulated device stops with UnsupportedOperatorError "
-                  "(test_emu_accelerator.py)",
-}
-
-
-def _to(value: Any, device: Any) -> Any:
-    def move(t: torch.Tensor) -> torch.Tensor:
-        return t.detach().to(device).requires_grad_(t.requires_grad)
-    return tree_map(lambda v: move(v) if isinstance(v, torch.Tensor) else v, value)
+NOT_RUN = harness.NOT_RUN
 
 
 def run_module_db(device: torch.device) -> tuple[int, int, dict[str, list[str]]]:
@@ -65,54 +51,7 @@ def run_module_db(device: torch.device) -> tuple[int, int, dict[str, list[str]]]
     return total, passed, failures
 
 
-def run_optim_db(device: torch.device) -> tuple[int, int, dict[str, list[str]]]:
-    """(configurations, passed, failures) of optim_db: three steps of each optimizer configuration on a
-    small model, on `device` and on the CPU, with the same gradients."""
-    from torch.testing._internal.common_optimizers import optim_db
-
-    total = passed = 0
-    failures: dict[str, list[str]] = {}
-    for info in optim_db:
-        if info.optim_cls.__name__ in NOT_RUN:
-            continue
-        try:
-            inputs = info.optim_inputs_func(device=str(device), dtype=torch.float32)
-        except TypeError:
-            inputs = info.optim_inputs_func(device=str(device))
-        for optim_input in inputs:
-            total += 1
-            try:
-                _optimizer_steps(info.optim_cls, optim_input.kwargs, device)
-                passed += 1
-            except Exception as exc:
-                failures.setdefault(info.optim_cls.__name__, []).append(
-                    f"{optim_input.desc}: {type(exc).__name__}: {str(exc).splitlines()[0]}")
-    return total, passed, failures
-
-
-def _optimizer_steps(optim_cls: Any, kwargs: dict, device: torch.device) -> None:
-    torch.manual_seed(0)
-    # 2-D parameters only: Muon takes nothing else
-    cpu = torch.nn.Sequential(torch.nn.Linear(6, 5, bias=False), torch.nn.Tanh(), torch.nn.Linear(5, 3, bias=False))
-    emu = copy.deepcopy(cpu).to(device)
-    kwargs_cpu = _to(kwargs, "cpu")
-    kwargs_emu = _to(kwargs, device)
-    results = []
-    for model, options, where in ((cpu, kwargs_cpu, "cpu"), (emu, kwargs_emu, device)):
-        opt = optim_cls(model.parameters(), **options)
-        torch.manual_seed(2)
-        for _ in range(3):
-            x = torch.randn(4, 6).to(where)
-
-            def closure(model: Any = model, x: Any = x, opt: Any = opt) -> torch.Tensor:
-                opt.zero_grad()
-                loss = model(x).pow(2).sum()
-                loss.backward()
-                return loss
-
-            opt.step(closure)
-        results.append([p.detach().cpu() for p in model.parameters()])
-    torch.testing.assert_close(results[1], results[0])
+run_optim_db = harness.run_optim_db
 
 
 def _check(chip: str, total: int, passed: int, failures: dict[str, list[str]], known: dict | None = None) -> None:
