@@ -167,6 +167,15 @@ def test_torch_save_of_views_and_whole_modules(d):
     assert again[0].weight.device == d and torch.equal(again[0].weight.cpu(), model[0].weight.detach().cpu())
 
 
+def test_torch_save_of_a_lazily_conjugated_tensor(d):
+    z = torch.randn(3, dtype=torch.complex64)
+    buffer = io.BytesIO()
+    torch.save({"z": z.to(d).conj()}, buffer)
+    buffer.seek(0)
+    back = torch.load(buffer, map_location=lambda storage, loc: storage)
+    assert torch.equal(back["z"], z.conj().resolve_conj())
+
+
 def test_distributed_checkpoint_single_process(d, tmp_path):
     import torch.distributed.checkpoint as dcp
 

@@ -12,7 +12,10 @@ The modules, lowest first:
 - ``tensor``: ``EmuTensor`` and its dispatch (device checks, routes, wrapping);
 - ``copies``: host <-> device copies, dtype conversions, syncs; ``attention``: fused SDPA as the chip runs it;
 - ``factories``: ``torch.zeros(.., device="emu")`` and friends (a PrivateUse1 fallback), pinning;
-- ``serialization``: ``torch.save`` / ``torch.load(map_location="emu")``, ``set_``;
+- ``storage``: device storages over the host data (``untyped_storage()``, ``data_ptr()``, sharing),
+  resizing the wrapper with its data, pinned memory;
+- ``serialization``: ``torch.save`` / ``torch.load`` (every map_location form), ``set_``;
+- ``moves``: ``module.to(device)`` of parameters something else still holds;
 - ``generator``: ``torch.Generator(device="emu")``;
 - ``module``: the backend module ``torch.emu``, the hooks and the device guard;
 - ``autocast``: ``torch.autocast("emu")``; ``dist``: a c10d backend on gloo;

@@ -154,11 +154,13 @@ class EmuTensor(torch.Tensor):
         if getattr(self, "_is_param", False):  # an nn.Parameter on the device (torch.save(model))
             return (torch._utils._rebuild_parameter,
                     (EmuTensor(self._data.detach(), self._index), self.requires_grad, collections.OrderedDict()))
-        if self.layout is not torch.strided or self.is_conj() or self.is_neg():
-            # sparse gradients, lazy complex bits: the CPU values and a location tag
+        if self.layout is not torch.strided:  # sparse gradients: the CPU values and a location tag
             return (torch._utils._rebuild_device_tensor_from_cpu_tensor,
-                    (_logical(self).detach().resolve_conj().resolve_neg(), self.dtype, str(self.device),
-                     self.requires_grad))
+                    (self._data.detach(), self.dtype, str(self.device), self.requires_grad))
+        if self.is_conj() or self.is_neg():  # lazy complex bits: the values, resolved on the device
+            with torch.no_grad():
+                resolved = self.resolve_conj().resolve_neg()
+            return resolved.requires_grad_(self.requires_grad).__reduce_ex__(proto)
         typed = torch.storage.TypedStorage(wrap_storage=self.untyped_storage(), dtype=self.dtype, _internal=True)
         return (torch._utils._rebuild_tensor_v2,
                 (typed, self.storage_offset(), tuple(self.size()), self.stride(), self.requires_grad,
