@@ -128,9 +128,12 @@ _COMPOSITE_KEYS = ("CompositeImplicitAutograd", "CompositeExplicitAutograd",
                    "CompositeExplicitAutogradNonFunctional")
 
 
-# Composite kernels that decompose onto other ops (the NonFunctional key is left out: torchgen puts a
-# forwarder to the out= overload there, which runs only where the backend has that overload).
+# Composite kernels that decompose onto other ops. The NonFunctional key holds two kinds: torchgen's
+# forwarder of a structured op to its out= overload (runs only where the backend has that overload:
+# forwarded_ops), and real decompositions PyTorch runs on every backend that has no kernel of its own
+# (the *_copy view variants, *_scatter, _trilinear of nn.Bilinear, pixel_shuffle, diag_embed, ...).
 _DECOMPOSING_KEYS = ("CompositeImplicitAutograd", "CompositeExplicitAutograd")
+_NON_FUNCTIONAL = "CompositeExplicitAutogradNonFunctional"
 
 
 @functools.cache
@@ -138,8 +141,10 @@ def composite_ops() -> frozenset[str]:
     """The aten overloads whose kernel decomposes onto other ops on any backend, so that a chip runs
     them natively when it runs what they call (the rule that completes a vendor op table)."""
     has_kernel = torch._C._dispatch_has_kernel_for_dispatch_key
+    forwarders = structured_delegates()
     return frozenset(op for op in all_aten_ops()
-                     if any(has_kernel(dispatcher_op_name(op), key) for key in _DECOMPOSING_KEYS))
+                     if any(has_kernel(dispatcher_op_name(op), key) for key in _DECOMPOSING_KEYS)
+                     or (op not in forwarders and has_kernel(dispatcher_op_name(op), _NON_FUNCTIONAL)))
 
 
 @functools.cache
