@@ -284,3 +284,25 @@ def test_the_plugin_imported_before_torch_and_its_optimizers():
     assert "NpuFusedLamb is not emulated by torch-fl" in out["lamb"] and "torch_optimizer.Lamb" in out["lamb"]
     assert out["native_calls"] == [0, 1]
     assert out["scaler"] == "GradScaler"
+
+
+TRAINER = r'''
+import json, torch
+from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
+torch.manual_seed(0)
+model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=2, n_embd=16, vocab_size=50, n_positions=16))
+data = [{"input_ids": torch.randint(0, 50, (8,)), "labels": torch.randint(0, 50, (8,))} for _ in range(4)]
+args = TrainingArguments(output_dir=OUT, per_device_train_batch_size=2, max_steps=2, report_to=[],
+                         save_strategy="no", logging_steps=1, disable_tqdm=True)
+trainer = Trainer(model=model, args=args, train_dataset=data)
+result = trainer.train()
+print(json.dumps({"args_device": str(args.device), "param": str(next(model.parameters()).device),
+                  "loss": result.training_loss}))
+'''
+
+
+def test_trainer_picks_the_npu_through_its_own_vendor_code(tmp_path):
+    # no use_fl_device(): transformers' TrainingArguments chooses the npu because is_torch_npu_available()
+    out = _run(f"OUT = {str(tmp_path)!r}\n" + TRAINER, FL_DEVICE="emu:npu")
+    assert out["args_device"] == "npu:0" and out["param"] == "npu:0"
+    assert 0 < out["loss"] < 10
