@@ -179,7 +179,12 @@ class Description:
         resolved = self.native_table()
         if resolved is None:
             return limits
-        documented = {op: sorted(d) for op, d in resolved[0].dtype_limits.items()}
+        from .probe import view_ops
+
+        # (a view op's documented input dtypes are not a limit: it computes nothing, and the plugin
+        # registers it for every dtype; torch_npu's page lists float32 only for as_strided)
+        views = view_ops()
+        documented = {op: sorted(d) for op, d in resolved[0].dtype_limits.items() if op not in views}
         return {**documented, **limits}
 
     # Generations ----------------------------------------------------------------------------------

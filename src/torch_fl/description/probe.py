@@ -148,6 +148,20 @@ def composite_ops() -> frozenset[str]:
 
 
 @functools.cache
+def view_ops() -> frozenset[str]:
+    """Bare op names ('aten::as_strided') whose every overload is a view: it returns an alias of an input
+    and writes nothing (transpose, permute, as_strided, narrow, ...)."""
+    verdict: dict[str, bool] = {}
+    for op in all_aten_ops():
+        bare, _, overload = op.partition(".")
+        packet = getattr(torch.ops.aten, bare.split("::", 1)[1], None)
+        ovl = getattr(packet, overload, None) if packet is not None else None
+        view = ovl is not None and ovl.is_view and not ovl._schema.is_mutable
+        verdict[bare] = verdict.get(bare, True) and view
+    return frozenset(bare for bare, view in verdict.items() if view)
+
+
+@functools.cache
 def structured_delegates() -> dict[str, str]:
     """op -> the out= overload its CompositeExplicitAutogradNonFunctional forwarder calls, for the
     structured ops of this torch (``aten::gelu.default`` -> ``aten::gelu.out``), read from the
