@@ -306,3 +306,11 @@ def test_trainer_picks_the_npu_through_its_own_vendor_code(tmp_path):
     out = _run(f"OUT = {str(tmp_path)!r}\n" + TRAINER, FL_DEVICE="emu:npu")
     assert out["args_device"] == "npu:0" and out["param"] == "npu:0"
     assert 0 < out["loss"] < 10
+
+
+def test_doctor_says_the_plugin_is_the_emulation():
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("FL_")}
+    done = subprocess.run([sys.executable, "-m", "torch_fl", "doctor"], capture_output=True, text=True,
+                          timeout=300, env={**environ, "FL_DEVICE": "emu:npu"}, cwd=REPO, check=False)
+    line = next(line for line in done.stdout.splitlines() if line.strip().startswith("plugin:"))
+    assert "torch_npu 2.14.0+torchfl.emu (torch-fl's emulation: `import torch_npu` gives it" in line

@@ -98,7 +98,7 @@ def _skeleton() -> dict[str, Any]:
         "backend": {"name": "", "source": ""},
         "device_map": {}, "device_map_source": "",
         "visible_devices": {"env": "", "value": None},
-        "plugin": "", "plugin_installed": None, "plugin_version": "", "runtime_version": "",
+        "plugin": "", "plugin_installed": None, "plugin_version": "", "plugin_emulated": "", "runtime_version": "",
         "description": {"name": "", "path": "", "sha256": "", "builtin": False, "level": "",
                         "device_type": "", "torch_build": "", "compat": {}},
         "routes": {}, "route_default": "", "native_source": "",
@@ -211,6 +211,7 @@ def _describe(data: dict[str, Any], desc: Description, dev: torch.device | None,
         device_type=dev.type if dev is not None else desc.device_type, vendor=desc.vendor,
         device_name=device_name(dev) if dev is not None else "", plugin=desc.plugin,
         plugin_installed=_installed(desc.plugin), plugin_version=version, runtime_version=runtime,
+        plugin_emulated=_emulated_plugin_version(desc.plugin),
         route_default=desc.section("ops")["default"],
         cache_dir=str(_env.FL_CACHE_DIR.value() or desc.cache_dir()),  # the variable or a config file's cache_dir
         visible_devices=_visible_devices(desc),
@@ -230,6 +231,14 @@ def _describe(data: dict[str, Any], desc: Description, dev: torch.device | None,
 
 def _installed(plugin: str) -> bool | None:
     return importlib.util.find_spec(plugin.split(".")[0]) is not None if plugin else None
+
+
+def _emulated_plugin_version(plugin: str) -> str:
+    """The version torch-fl's emulation of `plugin` reports when `import plugin` gives it ('' otherwise)."""
+    from ..routing.emu import plugin as emulated
+
+    found = emulated.installed().get(plugin.split(".")[0]) if plugin else None
+    return emulated.plugin_version(found.desc) if found is not None else ""
 
 
 def _visible_devices(desc: Description) -> dict[str, Any]:
@@ -510,6 +519,9 @@ def _route_rows(data: dict[str, Any]) -> list[tuple[str, str]]:
 def _plugin_text(data: dict[str, Any]) -> str:
     if not data["plugin"]:
         return "(none: the backend is built into torch)"
+    if data.get("plugin_emulated"):
+        return (f"{data['plugin']} {data['plugin_emulated']} (torch-fl's emulation: `import {data['plugin']}` "
+                f"gives it; the real plugin is not installed)")
     if data["plugin_installed"] is False:
         return f"{data['plugin']} (NOT INSTALLED)"
     return f"{data['plugin']} {data['plugin_version'] or '(unknown version)'}"
