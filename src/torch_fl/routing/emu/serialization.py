@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from .slot import _no_device, backend_name, device, state
-from .storage import device_storage, host_of, sync
+from .storage import _device_of, device_storage, host_of, sync
 from .tensor import SPECIAL, EmuTensor, _mismatch
 
 aten = torch.ops.aten
@@ -52,22 +52,23 @@ def _set_storage(func: Any, args: tuple, kwargs: dict) -> Any:
     sizes, strides, offset and device storage (the source's own: the two share it, as on a device)."""
     self = args[0]
     source = args[1]
+    mine = _device_of(self)  # (not self.device: a user's torch-function mode may answer another)
     if isinstance(source, EmuTensor):
-        if source.device != self.device:
-            raise _mismatch(func, self.device, source.device)
+        if _device_of(source) != mine:
+            raise _mismatch(func, mine, _device_of(source))
         self._data.set_(source._data, *args[2:], **kwargs)
         return sync(self)
     if isinstance(source, torch.Tensor):
-        raise _mismatch(func, self.device, source.device)
+        raise _mismatch(func, mine, source.device)
     source = getattr(source, "_untyped_storage", source)  # (a TypedStorage)
     host = host_of(source)
     if host is None:
         if source.device.type != "cpu":
-            raise _mismatch(func, self.device, source.device)
-        raise RuntimeError(f"set_: {self.device} tensors cannot use a cpu storage; copy the data with "
-                           f".to('{self.device}')")
-    if source.device != self.device:
-        raise RuntimeError(f'Attempted to set the storage of a tensor on device "{self.device}" to a storage '
+            raise _mismatch(func, mine, source.device)
+        raise RuntimeError(f"set_: {mine} tensors cannot use a cpu storage; copy the data with "
+                           f".to('{mine}')")
+    if source.device != mine:
+        raise RuntimeError(f'Attempted to set the storage of a tensor on device "{mine}" to a storage '
                            f'on different device "{source.device}".  This is no longer allowed; the devices '
                            f'must match.')
     self._data.set_(host, *args[2:], **kwargs)

@@ -72,13 +72,19 @@ def sync(tensor: Any, storage: Any = None) -> Any:
     if data.layout is not torch.strided or type(data) is not torch.Tensor:
         return tensor
     if storage is None:
-        storage = device_storage(data.untyped_storage(), tensor.device)
+        storage = device_storage(data.untyped_storage(), _device_of(tensor))
     global _SET_KERNEL
     if _SET_KERNEL is None:
         _SET_KERNEL = torch.library.get_kernel("aten::set_.source_Storage_storage_offset", "CPU")
     _SET_KERNEL.call_boxed(torch._C._dispatch_keys(tensor), tensor, storage, data.storage_offset(),
                            list(data.size()), list(data.stride()))
     return tensor
+
+
+def _device_of(tensor: Any) -> torch.device:
+    """The wrapper's device from its index: ``tensor.device`` passes through the user's torch-function
+    modes, which may answer another device (ditorch shows every device as 'cuda')."""
+    return torch.device(backend_name(), tensor._index)
 
 
 def untyped_storage(tensor: Any) -> torch.UntypedStorage:
@@ -89,7 +95,7 @@ def untyped_storage(tensor: Any) -> torch.UntypedStorage:
         return _base_storage(tensor)
     if data.layout is not torch.strided:
         return data.untyped_storage()  # (raises as PyTorch does for a sparse tensor)
-    storage = device_storage(data.untyped_storage(), tensor.device)
+    storage = device_storage(data.untyped_storage(), _device_of(tensor))
     if _base_storage(tensor)._cdata != storage._cdata:
         sync(tensor, storage)
     return storage
