@@ -116,8 +116,9 @@ def _write(folder: Path, name: str, text: str) -> Path:
 
 def test_a_site_description_extends_a_builtin(tmp_path, monkeypatch, fresh_registry):
     # in another folder: the vendor table stays the built-in one's; [ops.dtypes] merges entry by entry
+    # (its own detect.priority: npu's 60 inherited would tie with npu, an error, see test_registry)
     _write(tmp_path / "site", "mine.toml", 'schema = 1\nname = "ascend-910b4"\nextends = "npu"\n'
-           'generation = "Atlas A2 (910B4)"\n[ops.dtypes]\n"aten::mm" = ["float16"]\n')
+           'generation = "Atlas A2 (910B4)"\n[detect]\npriority = 61\n[ops.dtypes]\n"aten::mm" = ["float16"]\n')
     monkeypatch.setenv("FL_DESCRIPTION_PATH", str(tmp_path / "site"))
     desc = torch_fl.description("ascend-910b4")
     assert desc.op_dtypes()["aten::mm"] == ["float16"]

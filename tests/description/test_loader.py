@@ -126,3 +126,91 @@ def test_builtin_identity(name, device_type, key, plugin, env, backend, autocast
     desc = registry.get(name)
     assert (desc.device_type, desc.dispatch_key, desc.plugin, desc.visible_devices_env,
             desc.collective_backend, desc.autocast_dtype) == (device_type, key, plugin, env, backend, autocast)
+
+
+# Values, not only types (issue 31): each error names the file, the line, the key and what is allowed.
+def test_dispatch_key_must_be_a_backend_key_of_torch(tmp_path):
+    err = error_of(tmp_path, MINIMAL.replace('"PrivateUse1"', '"Nonsense"'))
+    text = str(err)
+    assert err.line == 4 and err.key == "dispatch_key" and "chip.toml:4" in text
+    assert "'Nonsense' is not a backend dispatch key of torch" in text
+    assert "allowed values: CPU, CUDA, HIP" in text and "PrivateUse1" in text
+    err = error_of(tmp_path, MINIMAL.replace('"PrivateUse1"', '"PrivatUse1"'))
+    assert "Did you mean 'PrivateUse1'?" in str(err)
+
+
+def test_dispatch_key_check_needs_no_torch(monkeypatch):
+    import sys
+
+    from torch_fl.description import schema
+
+    monkeypatch.setitem(sys.modules, "torch", None)  # as where torch is not importable
+    assert schema.backend_dispatch_keys() == schema.BACKEND_DISPATCH_KEYS
+    assert parse(MINIMAL).dispatch_key == "PrivateUse1"
+    with pytest.raises(DescriptionError, match="'Nonsense' is not a backend dispatch key"):
+        parse(MINIMAL.replace('"PrivateUse1"', '"Nonsense"'))
+
+
+def test_the_built_in_key_list_is_torchs():
+    import torch
+
+    from torch_fl.description.schema import BACKEND_DISPATCH_KEYS
+
+    members = list(torch._C.DispatchKey.__members__)
+    dense = members[members.index("StartOfDenseBackends") + 1:members.index("EndOfDenseBackends")]
+    assert set(BACKEND_DISPATCH_KEYS) == set(dense)
+
+
+def test_device_type_must_be_an_identifier(tmp_path):
+    err = error_of(tmp_path, MINIMAL.replace('"privateuseone"', '"aten::gelu"'))
+    assert err.line == 3 and err.key == "device_type"
+    assert "'aten::gelu' is not a torch device type: lowercase letters, digits and '_'" in str(err)
+    for bad in ("NPU", "1chip", "npu:0", "npu\\n"):
+        assert "is not a torch device type" in str(error_of(tmp_path, MINIMAL.replace('"privateuseone"',
+                                                                                      f'"{bad}"')))
+
+
+def test_visible_devices_env_must_be_a_posix_name(tmp_path):
+    err = error_of(tmp_path, MINIMAL + 'visible_devices_env = "os; rm -rf /"\n')
+    assert err.line == 5 and err.key == "visible_devices_env"
+    assert "'os; rm -rf /' is not a POSIX environment variable name" in str(err)
+    assert load(write(tmp_path, MINIMAL + 'visible_devices_env = "MY_CHIP_VISIBLE_DEVICES"\n')).visible_devices_env
+    assert load(write(tmp_path, MINIMAL + 'visible_devices_env = ""\n')).visible_devices_env == ""
+
+
+def test_plugin_and_detect_module_must_be_module_names(tmp_path):
+    err = error_of(tmp_path, MINIMAL + 'plugin = "torch_npu; import os"\n')
+    assert err.key == "plugin" and "is not a Python module name" in str(err)
+    err = error_of(tmp_path, MINIMAL + '\n[detect]\nmodule = "torch..npu"\n')
+    assert err.key == "detect.module" and err.line == 7
+
+
+@pytest.mark.parametrize("value", [2**63, 1001, -1001])
+def test_priority_is_bounded(tmp_path, value):
+    err = error_of(tmp_path, MINIMAL + f"\n[detect]\npriority = {value}\n")
+    assert err.line == 7 and err.key == "detect.priority"
+    assert "is out of range: allowed values are integers from -1000 to 1000" in str(err)
+    assert load(write(tmp_path, MINIMAL + "\n[detect]\npriority = -1000\n")).section("detect")["priority"] == -1000
+
+
+def test_ops_that_do_not_exist_are_refused_at_load(tmp_path):
+    err = error_of(tmp_path, MINIMAL + "\n[ops]\nfallback = ['aten::gelu', 'aten::gleu']\n")
+    assert err.line == 7 and err.key == "ops.fallback"
+    assert "'aten::gleu' is not an aten operator of this torch." in str(err) and "Did you mean" in str(err)
+    err = error_of(tmp_path, MINIMAL + "\n[ops]\nunsupported = ['aten::gelu.Tensorr']\n")
+    assert "'aten::gelu.Tensorr' is not an overload of aten::gelu; allowed overloads: default, out" in str(err)
+    err = error_of(tmp_path, MINIMAL + '\n[ops.dtypes]\n"aten::softmx" = ["float32"]\n')
+    assert err.line == 7 and err.key == "ops.dtypes.aten::softmx" and "Did you mean 'aten::softmax'?" in str(err)
+    err = error_of(tmp_path, MINIMAL + '\n[precision.op_tolerances]\n"aten::bmmm" = { rtol = 1e-3 }\n')
+    assert err.key == "precision.op_tolerances.aten::bmmm"
+    # real names, every overload, the default one, and a custom namespace (registered at its import) load
+    ok = MINIMAL + "\n[ops]\ntranslate = ['aten::gelu', 'aten::add.Tensor', 'aten::mm.default', 'mylib::fused']\n"
+    assert load(write(tmp_path, ok)).section("ops")["translate"][-1] == "mylib::fused"
+
+
+def test_a_copy_of_a_builtin_loads_back():
+    # the built-ins name vendor ops of other torch versions (tables/npu.txt's aten::cross_entropy): a copy
+    # keeps them
+    for name in ("npu", "npu-910", "npu-310p", "mlu", "cuda"):
+        desc = registry.get(name)
+        assert parse(desc.to_toml(), f"<copy of {name}>") == desc

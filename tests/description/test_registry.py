@@ -96,3 +96,76 @@ print(json.dumps({"backend": torch_fl.backend().description.name, "source": torc
                   "devices": [str(x) for x in torch_fl.devices()]}))
 """, FL_BACKEND="cpu")
     assert result == {"backend": "cpu", "source": "FL_BACKEND", "devices": ["cpu"]}
+
+
+# Equal detect priorities (issue 31): auto-detection would decide between two descriptions by name.
+def test_equal_priorities_of_one_device_type_are_an_error_naming_both(tmp_path, monkeypatch):
+    folder = tmp_path / "descs"
+    folder.mkdir()
+    (folder / "a.toml").write_text(CHIP.format(name="chip-a", vendor="x") + "\n[detect]\npriority = 20\n")
+    (folder / "b.toml").write_text(CHIP.format(name="chip-b", vendor="x") + "\n[detect]\npriority = 20\n")
+    monkeypatch.setenv("FL_DESCRIPTION_PATH", str(folder))
+    registry.reload()
+    with pytest.raises(DescriptionError) as info:
+        registry.descriptions()
+    text = str(info.value)
+    assert text.startswith(f"{folder / 'a.toml'}:8: [detect.priority] 20 is also the detect.priority of 'chip-b' "
+                           f"({folder / 'b.toml'})")
+    assert "the same device type 'privateuseone'" in text and "between 'chip-a' and 'chip-b' by their names" in text
+    assert "Priorities of 'privateuseone': 20 chip-a, 20 chip-b" in text and "(e.g. 19;" in text
+    (folder / "b.toml").write_text(CHIP.format(name="chip-b", vendor="x") + "\n[detect]\npriority = 19\n")
+    registry.reload()
+    assert {"chip-a", "chip-b"} <= set(registry.descriptions())
+
+
+def test_a_user_file_that_ties_with_a_builtin_is_blamed(tmp_path, monkeypatch):
+    mine = tmp_path / "mine.toml"
+    mine.write_text('schema = 1\nname = "mynpu"\ndevice_type = "npu"\ndispatch_key = "PrivateUse1"\n'
+                    '[detect]\npriority = 60\n')
+    monkeypatch.setenv("FL_DESCRIPTION", str(mine))
+    registry.reload()
+    with pytest.raises(DescriptionError, match=r"mine\.toml:6: \[detect\.priority\] 60 is also the detect\.priority "
+                                               r"of 'npu' \(.*builtin/npu\.toml\)") as info:
+        registry.descriptions()
+    assert "60 npu, 60 mynpu, 59 npu-910, 58 npu-a3, 57 npu-310p" in str(info.value)
+
+
+def test_builtins_have_one_priority_per_device_type():
+    # npu, mlu and musa share 60 but are different device types (each plugin is probed); cuda and rocm
+    # share 50 and 'cuda', but a torch is either a CUDA or a HIP build; the npu generations extend npu
+    # below it, each at its own priority
+    by_type: dict[tuple[str, str], list[str]] = {}
+    for desc in registry.descriptions().values():
+        detect = desc.section("detect")
+        if detect["priority"] >= 0:
+            by_type.setdefault((desc.device_type, detect["torch_build"]), []).append(detect["priority"])
+    assert all(len(p) == len(set(p)) for p in by_type.values()), by_type
+    assert [registry.get(n).section("detect")["priority"] for n in ("npu", "npu-910", "npu-a3", "npu-310p")] == \
+        [60, 59, 58, 57]
+
+
+def test_negative_priorities_and_other_builds_do_not_tie(tmp_path, monkeypatch):
+    folder = tmp_path / "descs"
+    folder.mkdir()
+    (folder / "emu.toml").write_text('schema = 1\nname = "emu-only"\ndevice_type = "cpu"\ndispatch_key = "CPU"\n'
+                                     "[detect]\npriority = -1\n")  # minimal.toml has -1 on cpu too
+    (folder / "hip.toml").write_text('schema = 1\nname = "myhip"\ndevice_type = "cuda"\ndispatch_key = "CUDA"\n'
+                                     '[detect]\npriority = 50\ntorch_build = "hip"\n')  # cuda's 50 is a CUDA build
+    monkeypatch.setenv("FL_DESCRIPTION_PATH", str(folder))
+    registry.reload()
+    with pytest.raises(DescriptionError, match=r"50 is also the detect\.priority of 'rocm'"):
+        registry.descriptions()
+    (folder / "hip.toml").unlink()
+    registry.reload()
+    assert "emu-only" in registry.descriptions()
+
+
+def test_describe_as_gives_the_copy_a_free_priority(tmp_path, monkeypatch, capsys):
+    from torch_fl.cli import main
+
+    assert main(["describe", "npu", "--as", "ascend-mine", "-o", str(tmp_path / "mine.toml")]) == 0
+    text = (tmp_path / "mine.toml").read_text()
+    assert "\npriority = 56\n" in text  # 60..57 are npu's and its generations'
+    monkeypatch.setenv("FL_DESCRIPTION", str(tmp_path / "mine.toml"))
+    registry.reload()
+    assert registry.get("ascend-mine").section("detect")["priority"] == 56

@@ -73,11 +73,19 @@ def probed_description(device: str | None = None):
 def renamed(desc, name: str):
     """A copy of `desc` named `name`, saying what it was copied from (the loader checks the name)."""
     from .. import _toml
+    from ..description import registry
     from ..description.loader import parse
 
     data = copy.deepcopy(desc.data)
     data["name"] = name
     data["summary"] = f"Copy of '{desc.name}' to edit into the description of {name}"
+    # below the original: two descriptions of one device type may not share a detect.priority
+    taken = {d.section("detect")["priority"] for d in registry.descriptions().values()
+             if d.device_type == desc.device_type and d.name != name}
+    priority = data["detect"]["priority"]
+    while priority >= 0 and priority in taken:
+        priority -= 1
+    data["detect"]["priority"] = priority
     return parse(_toml.dumps(data), f"<copy of {desc.name} as {name}>")
 
 

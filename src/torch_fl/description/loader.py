@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import re
 from collections.abc import Mapping
@@ -14,7 +15,7 @@ from .._versions import check_spec
 from ..errors import DescriptionError, did_you_mean
 from .fallback import parse_switch
 from .model import Description
-from .schema import SCHEMA, SCHEMA_VERSION, Key, defaults
+from .schema import BACKEND_DISPATCH_KEYS, SCHEMA, SCHEMA_VERSION, Key, backend_dispatch_keys, defaults
 
 _NAME = re.compile(r"\A[a-z0-9][a-z0-9_.-]*\Z")  # \Z: "$" also matches before a final newline ("chip\n")
 _OP = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*::[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)?$")
@@ -58,9 +59,16 @@ class _Validator:
             if spec.allowed and value not in spec.allowed:
                 raise self.fail(f"'{value}' is not allowed; allowed values: {', '.join(spec.allowed)}."
                                 + did_you_mean(value, spec.allowed), section, key)
+            if spec.pattern and value != "" and not re.fullmatch(spec.pattern, value):
+                raise self.fail(f"{value!r} is not {spec.form}", section, key)
         elif kind == "int":
             if isinstance(value, bool) or not isinstance(value, int):
                 raise self.fail(f"must be an integer, got {value!r}", section, key)
+            if spec.bounds and not spec.bounds[0] <= value <= spec.bounds[1]:
+                low, high = spec.bounds
+                shown = value if abs(value) < 10**12 else f"{str(value)[:12]}... ({len(str(abs(value)))} digits)"
+                raise self.fail(f"{shown} is out of range: allowed values are integers from {low} to {high}",
+                                section, key)
         elif kind == "bool":
             if not isinstance(value, bool):
                 raise self.fail(f"must be true or false, got {value!r}", section, key)
@@ -144,6 +152,11 @@ class _Validator:
         if not _NAME.match(data["name"]):
             raise self.fail(f"{data['name']!r} is not a valid name: use lowercase letters, digits, '-', "
                             f"'_' or '.'", None, "name")
+        key = data["dispatch_key"]
+        if key and key not in BACKEND_DISPATCH_KEYS and key not in backend_dispatch_keys():
+            keys = backend_dispatch_keys()
+            raise self.fail(f"{key!r} is not a backend dispatch key of torch; allowed values: {', '.join(keys)}."
+                            + did_you_mean(key, keys), None, "dispatch_key")
         for key in ("torch", "plugin", "runtime", "python"):
             problem = check_spec(data["compat"][key])
             if problem:
@@ -160,6 +173,45 @@ class _Validator:
                             f"precision.dtypes", "precision", "autocast_dtype")
         return data
 
+    def check_ops_exist(self, raw: dict[str, Any]) -> None:
+        """The aten ops this file names (ops.translate/fallback/unsupported, the [ops.dtypes], [ops.kernels]
+        and [precision.op_tolerances] entries) exist in this torch: a misspelt one would do nothing,
+        silently. Asked of the dispatcher of the loaded torch (its op list costs ~10 ms once); where torch
+        is not loaded (no command that reads descriptions runs without it) the names are taken as written,
+        and FL_ROUTE's check at activation still holds. ops.native lists are not checked: a probe written
+        by another torch names ops this one may lack, and a native op that does not exist routes nothing."""
+        import sys
+
+        if sys.modules.get("torch") is None:
+            return
+        ops, precision = raw.get("ops", {}), raw.get("precision", {})
+        for key in ("translate", "fallback", "unsupported"):
+            for op in ops.get(key, []):
+                self.check_op_exists(op, "ops", key)
+        for section, table in (("ops.dtypes", ops.get("dtypes", {})), ("ops.kernels", ops.get("kernels", {})),
+                               ("precision.op_tolerances", precision.get("op_tolerances", {}))):
+            for op in table:
+                self.check_op_exists(op, section, op)
+
+    def check_op_exists(self, op: str, section: str, key: str) -> None:
+        from .. import _env
+
+        namespace = op.partition("::")[0]
+        if namespace != "aten":  # a custom op's library may register it later (at the plugin's import)
+            return
+        full, bases = _env._aten_names()
+        base, _, overload = op.partition(".")
+        if op in _builtin_ops():  # a copy of a built-in (describe npu-910 > mine.toml) loads as it was
+            return
+        if base not in bases:
+            raise self.fail(f"'{op}' is not an aten operator of this torch.{did_you_mean(base, bases)} Fix: "
+                            f"correct the name or remove it", section, key)
+        if overload and overload != "default" and op not in full:
+            overloads = sorted(n.split(".", 1)[1] for n in full if n.startswith(base + "."))
+            raise self.fail(f"'{op}' is not an overload of {base}; allowed overloads: "
+                            f"{', '.join(['default', *overloads])}.{did_you_mean(overload, overloads)}",
+                            section, key)
+
     def merge_section(self, section: str, values: dict[str, Any], target: dict[str, Any]) -> None:
         keys = SCHEMA[section]
         for key, value in values.items():
@@ -167,6 +219,21 @@ class _Validator:
                 raise self.fail(f"unknown key '{key}' in [{section}]." + did_you_mean(key, keys)
                                 + f" Known keys: {', '.join(keys)}.", section, key)
             target[key] = self.check_value(section, key, keys[key], value)
+
+
+@functools.cache
+def _builtin_ops() -> frozenset[str]:
+    """The op names the built-in descriptions' own files give (their vendors' names, some of another
+    torch's): read from the files, not the registry, which may be discovering the file being checked."""
+    names: set[str] = set()
+    for path in (Path(__file__).parent / "builtin").glob("*.toml"):
+        raw = _toml.loads(_toml.read_text(path))
+        ops, precision = raw.get("ops", {}), raw.get("precision", {})
+        for key in ("translate", "fallback", "unsupported"):
+            names.update(ops.get(key, []))
+        for table in (ops.get("dtypes", {}), ops.get("kernels", {}), precision.get("op_tolerances", {})):
+            names.update(table)
+    return frozenset(names)
 
 
 def read_raw(text: str, path: str) -> dict[str, Any]:
@@ -187,11 +254,13 @@ def parse(text: str, path: str = "<string>", *, builtin: bool = False,
 
     A file with ``extends = "NAME"`` starts from description NAME (looked up in `bases`, by default the
     discovered descriptions) and replaces the keys it sets (see `extend`)."""
-    raw = read_raw(text, path)
+    own = raw = read_raw(text, path)
     validator = _Validator(text, path)
     if raw.get("extends", "") != "":
         raw = extend(_base(validator, raw["extends"], path, bases), raw, path)
     data = validator.validate(raw)
+    if not builtin:  # built-ins are written from vendor registrations of several torch versions
+        validator.check_ops_exist(own)
     digest = hashlib.sha256(text.encode()).hexdigest()
     return Description(data=data, path=path, sha256=digest, builtin=builtin)
 

@@ -98,7 +98,48 @@ def _discover() -> dict[str, Description]:
             waiting.remove(item)
             index, origin, path, builtin, text, _ = item
             _add(found, rank, index, origin, path, builtin, parse(text, str(path), builtin=builtin, bases=found))
+    _check_priorities(found)
     return found
+
+
+def _competes(a: Description, b: Description) -> bool:
+    """Whether auto-detection could find both `a` and `b` on one machine and must order them by priority:
+    one device type, torch builds that can be the same build (cuda and rocm share 'cuda', but a torch is
+    a CUDA build or a HIP one), both auto-detected (a negative priority never is)."""
+    builds = {a.section("detect")["torch_build"], b.section("detect")["torch_build"]}
+    return a.device_type == b.device_type and (len(builds) == 1 or "any" in builds) and \
+        min(a.section("detect")["priority"], b.section("detect")["priority"]) >= 0
+
+
+def _check_priorities(found: dict[str, Description]) -> None:
+    """Two descriptions of one device type with one detect.priority: which one auto-detection takes would
+    be decided by their names, so it is an error naming both (the file that is not built in is blamed)."""
+    ordered = sorted(found.values(), key=lambda d: (d.builtin, d.name))  # a user's file first
+    for desc in ordered:
+        priority = desc.section("detect")["priority"]
+        tied = [d for d in ordered if d is not desc and d.section("detect")["priority"] == priority
+                and _competes(desc, d)]
+        if not tied:
+            continue
+        other = tied[0]
+        taken = sorted({d.section("detect")["priority"] for d in found.values() if _competes(desc, d)},
+                       reverse=True)
+        used = ", ".join(f"{d.section('detect')['priority']} {d.name}" for d in sorted(
+            (d for d in found.values() if _competes(desc, d)), key=lambda d: -d.section("detect")["priority"]))
+        free = next(p for p in range(priority - 1, -2, -1) if p not in taken)
+        from .loader import find_line
+
+        try:
+            text = _toml.read_text(Path(desc.path))
+        except (OSError, ValueError):
+            text = ""
+        raise DescriptionError(
+            f"{priority} is also the detect.priority of '{other.name}' ({other.path}), a description of "
+            f"the same device type '{desc.device_type}': auto-detection would choose between '{desc.name}' and "
+            f"'{other.name}' by their names. Priorities of '{desc.device_type}': {used}. Fix: give '{desc.name}' "
+            f"a priority no other '{desc.device_type}' description has (e.g. {free}; a negative one: never "
+            f"auto-detected), or remove one of the files",
+            path=desc.path, line=find_line(text, "detect", "priority") if text else None, key="detect.priority")
 
 
 def _add(found: dict[str, Description], rank: dict[str, int], index: int, origin: str, path: Path, builtin: bool,

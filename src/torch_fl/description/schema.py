@@ -32,6 +32,39 @@ class Key:
     allowed: tuple[str, ...] = ()
     required: bool = False
     item_allowed: tuple[str, ...] = field(default=())  # allowed values of list items / table values
+    bounds: tuple[int, int] | None = None  # an int key's smallest and largest value
+    pattern: str = ""  # a str key's form (a regular expression a non-empty value must match in full)
+    form: str = ""  # that form in words, for the error
+
+
+# The forms of the identity keys: the values reach torch.device(), os.environ and importlib as they are.
+DEVICE_TYPE_FORM = (r"[a-z_][a-z0-9_]*", "a torch device type: lowercase letters, digits and '_', not starting "
+                    "with a digit (npu, cuda, privateuseone)")
+ENV_NAME_FORM = (r"[A-Za-z_][A-Za-z0-9_]*", "a POSIX environment variable name: letters, digits and '_', not "
+                 "starting with a digit (ASCEND_RT_VISIBLE_DEVICES)")
+MODULE_FORM = (r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*", "a Python module name: identifiers joined "
+               "by '.' (torch_npu, torch.npu)")
+PRIORITY_BOUNDS = (-1000, 1000)
+
+# The dense backend keys of c10's DispatchKey (torch._C.DispatchKey, between StartOfDenseBackends and
+# EndOfDenseBackends): the keys a device's own kernels are registered on. Known without importing torch;
+# a key a newer torch adds is taken where torch is loaded (see `backend_dispatch_keys`).
+BACKEND_DISPATCH_KEYS = ("CPU", "CUDA", "HIP", "XLA", "MPS", "IPU", "XPU", "HPU", "VE", "Lazy", "MTIA", "MAIA",
+                         "PrivateUse1", "PrivateUse2", "PrivateUse3", "Meta")
+
+
+def backend_dispatch_keys() -> tuple[str, ...]:
+    """The backend dispatch keys: the loaded torch's (torch._C.DispatchKey) where torch is imported, else
+    BACKEND_DISPATCH_KEYS (validation never imports torch: it costs seconds)."""
+    import sys
+
+    torch = sys.modules.get("torch")
+    try:
+        members = list(torch._C.DispatchKey.__members__)  # type: ignore[union-attr]
+        start, end = members.index("StartOfDenseBackends"), members.index("EndOfDenseBackends")
+    except (AttributeError, ValueError):  # torch not imported (or blocked), or a torch without the markers
+        return BACKEND_DISPATCH_KEYS
+    return tuple(dict.fromkeys((*BACKEND_DISPATCH_KEYS, *members[start + 1:end])))
 
 
 # Top-level keys (section None) and one dict per [section].
@@ -41,12 +74,15 @@ SCHEMA: dict[str | None, dict[str, Key]] = {
         "name": Key("str", "", "Short unique name (lowercase): cuda, npu, ascend-910b.", required=True),
         "vendor": Key("str", "", "Who makes the chip or maintains the stack."),
         "summary": Key("str", "", "One line saying what this description covers."),
-        "device_type": Key("str", "", "torch device type the chip appears as (cuda, npu, cpu, ...).",
-                           required=True),
-        "dispatch_key": Key("str", "", "Dispatch key of the device's kernels (CPU, CUDA, MPS, XPU, "
-                            "PrivateUse1).", required=True),
-        "plugin": Key("str", "", "Module that registers the device with torch ('' = built into torch)."),
-        "visible_devices_env": Key("str", "", "Environment variable that selects visible devices."),
+        "device_type": Key("str", "", "torch device type the chip appears as (cuda, npu, cpu, ...): lowercase "
+                           "letters, digits and '_'.", required=True, pattern=DEVICE_TYPE_FORM[0],
+                           form=DEVICE_TYPE_FORM[1]),
+        "dispatch_key": Key("str", "", "Dispatch key of the device's kernels: a backend key of torch's "
+                            "DispatchKey (CPU, CUDA, MPS, XPU, PrivateUse1, ...).", required=True),
+        "plugin": Key("str", "", "Module that registers the device with torch ('' = built into torch).",
+                      pattern=MODULE_FORM[0], form=MODULE_FORM[1]),
+        "visible_devices_env": Key("str", "", "Environment variable that selects visible devices (a POSIX "
+                                   "name).", pattern=ENV_NAME_FORM[0], form=ENV_NAME_FORM[1]),
         "level": Key("str", "none", "Claimed support level; `torchfl grade` verifies it.", LEVELS),
         "extends": Key("str", "", "Name of a description this file starts from: its keys, each key this file "
                        "sets replacing that one ([ops.dtypes], [ops.kernels] and the tolerance tables merge "
@@ -56,11 +92,13 @@ SCHEMA: dict[str | None, dict[str, Key]] = {
                           "that do take the dtype."),
     },
     "detect": {
-        "priority": Key("int", 0, "Higher is tried first during auto-detection."),
+        "priority": Key("int", 0, "Higher is tried first during auto-detection (-1000 to 1000; negative: never "
+                        "auto-detected). Two descriptions of one device type may not share one.",
+                        bounds=PRIORITY_BOUNDS),
         "torch_build": Key("str", "any", "torch build this stack needs: any, cuda (NVIDIA) or hip (ROCm).",
                            ("any", "cuda", "hip")),
         "module": Key("str", "", "Module whose is_available()/device_count() tell whether the device is "
-                      "present ('' = torch.<device_type>)."),
+                      "present ('' = torch.<device_type>).", pattern=MODULE_FORM[0], form=MODULE_FORM[1]),
     },
     "compat": {
         "torch": Key("str", "", "torch versions the stack supports, e.g. '>=2.1,<2.10' ('' = any)."),
