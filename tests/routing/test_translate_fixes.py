@@ -50,6 +50,17 @@ def test_multilabel_margin_loss_of_one_sample_is_0_dim(translated):
 
 
 @pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+def test_multilabel_margin_loss_of_a_0_dim_input(translated, reduction):
+    # OpInfo's first sample: one sample of one class (musa translates the op; it has no CPU fallback)
+    x, target = torch.tensor(0.7), torch.tensor(0)
+    expected = F.multilabel_margin_loss(x, target, reduction=reduction)
+    device = translated("aten::multilabel_margin_loss_forward")
+    got = F.multilabel_margin_loss(x.to(device), target.to(device), reduction=reduction)
+    assert got.shape == expected.shape
+    torch.testing.assert_close(got.cpu(), expected)
+
+
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
 def test_multilabel_margin_loss_stops_at_the_first_minus_one(translated, reduction):
     torch.manual_seed(0)
     x = torch.randn(3, 6, requires_grad=True)

@@ -100,8 +100,8 @@ def _multilabel_margin_loss(out: tuple, input: torch.Tensor, target: torch.Tenso
                             *rest: Any) -> tuple:
     """The loss again, with the targets after the first -1 left out (PyTorch's decomposition gathers
     them as class 0) and one sample's loss 0-dim, as the kernels give; its is_target is right."""
-    classes = input.shape[-1]
     x, y = torch.atleast_2d(input), torch.atleast_2d(target)
+    classes = x.shape[-1]  # (a 0-dim input is one sample of one class, as the kernels take it)
     position = torch.arange(classes, device=y.device)
     end = torch.amin(torch.where(y == -1, position, classes), dim=-1, keepdim=True)
     valid = position < end  # [N, j]: the j-th target counts
@@ -115,7 +115,7 @@ def _multilabel_margin_loss(out: tuple, input: torch.Tensor, target: torch.Tenso
     elif reduction == 2:
         loss = loss.sum()
     else:
-        loss = loss.reshape(input.shape[:-1])
+        loss = loss.reshape(input.shape[:-1] if input.dim() else ())
     return loss, out[1]
 
 
