@@ -22,6 +22,7 @@ import types
 # with the real package; without torch they say so (torch_fl.cli reads this set too).
 TORCH_FREE = frozenset({"scan", "fix"})
 _TORCH_FREE = frozenset({"scan"})  # the commands that take the bare package even where torch is installed
+_WITH_ACTIONS = frozenset({"routes", "cache"})  # `torchfl routes show --help`: help of an action
 
 
 def _command(argv: list[str]) -> str | None:
@@ -57,9 +58,43 @@ def torch_missing() -> bool:
         return True
 
 
+def help_only(argv: list[str]) -> bool:
+    """Whether argv asks only for help or the version (`torchfl`, `torchfl --help`, `torchfl grade --help`,
+    `torchfl routes show -h`): argparse answers those before any command runs, so they take the bare
+    package and never import torch (4-10 s). A -h after a command's first argument belongs to the command
+    (`torchfl run script.py --help` is the script's, `torchfl describe npu -h` is answered the usual way)."""
+    if not argv or argv[0] in ("-h", "--help", "--version"):
+        return True
+    words: list[str] = []
+    for arg in argv:
+        if arg in ("-h", "--help"):
+            return True
+        if arg == "--":
+            return False
+        if not arg.startswith("-"):
+            words.append(arg)
+            if len(words) > (2 if words[0] in _WITH_ACTIONS else 1):
+                return False
+    return False
+
+
+def quiet_numpy_warning() -> None:
+    """torch warns "Failed to initialize NumPy" at import where numpy is not installed; numpy is not a
+    dependency of torch-fl or torch, so no command prints it (nor do the processes a command starts)."""
+    import warnings
+
+    warnings.filterwarnings("ignore", message="Failed to initialize NumPy", category=UserWarning)
+    rule = "ignore:Failed to initialize NumPy:UserWarning"
+    current = os.environ.get("PYTHONWARNINGS", "")
+    if rule not in current:
+        os.environ["PYTHONWARNINGS"] = f"{current},{rule}" if current else rule
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if (_command(argv) in _TORCH_FREE and "--help" not in argv and "-h" not in argv) or torch_missing():
+    quiet_numpy_warning()
+    if help_only(argv) or (_command(argv) in _TORCH_FREE and "--help" not in argv and "-h" not in argv) or \
+            torch_missing():
         _bare_package()
     from torch_fl.cli import main as cli_main
 

@@ -20,11 +20,23 @@ from pathlib import Path
 from typing import Any
 
 from .. import _toml
-from ..analysis import doctor
 from ..description import registry
 from ..errors import TorchFLError
 from . import positive_int
 from .redact import REDACTED, SECRET_WORDS, USER, is_secret, redact, redact_value, secret_name, secret_values
+
+
+class _Doctor:
+    """torch_fl.analysis.doctor, imported on first use: it imports torch, and `torchfl bugreport --help`
+    needs none."""
+
+    def __getattr__(self, name: str) -> Any:
+        from ..analysis import doctor as module
+
+        return getattr(module, name)
+
+
+doctor = _Doctor()
 
 __all__ = ["REDACTED", "SECRET_WORDS", "USER", "build_report", "is_secret", "redact", "relevant_env",
            "secret_name"]

@@ -12,10 +12,14 @@ import sys
 
 from .args import add_device, add_reference, add_report_files
 
+# analysis.compare's DTYPES and DEFAULT_TOLERANCES, for the help: that module imports torch, and `torchfl
+# compare --help` needs none (tests/cli/test_help.py checks the copies are equal).
+DTYPES = ("float32", "float16", "bfloat16", "float64")
+DEFAULT_TOLERANCES = {"float64": (1e-7, 1e-7), "float32": (1e-4, 1e-5), "float16": (1e-2, 1e-5),
+                      "bfloat16": (8e-2, 1e-5)}
+
 
 def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> None:
-    from ..analysis.compare import DEFAULT_TOLERANCES, DTYPES
-
     defaults = ", ".join(f"{d} {r:g}/{a:g}" for d, (r, a) in DEFAULT_TOLERANCES.items())
     parser = sub.add_parser(
         name, help=help_text,

@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..analysis.doctor import examine
 from .args import STDOUT, add_device, add_json
-from .output import emit_json
 
 
 # Command ------------------------------------------------------------------------------------------
@@ -23,6 +21,9 @@ def add_parser(subparsers: argparse._SubParsersAction, name: str, help_text: str
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..analysis.doctor import examine  # torch: here, not at import (`torchfl doctor --help` needs none)
+    from .output import emit_json
+
     report = examine(args.device)
     if args.json != STDOUT:
         print(report.text())

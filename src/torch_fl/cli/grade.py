@@ -13,11 +13,12 @@ from . import non_negative_int, positive_int
 from .args import add_device, add_reference, add_report_files
 
 USAGE = 2
+# analysis.grade's defaults, for the help: that package imports torch, and `torchfl grade --help` needs none
+# (tests/cli/test_help.py checks the copies are equal).
+DEFAULT_STEPS, DEFAULT_WARMUP = 30, 3
 
 
 def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> None:
-    from ..analysis.grade import DEFAULT_STEPS, DEFAULT_WARMUP
-
     parser = sub.add_parser(
         name, help=help_text,
         description="Grade MODEL on a device at L0 (runs), L1 (deployable) or L2 (production) from measurements: "

@@ -12,12 +12,13 @@ import sys
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..errors import RouteLogError
-from ..routing.stats import RouteLog, read_route_log
+from .._names import ROUTES
 from .args import STDOUT, add_device, add_json
-from .output import emit_json
+
+if TYPE_CHECKING:  # torch_fl.routing imports torch: `torchfl routes --help` needs none
+    from ..routing.stats import RouteLog
 
 SAME, DIFFERENT, BAD_INPUT = 0, 1, 2
 CHANGES = ("route", "added", "removed", "calls")  # the order of the diff table
@@ -25,8 +26,6 @@ CHANGES = ("route", "added", "removed", "calls")  # the order of the diff table
 
 # Parser -------------------------------------------------------------------------------------------
 def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> None:
-    from ..routing.table import ROUTES
-
     parser = sub.add_parser(
         name, help=help_text,
         description="Show the route every aten operator takes on a device (native, translate, "
@@ -140,13 +139,13 @@ def check_dtype(name: str | None) -> str | None:
 
 
 def summary(rows: Iterable[dict[str, str]]) -> dict[str, int]:
-    from ..routing.table import ROUTES
-
     counts = Counter(row["route"] for row in rows)
     return {route: counts.get(route, 0) for route in (*ROUTES, *sorted(set(counts) - set(ROUTES)))}
 
 
 def run_show(args: argparse.Namespace) -> int:
+    from .output import emit_json
+
     target = governing(args.device)
     dtype = check_dtype(args.dtype)
     rows = route_rows(target, dtype, args.op)
@@ -212,6 +211,10 @@ def _classify(old: dict[str, int], new: dict[str, int], ignore_calls: bool) -> s
 
 
 def run_diff(args: argparse.Namespace) -> int:
+    from ..errors import RouteLogError
+    from ..routing.stats import read_route_log
+    from .output import emit_json
+
     try:
         before, after = read_route_log(args.before), read_route_log(args.after)
     except RouteLogError as exc:
