@@ -1,5 +1,5 @@
-"""One top-level CLI handler: user errors are one message (rc 1), never a traceback; a traceback only with
---debug or FL_LOG=DEBUG; a bug says so and points at `torchfl bugreport`."""
+"""One top-level CLI handler: user errors are one message (rc 2 for bad input, 1 for a failure), never a
+traceback; a traceback only with --debug or FL_LOG=DEBUG; a bug says so and points at `torchfl bugreport`."""
 
 from __future__ import annotations
 
@@ -34,7 +34,8 @@ def _boom(exc: BaseException):
 ])
 def test_user_errors_are_one_line_without_traceback(exc, text, monkeypatch, capsys):
     monkeypatch.setattr(describe_cmd, "run", _boom(exc))
-    assert main(["describe"]) == 1
+    # bad input exits 2 (docs/cli.md, exit status); a file that exists but cannot be read is a failure, 1
+    assert main(["describe"]) == (1 if isinstance(exc, PermissionError) else 2)
     err = capsys.readouterr().err
     assert err.strip() == text
     assert "Traceback" not in err
@@ -58,7 +59,7 @@ def test_traceback_with_debug_or_fl_log_debug(how, monkeypatch, capsys):
     try:
         if how != "--debug":
             logging.getLogger("torch_fl").setLevel(logging.DEBUG)
-        assert main(argv) == 1
+        assert main(argv) == 2  # a ConfigError: bad input
     finally:
         logging.getLogger("torch_fl").setLevel(logging.WARNING)
     err = capsys.readouterr().err

@@ -277,7 +277,7 @@ def test_cli_strict_exits_1_on_unsupported_ops(capsys: pytest.CaptureFixture[str
 
 
 def test_cli_unknown_device_is_an_error(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["coverage", f"{EXAMPLES / 'cnn.py'}:factory", "--device", "cdua"]) == 1
+    assert main(["coverage", f"{EXAMPLES / 'cnn.py'}:factory", "--device", "cdua"]) == 2  # bad input
     assert "Did you mean 'cuda'?" in capsys.readouterr().err
 
 

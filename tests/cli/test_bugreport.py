@@ -69,7 +69,7 @@ def test_output_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None
 
 
 def test_missing_log_is_an_error(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    assert main(["bugreport", "--log", str(tmp_path / "nope.log")]) == 1
+    assert main(["bugreport", "--log", str(tmp_path / "nope.log")]) == 2
     assert "nope.log" in capsys.readouterr().err
 
 

@@ -29,6 +29,6 @@ def test_describe_probe_writes_the_live_device(tmp_path, capsys):
     assert "Probed from the live device cpu" in probed.data["summary"]
 
 
-def test_unknown_name_exits_1_with_a_suggestion(capsys):
-    assert main(["describe", "cdua"]) == 1
+def test_unknown_name_exits_2_with_a_suggestion(capsys):
+    assert main(["describe", "cdua"]) == 2  # bad input (docs/cli.md, exit status)
     assert "Did you mean 'cuda'?" in capsys.readouterr().err

@@ -151,7 +151,7 @@ def test_fl_route_override_shows_its_source(capsys: pytest.CaptureFixture[str],
     (["--device", "acc9"], "device 'acc9' does not exist"),
 ])
 def test_show_bad_arguments(capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:
-    assert main(["routes", "show", *argv]) == 1
+    assert main(["routes", "show", *argv]) == 2  # bad input
     assert message in capsys.readouterr().err
 
 

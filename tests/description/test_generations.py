@@ -101,7 +101,7 @@ def test_describe_a_generation_prints_toml_that_loads_back(capsys):
 
 
 def test_an_unknown_generation_gets_a_did_you_mean(capsys):
-    assert main(["describe", "npu-91"]) == 1
+    assert main(["describe", "npu-91"]) == 2  # bad input
     assert "Did you mean 'npu-910'?" in capsys.readouterr().err
     with pytest.raises(UnknownDescriptionError, match="Did you mean 'npu-a3'"):
         torch_fl.description("npu-a2")

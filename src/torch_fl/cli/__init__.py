@@ -32,6 +32,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
 # Commands that run without torch (hook and lint environments): the others say "needs torch" there.
 TORCH_FREE = frozenset({"scan", "fix"})
 
+# The exit status of every command (docs/cli.md, "Exit status"): 0 ok; 1 a finding, a failed check, or an
+# error while running (the user's code raised, a device or plugin failed, a bug); 2 usage or bad input (an
+# option argparse refuses, a file or folder that does not exist or is not one, a description, FL_* value,
+# config, model entry point or device name that is wrong).
+OK, FAILED, BAD_INPUT = 0, 1, 2
+
 
 def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     from .._version import __version__
@@ -111,6 +117,23 @@ def user_error_text(exc: BaseException) -> str | None:
     return None
 
 
+def is_bad_input(exc: BaseException) -> bool:
+    """Whether `exc` says the input was wrong (exit status 2), not that running it failed (1)."""
+    from .. import _toml
+    from ..errors import (
+        ConfigError,
+        DescriptionError,
+        DeviceNotFoundError,
+        ModelSpecError,
+        RouteLogError,
+        UnknownDescriptionError,
+    )
+
+    return isinstance(exc, (ConfigError, DescriptionError, DeviceNotFoundError, ModelSpecError, RouteLogError,
+                            UnknownDescriptionError, _toml.TOMLDecodeError, _toml.TextDecodeError,
+                            UnicodeDecodeError, FileNotFoundError, IsADirectoryError, NotADirectoryError))
+
+
 def user_code_location(exc: BaseException) -> str | None:
     """'file.py, line N' when `exc` comes from the user's code (a model or script the command ran), i.e.
     the innermost frame outside Python's and installed libraries is not torch-fl's; else None."""
@@ -133,8 +156,9 @@ def user_code_location(exc: BaseException) -> str | None:
 
 
 def report_error(prog: str, exc: BaseException, *, debug: bool = False) -> int:
-    """Print `exc` as one message (rc 1): the traceback only with --debug or FL_LOG=DEBUG, and for an
-    error that is not the user's, a pointer to `torchfl bugreport`."""
+    """Print `exc` as one message: the traceback only with --debug or FL_LOG=DEBUG, and for an error that
+    is not the user's, a pointer to `torchfl bugreport`. Returns the exit status: 2 for bad input
+    (`is_bad_input`), else 1."""
     import traceback
 
     if needs_torch(exc):  # torch is not installed (a hook or lint environment): not a bug, not a traceback
@@ -147,7 +171,7 @@ def report_error(prog: str, exc: BaseException, *, debug: bool = False) -> int:
     text = user_error_text(exc)
     if text is not None:
         print(f"{prog}: error: {text}", file=sys.stderr)
-        return 1
+        return BAD_INPUT if is_bad_input(exc) else FAILED
     where = user_code_location(exc)
     if where is not None:  # the user's model or script raised: their bug, not ours
         print(f"{prog}: error in your code ({where}): {type(exc).__name__}: {exc}\n"

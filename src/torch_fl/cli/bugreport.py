@@ -178,7 +178,7 @@ def run(args: argparse.Namespace) -> int:
         except OSError as exc:
             what = exc.strerror or str(exc)
         print(f"torchfl bugreport: error: --log {args.log}: {what}", file=sys.stderr)
-        return 1
+        return 2  # bad input (docs/cli.md, exit status)
     report = build_report(args.log, args.lines)
     if args.output is None:
         sys.stdout.write(report)

@@ -3,8 +3,8 @@
 Exit status: 0 when the analysis ran, whatever it found (coverage is a report, and a model with a
 translated op still runs); with ``--strict``, 1 when some call is unsupported on the device, whether the model makes it or a
 translation does (the model would stop with UnsupportedOperatorError there); 2 when the model could not be traced (no
-verdict: a CI gate must not read it as "will not run"). An entry point or device that cannot be loaded
-exits 1 as every torchfl error does.
+verdict: a CI gate must not read it as "will not run"). An entry point or device name that is wrong exits 2
+(bad input), as in every command (docs/cli.md).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> No
                "  torchfl coverage mypkg.models:build --device ./my-chip.toml --train --strict\n"
                "  torchfl coverage examples/gpt.py:factory --device npu --train --plugin-version 2.5\n"
                "\nExit status: 0 (the report ran); with --strict, 1 when an op is unsupported; 2 when the\n"
-               "model could not be traced (no verdict).\n"
+               "model could not be traced (no verdict), or a wrong entry point or device (bad input).\n"
                "Docs: docs/analysis.md",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model", metavar="MODEL",

@@ -1,8 +1,8 @@
 """`torchfl grade`: the L0/L1/L2 level of a model on a device, from measurements.
 
 Exit status: 0 whenever grading ran, whatever level came out (the level is the result: in the report and
-the JSON); 2 on a usage error; 1, as for every torchfl error, when the model entry point or the device
-cannot be loaded.
+the JSON); 2 on a usage error or bad input (an entry point or device name that is wrong), as in every
+command (docs/cli.md); 1 when the model's own code raises or the device fails.
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> No
                "Examples:\n  torchfl grade examples/gpt.py:factory --device cpu\n"
                "  torchfl grade examples/unusual.py:factory --device emu:minimal --steps 4\n"
                "  torchfl grade examples/gpt.py:factory --device acc0 --compile --json g.json --html g.html\n"
-               "Exit status: 0 graded (any level), 2 usage error, 1 model or device cannot be loaded.\n"
+               "Exit status: 0 graded (any level), 2 usage error or bad input (entry point, device), 1 the "
+               "model's code raised or the device failed.\n"
                "Docs: docs/analysis.md",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model", metavar="MODEL", help="model entry point, path/to/file.py:factory or "

@@ -129,9 +129,13 @@ def summary(result: Any, unsafe_fixes: bool = False) -> str:
         command = "`torchfl fix --unsafe-fixes`" if unsafe_fixes else "`torchfl fix`"
         more = f"; {hidden} more, marked [u], with `torchfl fix --unsafe-fixes`" if hidden else ""
         lines.append(f"Found {_plural(len(findings), 'finding')} ({fixable} fixable with {command}{more}).")
-    else:
+    elif not result.errors:
         lines.append(f"All checks passed: {_plural(result.files, 'file')}, "
                      f"{_plural(result.lines, 'line')} scanned.")
+    else:  # not "All checks passed": the checks did not run on every file
+        rest = max(result.files - len({e.path for e in result.errors}), 0)
+        lines.append(f"No findings in the other {_plural(rest, 'file')}, but not every file was checked."
+                     if rest else "Nothing was checked.")
     if result.errors:
         lines.append(f"{_plural(len(result.errors), 'file')} could not be scanned (E999/E902 above).")
     return "\n".join(lines)

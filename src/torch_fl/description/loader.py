@@ -204,8 +204,9 @@ class _Validator:
         if op in _builtin_ops():  # a copy of a built-in (describe npu-910 > mine.toml) loads as it was
             return
         if base not in bases:
-            raise self.fail(f"'{op}' is not an aten operator of this torch.{did_you_mean(base, bases)} Fix: "
-                            f"correct the name or remove it", section, key)
+            hint = _env._suggest(base, tuple(sorted(bases)))  # gleu -> gelu, as FL_ROUTE's check says
+            raise self.fail(f"'{op}' is not an aten operator of this torch.{hint} Fix: correct the name or "
+                            f"remove it", section, key)
         if overload and overload != "default" and op not in full:
             overloads = sorted(n.split(".", 1)[1] for n in full if n.startswith(base + "."))
             raise self.fail(f"'{op}' is not an overload of {base}; allowed overloads: "
