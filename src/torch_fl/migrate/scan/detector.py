@@ -7,6 +7,7 @@ import ast
 from collections.abc import Iterator
 from typing import Any
 
+from ..deep import call_deep
 from ..rules import HOOKS, Finding
 from .dispatch import Dispatch
 from .flow import Flow, ModuleFacts
@@ -94,18 +95,27 @@ def has_trigger(text: str) -> bool:
         pattern.search(text) is not None for pattern in HOOKS.trigger_patterns)
 
 
-def scan_text(text: str, path: str, codes: frozenset[str], unsafe_fixes: bool,
-              facts: dict[str, ModuleFacts] | None = None) -> list[Finding]:
-    tree = parse(text, path)
-    if not has_trigger(text):
-        return []
+def _walk(tree: ast.Module) -> Detector:
     detector = Detector()
-    try:
-        detector.visit(tree)
-    except RecursionError:
-        raise SyntaxError("too deeply nested for the scanner", (path, 1, 1, None)) from None
+    detector.visit(tree)
     detector.flows()
     detector.settle_guards()
+    return detector
+
+
+def scan_text(text: str, path: str, codes: frozenset[str], unsafe_fixes: bool,
+              facts: dict[str, ModuleFacts] | None = None, tree: ast.Module | None = None) -> list[Finding]:
+    """Findings of one module. `tree`: its ``ast`` when the caller parsed it already (`torchfl fix`
+    reuses it for the rewrite); the walk does not change it."""
+    tree = parse(text, path) if tree is None else tree
+    if not has_trigger(text):
+        return []
+    try:
+        # Valid Python nested deeper than the default recursion limit allows our walk (a 500-arm
+        # `x if c else ...` chain) is walked again on a deep stack (migrate/deep.py).
+        detector = call_deep(_walk, tree)
+    except RecursionError:
+        raise SyntaxError("too deeply nested for the scanner", (path, 1, 1, None)) from None
     lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
     if facts is not None:
         imports = detector.imported_sinks()
