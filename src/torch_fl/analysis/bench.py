@@ -6,6 +6,12 @@ noise (other processes, frequency scaling, thermal drift) lands on both. Each st
 between device synchronisations; switching routing on and off between blocks, and one settling step
 after each switch, are not timed. For an
 emulated chip (``emu:NAME``) "routing disabled" is the plain CPU run.
+
+The alignment is paired: step i of a routed block and step i of the native block next to it (same
+process, seconds apart) form one pair, whose ratio native / routed step time is one sample. The
+estimate is the median of those ratios, and its noise estimate a 95% bootstrap interval over the pairs,
+which a descheduled step or a burst of load widens instead of moving. grade judges the interval, not the point (docs/analysis.md, "torchfl
+grade").
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ import contextlib
 import copy
 import itertools
 import math
+import random
 import statistics
 import time
 from collections import Counter
@@ -31,6 +38,9 @@ MODES = ("routed", "native")
 TARGET = 0.9  # the native alignment ratio the article asks of an adaptation layer
 MIB = 1 << 20
 NOISY = 1.5  # p90 / median latency above which a measurement is flagged as noisy
+CONFIDENCE = 0.95  # of the alignment's interval
+RESAMPLES = 2000  # bootstrap resamples of the pairs
+MIN_PAIRS = 8  # fewer pairs give no interval
 
 # Leak rule thresholds (docs/analysis.md explains them).
 LEAK_MIN_SAMPLES = 6            # samples in the second half, below that there is no verdict
@@ -94,6 +104,42 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
 
 
+def paired_steps(blocks: list[tuple[str, list[float]]]) -> list[tuple[float, float]]:
+    """(routed seconds, native seconds) pairs from the timed blocks in the order they ran: each round is
+    a routed and a native block side by side (either order), and step i of one pairs with step i of the
+    other."""
+    pairs = []
+    for first, second in zip(blocks[::2], blocks[1::2], strict=False):
+        times = dict((first, second))
+        if set(times) == set(MODES):
+            pairs += list(zip(times["routed"], times["native"], strict=False))
+    return pairs
+
+
+def alignment_interval(pairs: list[tuple[float, float]], confidence: float = CONFIDENCE,
+                       resamples: int = RESAMPLES) -> dict[str, Any]:
+    """The alignment (the median of the per-pair ratios native / routed step time) and a bootstrap
+    interval for it, as bench's JSON records it.
+
+    Why pairs: the two steps of a pair ran seconds apart in one process, so slow drifts of the machine's
+    load (another job starting, frequency scaling) divide out of their ratio; why the median: a step
+    descheduled for another process makes one ratio absurd, not the estimate. The bootstrap resamples
+    the pairs (seeded: the same steps give the same interval), so a burst of load widens the interval
+    instead of moving the verdict. Fewer than MIN_PAIRS pairs give no interval (low and high None)."""
+    ratios = [n / r for r, n in pairs if r > 0]
+    estimate = statistics.median(ratios) if ratios else math.nan
+    low = high = None
+    if len(ratios) >= MIN_PAIRS:
+        rng = random.Random(0)
+        medians = sorted(statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(resamples))
+        tail = (1 - confidence) / 2 * 100
+        low, high = percentile(medians, tail), percentile(medians, 100 - tail)
+    return {"estimate": estimate, "low": low, "high": high, "confidence": confidence, "pairs": len(ratios),
+            "method": f"median of per-pair ratios (native / routed step time), bootstrap {confidence:.0%} "
+                      f"percentile interval ({resamples} seeded resamples of the pairs); needs >= "
+                      f"{MIN_PAIRS} pairs"}
+
+
 @dataclass
 class ModeResult:
     latencies: list[float]
@@ -132,11 +178,12 @@ def _step_fn(spec: ModelSpec, model: torch.nn.Module, inputs: tuple, train: bool
     return train_step
 
 
-def _schedule(steps: int, block: int) -> list[tuple[str, int]]:
-    """(mode, steps) blocks, ABBA-ordered so neither mode always runs first after a switch."""
+def _schedule(steps: int, block: int, first_round: int = 0) -> list[tuple[str, int]]:
+    """(mode, steps) blocks, ABBA-ordered so neither mode always runs first after a switch (`first_round`:
+    the index of the first round, to continue a schedule)."""
     plan: list[tuple[str, int]] = []
     done = 0
-    round_index = 0
+    round_index = first_round
     while done < steps:
         n = min(block, steps - done)
         order = MODES if round_index % 2 == 0 else MODES[::-1]
@@ -147,8 +194,15 @@ def _schedule(steps: int, block: int) -> list[tuple[str, int]]:
 
 
 def bench(spec: ModelSpec, device: str, *, steps: int = 20, warmup: int = 3, train: bool = True,
-          block: int | None = None) -> Report:
+          block: int | None = None, settled: Callable[[dict[str, Any]], bool] | None = None,
+          max_steps: int | None = None, max_seconds: float = math.inf) -> Report:
     """Steps per second with routing on vs off on `device`, route time, peak memory and leak check.
+
+    `settled` (with `max_steps`): after the `steps` pairs, while ``settled(alignment_interval)`` is false
+    the run doubles its pairs, up to `max_steps` per mode and while the timing has taken less than
+    `max_seconds` (a few looks at the data: steps, 2 x steps, 4 x steps, ..., so that looking again does
+    not turn noise into a verdict). grade uses it to settle an alignment whose interval contains its
+    threshold.
 
     Resets torch-fl's route statistics (it reads them per block). Raises UnsupportedOperatorError when
     the routed run meets an op the device cannot run."""
@@ -176,10 +230,12 @@ def bench(spec: ModelSpec, device: str, *, steps: int = 20, warmup: int = 3, tra
 
     results = {mode: ModeResult([], [], [], 0) for mode in MODES}
     order: list[tuple[str, int]] = []
+    blocks: list[tuple[str, list[float]]] = []  # (mode, its step times) in the order they ran
     route_seconds: Counter[str] = Counter()
     op_time: dict[tuple[str, str, str], list[float]] = {}
     progress(f"timing {steps} steps per mode in blocks of {block}")
-    for mode, count in _schedule(steps, block):
+
+    def run(mode: str, count: int) -> None:
         result = results[mode]
         with context(mode):
             # A fresh activation starts with cold route caches: one untimed step lets them settle.
@@ -188,6 +244,7 @@ def bench(spec: ModelSpec, device: str, *, steps: int = 20, warmup: int = 3, tra
             order.append((mode, runtime.memory_allocated(dev)))  # a step too, for the leak slope
             reset_route_stats()
             runtime.reset_peak_memory_stats(dev)
+            blocks.append((mode, []))
             for _ in range(count):
                 runtime.synchronize(dev)
                 before = runtime.memory_allocated(dev)
@@ -195,6 +252,7 @@ def bench(spec: ModelSpec, device: str, *, steps: int = 20, warmup: int = 3, tra
                 step()
                 runtime.synchronize(dev)
                 result.latencies.append(time.perf_counter() - start)
+                blocks[-1][1].append(result.latencies[-1])
                 used = runtime.memory_allocated(dev)
                 result.memory.append(used)
                 result.deltas.append(used - before)
@@ -205,22 +263,41 @@ def bench(spec: ModelSpec, device: str, *, steps: int = 20, warmup: int = 3, tra
                 calls_seconds = op_time.setdefault((r["op"], r["dtype"], r["route"]), [0, 0.0])
                 calls_seconds[0] += r["calls"]
                 calls_seconds[1] += r["seconds"]
+
+    began = time.monotonic()
+    plan = _schedule(steps, block)
+    for mode, count in plan:
+        run(mode, count)
+    done, rounds = steps, len(plan) // 2
+    while settled is not None and max_steps and done < max_steps and time.monotonic() - began < max_seconds \
+            and not settled(alignment_interval(paired_steps(blocks))):
+        more = min(done, max_steps - done)
+        progress(f"alignment undecided after {done} pairs: timing {more} more steps per mode")
+        plan = _schedule(more, block, first_round=rounds)
+        for mode, count in plan:
+            run(mode, count)
+        done, rounds = done + more, rounds + len(plan) // 2
     ops = [{"op": op, "dtype": dtype, "route": route, "calls": calls, "seconds": seconds}
            for (op, dtype, route), (calls, seconds) in sorted(op_time.items(), key=lambda kv: -kv[1][1])]
-    return _report(spec, device, steps, warmup, train, block, results, order, dict(route_seconds), ops)
+    report = _report(spec, device, done, warmup, train, block, results, order, dict(route_seconds), ops,
+                     paired_steps(blocks))
+    report.data["steps_requested"] = steps
+    return report
 
 
 def _report(spec: ModelSpec, device: str, steps: int, warmup: int, train: bool, block: int,
             results: dict[str, ModeResult], order: list[tuple[str, int]], route_seconds: dict[str, float],
-            ops: list[dict[str, Any]]) -> Report:
+            ops: list[dict[str, Any]], pairs: list[tuple[float, float]]) -> Report:
     routed, native = (results[m].summary() for m in MODES)
-    alignment = routed["steps_per_s"] / native["steps_per_s"]
+    interval = alignment_interval(pairs)
+    alignment = interval["estimate"] if pairs else routed["steps_per_s"] / native["steps_per_s"]
     routed_time = sum(results["routed"].latencies)
     samples = [used for _, used in order]
     verdict = detect_leak(samples)
     data: dict[str, Any] = {
         "device": device, "model": spec.name, "steps": steps, "warmup": warmup, "train": train,
         "block": block, "routed": routed, "native": native, "alignment": alignment, "target": TARGET,
+        "alignment_interval": interval,
         "route_seconds": {route: {"seconds": s, "share": s / routed_time if routed_time else 0.0}
                           for route, s in sorted(route_seconds.items())},
         "route_ops": ops[:20],
@@ -230,6 +307,22 @@ def _report(spec: ModelSpec, device: str, steps: int, warmup: int, train: bool, 
                    "leak": verdict.leak, "why": verdict.why, "rule": LEAK_RULE},
     }
     return _render(data, results)
+
+
+def _interval_text(interval: dict[str, Any]) -> str:
+    if interval["low"] is None:
+        return f"(no interval: {interval['pairs']} pairs, {MIN_PAIRS} needed)"
+    return (f"({interval['confidence']:.0%} interval {interval['low']:.3f}-{interval['high']:.3f}, "
+            f"{interval['pairs']} pairs)")
+
+
+def _alignment_verdict(data: dict[str, Any]) -> str:
+    interval, target = data["alignment_interval"], data["target"]
+    if interval["low"] is not None and interval["low"] >= target:
+        return "meets the target"
+    if interval["high"] is not None and interval["high"] < target:
+        return "BELOW TARGET"
+    return "UNCERTAIN (the interval straddles the target: rerun with more --steps)"
 
 
 def _render(data: dict[str, Any], results: dict[str, ModeResult]) -> Report:
@@ -243,8 +336,8 @@ def _render(data: dict[str, Any], results: dict[str, ModeResult]) -> Report:
                    f" ms, p90 {routed['latency_ms']['p90']:.1f} ms"),
         ("native", f"{native['steps_per_s']:.3g} steps/s, latency median {native['latency_ms']['median']:.1f}"
                    f" ms, p90 {native['latency_ms']['p90']:.1f} ms"),
-        ("alignment", f"{data['alignment']:.3f} (target >= {data['target']}): "
-                      + ("meets the target" if data["alignment"] >= data["target"] else "BELOW TARGET")),
+        ("alignment", f"{data['alignment']:.3f} {_interval_text(data['alignment_interval'])} (target >= "
+                      f"{data['target']}): " + _alignment_verdict(data)),
         ("peak memory", f"{data['peak_memory_bytes'] / MIB:.1f} MiB"),
         ("memory leak", ("LEAK SUSPECTED" if memory["leak"] else "none detected")
                         + f" (slope {memory['slope_bytes_per_step'] / MIB:.3g} MiB/step)"),

@@ -6,8 +6,10 @@ collectives, long-run stability). The thresholds: native share >= 80%, alignment
 >= 3.2x, precision within rtol/atol, flat memory over a long run. docs/analysis.md ("torchfl grade") has
 the table and the JSON schema.
 
-Every criterion is PASS, FAIL or NOT MEASURED, with the number and the measurement behind it; NOT
-MEASURED never counts as PASS. What grade cannot measure (multi-device scaling, a 72-hour run; the
+Every criterion is PASS, FAIL, INCONCLUSIVE or NOT MEASURED, with the number and the measurement behind
+it; INCONCLUSIVE and NOT MEASURED never count as PASS. Performance alignment is judged by the confidence
+interval of interleaved paired runs: when the interval contains the threshold it is INCONCLUSIVE, with
+the command that settles it, rather than a PASS or FAIL decided by the machine's load. What grade cannot measure (multi-device scaling, a 72-hour run; the
 distributed preflight without two devices) stays NOT MEASURED and says why.
 
 An emulated chip (``emu:NAME``) runs on the CPU: coverage, whether the model runs, and precision are
@@ -25,9 +27,11 @@ from collections.abc import Callable
 import torch
 
 from ...report import Report, progress
+from ..bench import TARGET as ALIGNMENT_TARGET
 from ..model import ModelSpec
 from .levels import (
     FAIL,
+    INCONCLUSIVE,
     LEVELS,
     NOT_MEASURED,
     PASS,
@@ -38,6 +42,7 @@ from .levels import (
     achieved_level,
     claim_check,
     criteria,
+    decide,
     judge_alignment,
     judge_autocast,
     judge_compile,
@@ -67,8 +72,8 @@ from .runs import (
     train_step,
 )
 
-__all__ = ["DEFAULT_STEPS", "DEFAULT_WARMUP", "FAIL", "LEVELS", "NOT_MEASURED", "PASS", "STATUSES",
-           "achieved_level", "claim_check", "criteria", "grade", "halved_inputs", "noisy_modes"]
+__all__ = ["DEFAULT_STEPS", "DEFAULT_WARMUP", "FAIL", "INCONCLUSIVE", "LEVELS", "NOT_MEASURED", "PASS", "STATUSES",
+           "achieved_level", "claim_check", "criteria", "decide", "grade", "halved_inputs", "noisy_modes"]
 
 DEFAULT_STEPS = 30
 DEFAULT_WARMUP = 3
@@ -163,7 +168,8 @@ def _measure_running(target: Target, by_id: dict[str, Criterion], found: Measure
     step("dynamic shapes: a forward pass with dim 0 of every input halved")
     _measure_dynamic(target, by_id["l2.dynamic_shapes"], found, compiled_model)
     step(f"bench: {steps} training steps per mode, routing on and off (alignment, memory)")
-    measure_bench(target, found, steps, warmup)
+    measure_bench(target, found, steps, warmup,
+                  settled=lambda i: decide(i["low"], i["high"], ALIGNMENT_TARGET) != INCONCLUSIVE)
     judge_alignment(by_id["l1.alignment"], target, found.bench)
     judge_memory(by_id["l2.memory"], found.bench)
 

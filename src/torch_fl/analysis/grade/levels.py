@@ -1,9 +1,13 @@
 """grade's levels and criteria: each criterion with its threshold, how a measurement is judged, and
 the level a set of judged criteria reaches.
 
-Every criterion is PASS, FAIL or NOT MEASURED, with the number and the measurement behind it. The achieved
-level is the highest one whose criteria, and those of every level below it, all PASS: a criterion that
-was not measured never counts as passed.
+Every criterion is PASS, FAIL, INCONCLUSIVE or NOT MEASURED, with the number and the measurement behind
+it. The achieved level is the highest one whose criteria, and those of every level below it, all PASS: a
+criterion that was not measured, or whose measurement could not decide, never counts as passed.
+
+INCONCLUSIVE is for a noisy measurement (performance alignment): its confidence interval contains the
+threshold, so PASS or FAIL would be decided by the machine's load, not by the model; the evidence names
+the command that settles it.
 """
 
 from __future__ import annotations
@@ -13,14 +17,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...report import VERDICTS
-from ..bench import LEAK_MIN_SAMPLES, NOISY
+from ..bench import CONFIDENCE, LEAK_MIN_SAMPLES, MIN_PAIRS, NOISY
 from ..bench import TARGET as ALIGNMENT_TARGET
 from ..coverage import NATIVE_CALLS_WARNING
 from .runs import PREFLIGHT_RANKS, Outcome, PreflightPlan, Target, _shapes
 
 LEVELS = ("L0", "L1", "L2")
 PASS, FAIL, NOT_MEASURED = VERDICTS
-STATUSES = VERDICTS
+INCONCLUSIVE = "INCONCLUSIVE"
+STATUSES = (PASS, FAIL, INCONCLUSIVE, NOT_MEASURED)
 
 NATIVE_SHARE_TARGET = NATIVE_CALLS_WARNING  # below 80% of calls native is a warning sign
 SCALING_TARGET = 3.2  # 4-device training speed-up (80% efficiency)
@@ -71,7 +76,8 @@ def criteria(steps: int, precision: str) -> list[Criterion]:
                   "the traced training step", "coverage"),
         Criterion("l1.native_share", "L1", "native share of calls", share, "coverage"),
         Criterion("l1.alignment", "L1", "performance alignment",
-                  f">= {ALIGNMENT_TARGET} (routed steps/s / routing disabled)", "bench"),
+                  f">= {ALIGNMENT_TARGET} (routed steps/s / routing disabled; the {CONFIDENCE:.0%} interval "
+                  "of the paired runs decides)", "bench"),
         Criterion("l1.autocast", "L1", "mixed precision (autocast)",
                   "forward + backward under torch.fl.autocast with the description's dtype; loss finite",
                   "run"),
@@ -105,7 +111,7 @@ def achieved_level(rows: list[Criterion]) -> tuple[str, str]:
 
 def _shortfall(rows: list[Criterion]) -> str:
     parts = []
-    for status, word in ((FAIL, "failed"), (NOT_MEASURED, "not measured")):
+    for status, word in ((FAIL, "failed"), (INCONCLUSIVE, "inconclusive"), (NOT_MEASURED, "not measured")):
         names = [c.name for c in rows if c.status == status]
         if names:
             count = f"{len(names)} criterion" if len(names) == 1 else f"{len(names)} criteria"
@@ -194,6 +200,35 @@ def judge_precision(c: Criterion, target: Target, cmp: dict[str, Any]) -> None:
              "chip's kernels" if same else ""))
 
 
+def decide(low: float | None, high: float | None, threshold: float) -> str:
+    """The decision rule of a noisy criterion (higher is better): PASS when the whole confidence interval
+    [low, high] is at or above `threshold`, FAIL when it is wholly below, INCONCLUSIVE when it contains
+    the threshold or there is no interval (too few samples)."""
+    if low is None or high is None or math.isnan(low) or math.isnan(high):
+        return INCONCLUSIVE
+    if low >= threshold:
+        return PASS
+    if high < threshold:
+        return FAIL
+    return INCONCLUSIVE
+
+
+def steps_to_settle(pairs: int, estimate: float, low: float | None, high: float | None,
+                    threshold: float) -> int:
+    """--steps that would likely make an interval like this one clear `threshold`: the interval's width
+    shrinks as 1/sqrt(pairs), and it must shrink to the estimate's distance from the threshold."""
+    if low is None or high is None or pairs < MIN_PAIRS:
+        return max(2 * MIN_PAIRS, 2 * pairs, 30)
+    half = (high - low) / 2
+    gap = max(abs(estimate - threshold), 0.01 * threshold)
+    need = math.ceil(pairs * (half / gap) ** 2 * 1.5)
+    return int(min(max(need, 2 * pairs), 20 * pairs, 2000) + 9) // 10 * 10
+
+
+def settle_command(target: Target, steps: int) -> str:
+    return f"torchfl grade {target.spec.name} --device {target.device} --steps {steps}"
+
+
 def judge_alignment(c: Criterion, target: Target, bench: dict[str, Any] | None) -> None:
     if bench is None:
         return
@@ -201,6 +236,7 @@ def judge_alignment(c: Criterion, target: Target, bench: dict[str, Any] | None) 
         c.set(FAIL, f"raised {bench['error_type']}", f"bench: the routed run stopped: {bench['error']}")
         return
     routed, native, ratio = bench["routed"], bench["native"], bench["alignment"]
+    interval = bench["alignment_interval"]
     numbers = (f"routed {routed['steps_per_s']:.3g} vs routing disabled {native['steps_per_s']:.3g} "
                f"steps/s (median of {bench['steps']} training steps per mode)")
     if target.emulated:
@@ -209,9 +245,25 @@ def judge_alignment(c: Criterion, target: Target, bench: dict[str, Any] | None) 
               f"aten call) with the plain CPU, so its ratio ({ratio:.3g} here: {numbers}) measures the "
               f"emulation, not {target.desc.name}; measure alignment on the device itself")
         return
-    noisy = noisy_modes(bench)
-    warning = f"; noisy ({', '.join(noisy)}: p90 > {NOISY}x median): rerun with more --steps" if noisy else ""
-    c.set(PASS if ratio >= ALIGNMENT_TARGET else FAIL, ratio, f"bench: {numbers}{warning}")
+    low, high, pairs = interval["low"], interval["high"], interval["pairs"]
+    status = decide(low, high, ALIGNMENT_TARGET)
+    if low is None:
+        spread = (f"{pairs} interleaved pairs give no {CONFIDENCE:.0%} interval (it needs {MIN_PAIRS} "
+                  f"or more)")
+    else:
+        spread = (f"{CONFIDENCE:.0%} interval {low:.3f}-{high:.3f} from {pairs} interleaved pairs "
+                  f"(routed and native steps alternating in one process, bootstrap over the pairs)")
+    text = f"bench: alignment {ratio:.3f} (median per-pair ratio), {spread}; {numbers}"
+    if status == INCONCLUSIVE:
+        steps = steps_to_settle(pairs, ratio, low, high, ALIGNMENT_TARGET)
+        where = ("the interval contains the threshold " + f"{ALIGNMENT_TARGET}, so machine noise, not the "
+                 "model, would decide PASS or FAIL" if low is not None else "too few steps to judge")
+        text += (f"; INCONCLUSIVE: {where}. Settle it with `{settle_command(target, steps)}`, "
+                 "on a quieter machine if you can")
+    elif noisy_modes(bench):
+        text += (f"; step times were noisy (p90 > {NOISY}x median) but the interval is clear of "
+                 f"{ALIGNMENT_TARGET}, so the verdict holds")
+    c.set(status, ratio, text)
 
 
 def noisy_modes(bench: dict[str, Any] | None) -> list[str]:

@@ -9,6 +9,7 @@ from ..bench import LEAK_RULE, NOISY
 from ..bench import TARGET as ALIGNMENT_TARGET
 from .levels import (
     FAIL,
+    INCONCLUSIVE,
     LEVEL_MEANING,
     LEVEL_TITLE,
     LEVELS,
@@ -23,6 +24,8 @@ from .levels import (
     achieved_level,
     claim_check,
     noisy_modes,
+    settle_command,
+    steps_to_settle,
 )
 from .runs import PRECISION_DTYPE, Measurements, Target
 
@@ -77,8 +80,9 @@ def _render(data: dict[str, Any], target: Target, found: Measurements, claim_tex
         ("reference", f"{data['reference']} (precision only)"),
         ("level", _level_text(data)),
         ("claimed", f"{data['claimed_level']} (level in description '{target.desc.name}'): {claim_text}"),
-        ("criteria", f"{counts[PASS]} PASS, {counts[FAIL]} FAIL, {counts[NOT_MEASURED]} NOT MEASURED "
-                     "(NOT MEASURED never counts as PASS)"),
+        ("criteria", f"{counts[PASS]} PASS, {counts[FAIL]} FAIL, {counts[INCONCLUSIVE]} INCONCLUSIVE, "
+                     f"{counts[NOT_MEASURED]} NOT MEASURED (INCONCLUSIVE and NOT MEASURED never count as "
+                     "PASS)"),
         ("thresholds", _thresholds_text(data["thresholds"])),
     ]
     sections = [_level_section(name, rows) for name in LEVELS]
@@ -157,8 +161,31 @@ def _not_measured_warning(data: dict[str, Any], counts: dict[str, int]) -> list[
     return [text]
 
 
+def _noise_warning(data: dict[str, Any], target: Target) -> list[str]:
+    """The alignment's noise, when it matters: an INCONCLUSIVE alignment (the level is a lower bound until
+    it is settled), or noisy step times behind a decided one."""
+    alignment = next(r for r in data["criteria"] if r["id"] == "l1.alignment")
+    bench = data["measurements"]["bench"]
+    if alignment["status"] == INCONCLUSIVE:
+        interval = bench["alignment_interval"]
+        low, high = interval["low"], interval["high"]
+        steps = steps_to_settle(interval["pairs"], alignment["measured"], low, high, ALIGNMENT_TARGET)
+        spread = (f"its {interval['confidence']:.0%} interval {low:.3f}-{high:.3f} contains the threshold "
+                  f"{ALIGNMENT_TARGET}" if low is not None else
+                  f"{interval['pairs']} pairs are too few for an interval")
+        return [f"performance alignment is INCONCLUSIVE ({alignment['measured']:.3f}; {spread}): machine "
+                f"noise, not the model, would decide it, so it counts as not passed and {data['level']} is "
+                f"a lower bound. Settle it with `{settle_command(target, steps)}`, on a quieter machine if "
+                f"you can"]
+    if alignment["status"] in (PASS, FAIL) and noisy_modes(bench):
+        return [f"step times were noisy (p90 > {NOISY}x median), but the alignment's interval "
+                f"{bench['alignment_interval']['low']:.3f}-{bench['alignment_interval']['high']:.3f} is clear "
+                f"of {ALIGNMENT_TARGET}: its {alignment['status']} holds on a rerun"]
+    return []
+
+
 def _warnings(data: dict[str, Any], target: Target, counts: dict[str, int]) -> list[str]:
-    warnings = []
+    warnings = _noise_warning(data, target)  # first: it says whether the level itself can be trusted
     if target.emulated:
         warnings.append(f"{target.device} is an emulated chip: performance alignment there would measure "
                         "the emulation (CPU + Python dispatch), not the chip, so it is NOT MEASURED and L1 "
@@ -167,11 +194,6 @@ def _warnings(data: dict[str, Any], target: Target, counts: dict[str, int]) -> l
     if data["claim_confirmed"] is False:
         warnings.append(f"the description claims {data['claimed_level']}; this model measured "
                         f"{data['level']}")
-    alignment = next(r for r in data["criteria"] if r["id"] == "l1.alignment")
-    if alignment["measured"] is not None and noisy_modes(data["measurements"]["bench"]):
-        warnings.append(f"the alignment ({alignment['measured']:.3g}) comes from noisy step times (p90 > "
-                        f"{NOISY}x median): its {alignment['status']} and the level can change on a rerun; "
-                        f"use more --steps on a quieter machine")
     failed = [r for r in data["criteria"] if r["status"] == FAIL]
     if failed:
         warnings.append("failed: " + "; ".join(f"{r['level']} {r['name']}" for r in failed))
