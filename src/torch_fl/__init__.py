@@ -27,6 +27,7 @@ from .errors import (
     AOTIntegrityError,
     CacheLockTimeout,
     CacheTrustError,
+    CacheUnusableError,
     CollectiveTimeoutError,
     CompareError,
     ConfigError,
@@ -130,6 +131,7 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "AOTFingerprintError", "AOTIntegrityError", "CacheLockTimeout", "CacheTrustError",
+    "CacheUnusableError",
     "CollectiveTimeoutError", "CompareError", "ConfigError", "CudaAliasError", "DescriptionError",
     "DeviceNotFoundError", "DistributedError", "FallbackWarning", "ModelSpecError", "PluginImportError",
     "PreflightError", "RouteLogError", "RuntimeUnsupportedError", "ScanConfigError", "TorchFLError",

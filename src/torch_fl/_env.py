@@ -206,7 +206,15 @@ def _path(var: EnvVar, text: str, origin: str) -> Path | None:
     longest = max((len(os.fsencode(part)) for part in Path(text).parts), default=0)
     if longest > 255 or len(os.fsencode(text)) > 4096:
         raise var.error(text, "too long to be a path (at most 255 bytes per name, 4096 in all)", origin)
-    return Path(text).expanduser()
+    try:
+        return Path(text).expanduser()
+    except RuntimeError:  # '~nosuchuser/x', or '~/x' without HOME and without a password entry
+        user = Path(text).parts[0][1:]
+        why = (f"not a path here: '~{user}' names no user of this machine" if user else
+               "not a path here: '~' cannot be expanded (HOME is not set and this user has no password "
+               "entry)")
+        raise var.error(text, f"{why}; write the folder out in full (e.g. /home/NAME/x) or use a user "
+                        "that exists", origin) from None
 
 
 def _paths(var: EnvVar, text: str, origin: str) -> list[Path]:

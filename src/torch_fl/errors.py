@@ -107,6 +107,11 @@ class CacheTrustError(TorchFLError, PermissionError):
     """A compile cache directory that another user could write: refused."""
 
 
+class CacheUnusableError(TorchFLError, OSError):
+    """A compile cache directory that cannot be used (read-only, full, not a directory): the message names
+    the path and the fix; torch.fl.compile goes on without the cache."""
+
+
 class AOTFingerprintError(TorchFLError, RuntimeError):
     """An AOT package built for another stack (or without a torch-fl fingerprint)."""
 

@@ -41,6 +41,7 @@ from typing import Any
 
 from .. import _env, _toml
 from ..description.model import Description
+from ..errors import CacheUnusableError, TorchFLError
 from . import integrity, locks, trust
 from .fingerprint import COMPONENTS, Fingerprint, describe_change, digest, entry_name, fingerprint
 
@@ -183,17 +184,38 @@ def open_entry(desc: Description) -> Entry:
     """The cache entry of this process's fingerprint for `desc`, created (and stale entries of the same
     description removed, keeping FL_CACHE_KEEP) when it does not exist yet.
 
-    Raises trust.CacheTrustError when the root is not this user's alone. An existing entry that is not
-    (or whose artifacts were altered) is moved aside with a warning and rebuilt."""
+    Raises trust.CacheTrustError when the root is not this user's alone, CacheUnusableError when it cannot
+    be used (read-only, full, not a directory; the message names the path and the fix). An existing entry
+    that is not this user's alone (or whose artifacts were altered) is moved aside with a warning and
+    rebuilt."""
+    try:
+        return _open_entry(desc)
+    except CacheUnusableError as exc:  # from the locks, which do not know where the root came from
+        if getattr(exc, "source", "") or not hasattr(exc, "oserror"):
+            raise
+        raise trust.unusable(cache_root(desc), exc.oserror, root_source(desc), exc.doing) from None
+    except TorchFLError:
+        raise
+    except OSError as exc:
+        raise trust.unusable(cache_root(desc), exc, root_source(desc), "opening an entry") from None
+
+
+def open_entry_at(desc: Description, root: Path) -> Entry:
+    """open_entry under the cache root `root` instead of the configured one (torch.fl.compile's private
+    temporary root when the configured one is unusable)."""
+    return _open_entry(desc, root, "a temporary directory")
+
+
+def _open_entry(desc: Description, given: Path | None = None, source: str | None = None) -> Entry:
     fp = fingerprint(desc)
-    root = _resolved.get(cache_root(desc))
+    given = cache_root(desc) if given is None else given
+    root = _resolved.get(given)
     if root is not None and root / fp.entry_name in _held:
         _touch(root / fp.entry_name)
         return Entry(root, root / fp.entry_name, fp)
-    given = cache_root(desc)
     # Checked once and used resolved from here on (Inductor gets this path): a symbolic link swapped after
     # the check cannot redirect this process to someone else's compiled code.
-    root = _resolved[given] = trust.require_private_root(given, root_source(desc))
+    root = _resolved[given] = trust.require_private_root(given, source or root_source(desc))
     path = root / fp.entry_name
     refused = ""
     with contextlib.suppress(EntryRefused):
@@ -462,7 +484,10 @@ def _update_manifest(entry: Entry, change: Any, what: str) -> None:
         before = json.dumps(manifest, sort_keys=True)
         change(manifest)
         if json.dumps(manifest, sort_keys=True) != before:
-            write_json_atomic(entry.path / MANIFEST, manifest)
+            try:
+                write_json_atomic(entry.path / MANIFEST, manifest)
+            except OSError as exc:  # the compiled code is in place; the next start rebuilds what is missing
+                _log.warning("compile cache: %s", trust.unusable(entry.root, exc, doing=what))
 
 
 # Inspection (torchfl cache info / verify / clear) -------------------------------------------------

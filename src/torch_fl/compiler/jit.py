@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from ..errors import TorchFLError
 from . import cache, isa, torchkey
 from .target import description_of
 
@@ -89,7 +90,7 @@ def compile(model: Callable | None = None, *, device: str | torch.device | None 
             _log.warning("compile: the '%s' description sets compile.jit = false; torch.fl.compile returns "
                          "models unchanged (eager) on this device (%s)", desc.name, desc.path or "built-in")
         return model
-    entry = cache.open_entry(desc)
+    entry, persistent = _entry_or_uncached(desc)
     use_entry(entry)
     backend = kwargs.pop("backend", section["backend"])
     policy = section["dynamic_shapes"]
@@ -104,10 +105,40 @@ def compile(model: Callable | None = None, *, device: str | torch.device | None 
     inner = _backend(backend, kwargs.pop("mode", None), options or None, dynamic)
     stats = CompileStats(getattr(model, "__name__", type(model).__name__), desc.name,
                          getattr(inner, "compiler_name", str(backend)), policy, dynamic, str(entry.path))
-    compiled = torch.compile(model, backend=_CountingBackend(inner, stats, entry), dynamic=dynamic,
+    compiled = torch.compile(model, backend=_CountingBackend(inner, stats, entry if persistent else None),
+                             dynamic=dynamic,
                              options=own or None, **kwargs)
     _stats[compiled] = stats
     return compiled
+
+
+_uncached: dict[str, cache.Entry] = {}  # description -> this process's temporary entry
+
+
+def _entry_or_uncached(desc: Any) -> tuple[cache.Entry, bool]:
+    """The cache entry, or, when the cache cannot be used (refused, read-only, full, not a directory, its
+    lock held too long), a private temporary directory for this process, removed at exit, with a warning
+    that says why and how to fix the cache. Returns (entry, whether it is the persistent cache)."""
+    from ..errors import CacheLockTimeout, CacheTrustError, CacheUnusableError
+
+    try:
+        return cache.open_entry(desc), True
+    except (CacheTrustError, CacheUnusableError, CacheLockTimeout) as exc:
+        if desc.name in _uncached:
+            return _uncached[desc.name], False
+        import shutil
+        import tempfile
+
+        root = Path(tempfile.mkdtemp(prefix="torch_fl-uncached-"))  # 0700
+        atexit.register(shutil.rmtree, root, True)
+        try:
+            entry = cache.open_entry_at(desc, root)
+        except (OSError, TorchFLError):  # even the temporary directory is unusable: compile there bare
+            entry = cache.Entry(root, root, cache.fingerprint(desc))
+        _uncached[desc.name] = entry
+        _log.warning("compile: %s Compiling without the cache for now: this process writes its compiled "
+                     "code to %s, removed at exit.", exc, root)
+        return entry, False
 
 
 def compile_stats(compiled: Any) -> CompileStats:
@@ -145,7 +176,11 @@ class _CountingBackend:
         if self.entry is not None:
             # Inductor and AOTAutograd have written this graph's artifacts: record their hashes now, so
             # that the next process can check them before loading them.
-            cache.seal(self.entry)
+            try:
+                cache.seal(self.entry)
+            except (OSError, TorchFLError) as exc:  # a disk that filled up: the compiled graph still runs
+                _log.warning("compile: recording the artifacts of %s failed, the next start checks and "
+                             "rebuilds them: %s", self.entry.path, exc)
         return compiled
 
     def __getattr__(self, name: str) -> Any:

@@ -33,17 +33,31 @@ _FLAGS = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
 
 @contextlib.contextmanager
 def exclusive(path: Path, timeout: float = TIMEOUT_S) -> Iterator[None]:
-    """Hold an exclusive lock on `path` (created if missing) for the block; waits up to `timeout` s."""
-    trust.make_private_dirs(path.parent)
-    fd = trust.open_private(path, _FLAGS)
+    """Hold an exclusive lock on `path` (created if missing) for the block; waits up to `timeout` s.
+
+    Raises CacheUnusableError (naming the directory and the fix) when the lock file cannot be created:
+    a read-only or full disk, a file where the directory should be."""
+    try:
+        trust.make_private_dirs(path.parent)
+        fd = trust.open_private(path, _FLAGS)
+    except OSError as exc:
+        raise trust.unusable(path.parent, exc, doing=f"creating its lock file {path.name}") from None
     try:
         _wait_exclusive(fd, path, timeout)
-        # Who holds it, for the message of a waiter that times out (informational only).
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
+        _note_holder(fd)
         yield
     finally:
         os.close(fd)  # closing releases the lock
+
+
+def _note_holder(fd: int) -> None:
+    """Who holds the lock, for the message of a waiter that times out (informational only: a full disk
+    must not stop the writer that would free space)."""
+    try:
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+    except OSError as exc:
+        _log.debug("compile cache lock: could not record the holder: %s", exc)
 
 
 def _wait_exclusive(fd: int, path: Path, timeout: float) -> None:

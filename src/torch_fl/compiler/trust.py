@@ -20,11 +20,12 @@ cache entries, so whoever can write a cache entry can run code as the next user 
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from pathlib import Path
 
-from ..errors import CacheTrustError
+from ..errors import CacheTrustError, CacheUnusableError
 
 DIR_MODE = 0o700
 FILE_MODE = 0o600
@@ -89,7 +90,11 @@ def require_private_root(root: Path, source: str) -> Path:
     broad = broad_root(root)
     if broad:
         raise CacheTrustError(root_refusal(root, source))
-    make_private_dirs(root)
+    require_directory(root, source)
+    try:
+        make_private_dirs(root)
+    except OSError as exc:
+        raise unusable(root, exc, source, "creating it") from None
     refusal = root_refusal(root, source)
     if refusal:
         raise CacheTrustError(refusal)
@@ -218,3 +223,43 @@ def open_private(path: Path, flags: int) -> int:
         except OSError:
             pass  # not ours to change (an existing file of another user): the entry check reports it
     return fd
+
+
+def unusable(root: Path, exc: OSError, source: str = "", doing: str = "") -> CacheUnusableError:
+    """The torch-fl error for an OSError met while using the cache root `root`: what happened (the path
+    and the system's words), why, and the fix."""
+    path = exc.filename or root
+    where = f"compile cache root {root}" + (f" (from {source})" if source else "")
+    what = f" while {doing}" if doing else ""
+    code = exc.errno
+    if code in (errno.ENOSPC, errno.EDQUOT):
+        why = (f"the disk (or quota) holding it is full: writing {path}{what} failed with "
+               f"'{exc.strerror}'")
+        fix = (f"free space there (`torchfl cache clear --stale` removes entries of older stacks, `du -sh "
+               f"{root}` shows its size), or point FL_CACHE_DIR at a disk with room")
+    elif code in (errno.EROFS, errno.EACCES, errno.EPERM):
+        ro = "it is on a read-only file system" if code == errno.EROFS else "you may not write there"
+        why = f"{ro}: {path} cannot be created or written{what} ('{exc.strerror}')"
+        fix = (f"make it writable (`chmod u+w {root}`, or remount the disk read-write), or point "
+               f"FL_CACHE_DIR at a writable directory of your own, e.g. ~/.cache/torch_fl")
+    elif code in (errno.ENOTDIR, errno.EEXIST):
+        blocker = next((p for p in (Path(path), *Path(path).parents) if p.exists() and not p.is_dir()), path)
+        why = f"{blocker} is a file, not a directory, so nothing can be created under it{what}"
+        fix = f"remove or rename {blocker}, or point FL_CACHE_DIR at a directory"
+    else:
+        why = f"{path}{what}: {exc.strerror or exc}"
+        fix = "check the directory (it must be a writable directory of your own), or point FL_CACHE_DIR elsewhere"
+    error = CacheUnusableError(f"{where} is unusable: {why}. Fix: {fix}. torch.fl.compile goes on without "
+                               "the cache meanwhile (every start compiles from scratch).")
+    error.oserror, error.doing, error.source = exc, doing, source  # to restate it with its source
+    return error
+
+
+def require_directory(root: Path, source: str = "") -> None:
+    """Raise CacheUnusableError when `root`, or a path above it, exists and is not a directory."""
+    for path in (root, *root.parents):
+        if os.path.lexists(path):
+            if not path.is_dir():
+                raise unusable(root, NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(path)),
+                               source)
+            return
