@@ -446,7 +446,10 @@ def test_an_inconclusive_alignment_names_the_command_and_warns_first(models, mon
 @pytest.mark.slow
 def test_the_same_model_graded_three_times_under_load_gets_the_same_level(models, tmp_path):
     """A busy loop on the other core (started here) while grade runs three times, pinned to one core with
-    one thread: the level must not flip, and PASS and FAIL never both appear."""
+    one thread: PASS and FAIL never both appear, and every run whose alignment was decided has the same
+    level. An INCONCLUSIVE run reports the level below (a lower bound, said first in its warnings): on
+    this shared 2-core machine gpt_small's ~2 ms steps measured 0.880-1.042 over 240 pairs once, so a
+    level that never differs at all is not what a 95% interval can promise this close to 0.9."""
     import os
     import subprocess
 
@@ -467,8 +470,11 @@ def test_the_same_model_graded_three_times_under_load_gets_the_same_level(models
     finally:
         busy.kill()
         busy.wait()
-    levels = [r["level"] for r in runs]
     statuses = {_by_id(r)["l1.alignment"]["status"] for r in runs}
-    details = [(r["level"], _by_id(r)["l1.alignment"]["evidence"][:200]) for r in runs]
-    assert len(set(levels)) == 1, details
+    details = [(r["level"], _by_id(r)["l1.alignment"]["evidence"][:300]) for r in runs]
     assert not {PASS, FAIL} <= statuses, details
+    decided = {r["level"] for r in runs if _by_id(r)["l1.alignment"]["status"] != INCONCLUSIVE}
+    assert len(decided) <= 1, details
+    for r in runs:
+        if _by_id(r)["l1.alignment"]["status"] == INCONCLUSIVE:
+            assert r["level"] == "L0" and "inconclusive (performance alignment)" in r["level_reason"], details
