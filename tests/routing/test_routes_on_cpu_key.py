@@ -128,7 +128,7 @@ def test_kernel_for_another_device_type_is_ignored():
 def test_dtype_conditioned_route(monkeypatch, tmp_path):
     desc = tmp_path / "limited.toml"
     desc.write_text('schema = 1\nname = "cpu-limited"\ndevice_type = "cpu"\ndispatch_key = "CPU"\n'
-                    '[ops.dtypes]\n"aten::addmm" = ["float32"]\n')
+                    '[detect]\npriority = -1\n[ops.dtypes]\n"aten::addmm" = ["float32"]\n')
     activate_with(monkeypatch, FL_DESCRIPTION=str(desc), FL_BACKEND="cpu-limited")
     table = route_table()
     assert table.route("aten::addmm.default", "float32").kind == "native"
@@ -147,7 +147,7 @@ def test_dtype_conditioned_route(monkeypatch, tmp_path):
 def test_precedence_env_over_config_over_description(monkeypatch, tmp_path):
     desc = tmp_path / "d.toml"
     desc.write_text('schema = 1\nname = "cpu-lists"\ndevice_type = "cpu"\ndispatch_key = "CPU"\n'
-                    '[ops]\nunsupported = ["aten::gelu", "aten::relu", "aten::tanh"]\n')
+                    '[detect]\npriority = -1\n[ops]\nunsupported = ["aten::gelu", "aten::relu", "aten::tanh"]\n')
     (tmp_path / "torch_fl.toml").write_text('[routes]\n"aten::gelu" = "fallback"\n"aten::relu" = "fallback"\n')
     monkeypatch.chdir(tmp_path)
     activate_with(monkeypatch, FL_DESCRIPTION=str(desc), FL_BACKEND="cpu-lists",
