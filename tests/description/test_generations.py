@@ -19,6 +19,7 @@ import pytest
 import torch_fl
 from torch_fl.cli import main
 from torch_fl.description import registry
+from torch_fl.description.generations import generations
 from torch_fl.description.loader import parse
 from torch_fl.errors import DescriptionError, UnknownDescriptionError
 from torch_fl.routing.table import RouteTable
@@ -37,7 +38,7 @@ def fresh_registry():
 def test_the_generations_of_npu_are_descriptions_that_extend_it():
     npu = torch_fl.description("npu")
     assert npu.generation.startswith("Atlas A2 training series") and npu.data["extends"] == ""
-    assert [d.name for d in npu.generations()] == ["npu", "npu-910", "npu-a3", "npu-310p"]
+    assert [d.name for d in generations(npu)] == ["npu", "npu-910", "npu-a3", "npu-310p"]
     for name, base, generation in (("npu-a3", "npu", "Atlas A3 training series"),
                                    ("npu-910", "npu", "Atlas training series"),
                                    ("npu-310p", "npu-910", "Atlas inference series")):
@@ -46,8 +47,8 @@ def test_the_generations_of_npu_are_descriptions_that_extend_it():
         assert desc.device_type == "npu" and desc.plugin == "torch_npu"  # the rest comes from npu
         assert desc.section("ops")["table"] == "tables/npu.txt" and "aten::mm.default" in desc.native_ops()
         assert desc.section("detect")["priority"] < npu.section("detect")["priority"]  # auto-detection: npu
-        assert [d.name for d in desc.generations()] == ["npu", "npu-910", "npu-a3", "npu-310p"]
-    assert [d.name for d in torch_fl.description("cuda").generations()] == ["cuda"]
+        assert [d.name for d in generations(desc)] == ["npu", "npu-910", "npu-a3", "npu-310p"]
+    assert [d.name for d in generations(torch_fl.description("cuda"))] == ["cuda"]
 
 
 @pytest.mark.parametrize("name, bf16", [("npu", True), ("npu-a3", True), ("npu-910", False), ("npu-310p", False)])
@@ -124,7 +125,7 @@ def test_a_site_description_extends_a_builtin(tmp_path, monkeypatch, fresh_regis
     assert desc.op_dtypes()["aten::mm"] == ["float16"]
     assert "bfloat16" in desc.op_dtypes()["aten::bmm"]  # npu's own entry, kept
     assert Path(desc.section("ops")["table"]).is_absolute() and "aten::mm.default" in desc.native_ops()
-    assert desc.generation == "Atlas A2 (910B4)" and desc.name in [d.name for d in desc.generations()]
+    assert desc.generation == "Atlas A2 (910B4)" and desc.name in [d.name for d in generations(desc)]
 
 
 def test_a_site_npu_replaces_the_base_of_the_builtin_generations(tmp_path, monkeypatch, fresh_registry):

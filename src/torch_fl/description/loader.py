@@ -6,7 +6,7 @@ import copy
 import functools
 import hashlib
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -266,13 +266,16 @@ def parse(text: str, path: str = "<string>", *, builtin: bool = False,
     return Description(data=data, path=path, sha256=digest, builtin=builtin)
 
 
+# The descriptions a file's `extends` names by default: the registry's discovered ones. The registry, which
+# imports this module, sets it (a hook, so that the loader does not import the registry back).
+default_bases: Callable[[], Mapping[str, Description]] | None = None
+
+
 def _base(validator: _Validator, name: Any, path: str, bases: Mapping[str, Description] | None) -> Description:
     if not isinstance(name, str):
         raise validator.fail(f"must be the name of a description, got {name!r}", None, "extends")
     if bases is None:
-        from . import registry
-
-        bases = registry.descriptions()
+        bases = default_bases() if default_bases is not None else {}
     base = bases.get(name)
     if base is None:
         raise validator.fail(f"extends '{name}', which is not a known description.{did_you_mean(name, bases)} "

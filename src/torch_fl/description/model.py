@@ -193,25 +193,6 @@ class Description:
         """The product generation this description answers for ('' when it does not say)."""
         return self.data["generation"]
 
-    def generations(self) -> list[Description]:
-        """The generations of this chip: the discovered descriptions that extend, directly or through
-        others, the same description as this one (itself included; npu, npu-a3, npu-910, npu-310p), in
-        descending detect.priority. Just this one when nothing extends it and it extends nothing."""
-        from .registry import descriptions
-
-        known = descriptions()
-
-        def root(desc: Description) -> str:
-            seen = {desc.name}
-            while desc.data["extends"] in known and desc.data["extends"] not in seen:
-                desc = known[desc.data["extends"]]
-                seen.add(desc.name)
-            return desc.data["extends"] if desc.data["extends"] in seen else desc.name
-
-        mine = root(self)
-        family = [d for d in known.values() if d.name != self.name and root(d) == mine]
-        return sorted([self, *family], key=lambda d: (-d.section("detect")["priority"], d.name))
-
     def takes(self, op: str, dtype: str) -> bool:
         """Whether this description computes `op` (a canonical 'aten::name.overload') in `dtype`:
         precision.dtypes and the op's dtype limits (op_dtypes) allow it. Says nothing of the op set."""
@@ -221,47 +202,6 @@ class Description:
         found = limits.get(op)
         found = found if found is not None else limits.get(op.rsplit(".", 1)[0])
         return found is None or dtype in found
-
-    def generations_with_more_dtypes(self) -> str:
-        """A fix naming the other generations of this chip that hold dtypes this one lacks (npu-910 has no
-        bfloat16, npu and npu-a3 have it) and how to select one; '' when there are none."""
-        mine = set(self.dtypes)
-        others = [(d, [t for t in d.dtypes if t not in mine]) for d in self.generations() if d.name != self.name]
-        others = [(d, missing) for d, missing in others if missing]
-        if not others:
-            return ""
-        what = ", ".join(sorted({t for _, missing in others for t in missing}))
-        on = f" ({self.generation})" if self.generation else ""
-        named = ", ".join(f"'{d.name}'" + (f" ({d.generation})" if d.generation else "") for d, _ in others)
-        first = others[0][0].name
-        return (f"'{self.name}'{on} has no {what}; {named} {'have' if len(others) > 1 else 'has'} it: for that "
-                f"hardware use FL_DEVICE=emu:{first} to emulate it (FL_BACKEND={first} or --device {first} on "
-                f"the chip)")
-
-    def dtype_refusal(self, op: str, dtype: str) -> str:
-        """Why `op` is not native in `dtype` here although it is native (the dtype is the reason), with
-        the generations of this chip that take it and how to select one; '' when the dtype is no reason."""
-        bare = op.rsplit(".", 1)[0] if op.endswith(".default") else op
-        on = f" on {self.generation}" if self.generation else ""
-        if dtype not in self.dtypes:
-            why = f"precision.dtypes has no {dtype}{on}"
-        else:
-            limits = self.op_dtypes()
-            found = limits.get(op)
-            found = found if found is not None else limits.get(op.rsplit(".", 1)[0])
-            if found is None or dtype in found:
-                return ""
-            why = f"ops.dtypes: {bare} takes {', '.join(sorted(found))}{on}"
-        others = [d for d in self.generations() if d.name != self.name and d.takes(op, dtype)]
-        if others:
-            named = ", ".join(f"'{d.name}'" + (f" ({d.generation})" if d.generation else "") for d in others)
-            first = others[0].name
-            why += (f"; {named} {'take' if len(others) > 1 else 'takes'} it: for that hardware use --device "
-                    f"{first} (FL_BACKEND={first}; FL_DEVICE=emu:{first} emulates it)")
-        here = [d for d in ("float32", "float16") if d != dtype and self.takes(op, d)]
-        if here:
-            why += f"; here compute in {' or '.join(here)}"
-        return why
 
     def _no_table_error(self) -> Exception:
         from ..errors import DescriptionError

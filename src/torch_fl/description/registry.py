@@ -19,6 +19,7 @@ from pathlib import Path
 
 from .. import _env, _toml
 from ..errors import DescriptionError, UnknownDescriptionError, did_you_mean
+from . import loader
 from .loader import load, parse, read_raw, read_text
 from .model import Description
 
@@ -213,3 +214,7 @@ def get(name_or_path: str) -> Description:
             f"Known: {', '.join(sorted(known))}. Add one with FL_DESCRIPTION=path/to/file.toml, a "
             f"directory in FL_DESCRIPTION_PATH, or an entry point in the group '{ENTRY_POINT_GROUP}'.")
     return known[name_or_path]
+
+
+# A file loaded by path that extends a description by name finds it among the discovered ones.
+loader.default_bases = descriptions

@@ -16,6 +16,7 @@ import torch
 from torch.utils._pytree import tree_map
 
 from .. import _env
+from ..description.generations import with_more_dtypes
 from ..errors import FallbackWarning, UnsupportedOperatorError
 from . import stats
 from .table import Route, RouteTable, dtype_name
@@ -185,7 +186,7 @@ class Router:
         kernel = f"provide a kernel: torch.fl.register_kernel('{op}', fn, device_type='{desc.device_type}')"
         if "precision.dtypes" in route.source or "precision.dtypes" in reason:
             # the tensor itself cannot exist on the chip: no route of the op changes that
-            elsewhere = desc.generations_with_more_dtypes()  # a chip of another generation may have it
+            elsewhere = with_more_dtypes(desc)  # a chip of another generation may have it
             return [f"keep the tensor in a dtype '{desc.name}' has (precision.dtypes: {', '.join(desc.dtypes)}): "
                     f"convert it before this call, for example with .float()", *([elsewhere] if elsewhere else [])]
         fixes = []

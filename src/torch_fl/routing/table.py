@@ -23,6 +23,7 @@ import torch
 from .. import _env
 from .._names import ROUTES
 from ..description.fallback import vendor_fallback
+from ..description.generations import dtype_refusal
 from ..description.probe import canonical_op_name, dispatcher_op_name, structured_delegates
 from ..errors import ConfigError
 from .translate import has_translation, is_composite_implicit
@@ -235,7 +236,7 @@ class RouteTable:
                 return vendor
         route = self._policy_route(op, dtype)
         if dtype is not None and self.is_native(op, None):  # native, but not in this dtype: say why
-            why = self.description.dtype_refusal(op, dtype)
+            why = dtype_refusal(self.description, op, dtype)
             if why:
                 return dataclasses.replace(route, source=f"{route.source} ({dtype}: {why})")
         return route

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from . import memory
-from .slot import state
+from .slot import backend_name, state
 
 
 class _BackendModule:
@@ -101,8 +101,6 @@ class _BackendModule:
     # the CPU is already ordered, so a stream is a handle whose waits are no-ops (vendor.Stream)
     @staticmethod
     def current_stream(device: Any = None) -> Any:
-        from .vendor import Stream
-
         return Stream(device)
 
     default_stream = current_stream
@@ -156,6 +154,42 @@ class _BackendModule:
 
         def __exit__(self, *exc: Any) -> None:
             state.current = self.prev
+
+
+class Stream:
+    """``torch.<chip>.Stream`` of an emulated chip: work on the CPU is already ordered, so waits are
+    no-ops and synchronize() is the device's (counted as a sync)."""
+
+    def __init__(self, device: Any = None, priority: int = 0, **_: Any) -> None:
+        index = device.index if isinstance(device, torch.device) else device
+        self.device = torch.device(backend_name(), state.current if index is None else int(index))
+        self.priority = priority
+
+    def query(self) -> bool:
+        return True
+
+    def synchronize(self) -> None:
+        state.syncs += 1
+
+    def wait_stream(self, stream: Any) -> None:
+        pass
+
+    def wait_event(self, event: Any) -> None:
+        pass
+
+    def record_event(self, event: Any = None) -> Any:
+        event = event if event is not None else _BackendModule.Event()
+        event.record(self)
+        return event
+
+    def __enter__(self) -> Stream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+    def __repr__(self) -> str:
+        return f"<emulated Stream device={self.device}>"
 
 
 def _index_of(where: Any) -> int:

@@ -19,14 +19,20 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.machinery
+import importlib.util
 import logging
 import sys
 import types
+from pathlib import Path
 from typing import Any
 
 import torch
 
 _log = logging.getLogger("torch_fl.routing")
+
+# The vendor's migration switch is torch-fl's CUDA alias (migrate/vendor_switch.py), executed under the
+# vendor's module name by the import system: a file, not an import, so routing does not depend on migrate.
+_MIGRATION_SWITCH = str(Path(__file__).resolve().parents[2] / "migrate" / "vendor_switch.py")
 
 __all__ = ["EmulatedPlugin", "install", "installed"]
 
@@ -57,6 +63,9 @@ class EmulatedPlugin:
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
         if fullname not in self._modules():
             return None
+        if fullname in self.migration:
+            # torch-fl's CUDA alias, run under the vendor's module name (its code lives with the alias)
+            return importlib.util.spec_from_file_location(fullname, _MIGRATION_SWITCH)
         return importlib.machinery.ModuleSpec(fullname, self, origin=f"torch-fl emulation of {self.name}",
                                               is_package=fullname in self.packages)
 
@@ -72,8 +81,6 @@ class EmulatedPlugin:
         module.__file__ = __file__  # (libraries treat a module without __file__ as a namespace package)
         if module.__name__ == self.name:
             self._fill_package(module)
-        elif module.__name__ in self.migration:
-            self._migrate(module)
 
     # the package ------------------------------------------------------------------------------------
     def _modules(self) -> set[str]:
@@ -85,7 +92,7 @@ class EmulatedPlugin:
         return dict(getattr(importlib.import_module(f"{__package__}.{self.ops_module}"), "PLUGIN_SUBMODULES", {}))
 
     def _fill_package(self, module: types.ModuleType) -> None:
-        from ... import __version__ as fl_version
+        from ..._version import __version__ as fl_version
 
         # (marked first: the version below reads the op table, which must not take this for the plugin)
         module.__torch_fl_emulation__ = f"torch-fl {fl_version}: '{self.desc.name}' emulated on the CPU"
@@ -102,15 +109,6 @@ class EmulatedPlugin:
                 if not hasattr(torch.Tensor, name):
                     setattr(torch.Tensor, name, method)
 
-    def _migrate(self, module: types.ModuleType) -> None:
-        from ...migrate.alias import active, cuda_alias
-
-        if active() is None:
-            cuda_alias().enable()
-        module.__doc__ = (f"{module.__name__} of the emulated {self.name}: torch-fl's CUDA alias runs "
-                          f"torch.cuda calls and 'cuda' devices on {self.device_type}:N (docs/migrate-runtime.md)")
-        _log.info("%s: CUDA calls and devices now run on the emulated %s (torch-fl's CUDA alias)",
-                  module.__name__, self.device_type)
 
 
 def _reexport(name: str, target: str) -> types.ModuleType:

@@ -65,52 +65,10 @@ def why_emu(desc: Any) -> str:
 def backend_module(name: str) -> Any:
     """The object registered as ``torch.<name>``: the emulator's backend module, with the vendor's
     device-module surface when the slot carries a vendor's name."""
-    from .module import _BackendModule
+    from .module import Stream, _BackendModule
 
     if name == EMU:
         return _BackendModule()
     from .vendor_module import vendor_module_class
 
     return vendor_module_class(_BackendModule, name, Stream)()
-
-
-class Stream:
-    """``torch.<chip>.Stream`` of an emulated chip: work on the CPU is already ordered, so waits are
-    no-ops and synchronize() is the device's (counted as a sync)."""
-
-    def __init__(self, device: Any = None, priority: int = 0, **_: Any) -> None:
-        from .slot import backend_name, state
-
-        index = device.index if isinstance(device, torch.device) else device
-        self.device = torch.device(backend_name(), state.current if index is None else int(index))
-        self.priority = priority
-
-    def query(self) -> bool:
-        return True
-
-    def synchronize(self) -> None:
-        from .slot import state
-
-        state.syncs += 1
-
-    def wait_stream(self, stream: Any) -> None:
-        pass
-
-    def wait_event(self, event: Any) -> None:
-        pass
-
-    def record_event(self, event: Any = None) -> Any:
-        from .module import _BackendModule
-
-        event = event if event is not None else _BackendModule.Event()
-        event.record(self)
-        return event
-
-    def __enter__(self) -> Stream:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        pass
-
-    def __repr__(self) -> str:
-        return f"<emulated Stream device={self.device}>"
