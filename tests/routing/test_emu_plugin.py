@@ -21,7 +21,8 @@ pytestmark = pytest.mark.slow  # a fresh process each: ~4-8 s
 
 
 def _run(code: str, *, expect_ok: bool = True, **env: str) -> dict:
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("FL_")}
+    # (no FL_* and no device choice that an earlier test's use_fl_device() left for accelerate)
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("FL_") and k != "ACCELERATE_TORCH_DEVICE"}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
                           env={**environ, **env}, cwd=REPO, check=False)
     if expect_ok:
