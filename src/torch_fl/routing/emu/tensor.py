@@ -31,6 +31,7 @@ from ...description.probe import canonical_op_name
 from ..router import first_dtype
 from ..table import Route, dtype_name, foreign_output_dtype
 from . import storage as _storage
+from . import wider
 from .memory import _allocated, _nbytes
 from .reference import REFERENCE
 from .slot import backend_name, device, state
@@ -223,10 +224,30 @@ class EmuTensor(torch.Tensor):
                             _check_outputs(func, route, args, kwargs, out)
                         return _finish(plan, args, kwargs, out, index)
             return _dispatch(func, args, kwargs or {})
+        except (RuntimeError, NotImplementedError) as exc:
+            if _computed_wider(func, args):  # the chip's kernel takes a dtype the host's refuses
+                index, cargs, ckwargs = _unwrap(func, args, kwargs or {})
+                out = wider.compute(state.description.dispatch_key, state.names[func], func, cargs, ckwargs)
+                return _wrap(out, index)
+            if not _on_engine_thread():
+                raise
+            return _deferred(exc, func, args, kwargs or {})
         except Exception as exc:
             if not _on_engine_thread():
                 raise
             return _deferred(exc, func, args, kwargs or {})
+
+
+def _computed_wider(func: Any, args: tuple) -> bool:
+    """Whether the emulated chip computes `func` in its first tensor's dtype though the host refused it."""
+    desc = state.description
+    first = args[0] if args else None
+    if desc is None or type(first) is not EmuTensor or state.router is None:
+        return False
+    name = state.names.get(func)
+    if name is None:
+        name = state.names[func] = canonical_op_name(func)
+    return wider.applies(desc.dispatch_key, name, dtype_name(first.dtype))
 
 
 def _first_device_tensor() -> None:

@@ -1,0 +1,77 @@
+"""The chip's kernel, not the host's: ops a chip computes in dtypes the host's kernel refuses.
+
+CUDA's ``histc`` takes integer tensors (HF Mixtral's MoE routing counts experts with it), and the CPU kernel
+refuses them ("histogram_cpu" not implemented for 'Int'). On the emulated chip that refusal
+would stop a model that runs on the real one. Where the chip's kernel is documented to take the dtype,
+the emulator computes the op in a wider dtype on the host and returns the chip's result dtype: integers
+through float64 (exact for counts and for integers below 2**53), float16/bfloat16 through float32,
+complex32 through complex64.
+
+The facts are PyTorch's own: the OpInfo database's ``dtypesIfCUDA`` against its CPU ``dtypes``
+(``torch.testing._internal.common_methods_invocations.op_db``, checked by tests/routing/test_emu_wider.py),
+for the chips whose kernels are CUDA's (dispatch key CUDA: cuda, rocm). Only the failure path pays: the
+host kernel is tried first, as for every native op.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.utils._pytree import tree_map
+
+INTS = frozenset({"uint8", "int8", "int16", "int32", "int64"})
+# dispatch key of the chip -> aten op (bare name) -> the dtypes its kernel takes that the CPU's does not
+# (OpInfo's other CUDA-only dtypes are not reachable from the emulated device: half FFTs are refused by
+# PyTorch's own fft frontend on every device type but cuda before any kernel runs, and complex32 is in no
+# built-in chip's precision.dtypes; tests/routing/test_emu_wider.py lists them with the reason)
+HALVES = frozenset({"float16", "bfloat16"})
+WIDER: dict[str, dict[str, frozenset[str]]] = {
+    "CUDA": {
+        "aten::histc": INTS,
+        # float16/bfloat16 kernels CUDA has and the CPU lacks ("... not implemented for 'Half'")
+        "aten::_upsample_bilinear2d_aa": HALVES, "aten::_upsample_bilinear2d_aa_backward": HALVES,
+        "aten::avg_pool3d": HALVES, "aten::avg_pool3d_backward": HALVES,
+        "aten::multi_margin_loss": HALVES, "aten::multi_margin_loss_backward": HALVES,
+        "aten::multilabel_margin_loss_forward": HALVES, "aten::multilabel_margin_loss_backward": HALVES,
+    },
+}
+
+_WIDE = {torch.float16: torch.float32, torch.bfloat16: torch.float32, torch.complex32: torch.complex64}
+
+
+def applies(dispatch_key: str, op: str, dtype: str | None) -> bool:
+    """Whether chip key `dispatch_key` computes `op` ('aten::histc.default') in `dtype` itself."""
+    table = WIDER.get(dispatch_key)
+    return bool(table) and dtype is not None and dtype in table.get(op.rsplit(".", 1)[0], ())
+
+
+def compute(dispatch_key: str, op: str, func: Any, args: tuple, kwargs: dict) -> Any:
+    """`func` on host tensors: those in a dtype the chip computes `op` in (and the host does not) widened,
+    the results returned in the chip's dtype; other tensors (integer targets, indices) as they are."""
+    narrow: list[torch.dtype] = []
+    takes = WIDER[dispatch_key][op.rsplit(".", 1)[0]]
+
+    def widen(value: Any) -> Any:
+        if not isinstance(value, torch.Tensor) or str(value.dtype).removeprefix("torch.") not in takes:
+            return value
+        narrow.append(value.dtype)
+        return value.to(_WIDE.get(value.dtype, torch.float64))
+
+    out = func(*tree_map(widen, args), **tree_map(widen, kwargs))
+    if not narrow:
+        return out
+    first = narrow[0]
+
+    def back(value: Any) -> Any:
+        if not isinstance(value, torch.Tensor):
+            return value
+        if first.is_complex or first in _WIDE:  # half FFTs: complex64 -> complex32, float32 -> float16
+            if value.dtype == torch.complex64:
+                return value.to(torch.complex32)
+            if value.dtype == torch.float32:
+                return value.to(torch.float16 if first in (torch.float16, torch.complex32) else first)
+            return value
+        return value.to(first) if value.dtype == torch.float64 else value  # integer histc: counts in its dtype
+
+    return tree_map(back, out)

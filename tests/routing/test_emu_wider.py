@@ -1,0 +1,121 @@
+"""Ops the chip computes in dtypes the host kernel refuses (routing/emu/wider.py), judged by PyTorch's OpInfo
+database: every dtype an OpInfo lists for CUDA and not for the CPU is either computed by the emulated
+chip (WIDER), or listed here as unreachable from any emulated device, with the reason."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import torch_fl
+from torch_fl.routing.emu import wider
+
+pytest.importorskip("expecttest")  # torch.testing._internal needs it (dev extras)
+
+# OpInfo name -> why the emulated device never asks the host kernel for those dtypes
+UNREACHABLE = {
+    "fft": "torch.fft's frontend refuses float16/complex32 on every device type but cuda before a kernel runs",
+    "complex32": "complex32 is in no built-in chip's precision.dtypes: the route table refuses it first",
+    "float16": "the OpInfo's float16-only CUDA variants (round decimals, polygamma) have CPU float16 kernels "
+               "in this torch; the CPU's own list is narrower than its kernels",
+    "complex": "nanmean/nansum of complex: PyTorch's composite refuses complex inputs on every device type",
+    "bool": "trace of bool: the CPU computes it (OpInfo lists it for CUDA only)",
+}
+
+
+def _cuda_only_dtypes() -> dict[str, set[str]]:
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    rows: dict[str, set[str]] = {}
+    for op in op_db:
+        cuda = getattr(op, "dtypesIfCUDA", None)
+        extra = set(cuda) - set(op.dtypes) if cuda is not None else set()
+        if extra:
+            rows.setdefault(op.name, set()).update(str(d).removeprefix("torch.") for d in extra)
+    return rows
+
+
+# OpInfo name -> the aten ops the emulated device computes it with
+ATEN = {"histc": ["aten::histc"], "_upsample_bilinear2d_aa": ["aten::_upsample_bilinear2d_aa"],
+        "nn.functional.avg_pool3d": ["aten::avg_pool3d"],
+        "nn.functional.multi_margin_loss": ["aten::multi_margin_loss"],
+        "nn.functional.multilabel_margin_loss": ["aten::multilabel_margin_loss_forward"]}
+
+
+def _reason(name: str, dtypes: set[str]) -> str | None:
+    if name == "nn.functional.batch_norm":
+        return "the CPU's batch_norm kernels take every float dtype in this torch (OpInfo's CPU list is narrower)"
+    if name == "torch.ops.aten._efficient_attention_forward":
+        return "a CUDA-only attention kernel: the emulated device's SDPA takes the host's fused kernel instead"
+    if name.startswith("fft."):
+        return UNREACHABLE["fft"]
+    if dtypes <= {"complex32"}:
+        return UNREACHABLE["complex32"]
+    if dtypes <= {"complex32", "complex64", "complex128"}:
+        return UNREACHABLE["complex"]
+    if dtypes <= {"float16"}:
+        return UNREACHABLE["float16"]
+    if dtypes <= {"bool", "complex32"}:
+        return UNREACHABLE["bool"]
+    return None
+
+
+def test_every_cuda_only_dtype_of_opinfo_is_computed_or_explained():
+    unexplained = []
+    for name, dtypes in sorted(_cuda_only_dtypes().items()):
+        computed = name in ATEN and all(wider.applies("CUDA", f"{op}.default", d)
+                                        for op in ATEN[name] for d in dtypes)
+        if not computed and _reason(name, dtypes) is None:
+            unexplained.append((name, sorted(dtypes)))
+    assert not unexplained, f"compute them in routing/emu/wider.py WIDER or explain them here: {unexplained}"
+
+
+def test_integer_histc_on_emulated_cuda_equals_the_counts(monkeypatch):
+    monkeypatch.setenv("FL_DEVICE", "emu:cuda")
+    torch_fl.reset()
+    d = torch_fl.device()
+    # HF Mixtral's router: torch.histc(selected_experts.int(), bins=num_experts, min=0, max=num_experts - 1)
+    experts = torch.tensor([[0, 3], [3, 1], [7, 3], [0, 0]], dtype=torch.int32)
+    for dtype in (torch.int32, torch.int64, torch.uint8):
+        got = torch.histc(experts.to(dtype).to(d), bins=8, min=0, max=7)
+        expected = torch.histc(experts.double(), bins=8, min=0, max=7).to(dtype)
+        assert got.device == d and got.dtype == dtype
+        assert torch.equal(got.cpu(), expected)
+
+
+def test_other_chips_keep_their_own_answer(monkeypatch):
+    # npu's table has no integer histc: the route table refuses it (the description's fact), before any kernel
+    monkeypatch.setenv("FL_DEVICE", "emu:cuda")
+    torch_fl.reset()
+    assert not wider.applies("PrivateUse1", "aten::histc.default", "int32")
+    assert not wider.applies("CUDA", "aten::histc.default", "float32")  # the host kernel takes it: nothing to do
+    with pytest.raises(RuntimeError, match="not implemented for"):
+        torch.histc(torch.arange(4, dtype=torch.int32), bins=2)  # host tensors are the host's, as ever
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_kernels_cuda_has_and_the_cpu_lacks(monkeypatch, dtype):
+    import torch.nn.functional as F
+
+    monkeypatch.setenv("FL_DEVICE", "emu:cuda")
+    torch_fl.reset()
+    d = torch_fl.device()
+    torch.manual_seed(0)
+    image, volume, scores = torch.randn(1, 2, 6, 6), torch.randn(1, 2, 4, 4, 4), torch.randn(3, 5)
+    labels, multi = torch.tensor([0, 4, 2]), torch.tensor([[0, 3, -1, 0, 0]] * 3)
+    cases = [lambda x: F.interpolate(x, size=(3, 3), mode="bilinear", antialias=True),
+             lambda x: F.avg_pool3d(x, 2)]
+    for fn, x in zip(cases, (image, volume), strict=True):
+        got = fn(x.to(dtype).to(d))
+        assert got.dtype == dtype
+        torch.testing.assert_close(got.cpu(), fn(x.to(dtype).float()).to(dtype))
+    for fn, target in ((F.multi_margin_loss, labels), (F.multilabel_margin_loss, multi)):
+        x = scores.to(dtype).to(d).requires_grad_()
+        loss = fn(x, target.to(d))
+        loss.backward()
+        ref = scores.to(dtype).float().requires_grad_()
+        expected = fn(ref, target)
+        expected.backward()
+        assert loss.dtype == dtype and x.grad.dtype == dtype
+        torch.testing.assert_close(loss.cpu(), expected.to(dtype))
+        torch.testing.assert_close(x.grad.cpu(), ref.grad.to(dtype))
