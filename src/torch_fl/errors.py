@@ -83,6 +83,10 @@ class PreflightError(DistributedError):
     """The preflight found ranks that differ, or ranks that did not answer a checked collective."""
 
 
+class RanksMissingError(DistributedError, TimeoutError):
+    """init_process_group gave up waiting for ranks that never arrived (the message names them)."""
+
+
 class CollectiveTimeoutError(TorchFLError, TimeoutError):
     """A collective did not finish within FL_COLLECTIVE_TIMEOUT (what the watchdog records)."""
 

@@ -44,12 +44,19 @@ from ..device import description_for, device_map, resolve
 from ..errors import DeviceNotFoundError
 from . import checks as _checks
 from . import fingerprint
-from .checks import DistributedError, PreflightError, Report
+from .checks import DistributedError, PreflightError, RanksMissingError, Report
 from .watchdog import CollectiveTimeoutError, Watchdog, enable_flight_recorder, grace, unavailable
 
 __all__ = [
-    "CollectiveTimeoutError", "DistributedError", "PreflightError", "Report", "device",
-    "init_process_group", "preflight", "wrap_ddp",
+    "CollectiveTimeoutError",
+    "DistributedError",
+    "PreflightError",
+    "RanksMissingError",
+    "Report",
+    "device",
+    "init_process_group",
+    "preflight",
+    "wrap_ddp",
 ]
 
 _log = logging.getLogger("torch_fl.distributed")
@@ -187,7 +194,7 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
     torch_timeout = timedelta(seconds=seconds + grace(seconds)) if seconds else None
     wanted = str(backend or "")
     if store is None and wanted not in _STORELESS:
-        store, rank, world_size = _rendezvous(init_method, rank, world_size, torch_timeout)
+        store, rank, world_size = _rendezvous(init_method, rank, world_size, step_timeout, torch_timeout)
         init_method = None  # torch takes a store or an init_method, not both
     local_rank = _local_rank(rank)
     dev = resolve(device) if device is not None else _rank_device(local_rank)
@@ -200,6 +207,8 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
     mine = fingerprint.collect(dev, desc, chosen, explicit=backend is not None, local_rank=local_rank)
     if checks and space is not None:
         chosen = _checks.exchange(space, rank, world_size, mine, step_timeout).backend
+    elif space is not None:
+        _checks.arrive(space, rank, world_size, step_timeout)
     if chosen == "flagcx":
         importlib.import_module("flagcx")  # its torch plugin registers the 'flagcx' backend
     if seconds:
@@ -207,7 +216,15 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
     extra = {"init_method": init_method} if init_method else {}
     if store is not None:
         extra.update(store=store, rank=rank, world_size=world_size)
-    dist.init_process_group(chosen, timeout=torch_timeout, **extra, **kwargs)
+    _check_backend(chosen, dev, rank)
+    try:
+        dist.init_process_group(chosen, timeout=torch_timeout, **extra, **kwargs)
+    except (RuntimeError, ValueError) as exc:  # DistError, "Distributed package doesn't have NCCL built in"
+        raise DistributedError(
+            f"rank {rank}: torch.distributed could not create the '{chosen}' process group on {dev}: "
+            f"{_first_line(exc)}. Why: another rank exited while the group was being built, or the "
+            "backend cannot run here. Fix: read the other ranks' logs for the first error; check that "
+            f"backend '{chosen}' fits this device (or leave backend= unset to take the description's).") from exc
     rank, world_size = dist.get_rank(), dist.get_world_size()
     report = None
     if checks and space is not None:
@@ -226,14 +243,103 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
     return report
 
 
-def _rendezvous(init_method: str | None, rank: int, world_size: int,
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else 'no message'}"
+
+
+def _check_backend(backend: str, dev: torch.device, rank: int) -> None:
+    """A backend this torch lacks, or one that cannot take this device's tensors, is an error now, not
+    raw c10d text later."""
+    if backend in _STORELESS or backend in dist.Backend._plugins or not hasattr(dist, "is_backend_available"):
+        return
+    build = f"torch {torch.__version__}"
+    if not dist.is_backend_available(backend):
+        have = ", ".join(b for b in ("gloo", "nccl", "mpi", "ucc", "xccl") if dist.is_backend_available(b))
+        raise DistributedError(
+            f"rank {rank}: backend '{backend}' is not available: this {build} was built without it (it has "
+            f"{have or 'none'}). Fix: leave backend= unset to take the backend of this device's "
+            "description, pass one this build has (gloo runs on the CPU), or install a torch build with "
+            f"'{backend}'.")
+    devices = getattr(dist.Backend, "backend_capability", {}).get(backend)
+    if dev.type == "cpu" and devices is not None and "cpu" not in devices:
+        raise DistributedError(
+            f"rank {rank}: backend '{backend}' cannot run on this rank's device, the host CPU: it only "
+            f"takes {', '.join(devices)} tensors, and this machine has no such device visible to torch-fl. "
+            "Fix: leave backend= unset (the CPU description uses gloo) or pass backend='gloo'; on a GPU "
+            "node, check the driver with 'torchfl doctor' and CUDA_VISIBLE_DEVICES.")
+
+
+def _tcp_store(host: str, port: int, world_size: int, master: bool, bound: float) -> dist.Store:
+    """A TCPStore whose host does not wait for the others, connected within about `bound` seconds:
+    a client's connect overshoots its own timeout (5 s -> 8 s on torch 2.13), so it retries short
+    attempts until the deadline."""
+    deadline = time.monotonic() + bound
+    while True:
+        left = deadline - time.monotonic()
+        attempt = bound if master else max(0.5, min(2.0, left))
+        try:
+            return dist.TCPStore(host, port, world_size, is_master=master,
+                                 timeout=timedelta(seconds=attempt), wait_for_workers=False, multi_tenant=True)
+        except _checks._StoreError:
+            if master or time.monotonic() + 0.5 > deadline:
+                raise
+
+
+def _rendezvous(init_method: str | None, rank: int, world_size: int, bound: float,
                 timeout: timedelta | None) -> tuple[dist.Store, int, int]:
     """What torch.distributed.init_process_group does before creating the group, done first so the
-    ranks can talk through the store before choosing the backend."""
+    ranks can talk through the store before choosing the backend.
+
+    Connecting to the store takes at most `bound` seconds. Under env:// and tcp:// the store's host
+    does not wait for the others to connect (torch's TCPStore would, for the whole group timeout,
+    without saying who is missing): the arrival step after it names them."""
+    from urllib.parse import parse_qs, urlparse
+
     from torch.distributed.rendezvous import rendezvous
 
     timeout = timeout or dist.default_pg_timeout
-    store, rank, world_size = next(rendezvous(init_method or "env://", rank, world_size, timeout=timeout))
+    url = urlparse(init_method or "env://")
+    query = {k: v[-1] for k, v in parse_qs(url.query).items()}
+    where = ""
+    agent = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == str(True)  # torchrun's agent hosts it
+    try:
+        if url.scheme in ("env", "tcp") and set(query) <= {"rank", "world_size"}:
+            if url.scheme == "env":
+                host, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+                rank = int(os.environ["RANK"]) if rank < 0 else rank
+                world_size = int(os.environ["WORLD_SIZE"]) if world_size < 0 else world_size
+            else:
+                host, port = url.hostname or "", int(url.port or 0)
+                rank = int(query.get("rank", rank))
+                world_size = int(query.get("world_size", world_size))
+            where = f" at {host}:{port}"
+            store = _tcp_store(host, port, world_size, rank == 0 and not agent, bound)
+        else:
+            store, rank, world_size = next(rendezvous(init_method or "env://", rank, world_size,
+                                                      timeout=timedelta(seconds=bound)))
+    except KeyError as exc:
+        raise DistributedError(f"init_process_group: {exc.args[0]} is not set: under env:// (the default) "
+                               "RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT come from the launcher. Fix: "
+                               "start the script with torchrun, or pass init_method=, rank= and "
+                               "world_size=.") from None
+    except _checks._StoreError as exc:
+        if rank == 0 and not agent:
+            raise DistributedError(
+                f"rank 0: init_process_group could not open the rendezvous store{where}: "
+                f"{_first_line(exc)}. Fix: pick a free MASTER_PORT (another job may hold this one) and "
+                "check that MASTER_ADDR is this host.") from exc
+        if agent:
+            raise DistributedError(
+                f"rank {rank}: init_process_group could not reach torchrun's rendezvous store{where} within "
+                f"{bound:g} s ({_first_line(exc)}): the agent of node 0 has exited or is unreachable. Fix: "
+                "read node 0's torchrun log; check --rdzv-endpoint/--master-addr and the firewall.") from None
+        raise _checks.RanksMissingError(
+            f"rank {rank}: init_process_group gave up after {bound:g} s: it could not reach the rendezvous "
+            f"store{where}, which rank 0 hosts: rank 0 never arrived. It crashed or hung before calling "
+            "init_process_group, was never started, or MASTER_ADDR/MASTER_PORT point elsewhere. Fix: read "
+            "rank 0's log for an earlier error and check the launch command; if it only starts slowly, "
+            f"raise the bound ({_checks.BOUND_HELP}).") from None
     store.set_timeout(timeout)
     return store, rank, world_size
 

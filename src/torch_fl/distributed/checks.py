@@ -23,6 +23,7 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -34,6 +35,7 @@ import torch.distributed as dist
 
 from ..errors import DistributedError as DistributedError  # re-exported: distributed/__init__.py
 from ..errors import PreflightError
+from ..errors import RanksMissingError as RanksMissingError  # re-exported: distributed/__init__.py
 from .fingerprint import Fingerprint, Verdict, decide, ranks_text
 
 _log = logging.getLogger("torch_fl.distributed")
@@ -42,6 +44,7 @@ DEFAULT_TIMEOUT = 60.0  # seconds; the first NCCL-style collective also builds t
 _VERDICT_MARGIN = 5.0  # ranks > 0 wait this much longer than rank 0, which must time out first
 _BACKEND_MARGIN = 2.0  # the backend's own timeout during the checks: just after ours
 _generation = itertools.count(1)
+_PEER_GONE = re.compile(r"closed by peer|reset by peer|Broken pipe|Connection refused|EOF", re.I)
 # A store timeout or lost connection: DistStoreError/DistNetworkError on recent torch, RuntimeError before.
 _StoreError = getattr(dist, "DistError", RuntimeError)
 
@@ -83,9 +86,7 @@ def exchange(store: dist.Store, rank: int, world_size: int, mine: Fingerprint, t
             store.wait(keys, timedelta(seconds=timeout))
         except _StoreError:
             missing = _missing(store, keys)
-            verdict = Verdict("", f"{ranks_text(missing)} did not reach init_process_group within "
-                                  f"{timeout:g} s of rank 0 ({len(keys) - len(missing)} of {world_size} "
-                                  "did): check their logs for an earlier crash, or a much slower start")
+            verdict = Verdict("", never_arrived(missing, world_size, timeout), missing)
         else:
             verdict = decide([json.loads(value) for value in _get_all(store, keys)])
         store.set("verdict", json.dumps(asdict(verdict)))
@@ -94,10 +95,10 @@ def exchange(store: dist.Store, rank: int, world_size: int, mine: Fingerprint, t
             store.wait(["verdict"], timedelta(seconds=timeout + _VERDICT_MARGIN))
         except _StoreError:
             missing = _absent(store, keys)
+            if missing:
+                raise RanksMissingError(f"rank {rank}: {never_arrived(missing, world_size, timeout)}") from None
             if missing is None:
                 who = "the rendezvous store is unreachable (rank 0, or the launcher's agent, is gone)"
-            elif missing:
-                who = f"{ranks_text(missing)} never published their environment"
             else:
                 who = "every rank published its environment, but rank 0 did not answer"
             raise PreflightError(f"rank {rank}: the preflight got no verdict from rank 0 within "
@@ -107,8 +108,72 @@ def exchange(store: dist.Store, rank: int, world_size: int, mine: Fingerprint, t
     if verdict.error:
         if rank == 0:
             _outlive_readers(store, world_size)
+        if verdict.missing:
+            raise RanksMissingError(f"rank {rank}: {verdict.error}")
         raise PreflightError(f"rank {rank}: torch-fl preflight failed: {verdict.error}")
     return verdict
+
+
+BOUND_HELP = ("preflight_timeout= of torch.fl.distributed.init_process_group; default min(60 s, "
+              "FL_COLLECTIVE_TIMEOUT)")
+
+
+def never_arrived(missing: Sequence[int], world_size: int, timeout: float) -> str:
+    """What happened, why and the fix, for ranks that never reached init_process_group."""
+    verb = "was" if len(missing) == 1 else "were"
+    return (f"init_process_group gave up after {timeout:g} s: {ranks_text(missing)} never arrived "
+            f"({world_size - len(missing)} of {world_size} did). Such a rank crashed or hung before "
+            f"calling init_process_group, {verb} never started (the launcher started fewer processes "
+            f"than WORLD_SIZE={world_size}), or uses another MASTER_ADDR/MASTER_PORT. Fix: read that "
+            "rank's log for an earlier error and check the launch command; if it only starts slowly, "
+            f"raise the bound ({BOUND_HELP}).")
+
+
+def arrive(store: dist.Store, rank: int, world_size: int, timeout: float) -> None:
+    """Wait at most `timeout` seconds for every rank to reach init_process_group (the preflight's
+    environment step does this when the preflight is on).
+
+    Rank 0 (which hosts the store under plain env://) waits for every arrival key; on a timeout it
+    writes the missing ranks for the others and lets them read it before it raises. The other ranks
+    poll for either outcome.
+
+    Raises:
+        RanksMissingError: naming the ranks that never arrived.
+    """
+    keys = [f"arrived/{r}" for r in range(world_size)]
+    store.set(keys[rank], "")
+    if rank == 0:
+        try:
+            store.wait(keys, timedelta(seconds=timeout))
+            return
+        except _StoreError:
+            missing = _missing(store, keys)
+        store.set("absent", json.dumps(missing))
+        readers = [f"read/{r}" for r in range(1, world_size) if r not in missing]
+        try:
+            store.wait(readers, timedelta(seconds=10))
+        except _StoreError:
+            pass
+        raise RanksMissingError(f"rank 0: {never_arrived(missing, world_size, timeout)}")
+    deadline = time.monotonic() + timeout + _VERDICT_MARGIN
+    pause = 0.01
+    try:
+        while time.monotonic() < deadline:
+            if store.check(keys):
+                return
+            if store.check(["absent"]):
+                missing = json.loads(store.get("absent"))
+                store.set(f"read/{rank}", "")
+                raise RanksMissingError(f"rank {rank}: {never_arrived(missing, world_size, timeout)}")
+            time.sleep(pause)
+            pause = min(pause * 2, 0.25)
+        missing = _missing(store, keys)
+    except _StoreError:
+        raise RanksMissingError(
+            f"rank {rank}: init_process_group lost the rendezvous store while waiting for the other "
+            "ranks: rank 0 (which hosts it under env://) or the launcher's agent has exited. Fix: read "
+            "rank 0's log first; its error is the cause.") from None
+    raise RanksMissingError(f"rank {rank}: {never_arrived(missing, world_size, timeout)}")
 
 
 def _outlive_readers(store: dist.Store, world_size: int, timeout: float = 10.0) -> None:
@@ -225,6 +290,10 @@ def _not_answered(store: dist.Store, rank: int, world_size: int, stage: str, whe
         return head + (f"{ranks_text(missing)} did not answer (never entered it). Such a rank is stuck "
                        "before it or has crashed: read its log. In training this is the hang that "
                        "shows at step 300; the preflight shows it at step 0.")
+    if error is not None and _PEER_GONE.search(str(error)):
+        return head + ("every rank entered it, and a peer's process ended meanwhile (its connection "
+                       "closed): that rank crashed or was killed. Fix: read the other ranks' logs; the "
+                       "first error there is the cause, this one is its consequence.")
     return head + ("every rank entered it, so the ranks cannot reach each other through the backend: "
                    "check the network interface it uses (GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME or the "
                    "vendor's equivalent), firewalls between the nodes, and the vendor runtime's log.")

@@ -47,6 +47,7 @@ class Verdict:
 
     backend: str
     error: str = ""
+    missing: tuple[int, ...] | list[int] = ()  # ranks that never arrived (the error says so)
 
 
 def collect(device: torch.device, desc: Description, backend: str, *, explicit: bool,
