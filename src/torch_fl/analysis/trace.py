@@ -353,8 +353,10 @@ def _run(spec: ModelSpec, model: torch.nn.Module, inputs: tuple, mode: Any, side
     try:
         with contextlib.ExitStack() as stack:
             stack.enter_context(mode)
-            if backend == backend_name() and not isinstance(mode, contextlib.nullcontext):
-                stack.enter_context(_HostData(backend))
+            if not isinstance(mode, contextlib.nullcontext):
+                stack.enter_context(_chip_shapes(mode))
+                if backend == backend_name():
+                    stack.enter_context(_HostData(backend))
             if kernels is not None:
                 from .fidelity import kernel_choices
 
@@ -386,9 +388,16 @@ class _HostData(TorchFunctionMode):
     Python backend cannot serve the copy (an internal assert, ``func != nullptr``); and a host tensor made
     under the fake mode is a fake constant, which PyTorch moves to the device for real (HF's sliding-window
     cache), onto a backend that holds no fake storage. A real host tensor becomes a fake device tensor
-    when moved under the fake mode."""
+    when moved under the fake mode.
+
+    Indexing with Python sequences (``x[..., [-1], :]``, Falcon's last-token slice; ``x[[0, 2]] = v``)
+    is the same case: PyTorch's C++ indexing turns the list into an index tensor made on the device with
+    the Python key excluded, which the emulated backend cannot serve either. Such an index is made on the
+    host here (Long, or Bool for a mask, as PyTorch's indexing makes it) and moved to the device, and the
+    indexing op then sees a device index tensor, as the emulated device runs it."""
 
     _FACTORIES = frozenset({torch.tensor, torch.as_tensor, torch.asarray})
+    _INDEXING = frozenset({torch.Tensor.__getitem__, torch.Tensor.__setitem__})
 
     def __init__(self, backend: str) -> None:
         super().__init__()
@@ -405,7 +414,83 @@ class _HostData(TorchFunctionMode):
             if target is None or torch.device(target).type == "cpu":
                 return host
             return host.to(target).requires_grad_(host.requires_grad)
+        if func in self._INDEXING and len(args) >= 2 and isinstance(args[0], torch.Tensor) \
+                and args[0].device.type == self.backend:
+            index = _index_tensors(args[1], args[0].device)
+            if index is not args[1]:
+                args = (args[0], index, *args[2:])
         return func(*args, **kwargs)
+
+
+def _index_tensors(index: Any, device: torch.device) -> Any:
+    """`index` with every Python sequence PyTorch's indexing turns into an index tensor replaced by
+    that tensor on `device` (python_variable_indexing.cpp: a list is one index unless it holds a
+    tensor, a sequence, a slice, Ellipsis or None and is shorter than 32; then it is a tuple of them)."""
+    if isinstance(index, list) and _sequence_as_tuple(index):
+        index = tuple(index)
+    if isinstance(index, tuple):
+        parts = tuple(_index_tensors(part, device) if isinstance(part, (list, tuple)) and part is not index
+                      else part for part in index)
+        return index if all(a is b for a, b in zip(parts, index, strict=True)) else parts
+    if not isinstance(index, (list, tuple)):
+        return index
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    with unset_fake_temporarily():
+        host = torch.tensor(index)
+    if host.dtype != torch.bool:
+        host = host.long()
+    return host.to(device)
+
+
+def _sequence_as_tuple(index: list) -> bool:
+    return len(index) < 32 and any(isinstance(part, (torch.Tensor, list, tuple, slice)) or part is Ellipsis
+                                   or part is None for part in index)
+
+
+# The dtypes PyTorch's own _grouped_mm kernels take (CUDA's bf16 fast path and its fallback for the rest,
+# the CPU's since 2.9): the meta kernel still checks for bf16 alone, the one dtype of the first CUDA kernel.
+_GROUPED_MM_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+
+
+@contextlib.contextmanager
+def _chip_shapes(mode: Any) -> Iterator[None]:
+    """Shape rules for the trace's fake mode where PyTorch's meta kernel refuses what the kernels run.
+
+    ``_grouped_mm`` on float32 or float16 (HF's MoE experts, Mixtral and the others, on every device
+    that is not the CPU or MPS: ``transformers.integrations.moe``): the chip computes it, the emulated
+    device computes it, and the meta kernel stops with "Expected inputs of BF16 type". Here the call
+    gets its output shape and the dtype the chip's kernel gives (``out_dtype`` or ``mat_a``'s), and the
+    route is the one of that dtype. bfloat16 calls keep the meta kernel and its checks."""
+    from torch._subclasses import fake_impls
+
+    aten = torch.ops.aten
+    grouped = (aten._grouped_mm.default,) if hasattr(aten, "_grouped_mm") else ()
+
+    def grouped_mm(fake_mode: Any, func: Any, mat_a: torch.Tensor, mat_b: torch.Tensor,
+                   offs: torch.Tensor | None = None, bias: torch.Tensor | None = None,
+                   out_dtype: torch.dtype | None = None) -> Any:
+        if fake_mode is not mode or (mat_a.dtype == mat_b.dtype == torch.bfloat16
+                                     and out_dtype in (None, torch.bfloat16)):
+            return NotImplemented
+        from torch._meta_registrations import _create_grouped_mm_output_tensor
+
+        torch._check(mat_a.dtype == mat_b.dtype and mat_a.dtype in _GROUPED_MM_DTYPES,
+                     lambda: f"_grouped_mm: mat_a and mat_b must be of one of {_GROUPED_MM_DTYPES}, got "
+                             f"{mat_a.dtype} and {mat_b.dtype}")
+        torch._check(out_dtype in (None, mat_a.dtype), lambda: "_grouped_mm: out_dtype must be mat_a's dtype")
+        torch._check(bias is None, lambda: "_grouped_mm: bias is not supported")
+        torch._check(offs is not None or (mat_a.dim() == 3 and mat_b.dim() == 3),
+                     lambda: "_grouped_mm: a 2D operand needs offs")
+        with fake_mode:
+            return _create_grouped_mm_output_tensor(mat_a, mat_b, offs, out_dtype)
+
+    entry = (lambda func: func in grouped, grouped_mm)
+    fake_impls.op_implementations_checks.insert(0, entry)
+    try:
+        yield
+    finally:
+        fake_impls.op_implementations_checks.remove(entry)
 
 
 def _autocast_type(backend: str) -> str:
