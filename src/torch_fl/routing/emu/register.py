@@ -11,6 +11,7 @@ import torch
 from . import (
     attention,
     autocast,
+    compiled,
     dist,
     factories,
     generator,
@@ -49,6 +50,7 @@ def ensure(count: int, chip: Any = None) -> None:
             lazy.register()
             attention.register()  # scaled_dot_product_attention's fused path where the chip has one
             autocast.register(backend_name())
+            compiled.register()  # torch.compile: Inductor refused (it would compile for the host)
             dist.register()  # the c10d backend of the emulated type (init_process_group(device_id=emu:N))
             if state.name != vendor.EMU and chip is not None:
                 plugin.install(chip, state.name)  # `import torch_npu` answered by the emulated plugin

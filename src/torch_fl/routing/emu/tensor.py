@@ -190,7 +190,7 @@ class EmuTensor(torch.Tensor):
                         if plan.lists:  # (a tensor list: the general path unwraps and checks it)
                             break
                         plain.append(arg)
-                    elif isinstance(arg, torch.Tensor) and arg.dim() != 0:
+                    elif isinstance(arg, torch.Tensor) and (arg.dim() != 0 or arg.device.type != "cpu"):
                         break
                     else:
                         plain.append(arg)
@@ -317,7 +317,8 @@ def _unwrap(func: Any, args: tuple, kwargs: dict) -> tuple[int, tuple, dict]:
                 elif arg._index != index:
                     break
                 plain.append(arg._data)
-            elif kind is list or kind is tuple or (isinstance(arg, torch.Tensor) and arg.dim() != 0):
+            elif kind is list or kind is tuple or \
+                    (isinstance(arg, torch.Tensor) and (arg.dim() != 0 or arg.device.type != "cpu")):
                 break
             else:
                 plain.append(arg)
@@ -342,6 +343,15 @@ def _unwrap_all(func: Any, args: tuple, kwargs: dict) -> tuple[int, tuple, dict]
             # complex: the kernel sees the lazy bits as the CPU would (conj-aware ops: clone, copy_), except
             # a view, which views raw memory and keeps the bits on the wrapper (_wrap_bits)
             return _logical(value) if value.dtype.is_complex and not _is_view(func) else value._data
+        if isinstance(value, torch.Tensor) and value.device.type == backend_name():
+            # a tensor a factory made on the device while torch.compile traces (a FakeTensor or
+            # FunctionalTensor on emu:N, not an EmuTensor): the device tensor it stands for
+            where = value.device.index or 0
+            if index < 0:
+                index = where
+            elif where != index:
+                raise _mismatch(func, device(index), value.device)
+            return _traced_on_host(value)
         if isinstance(value, torch.Tensor) and value.dim() != 0 and host is None and \
                 not (in_list and host_indices) and not on_host:
             host = value
@@ -359,6 +369,13 @@ def _unwrap_all(func: Any, args: tuple, kwargs: dict) -> tuple[int, tuple, dict]
     if host is not None:
         raise _mismatch(func, device(index), host.device)
     return index, new_args, new_kwargs
+
+
+def _traced_on_host(value: torch.Tensor) -> torch.Tensor:
+    """The host data of a device tensor made inside a torch.compile trace (FakeTensorMode makes a
+    factory's result on emu:N itself, without the device): a copy to the host, recorded in the graph,
+    so the compiled code makes the tensor on the device and computes with its data as eager code does."""
+    return aten._to_copy.default(value, device=torch.device("cpu"))
 
 
 # x_device[host_index] works on PyTorch's accelerators (the indices are copied over).
