@@ -122,3 +122,56 @@ def test_ddp_on_two_ranks_matches_one_process(launch, tmp_path, steps):
     assert losses[-1] < losses[0]  # it trained
     for name, value in model.state_dict().items():
         torch.testing.assert_close(distributed["state"][name], value, rtol=1e-4, atol=1e-5, msg=name)
+
+
+ARRIVAL = ("init_process_group gave up after 3 s: rank 1 never arrived (1 of 2 did). Such a rank crashed or "
+           "hung before calling init_process_group, was never started")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scenario", ["preflight", "no_preflight"])
+def test_a_rank_that_never_starts_is_named_within_the_bound(launch, scenario):
+    # WORLD_SIZE=2 but only rank 0 is started (what a launcher that lost a process does).
+    ranks = launch(scenario, "3", nproc=1, rank_env={0: {"WORLD_SIZE": "2"}}, timeout=30)
+    rank0 = ranks[0]
+    assert rank0.returncode == 3, rank0.stderr
+    assert rank0.result["type"] == "RanksMissingError"
+    assert rank0.result["error"].startswith("rank 0: " + ARRIVAL)
+    assert "Fix: read that rank's log" in rank0.result["error"] and "preflight_timeout=" in rank0.result["error"]
+    assert rank0.seconds < 20  # 3 s bound + interpreter start; it waited 660 s (10 min + grace) before
+
+
+@pytest.mark.slow
+def test_a_rank_whose_rank_0_never_starts_names_rank_0_within_the_bound(launch):
+    ranks = launch("preflight", "3", nproc=1, rank_env={0: {"RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "2"}},
+                   timeout=30)
+    error = ranks[0].result["error"]
+    assert ranks[0].result["type"] == "RanksMissingError"
+    assert re.match(r"rank 1: init_process_group gave up after 3 s: it could not reach the rendezvous store at "
+                    r"127\.0\.0\.1:\d+, which rank 0 hosts: rank 0 never arrived\.", error), error
+    assert "Fix: read rank 0's log" in error
+    assert ranks[0].seconds < 20
+
+
+@pytest.mark.slow
+def test_nccl_on_a_cpu_only_machine_is_a_torch_fl_error_with_the_fix(launch):
+    ranks = launch("nccl", "3", timeout=30)
+    for r in ranks:
+        assert r.returncode == 3, r.stderr
+        error = r.result["error"]
+        assert r.result["type"] == "DistributedError"
+        assert error.startswith(f"rank {r.rank}: backend 'nccl' ")
+        assert "backend='gloo'" in error or "gloo runs on the CPU" in error
+        assert "Distributed package" not in error and "ProcessGroup" not in error
+
+
+@pytest.mark.slow
+def test_a_rank_that_dies_during_the_checked_collectives_is_reported_as_gone(launch):
+    ranks = launch("dies", wait_for={0}, timeout=30)
+    error = ranks[0].result["error"]
+    assert ranks[0].returncode == 3 and ranks[0].result["type"] == "PreflightError"
+    assert error.startswith("rank 0: the preflight all_reduce on cpu with backend 'gloo' "), error
+    assert ("rank 1 did not answer (never entered it)" in error
+            or "a peer's process ended meanwhile" in error), error
+    assert "Fix: read" in error or "read its log" in error
+    assert ranks[0].seconds < 20

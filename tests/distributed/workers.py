@@ -37,6 +37,30 @@ def preflight(timeout: str = "10") -> dict:
             "device": str(torch.fl.distributed.device())}
 
 
+def no_preflight(timeout: str = "3") -> dict:
+    init(preflight=False, preflight_timeout=float(timeout))
+    return {}
+
+
+def nccl(timeout: str = "3") -> dict:
+    init(backend="nccl", preflight_timeout=float(timeout))
+    return {}
+
+
+def dies() -> dict:
+    """Rank 1 passes the environment check, then its process ends before the checked collectives."""
+    if RANK == 1:
+        from torch_fl.distributed import checks
+
+        def end(*args, **kwargs):
+            time.sleep(0.5)
+            os._exit(9)
+
+        checks.check_collectives = end
+    init(preflight_timeout=5)
+    return {}
+
+
 def other_version() -> dict:
     if RANK == 1:
         import torch_fl._version

@@ -193,6 +193,11 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
     step_timeout = preflight_timeout or min(_checks.DEFAULT_TIMEOUT, seconds or _checks.DEFAULT_TIMEOUT)
     torch_timeout = timedelta(seconds=seconds + grace(seconds)) if seconds else None
     wanted = str(backend or "")
+    if backend is not None:
+        # Before the rendezvous: every rank fails alike, and none is left waiting for one that did.
+        early = rank if rank >= 0 else int(os.environ.get("RANK", "0"))
+        _check_backend(wanted, resolve(device) if device is not None else _rank_device(_local_rank(early)),
+                       early)
     if store is None and wanted not in _STORELESS:
         store, rank, world_size = _rendezvous(init_method, rank, world_size, step_timeout, torch_timeout)
         init_method = None  # torch takes a store or an init_method, not both
@@ -203,6 +208,8 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
     set_device(dev)
     desc = description_for(dev)
     chosen = backend or _backend_of(desc, dev)
+    if backend is None:
+        _check_backend(chosen, dev, rank)
     space = _checks.namespace(store) if store is not None else None
     mine = fingerprint.collect(dev, desc, chosen, explicit=backend is not None, local_rank=local_rank)
     if checks and space is not None:
@@ -216,7 +223,6 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
     extra = {"init_method": init_method} if init_method else {}
     if store is not None:
         extra.update(store=store, rank=rank, world_size=world_size)
-    _check_backend(chosen, dev, rank)
     try:
         dist.init_process_group(chosen, timeout=torch_timeout, **extra, **kwargs)
     except (RuntimeError, ValueError) as exc:  # DistError, "Distributed package doesn't have NCCL built in"

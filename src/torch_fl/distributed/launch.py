@@ -77,7 +77,9 @@ def run_local(fn: Callable[..., Any], *args: Any, nproc: int, deadline_s: float 
         returned = elastic_launch(config, _rank_main)(fn, deadline_s, args)
     except ChildFailedError as exc:
         failed = {rank: _failure_error(failure, deadline_s) for rank, failure in exc.failures.items()}
-        first = min(failed)
+        # The rank that failed first in time (the cause), not the lowest failed rank: ranks that fail
+        # later are usually failing because of it.
+        first = exc.get_first_failure()[0] if hasattr(exc, "get_first_failure") else min(failed)
         return [RankResult(rank, error=failed[rank]) if rank in failed else
                 RankResult(rank, error=f"stopped when rank {first} failed", stopped=True)
                 for rank in range(nproc)]
