@@ -19,6 +19,7 @@ The modules, lowest first:
 - ``generator``: ``torch.Generator(device="emu")``;
 - ``module``: the backend module ``torch.emu``, the hooks and the device guard;
 - ``autocast``: ``torch.autocast("emu")``; ``dist``: a c10d backend on gloo;
+- ``compiled``: ``torch.compile``'s Inductor refused on the device (it would compile for the host);
 - ``mode``: the dispatch-mode emulator, used where the device cannot exist.
 
 PrivateUse1 has one owner per process. When a vendor plugin (torch_npu, ...) owns it, ``emu`` cannot
