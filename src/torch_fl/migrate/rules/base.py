@@ -378,5 +378,45 @@ def deviceish(node: ast.expr) -> bool:
     return "device" in lowered or lowered in ("dev", "accelerator")
 
 
+# Methods of tensors and modules whose device argument may be a torch.device (the callee is torch's).
+TORCH_DEVICE_METHODS = frozenset({
+    "to", "new_zeros", "new_ones", "new_empty", "new_full", "new_tensor", "pin_memory", "set_default_device",
+    "zeros", "ones", "empty", "full", "rand", "randn", "randint", "arange", "linspace", "tensor", "as_tensor",
+    "eye", "zeros_like", "ones_like", "empty_like", "full_like", "rand_like", "randn_like", "from_numpy",
+    "load", "to_empty", "register_buffer", "Generator", "device", "autocast",
+})
+
+
+def torch_callee(det: Any, call: ast.Call) -> bool:
+    """Whether `call` is torch's (torch.zeros, torch.nn.Linear, torch.load, a tensor's `.to`): its device
+    argument may be a torch.device. Any other callee (the project's own function, a library's) may use
+    the value as a string (`device.split(":")`, `device == "cuda"`), so a string must stay a string."""
+    qual = det.qualname(call.func)
+    if qual is not None:
+        return qual.startswith("torch.")
+    return type(call.func) is ast.Attribute and call.func.attr in TORCH_DEVICE_METHODS
+
+
+def string_replacement(index: str | None) -> str:
+    """What a CUDA device string becomes where it must stay a string: ``"cuda"`` ->
+    ``torch.fl.device_type()`` ("cuda" on CUDA, "cpu" on the CPU, "npu" on Ascend), ``"cuda:N"`` ->
+    ``str(torch.fl.device("accN"))``."""
+    if index is None:
+        return "torch.fl.device_type()"
+    return 'str(torch.fl.device(f"acc{...}"))' if index == "?" else f'str(torch.fl.device("acc{index}"))'
+
+
+# Device types of accelerators other than CUDA: a table or dispatch naming one of them next to "cuda" is
+# multi-vendor code, written for each on purpose (torchtune's `device.type in ["cuda", "npu", "xpu", "hpu"]`).
+OTHER_VENDORS = frozenset({"npu", "xpu", "hpu", "mps", "mlu", "musa", "xla", "ipu", "gcu", "sdaa", "mtia",
+                           "maia", "dcu", "privateuseone"})
+
+
+def names_vendors(texts: Any) -> bool:
+    """Whether device-type strings `texts` name CUDA and at least one other accelerator."""
+    found = {t for t in texts if isinstance(t, str)}
+    return "cuda" in found and bool(found & OTHER_VENDORS)
+
+
 def is_int(node: ast.AST | None) -> bool:
     return type(node) is ast.Constant and type(node.value) is int and not isinstance(node.value, bool)

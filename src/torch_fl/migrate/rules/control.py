@@ -18,6 +18,7 @@ from .base import (
     fixes,
     is_cuda_literal,
     is_int,
+    names_vendors,
     on,
     on_member,
     on_method,
@@ -134,17 +135,31 @@ def device_choice_variable(det: Any, target: ast.expr, value: ast.expr) -> None:
 
 @on("finish")
 def keep_strings_strings(det: Any) -> None:
-    """A chosen device that the code also compares with strings (`"cuda" in device`) must stay a string:
-    `torch.fl.device_type()` is "cuda" on CUDA and "cpu" on the CPU, as the literals were."""
+    """The choice was a string ("cuda" or "cpu"); it becomes a device only where every use takes one.
+    Bound to a name that the code also uses as a string (compares, formats into an f-string, calls a
+    string method on, indexes a table with, concatenates) or hands to a callee that is not torch's
+    (which may do any of that), or used in place anywhere but a torch device argument, it stays a
+    string: `torch.fl.device_type()` is "cuda" on CUDA and "cpu" on the CPU, as the literals were."""
     for index in det.choices:
         code, pos, stmt_line, safety, fields, replacement = det.raw[index]
         node_id = fields.pop("node_id", None)
+        if replacement is None or "dist_backend" in replacement:
+            continue
         key = det.choice_keys.get(node_id)
-        if key is None or key not in det.string_keys or replacement is None or "dist_backend" in replacement:
+        if key is None:
+            if node_id in det.device_values:
+                continue  # `x.to("cuda" if ... else "cpu")`, `torch.device(...)`: torch takes a device
+        elif key not in det.string_keys and key not in det.opaque_keys:
             continue
         replacement = ("torch.fl.device_type()" if replacement == "torch.fl.device()"
                        else f"str({replacement})")
         fields["replacement_text"] = replacement
+        line = det.table_keys.get(key) if key is not None else None
+        if line is not None and safety == "safe":
+            # {"cuda": ..., "cpu": ...}[device]: the table may have no entry for "npu".
+            safety = "unsafe"
+            fields["note"] = (f"unsafe: the value indexes a table (line {line}) that may have no entry for "
+                              f"other accelerators")
         det.raw[index] = (code, pos, stmt_line, safety, fields, replacement)
 
 
@@ -187,7 +202,9 @@ def device_comparison(det: Any, node: ast.Compare) -> None:
         if is_cuda_literal(left) and deviceish(right):
             _report_check(det, node, right, left, op is ast.NotIn)
         elif type(right) in (ast.Tuple, ast.List, ast.Set) and deviceish(left) \
-                and any(is_cuda_literal(e) for e in right.elts):  # type: ignore[attr-defined]
+                and any(is_cuda_literal(e) for e in right.elts) \
+                and not names_vendors(str_value(e) for e in right.elts):  # type: ignore[attr-defined]
+            # `device.type in ("cuda", "cpu")` asks for CUDA; `in ["cuda", "npu", "xpu"]` is multi-vendor.
             _report_check(det, node, None, None, False)
 
 

@@ -21,7 +21,9 @@ from .base import (
     rule,
     source_text,
     str_value,
+    string_replacement,
     terminal_name,
+    torch_callee,
     triggers,
 )
 from .control import device_choice
@@ -166,18 +168,35 @@ model = DDP(model, device_ids=[torch.fl.current_device()] if torch.fl.is_acceler
 
 
 # Detection ----------------------------------------------------------------------------------------
-def report_device_strings(det: Any, value: ast.expr) -> None:
-    """FL101 for each "cuda"/"cuda:N" the value may be; FL106 for integer ordinals."""
+def report_device_strings(det: Any, value: ast.expr, *, as_string: bool = False) -> None:
+    """FL101 for each "cuda"/"cuda:N" the value may be; FL106 for integer ordinals.
+
+    The fix keeps the value's type where it must (issue 30): a literal that is the whole argument of
+    a torch callee becomes a device (`torch.fl.device()`); one that is only one of the values the
+    argument may be (`args.device or "cuda"`, `getattr(args, "device", "cuda")`, an arm of `a if c
+    else "cuda"`), or the argument of a callee that is not torch's (`as_string`: it may split or
+    compare it), becomes the string `torch.fl.device_type()`, "cuda" on CUDA exactly as before."""
     if device_choice(det, value) is not None:
+        if not as_string:
+            det.device_values.add(id(value))  # the choice goes straight into torch: a device is fine
         return  # `"cuda" if torch.cuda.is_available() else "cpu"`: FL901, on the whole expression
     if type(value) is ast.Dict:
         # map_location={"cuda:1": "cuda:0"}: keys say where storages were saved (a fact about the
         # file); the values say where they go.
         for item in value.values:
-            report_device_strings(det, item)
+            report_device_strings(det, item, as_string=as_string)
         return
     for literal, index in cuda_strings(value):
         if id(literal) in det.done:
+            continue
+        if as_string or literal is not value:
+            # A string stays a string; "cuda:N" (N > 0) as str(torch.fl.device("accN")) raises on a host
+            # with fewer devices, where the literal was only a name (maybe never used: a default).
+            safety = None if index == "?" else "safe" if index in (None, "0") else "unsafe"
+            det.report("FL101", literal, safety, text=source_text(literal), replacement=string_replacement(index),
+                       note="kept a string: the value may be used as one" if safety != "unsafe" else
+                       "kept a string: the value may be used as one; unsafe: the device string names a "
+                       "device that may not exist here, and str(torch.fl.device(...)) raises at once")
             continue
         det.report("FL101", literal, None if index == "?" else "safe", text=source_text(literal),
                    replacement=device_replacement(index))
@@ -227,7 +246,7 @@ def device_keyword(det: Any, call: ast.Call, arg: str, value: ast.expr, func: st
             det.report("FL101", literal, None if index == "?" else "safe", text=source_text(literal),
                        replacement=device_replacement(index))
         return  # an integer is a virtual device there (torch.fl.synchronize(0) is acc0)
-    report_device_strings(det, value)
+    report_device_strings(det, value, as_string=not torch_callee(det, call))
     det.sink("device", value)
 
 
@@ -284,6 +303,19 @@ def cuda_argument(det: Any, node: ast.Call, callee: str | None) -> None:
             det.report("FL101", value, None, text=source_text(value), replacement=device_replacement(index))
 
 
+@on("guarded_literal")
+def guarded_device_string(det: Any, literal: ast.Constant) -> tuple[str, int, str | None]:
+    """A "cuda" literal only a CUDA check reaches (scan/guards.py): it becomes `torch.fl.device_type()`,
+    a string still, "cuda" on CUDA where the check passed (the CPU never gets here; an NPU, whose check
+    now passes, gets "npu"). Safe; "cuda:N" with N > 0 unsafe (str(torch.fl.device("accN")) raises on a
+    host with fewer devices)."""
+    index = CUDA_DEVICE.fullmatch(literal.value).group(1)  # type: ignore[union-attr]
+    safety = "safe" if index in (None, "0") else "unsafe"
+    det.report("FL101", literal, safety, text=source_text(literal), replacement=string_replacement(index),
+               note="under a CUDA check: fixed with it, and kept a string")
+    return ("FL101", literal.lineno, safety)
+
+
 @on("assign")
 def device_map_variable(det: Any, target: ast.expr, value: ast.expr) -> None:
     """`device_map = {"": local_rank}` (passed on as `device_map=device_map`): its values are CUDA
@@ -331,6 +363,7 @@ def torch_device(det: Any, node: ast.Call, qual: str) -> None:
         return
     det.sink("device", value)
     if device_choice(det, value) is not None:
+        det.device_values.add(id(value))
         return  # FL901 rewrites the choice; torch.device(torch.fl.device()) is fine
     det.done.add(id(value))
     if is_int(value) and len(node.args) == 1 and not node.keywords:
@@ -456,6 +489,8 @@ def fix_device_string(rw: Any, original: Any, updated: Any, finding: Any) -> Any
         match = CUDA_DEVICE.fullmatch(str(original.evaluated_value))
         if match is None:
             return None
+        if finding.replacement is not None and finding.replacement.startswith(("torch.fl.device_type(", "str(")):
+            return rw.expr(finding.replacement)  # the value stays a string (report_device_strings)
         return rw.device(None if match.group(1) is None else int(match.group(1)), original)
     if rw.qual(original.func) != "torch.device":
         return None

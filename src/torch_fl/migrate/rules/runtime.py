@@ -6,8 +6,19 @@ from __future__ import annotations
 import ast
 from typing import Any
 
-from ..cuda_api import CUDA_TENSOR_TYPES, DEFAULT_REMEDY, lookup
-from .base import fixes, on, on_call, on_call_prefix, on_method, rule, triggers
+from ..cuda_api import CUDA_DEVICE, CUDA_TENSOR_TYPES, DEFAULT_REMEDY, lookup
+from .base import (
+    fixes,
+    is_int,
+    on,
+    on_call,
+    on_call_prefix,
+    on_method,
+    rule,
+    str_value,
+    terminal_name,
+    triggers,
+)
 
 SYNCS = ("torch.cuda.synchronize", "torch.fl.synchronize", "torch.accelerator.synchronize")
 # Handled by other rules: amp (FL301/FL302), synchronize (FL202), typed tensors (FL103).
@@ -102,7 +113,81 @@ def _report_api(det: Any, node: ast.AST, qual: str, called: bool) -> None:
     if not called and entry.kind not in ("function", "class"):
         safety = None
     remedy = entry.remedy if called or entry.replacement is None else f"Replace with `{entry.replacement}`"
-    det.report("FL201", node, safety, call=name, remedy=remedy, replacement=entry.replacement)
+    note = ""
+    if called and safety is not None and entry.takes_device:
+        safety, note = _with_device_argument(det, node, safety)  # type: ignore[arg-type]
+    det.report("FL201", node, safety, call=name, remedy=remedy, replacement=entry.replacement, note=note)
+
+
+# Names that hold an integer device ordinal (rules/device.py ORDINAL_NAMES, plus `gpu`, `device_id`
+# and `rank`, which a set_device/synchronize argument is when it is not a device).
+_ORDINALS = frozenset({"rank", "local_rank", "gpu_id", "gpu_idx", "gpu_index", "local_gpu", "ddp_local_rank",
+                       "gpu", "device_id", "device_idx", "device_index", "index", "idx", "i", "rank_id"})
+
+
+def device_argument(node: ast.Call) -> ast.expr | None:
+    """The device argument of a torch.cuda call that takes one (set_device, synchronize, memory_allocated)."""
+    if node.args:
+        return node.args[0]
+    return next((kw.value for kw in node.keywords if kw.arg == "device"), None)
+
+
+def cuda_device_form(det: Any, value: ast.expr) -> bool:
+    """A CUDA device spelled out, which the fix turns into the ordinal torch.fl takes (an int N means
+    accN, cuda:N on a CUDA machine): "cuda", "cuda:N", f"cuda:{i}", torch.device("cuda"[, i]),
+    torch.device("cuda:N"), torch.device(f"cuda:{i}"), torch.device(type="cuda", index=i)."""
+    text = str_value(value)
+    if text is not None:
+        return CUDA_DEVICE.fullmatch(text) is not None
+    if type(value) is ast.JoinedStr:
+        parts = value.values
+        return (len(parts) == 2 and str_value(parts[0]) == "cuda:" and type(parts[1]) is ast.FormattedValue
+                and parts[1].conversion == -1 and parts[1].format_spec is None)
+    if type(value) is ast.Call and det.qualname(value.func) == "torch.device":
+        args = {("type", "index")[min(i, 1)]: a for i, a in enumerate(value.args) if type(a) is not ast.Starred}
+        if len(args) != len(value.args):
+            return False
+        args.update({kw.arg: kw.value for kw in value.keywords if kw.arg in ("type", "index")})
+        if len(args) != len(value.args) + len(value.keywords) or "type" not in args:
+            return False
+        kind = args["type"]
+        if "index" in args:
+            return str_value(kind) == "cuda"
+        return cuda_device_form(det, kind) and type(kind) is not ast.Call
+    return False
+
+
+def _ordinal_like(node: ast.expr) -> bool:
+    """An expression that holds an integer device index: 0, local_rank, args.gpu, int(os.environ[...]),
+    dev.index, rank % n."""
+    if is_int(node):
+        return True
+    if type(node) is ast.Attribute and node.attr == "index":
+        return True
+    if terminal_name(node) in _ORDINALS:
+        return True
+    if type(node) is ast.Call and type(node.func) is ast.Name and node.func.id == "int":
+        return True
+    if type(node) is ast.BinOp and type(node.op) in (ast.Mod, ast.Add, ast.Sub, ast.FloorDiv):
+        return _ordinal_like(node.left) or _ordinal_like(node.right)
+    return False
+
+
+def _with_device_argument(det: Any, node: ast.Call, safety: str) -> tuple[str | None, str]:
+    """The safety of rewriting `torch.cuda.set_device(x)` (synchronize, memory statistics) to torch.fl
+    with its argument: an ordinal is accN; a spelled-out CUDA device becomes its ordinal (the fix);
+    a device of a tensor (`x.device`) or of torch.fl is this machine's. Any other value may be a CUDA
+    device (`dev = torch.device("cuda", i)`), which torch.fl cannot use off CUDA: unsafe, with why."""
+    value = device_argument(node)
+    if value is None or _ordinal_like(value) or cuda_device_form(det, value):
+        return safety, ""
+    if type(value) is ast.Attribute and value.attr == "device":
+        return safety, ""  # x.device: where the tensor is, on any machine
+    qual = det.qualname(value.func) if type(value) is ast.Call else None
+    if qual is not None and qual.startswith("torch.fl."):
+        return safety, ""
+    return "unsafe", (f"unsafe: `{ast.unparse(value)}` may be a CUDA device (torch.device(\"cuda\", i)), which "
+                      f"torch.fl cannot use off CUDA; pass its index or a torch.fl device")
 
 
 def _claim_arguments(det: Any, node: ast.Call) -> None:
@@ -135,7 +220,8 @@ def cuda_reference(det: Any, node: ast.Attribute, qual: str, called: bool) -> No
 @on_call(*SYNCS)
 def sync_call(det: Any, node: ast.Call, qual: str) -> None:
     if qual == "torch.cuda.synchronize":
-        det.report("FL202", node, "safe")
+        safety, note = _with_device_argument(det, node, "safe")
+        det.report("FL202", node, safety, note=note)
         _claim_arguments(det, node)
     if det.loop and not det.periodic:
         det.report("FL203", node.func, call=f"{qual}()")
@@ -178,11 +264,73 @@ def fix_runtime_call(rw: Any, original: Any, updated: Any, finding: Any) -> Any:
         return None
     if entry.short == "get_device_name":  # get_device_name(x) -> get_device_properties(x).name
         return cst.Attribute(updated.with_changes(func=rw.expr(replacement)), cst.Name("name"))
-    return updated.with_changes(func=rw.expr(replacement))
+    call = updated.with_changes(func=rw.expr(replacement))
+    return _ordinal_argument(rw, call) if entry.takes_device else call
 
 
 @fixes("FL202", "Call")
 def fix_synchronize(rw: Any, original: Any, updated: Any, finding: Any) -> Any:
     if rw.qual(original.func) != "torch.cuda.synchronize":
         return None
-    return updated.with_changes(func=rw.fl("synchronize"))
+    return _ordinal_argument(rw, updated.with_changes(func=rw.fl("synchronize")))
+
+
+def _ordinal_argument(rw: Any, call: Any) -> Any:
+    """torch.fl.set_device(torch.device("cuda", i)) -> torch.fl.set_device(i): a CUDA device spelled out
+    (see cuda_device_form) becomes the ordinal torch.fl takes, "cuda" / torch.device("cuda") no
+    argument (the current device). Other arguments are kept."""
+
+    for position, arg in enumerate(call.args):
+        if (arg.keyword is None and position == 0) or (arg.keyword is not None and arg.keyword.value == "device"):
+            break
+    else:
+        return call
+    found = _cst_ordinal(rw, arg.value)
+    if found is None:
+        return call
+    _, ordinal = found
+    args = list(call.args)
+    if ordinal is None:
+        del args[position]
+        if args:
+            args = rw.commas(args, call)
+    else:
+        args[position] = arg.with_changes(value=ordinal)
+    return call.with_changes(args=args)
+
+
+def _cst_ordinal(rw: Any, value: Any) -> tuple[bool, Any] | None:
+    """(True, the ordinal expression or None for "the current device") for a spelled-out CUDA device,
+    else None."""
+    import libcst as cst
+
+    if isinstance(value, cst.SimpleString):
+        match = CUDA_DEVICE.fullmatch(str(value.evaluated_value))
+        if match is None:
+            return None
+        return True, None if match.group(1) is None else cst.Integer(match.group(1))
+    if isinstance(value, cst.FormattedString):
+        parts = value.parts
+        if (len(parts) == 2 and isinstance(parts[0], cst.FormattedStringText) and parts[0].value == "cuda:"
+                and isinstance(parts[1], cst.FormattedStringExpression) and parts[1].conversion is None
+                and parts[1].format_spec is None):
+            return True, parts[1].expression
+        return None
+    if isinstance(value, cst.Call) and rw.qual(value.func) == "torch.device":
+        kinds: dict[str, Any] = {}
+        for i, arg in enumerate(value.args):
+            if arg.star:
+                return None
+            kinds[arg.keyword.value if arg.keyword is not None else ("type", "index")[min(i, 1)]] = arg.value
+        kind = kinds.get("type")
+        if kind is None or set(kinds) - {"type", "index"}:
+            return None
+        if "index" in kinds:
+            if not isinstance(kind, cst.SimpleString) or kind.evaluated_value != "cuda":
+                return None
+            return True, kinds["index"].with_changes(lpar=[], rpar=[]) if hasattr(kinds["index"], "lpar") \
+                else kinds["index"]
+        if isinstance(kind, cst.Call):
+            return None
+        return _cst_ordinal(rw, kind)
+    return None

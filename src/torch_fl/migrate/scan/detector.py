@@ -38,7 +38,9 @@ class Detector(Scopes, Guards, Flow):
         self.sinks = {}
         self.edges = {}  # `b = a`: a's value reaches b
         self.locals = {}  # function id -> names it binds
-        self.string_keys = set()  # keys compared with strings ("cuda" in device)
+        self.string_keys = set()  # keys used as strings ("cuda" in device, f"{device}", device.split(":"))
+        self.opaque_keys = set()  # keys handed to a callee that is not torch's (it may use them as strings)
+        self.device_values = set()  # ids of expressions passed straight to a torch device argument
         self.choices: list[int] = []  # raw findings of device-choice idioms, settled at the end
         self.choice_keys: dict[int, Any] = {}  # id(choice expression) -> the key it is bound to
         self.functions = {}  # module-level defs
@@ -52,6 +54,11 @@ class Detector(Scopes, Guards, Flow):
         self.local_calls = []
         self.project_calls = []
         self.guards: list[tuple[list[int], Any, Any]] = []  # (test findings, start mark, end mark)
+        self.cuda_literals: list[tuple[ast.Constant, int]] = []  # "cuda" strings met (not quiet), statement line
+        self.literal_findings: dict[int, tuple[str, int, str | None]] = {}  # guarded literal -> what a guard counts
+        self.table_keys: dict[Any, int] = {}  # keys that index a table (TABLE[device]) -> first line
+        self.key_literals: set[int] = set()  # ids of literals used as table keys (cfg["cuda"], {"cuda": ...})
+        self.skip_keys: set[Any] = set()  # flags holding a CUDA check that a test skip reads
 
 
 def _all_subclasses(cls: type) -> Iterator[type]:
@@ -62,7 +69,7 @@ def _all_subclasses(cls: type) -> Iterator[type]:
 
 _D = Detector
 _HANDLERS: dict[type, Any] = {cls: _D.statement for cls in _all_subclasses(ast.stmt)}
-_HANDLERS.update({cls: _D.leaf for cls in (ast.Name, ast.Constant, ast.Pass, ast.Break, ast.Continue)})
+_HANDLERS.update({cls: _D.leaf for cls in (ast.Name, ast.Pass, ast.Break, ast.Continue)})
 _HANDLERS.update({
     ast.Module: _D.visit_Module, ast.Import: _D.visit_Import, ast.ImportFrom: _D.visit_ImportFrom,
     ast.FunctionDef: _D.visit_FunctionDef, ast.AsyncFunctionDef: _D.visit_FunctionDef,
@@ -74,7 +81,8 @@ _HANDLERS.update({
     ast.Dict: _D.visit_Dict, ast.If: _D.visit_If, ast.IfExp: _D.visit_IfExp,
     ast.Compare: _D.visit_Compare, ast.BinOp: _D.visit_BinOp, ast.Subscript: _D.visit_Subscript,
     ast.Attribute: _D.visit_Attribute, ast.Call: _D.visit_Call, ast.Assert: _D.visit_Assert,
-    ast.BoolOp: _D.visit_BoolOp,
+    ast.BoolOp: _D.visit_BoolOp, ast.JoinedStr: _D.visit_JoinedStr, ast.Constant: _D.visit_Constant,
+    **({ast.Match: _D.visit_Match} if hasattr(ast, "Match") else {}),
 })
 Dispatch.HANDLERS = _HANDLERS
 

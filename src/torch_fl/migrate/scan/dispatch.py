@@ -14,12 +14,20 @@ from collections.abc import Iterator
 from typing import Any, ClassVar
 
 from ..rules import HOOKS, RULES, FixSafety
-from ..rules.base import str_value, terminal_name
+from ..rules.base import str_value, terminal_name, torch_callee
 from .results import Raw, _Pos, pos
 
 # Calls that tell whether CUDA is there; a test made of them guards CUDA-only code.
 AVAILABILITY = frozenset({"torch.cuda.is_available", "torch.cuda.device_count", "torch.cuda.is_initialized",
                           "torch.backends.cudnn.is_available"})
+
+# str methods: a receiver they are called on is a string.
+STRING_METHODS = frozenset({
+    "split", "rsplit", "partition", "rpartition", "startswith", "endswith", "replace", "lower", "upper",
+    "strip", "lstrip", "rstrip", "capitalize", "casefold", "title", "swapcase", "encode", "isdigit",
+    "isalpha", "isalnum", "find", "rfind", "index", "rindex", "count", "zfill", "ljust", "rjust", "center",
+    "removeprefix", "removesuffix", "splitlines", "format", "join",
+})
 
 _SKIPPED_FIELDS = frozenset({"ctx", "op", "ops", "name", "id", "attr", "arg", "asname", "module", "level",
                              "type_comment", "kind", "is_async", "conversion", "names"})
@@ -66,6 +74,8 @@ class Dispatch:
     dropped: set[int]  # raw findings withdrawn (a check found correct after the fact)
     local_calls: list[tuple[int, str]]  # (raw findings so far, name) per call of a module-level function
     project_calls: list[tuple[int, str]]  # (line, text) per call of a function imported relatively
+    key_literals: set[int]
+    table_keys: dict[Any, int]
 
     def visit(self, node: ast.AST) -> None:
         handler = self.HANDLERS.get(node.__class__)
@@ -147,12 +157,48 @@ class Dispatch:
         self.generic(node)
 
     def visit_BinOp(self, node: ast.BinOp) -> None:
+        if type(node.op) in (ast.Add, ast.Mod) and any(str_value(side) is not None for side in (node.left, node.right)):
+            self.use_as_string(node.left if str_value(node.right) is not None else node.right)  # "run-" + device
         self.emit("binop", node)
         self.generic(node)
 
     def visit_Subscript(self, node: ast.Subscript) -> None:
+        self.use_as_string(node.slice)  # TABLE[device]: a key, compared by value and type
+        if type(node.slice) in (ast.Name, ast.Attribute) and type(node.ctx) is ast.Load:
+            key = self.key(node.slice)  # type: ignore[attr-defined]
+            if key is not None:
+                self.table_keys.setdefault(key, node.lineno)
+        if str_value(node.slice) is not None:
+            self.key_literals.add(id(node.slice))  # cfg["cuda"]
         self.emit("subscript", node)
         self.generic(node)
+
+    def visit_JoinedStr(self, node: ast.JoinedStr) -> None:
+        for value in node.values:
+            if type(value) is ast.FormattedValue:
+                self.use_as_string(value.value)  # f"{device}": "cuda" and str(torch.device) differ ("cuda:0")
+        self.generic(node)
+
+    def use_as_string(self, node: ast.AST) -> None:
+        """`node` is used as a string: a value it holds must stay one (see rules/control.py)."""
+        if type(node) in (ast.Name, ast.Attribute):
+            key = self.key(node)  # type: ignore[attr-defined]
+            if key is not None:
+                self.string_keys.add(key)
+
+    def note_uses(self, node: ast.Call, qual: str | None) -> None:
+        """What a call does with the values it is given: a string method on its receiver
+        (`device.split(":")`), and arguments of a callee that is not torch's (opaque: it may do anything)."""
+        func = node.func
+        if type(func) is ast.Attribute and func.attr in STRING_METHODS:
+            self.use_as_string(func.value)
+        if torch_callee(self, node):
+            return
+        for value in (*node.args, *(kw.value for kw in node.keywords)):
+            if type(value) in (ast.Name, ast.Attribute):
+                key = self.key(value)  # type: ignore[attr-defined]
+                if key is not None:
+                    self.opaque_keys.add(key)
 
     def visit_Attribute(self, node: ast.Attribute, qual: str | bool | None = False, called: bool = False) -> None:
         # An attribute chain is checked once, at its outermost node; only its base is visited.
@@ -176,6 +222,7 @@ class Dispatch:
             return
         func = node.func
         qual = self.qualname(func)
+        self.note_uses(node, qual)
         if qual is not None:
             if qual in AVAILABILITY:
                 self.availability_calls += 1

@@ -10,7 +10,15 @@ import ast
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from ..rules.base import alternatives, cuda_or_nccl, cuda_strings, nccl_strings, str_value, terminal_name
+from ..rules.base import (
+    alternatives,
+    cuda_or_nccl,
+    cuda_strings,
+    names_vendors,
+    nccl_strings,
+    str_value,
+    terminal_name,
+)
 from .dispatch import Dispatch
 from .results import Raw
 
@@ -157,9 +165,17 @@ class Flow(Dispatch):
         self.emit("assign", target, value)
 
     def visit_Dict(self, node: ast.Dict) -> None:
+        if names_vendors(str_value(k) for k in node.keys):
+            # {"cuda": torch.cuda.is_available(), "npu": ..., "mps": ...}: a table with an entry per
+            # vendor; its CUDA entry is right as it is (rewritten, "cuda" would look available on an NPU).
+            self.quiet += 1  # type: ignore[attr-defined]
+            self.generic(node)
+            self.quiet -= 1  # type: ignore[attr-defined]
+            return
         for key, value in zip(node.keys, node.values, strict=True):
             text = str_value(key)
             if text is not None:
+                self.key_literals.add(id(key))  # type: ignore[attr-defined]
                 self.source(("member", text), value, f'["{text}"]')
         self.emit("dict", node)
         self.generic(node)

@@ -8,8 +8,9 @@ from __future__ import annotations
 import ast
 import re
 
+from ..cuda_api import CUDA_DEVICE
 from ..rules import RULES
-from ..rules.base import terminal_name
+from ..rules.base import names_vendors, str_value, terminal_name
 from ..rules.libraries import CUDA_ONLY_LIBRARIES, CUDA_ONLY_PACKAGES
 from .dispatch import AVAILABILITY, Dispatch, calls
 
@@ -23,10 +24,39 @@ _CUDA_TEST_KEYWORDS = frozenset({"min_cuda_gpus", "min_gpus", "cuda"})
 _CUDA_MARK = re.compile(r"(requires?_?|needs?_?|only_?|skip_?if_?no_?|skip_?unless_?)?(cuda|gpu)s?(_?only)?"
                         r"|only_?cuda|onlycuda|cuda_?required", re.IGNORECASE)
 # A point of the walk: (raw findings, data-flow sources, module-function calls, calls into the project's
-# other modules) so far.
-Mark = tuple[int, int, int, int]
+# other modules, "cuda" literals) so far.
+Mark = tuple[int, int, int, int, int]
 # Statements that leave a function or loop: `if not torch.cuda.is_available(): return`.
 _EXITS = (ast.Return, ast.Raise, ast.Continue, ast.Break)
+
+
+def _device_types(test: ast.expr) -> set[str]:
+    """The device types a dispatch test names: `X == "cuda"`, `X in ("npu", "xpu")`, `X.startswith("mps")`,
+    joined by `or`."""
+    if type(test) is ast.BoolOp and type(test.op) is ast.Or:
+        return set().union(*(_device_types(v) for v in test.values))
+    if type(test) is ast.Compare and len(test.ops) == 1 and type(test.ops[0]) in (ast.Eq, ast.In, ast.Is):
+        other = test.comparators[0]
+        for side in (test.left, other):
+            text = str_value(side)
+            if text is not None:
+                return {text.split(":")[0]}
+        if type(other) in (ast.Tuple, ast.List, ast.Set):
+            return {t.split(":")[0] for e in other.elts if (t := str_value(e)) is not None}  # type: ignore[attr-defined]
+    if type(test) is ast.Call and type(test.func) is ast.Attribute and test.func.attr == "startswith" and test.args:
+        text = str_value(test.args[0])
+        return {text.split(":")[0]} if text else set()
+    return set()
+
+
+def _case_types(pattern: ast.AST) -> set[str]:
+    """The strings a match case's pattern names (`case "cuda":`, `case "npu" | "xpu":`)."""
+    if type(pattern).__name__ == "MatchValue":
+        text = str_value(pattern.value)  # type: ignore[attr-defined]
+        return {text.split(":")[0]} if text else set()
+    if type(pattern).__name__ == "MatchOr":
+        return set().union(*(_case_types(p) for p in pattern.patterns))  # type: ignore[attr-defined]
+    return set()
 
 
 class Guards(Dispatch):
@@ -45,7 +75,28 @@ class Guards(Dispatch):
                 return True
             if self.check_keys and kind in (ast.Name, ast.Attribute) and self.key(sub) in self.check_keys:  # type: ignore[attr-defined]
                 return True  # `use_cuda = torch.cuda.is_available()`; `if use_cuda:`
+            if self.check_keys and kind is ast.Name and ("name", 0, sub.id) in self.check_keys \
+                    and sub.id not in self.locals.get(self.scope, ()):  # type: ignore[attr-defined]
+                return True  # a module flag read in a function
         return False
+
+    def skip_condition(self, test: ast.expr) -> bool:
+        """names_cuda for the condition of a test skip (skipif, skipUnless, `if not ...: pytest.skip()`).
+        A flag it reads that holds a CUDA check (`cuda_available = torch.cuda.is_available()`, also read
+        from a class body) is a test's capability flag: CUDA-only tests must keep skipping on other
+        accelerators, so its check is left as it is (settle_guards drops its findings)."""
+        found = False
+        for sub in ast.walk(test):
+            if type(sub) not in (ast.Name, ast.Attribute):
+                continue
+            keys = [self.key(sub)]  # type: ignore[attr-defined]
+            if type(sub) is ast.Name:
+                keys.append(("name", 0, sub.id))  # a module flag read in a class body or a function
+            for key in keys:
+                if key in self.check_keys:
+                    self.skip_keys.add(key)
+                    found = True
+        return found or self.names_cuda(test)
 
     def is_cuda_mark(self, node: ast.AST) -> bool:
         """A test mark that says "CUDA only": skipif(<CUDA condition>), RunIf(min_cuda_gpus=1)."""
@@ -53,7 +104,7 @@ class Guards(Dispatch):
             return True  # marks=pytest.mark.requires_cuda
         for call in calls(node):
             name = terminal_name(call.func)
-            if name in _SKIP_DECORATORS and call.args and self.names_cuda(call.args[0]):
+            if name in _SKIP_DECORATORS and call.args and self.skip_condition(call.args[0]):
                 return True
             if any(kw.arg in _CUDA_TEST_KEYWORDS for kw in call.keywords):
                 return True
@@ -69,22 +120,27 @@ class Guards(Dispatch):
             if type(decorator) is not ast.Call:
                 continue
             name = terminal_name(decorator.func)
-            if name in _SKIP_DECORATORS and decorator.args and self.names_cuda(decorator.args[0]):
+            if name in _SKIP_DECORATORS and decorator.args and self.skip_condition(decorator.args[0]):
                 return True
             if any(kw.arg in _CUDA_TEST_KEYWORDS for kw in decorator.keywords):
                 return True
         return False
 
     def cuda_only_case(self, node: ast.Call) -> bool:
-        """pytest.param(torch.device("cuda"), marks=RunIf(min_cuda_gpus=1)): a CUDA-only test case."""
-        return terminal_name(node.func) == "param" and any(
+        """pytest.param(torch.device("cuda"), marks=RunIf(min_cuda_gpus=1)): a CUDA-only test case; and
+        a skip mark made anywhere (`requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), ...)`):
+        its condition is right as it is."""
+        name = terminal_name(node.func)
+        if name in _SKIP_DECORATORS and node.args and self.skip_condition(node.args[0]):
+            return True
+        return name == "param" and any(
             kw.arg == "marks" and self.is_cuda_mark(kw.value) for kw in node.keywords)
 
     def cuda_only_module(self, node: ast.Module) -> bool:
         """pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), ...): a CUDA-only test module."""
         for stmt in node.body:
             if (type(stmt) is ast.Assign and any(type(t) is ast.Name and t.id == "pytestmark" for t in stmt.targets)
-                    and any(terminal_name(c.func) in _SKIP_DECORATORS and c.args and self.names_cuda(c.args[0])
+                    and any(terminal_name(c.func) in _SKIP_DECORATORS and c.args and self.skip_condition(c.args[0])
                             for c in calls(stmt.value))):
                 return True
         return False
@@ -109,10 +165,10 @@ class Guards(Dispatch):
         for inner in stmt.body:
             call = inner.value if type(inner) is ast.Expr else inner.exc if type(inner) is ast.Raise else None
             if type(call) is ast.Call and terminal_name(call.func) in _SKIP_CALLS:
-                return True
+                return self.skip_condition(stmt.test)
             if type(inner) is ast.Raise and terminal_name(call if type(call) is not ast.Call else call.func) \
                     in _SKIP_CALLS:
-                return True
+                return self.skip_condition(stmt.test)
         return False
 
     def requires_cuda_library(self, stmt: ast.stmt) -> bool:
@@ -210,13 +266,46 @@ class Guards(Dispatch):
         """Where the walk is: how many raw findings, data-flow sources, module-function calls and calls into
         the project's other modules so far. Two marks delimit the code a guard covers."""
         return (len(self.raw), len(self.sources), len(self.local_calls),  # type: ignore[attr-defined]
-                len(self.project_calls))  # type: ignore[attr-defined]
+                len(self.project_calls), len(self.cuda_literals))  # type: ignore[attr-defined]
 
     def settle_guards(self) -> None:
         """Settle every guard recorded during the walk, innermost first, once the data-flow findings
-        (which come at the end) are in."""
+        (which come at the end) are in. Checks held by a test's skip flag are dropped first."""
+        for key in self.skip_keys:
+            self.dropped.update(self.check_keys.get(key, ()))
         for test, start, end in self.guards:
+            if test and all(i in self.dropped for i in test):
+                continue  # the guard is a skip flag's: left as it is, and so is what it guards
             self.settle_guard(test, start, end)
+
+    def visit_Constant(self, node: ast.Constant) -> None:
+        if not self.quiet and type(node.value) is str and CUDA_DEVICE.fullmatch(node.value):
+            self.cuda_literals.append((node, self.stmt_line))
+
+    def guarded_literals(self, start: Mark, end: Mark) -> list[tuple[str, int, str | None]]:
+        """A "cuda" literal that only a CUDA check reaches (`["cpu"] + (["cuda"] if
+        torch.cuda.is_available() else [])`, detectron2) is part of the guarded code: rewriting the check
+        alone would hand "cuda" to an NPU. The "guarded_literal" hooks (rules/device.py) report it with
+        the fix that keeps it consistent and return (code, line, safety). A literal used as a table key
+        (`cfg["cuda"]`) has no fix: the table has no "npu" entry. Returns the guard's candidates (what,
+        line, safety)."""
+        found: list[tuple[str, int, str | None]] = []
+        for node, stmt_line in self.cuda_literals[start[4]:end[4]]:
+            known = self.literal_findings.get(id(node))
+            if known is not None:
+                found.append(known)
+                continue
+            if id(node) in self.done:
+                continue  # another finding's (`.to("cuda")`, `x.device.type == "cuda"`): counted as that
+            if id(node) in self.key_literals:
+                known = (f'the table key "{node.value}"', node.lineno, None)
+            else:
+                outer, self.stmt_line = self.stmt_line, stmt_line
+                known = self.emit("guarded_literal", node) or (f'the device string "{node.value}"', node.lineno, None)
+                self.stmt_line = outer
+            self.literal_findings[id(node)] = known
+            found.append(known)
+        return found
 
     def settle_guard(self, test: list[int], start: Mark, end: Mark) -> None:
         """A guard's test is fixed only together with the code it guards. Rewriting the test alone opens
@@ -226,11 +315,13 @@ class Guards(Dispatch):
         flag write, does not count): all safe, safe; some unsafe, unsafe (fixed together under
         --unsafe-fixes); some with no fix, no fix, with the reason in the message."""
         guarded, sources = range(start[0], end[0]), range(start[1], end[1])
+        literals = self.guarded_literals(start, end)
         by_pos = {raw[1]: raw for i, raw in enumerate(self.raw) if i not in self.dropped}
         weakest: str | None = "safe"
         blocker = ""
         candidates = [(self.raw[i][0], self.raw[i][1][0], self.raw[i][3]) for i in guarded
                       if i not in self.dropped and not RULES[self.raw[i][0]].runs_off_cuda]
+        candidates += literals
         # A module function called under the guard runs under it too (`if torch.cuda.is_available():
         # print(gpu_name())`): its findings count (one level; methods not followed).
         called = {name for _, name in self.local_calls[start[2]:end[2]]}
@@ -275,11 +366,67 @@ class Guards(Dispatch):
         if not self.requires_cuda_library(node):  # `assert torch.cuda.is_available(), "bitsandbytes ..."`
             self.statement(node)
 
+    def vendor_chain(self, node: ast.If) -> list[tuple[ast.If, set[str]]] | None:
+        """`if device.type == "cuda": ... elif device.type == "npu": ...`: an if/elif chain that dispatches
+        on the device type, with a branch for CUDA and one for another accelerator. Returns each `if` with
+        the types its test names, or None when `node` is no such chain."""
+        chain: list[tuple[ast.If, set[str]]] = []
+        current: ast.stmt | None = node
+        while type(current) is ast.If:
+            chain.append((current, _device_types(current.test)))  # type: ignore[arg-type]
+            current = current.orelse[0] if len(current.orelse) == 1 else None  # type: ignore[attr-defined]
+        named = set().union(*(types for _, types in chain))
+        return chain if len(chain) > 1 and names_vendors(named) else None
+
+    def visit_vendor_chain(self, chain: list[tuple[ast.If, set[str]]]) -> None:
+        """Multi-vendor code: each branch is for its device, so the tests and the CUDA branch (where
+        torch.cuda calls are right) are not findings; the other branches are scanned as usual."""
+        for index, (branch, types) in enumerate(chain):
+            outer, self.stmt_line = self.stmt_line, branch.lineno
+            self.quiet += 1
+            self.visit(branch.test)
+            self.quiet -= 1
+            cuda = "cuda" in types
+            self.quiet += cuda
+            for stmt in branch.body:
+                self.visit(stmt)
+            self.quiet -= cuda
+            if index == len(chain) - 1:
+                for stmt in branch.orelse:
+                    self.visit(stmt)
+            self.stmt_line = outer
+
+    def visit_Match(self, node: ast.AST) -> None:
+        """`match device.type: case "cuda": ... case "xpu": ...`: multi-vendor dispatch, as an if/elif chain."""
+        cases = node.cases  # type: ignore[attr-defined]
+        types = [_case_types(case.pattern) for case in cases]
+        if not names_vendors(set().union(*types)):
+            self.statement(node)  # type: ignore[arg-type]
+            return
+        outer, self.stmt_line = self.stmt_line, node.lineno  # type: ignore[attr-defined]
+        self.visit(node.subject)  # type: ignore[attr-defined]
+        for case, named in zip(cases, types, strict=True):
+            cuda = "cuda" in named
+            self.quiet += cuda
+            if case.guard is not None:
+                self.visit(case.guard)
+            for stmt in case.body:
+                self.visit(stmt)
+            self.quiet -= cuda
+        self.stmt_line = outer
+
     def visit_If(self, node: ast.If) -> None:
+        chain = self.vendor_chain(node)
+        if chain is not None:
+            self.visit_vendor_chain(chain)
+            return
         outer, self.stmt_line = self.stmt_line, node.lineno
         names_cuda = self.names_cuda(node.test)
         negated = names_cuda and self.negated_check(node.test)
-        if (names_cuda and self.skip_body(node.body)) or self.requires_cuda_library(node) \
+        skips = names_cuda and self.skip_body(node.body)
+        if skips and not all(type(inner) is ast.Return for inner in node.body):
+            self.skip_condition(node.test)  # a test skip (not a bare `return`): its flag is a test's
+        if skips or self.requires_cuda_library(node) \
                 or (names_cuda and self.picks_cuda_package(node.orelse if negated else node.body)):
             # `if not torch.cuda.is_available(): pytest.skip(...)`: a CUDA-only test says so; a check
             # that picks a CUDA-only package (onnxruntime's CUDAExecutionProvider) is right as it is.
