@@ -51,8 +51,11 @@ device = torch.fl.device()          # acc0 on any accelerator, the CPU when ther
 backend = torch.fl.dist_backend()
 """,
         fix_notes="Safe: on a CUDA host the result is the CUDA device, on a CPU-only host the CPU, as before. "
-                  "Where the chosen value is also compared with strings in the module (`\"cuda\" in device`), "
-                  "it becomes `torch.fl.device_type()` so that it stays the string \"cuda\" or \"cpu\". "
+                  "It becomes a device only where every use takes one (passed straight to torch); bound to a "
+                  "name the module also uses as a string (compares, formats into an f-string, calls a string "
+                  "method on, concatenates) or hands to a callee that is not torch's, it becomes "
+                  "`torch.fl.device_type()`, the string \"cuda\" or \"cpu\" as before; a value that indexes "
+                  "a table (`{\"cuda\": 64, \"cpu\": 8}[device]`) makes the fix unsafe (no \"npu\" entry). "
                   "A plain `if torch.cuda.is_available():` is FL201 (it becomes `torch.fl.is_accelerator()`).",
 )
 
@@ -61,7 +64,11 @@ rule(
         "CUDA-only device check `{text}`", "Use `{replacement_text}` (True on any accelerator, False on the CPU)",
         "unsafe", level="warning",
         what="A check whether a device is CUDA: `x.device.type == \"cuda\"`, `device_type != \"cuda\"`, "
-             "`\"cuda\" in str(device)`, `str(device).startswith(\"cuda\")`, `x.is_cuda`.",
+             "`\"cuda\" in str(device)`, `str(device).startswith(\"cuda\")`, `x.is_cuda`. Multi-vendor code "
+             "is not reported: a device-type table naming another accelerator (`device.type in [\"cuda\", "
+             "\"npu\", \"xpu\"]`, `{\"cuda\": ..., \"mps\": ...}`), an if/elif or match dispatching on the "
+             "device type with a branch for another accelerator (its CUDA branch included), "
+             "`getattr(torch, device.type)` and the `torch.accelerator` API.",
         why="Code behind the check is the accelerator path; every other accelerator takes the fallback "
             "path, usually one written for the CPU.",
         example="""

@@ -58,7 +58,13 @@ dev = torch.fl.device()
 """,
         fix_notes="`\"cuda\"` becomes `torch.fl.device()` and `\"cuda:N\"` / `torch.device(\"cuda\", N)` "
                   "becomes `torch.fl.device(\"accN\")`: on a CUDA machine accN is cuda:N unless "
-                  "FL_DEVICE_MAP says otherwise. f-strings and other computed strings are not fixed. "
+                  "FL_DEVICE_MAP says otherwise. Where the value may be used as a string it stays one: a "
+                  "literal that is only one of the values an argument may be (`args.device or \"cuda\"`, "
+                  "`getattr(args, \"device\", \"cuda\")`), or the `device=` of a callee that is not torch's "
+                  "(which may `split` or compare it), becomes `torch.fl.device_type()` (\"cuda\" on CUDA, as "
+                  "before); so does a `\"cuda\"` that only a CUDA check reaches (`[\"cpu\"] + ([\"cuda\"] if "
+                  "torch.cuda.is_available() else [])`), fixed with the check (as a table key it blocks the "
+                  "check's fix). f-strings and other computed strings are not fixed. "
                   "`torch.device(\"cuda:N\")` with N > 0 is an unsafe fix: `torch.fl.device(\"accN\")` "
                   "raises on a host with fewer devices, where the original only built an object.",
 )

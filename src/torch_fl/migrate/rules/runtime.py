@@ -51,6 +51,12 @@ print(torch.fl.max_memory_allocated())
                   "memory statistics, Stream, Event, stream. Unsafe: `device_count` (1 on a CPU-only host, "
                   "where torch.cuda says 0), `manual_seed[_all]` (torch.fl seeds the CPU generator too), "
                   "`memory_reserved`, `get_device_name(x)` (becomes `torch.fl.get_device_properties(x).name`). "
+                  "`set_device`, `synchronize` and the memory statistics take an ordinal (an int N is accN): "
+                  "a CUDA device spelled out (`torch.device(\"cuda\", i)`, `f\"cuda:{i}\"`, `\"cuda:1\"`) "
+                  "becomes its ordinal (`torch.fl.set_device(i)`), and a variable that may hold a CUDA "
+                  "device makes the fix unsafe. A check assigned to a test's skip flag (`cuda_available = "
+                  "torch.cuda.is_available()` read by `skipIf`/`skipif`/`pytest.skip`) is left alone: CUDA-only "
+                  "tests keep skipping on other accelerators. "
                   "References without a call (`partial(torch.cuda.stream, s)`) get the same replacement; "
                   "`torch.version.cuda` and other calls have no fix.",
 )
