@@ -40,6 +40,7 @@ INTERNAL_EXCEPTIONS = {
     "compiler/cache.py": {"EntryRefused"},      # a cache entry refused: the caller compiles afresh
     "migrate/scan/files.py": {"Unreadable"},    # a file scan skips, reported as a ScanError record
     "_toml.py": {"TextDecodeError"},            # re-raised with the file's name; the CLI prints it
+    "migrate/fix.py": {"_Fallback"},            # the segment rewrite gives way to the whole-module one
 }
 
 

@@ -130,3 +130,8 @@ class AOTIntegrityError(TorchFLError, RuntimeError):
     def __init__(self, message: str, problems: list[str] | None = None):
         super().__init__(message)
         self.problems = problems or []
+
+
+class FileChanged(OSError):
+    """`torchfl fix`: the file on disk is no longer the one that was read (an editor saved it while fix
+    ran); the fix is not written over it."""

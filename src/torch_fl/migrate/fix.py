@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import TorchFLError
+from ..errors import FileChanged, TorchFLError
 from .deep import call_deep
 from .rules import Finding
 from .scan import enabled_codes, targets
@@ -884,10 +884,6 @@ def _fix_text(source: str, path: str, codes: frozenset[str], unsafe: bool) -> Fi
 
 # ---------------------------------------------------------------------------------------------------
 # files
-
-
-class FileChanged(OSError):
-    """The file on disk is no longer the one that was read (an editor saved it while fix ran)."""
 
 
 @dataclass(frozen=True)
