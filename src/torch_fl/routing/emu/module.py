@@ -98,7 +98,7 @@ class _BackendModule:
         pass  # nothing is cached: freed device tensors return their host memory at once
 
     # Streams (torch.distributed.checkpoint copies to the host on the device's current stream): work on
-    # the CPU is already ordered, so a stream is a handle whose waits are no-ops (vendor.Stream)
+    # the CPU is already ordered, so a stream is a handle whose waits are no-ops (Stream, below)
     @staticmethod
     def current_stream(device: Any = None) -> Any:
         return Stream(device)

@@ -144,7 +144,7 @@ def vendor_module_class(base: type, name: str, stream_type: type) -> type:
     class VendorModule(base):  # type: ignore[misc, valid-type]
         """``torch.<chip>`` of an emulated plugin chip: the plugin's device-module calls."""
 
-        Stream = stream_type  # Event, memory and seeding calls are the emulator's own (base)
+        Stream = stream_type  # streams, events, memory and seeding calls are the emulator's own (base)
         amp = _Amp()
         config = _Switches(allow_internal_format=False)
         matmul = _Switches(allow_hf32=False)
@@ -159,22 +159,6 @@ def vendor_module_class(base: type, name: str, stream_type: type) -> type:
                 raise RuntimeError(f"{backend_name()}:{index} does not exist: {state.count} emulated device(s). "
                                    f"Set FL_EMU_DEVICES={index + 1} for more.")
             state.current = index
-
-        @staticmethod
-        def stream(stream: Any) -> Any:
-            return contextlib.nullcontext(stream)
-
-        @staticmethod
-        def set_stream(stream: Any) -> None:
-            pass
-
-        @staticmethod
-        def current_stream(device: Any = None) -> Any:
-            return stream_type(device)
-
-        @staticmethod
-        def default_stream(device: Any = None) -> Any:
-            return stream_type(device)
 
         @staticmethod
         def init() -> None:
