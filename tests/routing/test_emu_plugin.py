@@ -309,6 +309,44 @@ def test_trainer_picks_the_npu_through_its_own_vendor_code(tmp_path):
     assert 0 < out["loss"] < 10
 
 
+TRAINER_RESUME = r'''
+import json, torch
+from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
+chip = getattr(torch, CHIP)
+out = {"random": [len(chip.random.get_rng_state()), len(chip.get_rng_state_all())]}
+data = [{"input_ids": torch.randint(0, 50, (8,), generator=torch.Generator().manual_seed(i))} for i in range(4)]
+for row in data:
+    row["labels"] = row["input_ids"]
+
+def train(resume):
+    args = TrainingArguments(output_dir=OUT, per_device_train_batch_size=2, max_steps=2, report_to=[],
+                             save_strategy="steps", save_steps=1, logging_strategy="no", disable_tqdm=True,
+                             dataloader_pin_memory=False)
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=2, n_embd=16, vocab_size=50, n_positions=16))
+    Trainer(model=model, args=args, train_dataset=data).train(resume_from_checkpoint=resume)
+    return model
+
+straight = train(None)
+state = torch.load(OUT + "/checkpoint-1/rng_state.pth", weights_only=False)
+resumed = train(OUT + "/checkpoint-1")
+out["saved"] = sorted(state)
+out["device"] = str(resumed.transformer.wte.weight.device)
+out["equal"] = all(torch.equal(a.cpu(), b.cpu()) for a, b in zip(straight.parameters(), resumed.parameters()))
+print(json.dumps(out))
+'''
+
+
+@pytest.mark.parametrize("chip", ["npu", "mlu"])
+def test_trainer_checkpoint_and_resume_save_the_chips_generator(tmp_path, chip):
+    # transformers' Trainer saves torch.npu.random.get_rng_state() in every checkpoint (torch.mlu.random on
+    # mlu) and sets it back on resume: the emulated chip's module has the vendor's `random` submodule
+    out = _run(f"OUT = {str(tmp_path)!r}\nCHIP = {chip!r}\n" + TRAINER_RESUME, FL_DEVICE=f"emu:{chip}")
+    assert out["random"][1] == 1 and out["random"][0] > 0
+    assert chip in out["saved"] and out["device"] == f"{chip}:0"
+    assert out["equal"]  # resumed from step 1, the weights end where the uninterrupted run's do
+
+
 def test_doctor_says_the_plugin_is_the_emulation():
     environ = {k: v for k, v in os.environ.items() if not k.startswith("FL_")}
     done = subprocess.run([sys.executable, "-m", "torch_fl", "doctor"], capture_output=True, text=True,

@@ -63,6 +63,15 @@ class _BackendModule:
         torch.set_rng_state(new_state)
 
     @staticmethod
+    def get_rng_state_all() -> list[torch.Tensor]:
+        return [torch.get_rng_state() for _ in range(max(state.count, 1))]
+
+    @staticmethod
+    def set_rng_state_all(new_states: Any) -> None:
+        for new_state in new_states:  # every device draws from the host generator: the last one stands
+            torch.set_rng_state(new_state)
+
+    @staticmethod
     def get_amp_supported_dtype() -> list[torch.dtype]:
         desc = state.description
         names = desc.dtypes if desc is not None else ("float16", "bfloat16")
@@ -154,6 +163,31 @@ class _BackendModule:
 
         def __exit__(self, *exc: Any) -> None:
             state.current = self.prev
+
+
+class _Random:
+    """``torch.<chip>.random``, as ``torch.cuda.random``/``torch_npu.npu.random``: transformers' Trainer saves
+    and restores the chip's generator through it in every checkpoint (``torch.npu.random.get_rng_state()``)."""
+
+    get_rng_state = staticmethod(_BackendModule.get_rng_state)
+    set_rng_state = staticmethod(_BackendModule.set_rng_state)
+    get_rng_state_all = staticmethod(_BackendModule.get_rng_state_all)
+    set_rng_state_all = staticmethod(_BackendModule.set_rng_state_all)
+    manual_seed = staticmethod(_BackendModule.manual_seed)
+    manual_seed_all = staticmethod(_BackendModule.manual_seed_all)
+
+    @staticmethod
+    def seed() -> None:
+        torch.seed()
+
+    seed_all = seed
+
+    @staticmethod
+    def initial_seed() -> int:
+        return torch.initial_seed()
+
+
+_BackendModule.random = _Random()  # type: ignore[attr-defined]
 
 
 class Stream:
