@@ -123,3 +123,28 @@ def test_helpers():
     assert percentile([1, 2, 3, 4, 5], 90) == pytest.approx(4.6)
     plan = _schedule(5, 2)
     assert plan == [("routed", 2), ("native", 2), ("native", 2), ("routed", 2), ("routed", 1), ("native", 1)]
+
+
+def test_untimed_settling_steps_follow_every_switch(monkeypatch):
+    """After each switch of routing the bench runs SETTLE_STEPS untimed steps at least (and for
+    SETTLE_SECONDS): the first steps after a switch run on cold caches, and timed they biased the ratio."""
+    import torch
+
+    from torch_fl.analysis import bench as bench_module
+    from torch_fl.analysis.model import ModelSpec
+
+    calls = []
+
+    class Counting(torch.nn.Linear):
+        def forward(self, x):
+            calls.append(1)
+            return super().forward(x)
+
+    monkeypatch.setattr(bench_module, "SETTLE_SECONDS", 0.0)
+    spec = ModelSpec("counting", Counting(4, 4), (torch.ones(2, 4),), None)
+    data = bench(spec, "cpu", steps=4, warmup=1, train=False, block=2).data
+    blocks = len(_schedule(4, 2))
+    assert len(calls) == 2 * 1 + blocks * (bench_module.SETTLE_STEPS + 2)
+    assert data["settle"]["min_steps"] == bench_module.SETTLE_STEPS
+    # every step, settling ones too, is a memory sample: the leak slope is per step
+    assert len(data["memory"]["samples"]) == blocks * (bench_module.SETTLE_STEPS + 2)

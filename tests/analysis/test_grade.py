@@ -425,6 +425,26 @@ def test_descheduled_steps_widen_the_interval_instead_of_moving_the_estimate():
     assert alignment_interval(noisy) == b, "seeded: the same steps give the same interval"
 
 
+def test_a_burst_that_shifts_whole_rounds_is_inconclusive_not_a_fail():
+    """The pairs of a round share their moment: when 4 of 6 rounds had their routed block slowed (all
+    five pairs at 0.74) the per-pair bootstrap called it a tight FAIL (0.658-0.798 in CI, for a model
+    whose every op is native); resampling rounds says the evidence is 6 rounds, not 30 pairs."""
+    burst = [[(0.01 / 0.74, 0.01)] * 5 for _ in range(4)]
+    quiet = [[(0.01, 0.01)] * 5 for _ in range(2)]
+    rounds = burst[:2] + quiet[:1] + burst[2:] + quiet[1:]
+    flat = alignment_interval([pair for group in rounds for pair in group])
+    assert decide(flat["low"], flat["high"], 0.9) == FAIL  # what counting pairs as independent said
+    clustered = alignment_interval(rounds)
+    assert clustered["rounds"] == 6 and clustered["pairs"] == 30
+    assert clustered["low"] < 0.9 < clustered["high"]
+    assert decide(clustered["low"], clustered["high"], 0.9) == INCONCLUSIVE
+    # the same shift in every round is the model's: decided
+    steady = alignment_interval([[(0.01 / 0.74, 0.01)] * 5 for _ in range(6)])
+    assert decide(steady["low"], steady["high"], 0.9) == FAIL
+    # too few rounds give no interval, whatever the pairs
+    assert alignment_interval(rounds[:3])["low"] is None
+
+
 def test_an_inconclusive_alignment_names_the_command_and_warns_first(models, monkeypatch):
     from torch_fl.analysis.grade import levels
 

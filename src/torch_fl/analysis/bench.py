@@ -3,15 +3,21 @@ with routing disabled, plus where routed time goes and whether memory grows.
 
 The two modes run in interleaved blocks (routed, native, native, routed, ...) on one model, so machine
 noise (other processes, frequency scaling, thermal drift) lands on both. Each step is timed on its own,
-between device synchronisations; switching routing on and off between blocks, and one settling step
-after each switch, are not timed. For an
-emulated chip (``emu:NAME``) "routing disabled" is the plain CPU run.
+between device synchronisations; switching routing on and off between blocks, and the settling steps
+after each switch, are not timed. Settling lasts at least SETTLE_STEPS steps and SETTLE_SECONDS: a
+switch rewrites the dispatch tables of every operator (installing or removing a backend fallback,
+~5-10 ms on the CPU key) and the first steps after it run on cold caches, longer on a loaded machine;
+timed, they made a model whose every op is native measure 0.74 once (issue 31). For an emulated chip
+(``emu:NAME``) "routing disabled" is the plain CPU run.
 
 The alignment is paired: step i of a routed block and step i of the native block next to it (same
-process, seconds apart) form one pair, whose ratio native / routed step time is one sample. The
-estimate is the median of those ratios, and its noise estimate a 95% bootstrap interval over the pairs,
-which a descheduled step or a burst of load widens instead of moving. grade judges the interval, not the point (docs/analysis.md, "torchfl
-grade").
+process, milliseconds apart) form one pair, whose ratio native / routed step time is one sample; a
+round is such a routed and native block side by side. The estimate is the median of the ratios, and
+its noise estimate a 95% bootstrap interval that resamples whole rounds (a cluster bootstrap): the
+pairs of one round share the load of those milliseconds, so resampling them one by one would call
+five correlated samples five independent ones and give an interval too narrow to trust. A
+descheduled step or a burst of load widens the interval instead of moving it. grade judges the
+interval, not the point (docs/analysis.md, "torchfl grade").
 """
 
 from __future__ import annotations
@@ -40,7 +46,11 @@ MIB = 1 << 20
 NOISY = 1.5  # p90 / median latency above which a measurement is flagged as noisy
 CONFIDENCE = 0.95  # of the alignment's interval
 RESAMPLES = 2000  # bootstrap resamples of the pairs
-MIN_PAIRS = 8  # fewer pairs give no interval
+MIN_PAIRS = 8  # fewer pairs give no interval ...
+MIN_ROUNDS = 4  # ... nor fewer rounds (the bootstrap resamples rounds)
+SETTLE_STEPS = 2  # untimed steps after each switch of routing, at least ...
+SETTLE_SECONDS = 0.02  # ... and for at least this long (a 1 ms step settles for 20 steps)
+SETTLE_MAX_STEPS = 50  # (a bound for models of microsecond steps)
 
 # Leak rule thresholds (docs/analysis.md explains them).
 LEAK_MIN_SAMPLES = 6            # samples in the second half, below that there is no verdict
@@ -104,40 +114,48 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
 
 
-def paired_steps(blocks: list[tuple[str, list[float]]]) -> list[tuple[float, float]]:
-    """(routed seconds, native seconds) pairs from the timed blocks in the order they ran: each round is
-    a routed and a native block side by side (either order), and step i of one pairs with step i of the
-    other."""
-    pairs = []
+def paired_rounds(blocks: list[tuple[str, list[float]]]) -> list[list[tuple[float, float]]]:
+    """The (routed seconds, native seconds) pairs of each round, from the timed blocks in the order
+    they ran: a round is a routed and a native block side by side (either order), and step i of one
+    pairs with step i of the other."""
+    rounds = []
     for first, second in zip(blocks[::2], blocks[1::2], strict=False):
         times = dict((first, second))
         if set(times) == set(MODES):
-            pairs += list(zip(times["routed"], times["native"], strict=False))
-    return pairs
+            rounds.append(list(zip(times["routed"], times["native"], strict=False)))
+    return rounds
 
 
-def alignment_interval(pairs: list[tuple[float, float]], confidence: float = CONFIDENCE,
-                       resamples: int = RESAMPLES) -> dict[str, Any]:
+def alignment_interval(pairs: list[tuple[float, float]] | list[list[tuple[float, float]]],
+                       confidence: float = CONFIDENCE, resamples: int = RESAMPLES) -> dict[str, Any]:
     """The alignment (the median of the per-pair ratios native / routed step time) and a bootstrap
     interval for it, as bench's JSON records it.
 
-    Why pairs: the two steps of a pair ran seconds apart in one process, so slow drifts of the machine's
-    load (another job starting, frequency scaling) divide out of their ratio; why the median: a step
-    descheduled for another process makes one ratio absurd, not the estimate. The bootstrap resamples
-    the pairs (seeded: the same steps give the same interval), so a burst of load widens the interval
-    instead of moving the verdict. Fewer than MIN_PAIRS pairs give no interval (low and high None)."""
-    ratios = [n / r for r, n in pairs if r > 0]
+    `pairs`: the rounds (lists of pairs, `paired_rounds`), or flat pairs, each then a round of its own.
+    Why pairs: the two steps of a pair ran milliseconds apart in one process, so slow drifts of the
+    machine's load (another job starting, frequency scaling) divide out of their ratio; why the median:
+    a step descheduled for another process makes one ratio absurd, not the estimate. The bootstrap
+    resamples whole rounds (seeded: the same steps give the same interval), because the pairs of one
+    round share their moment's load: a burst that slows one block of a round shifts all its pairs, and
+    an interval over single pairs would count them as independent evidence. Fewer than MIN_PAIRS pairs
+    or MIN_ROUNDS rounds give no interval (low and high None)."""
+    rounds = [group if isinstance(group, list) else [group] for group in pairs]
+    ratio_rounds = [[n / r for r, n in group if r > 0] for group in rounds]
+    ratio_rounds = [group for group in ratio_rounds if group]
+    ratios = [ratio for group in ratio_rounds for ratio in group]
     estimate = statistics.median(ratios) if ratios else math.nan
     low = high = None
-    if len(ratios) >= MIN_PAIRS:
+    if len(ratios) >= MIN_PAIRS and len(ratio_rounds) >= MIN_ROUNDS:
         rng = random.Random(0)
-        medians = sorted(statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(resamples))
+        medians = sorted(statistics.median([ratio for group in rng.choices(ratio_rounds, k=len(ratio_rounds))
+                                            for ratio in group]) for _ in range(resamples))
         tail = (1 - confidence) / 2 * 100
         low, high = percentile(medians, tail), percentile(medians, 100 - tail)
     return {"estimate": estimate, "low": low, "high": high, "confidence": confidence, "pairs": len(ratios),
+            "rounds": len(ratio_rounds),
             "method": f"median of per-pair ratios (native / routed step time), bootstrap {confidence:.0%} "
-                      f"percentile interval ({resamples} seeded resamples of the pairs); needs >= "
-                      f"{MIN_PAIRS} pairs"}
+                      f"percentile interval ({resamples} seeded resamples of whole rounds, a routed and "
+                      f"a native block side by side); needs >= {MIN_PAIRS} pairs in >= {MIN_ROUNDS} rounds"}
 
 
 @dataclass
@@ -238,10 +256,16 @@ def bench(spec: ModelSpec, device: str, *, steps: int = 20, warmup: int = 3, tra
     def run(mode: str, count: int) -> None:
         result = results[mode]
         with context(mode):
-            # A fresh activation starts with cold route caches: one untimed step lets them settle.
-            step()
-            runtime.synchronize(dev)
-            order.append((mode, runtime.memory_allocated(dev)))  # a step too, for the leak slope
+            # A switch leaves cold caches (route caches, dispatch tables rewritten): untimed steps let them
+            # settle, for SETTLE_STEPS and SETTLE_SECONDS at least.
+            switched = time.perf_counter()
+            for done_settling in itertools.count(1):
+                step()
+                runtime.synchronize(dev)
+                order.append((mode, runtime.memory_allocated(dev)))  # steps too, for the leak slope
+                if done_settling >= SETTLE_MAX_STEPS or (
+                        done_settling >= SETTLE_STEPS and time.perf_counter() - switched >= SETTLE_SECONDS):
+                    break
             reset_route_stats()
             runtime.reset_peak_memory_stats(dev)
             blocks.append((mode, []))
@@ -270,7 +294,7 @@ def bench(spec: ModelSpec, device: str, *, steps: int = 20, warmup: int = 3, tra
         run(mode, count)
     done, rounds = steps, len(plan) // 2
     while settled is not None and max_steps and done < max_steps and time.monotonic() - began < max_seconds \
-            and not settled(alignment_interval(paired_steps(blocks))):
+            and not settled(alignment_interval(paired_rounds(blocks))):
         more = min(done, max_steps - done)
         progress(f"alignment undecided after {done} pairs: timing {more} more steps per mode")
         plan = _schedule(more, block, first_round=rounds)
@@ -280,14 +304,14 @@ def bench(spec: ModelSpec, device: str, *, steps: int = 20, warmup: int = 3, tra
     ops = [{"op": op, "dtype": dtype, "route": route, "calls": calls, "seconds": seconds}
            for (op, dtype, route), (calls, seconds) in sorted(op_time.items(), key=lambda kv: -kv[1][1])]
     report = _report(spec, device, done, warmup, train, block, results, order, dict(route_seconds), ops,
-                     paired_steps(blocks))
+                     paired_rounds(blocks))
     report.data["steps_requested"] = steps
     return report
 
 
 def _report(spec: ModelSpec, device: str, steps: int, warmup: int, train: bool, block: int,
             results: dict[str, ModeResult], order: list[tuple[str, int]], route_seconds: dict[str, float],
-            ops: list[dict[str, Any]], pairs: list[tuple[float, float]]) -> Report:
+            ops: list[dict[str, Any]], pairs: list[list[tuple[float, float]]]) -> Report:
     routed, native = (results[m].summary() for m in MODES)
     interval = alignment_interval(pairs)
     alignment = interval["estimate"] if pairs else routed["steps_per_s"] / native["steps_per_s"]
@@ -296,7 +320,9 @@ def _report(spec: ModelSpec, device: str, steps: int, warmup: int, train: bool, 
     verdict = detect_leak(samples)
     data: dict[str, Any] = {
         "device": device, "model": spec.name, "steps": steps, "warmup": warmup, "train": train,
-        "block": block, "routed": routed, "native": native, "alignment": alignment, "target": TARGET,
+        "block": block, "settle": {"min_steps": SETTLE_STEPS, "min_seconds": SETTLE_SECONDS,
+                                   "max_steps": SETTLE_MAX_STEPS},
+        "routed": routed, "native": native, "alignment": alignment, "target": TARGET,
         "alignment_interval": interval,
         "route_seconds": {route: {"seconds": s, "share": s / routed_time if routed_time else 0.0}
                           for route, s in sorted(route_seconds.items())},

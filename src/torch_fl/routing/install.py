@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from .._versions import release
-from ..description.probe import all_aten_ops, canonical_op_name, dispatcher_op_name, has_native_kernel
+from ..description.probe import canonical_op_name, dispatcher_op_name, has_native_kernel
 from ..errors import TorchVersionError
 from .router import Router, first_dtype
 from .translate import is_composite_implicit, overload
@@ -100,8 +100,8 @@ class KeyInstallation:
         # Library.fallback is newer than our torch floor; older torch gets per-op kernels throughout.
         free_fallback = hasattr(torch.library.Library, "fallback") and \
             not torch._C._dispatch_has_backend_fallback(getattr(torch._C.DispatchKey, self.key))
-        for op in all_aten_ops():
-            if not table.needs_router(op) or is_composite_implicit(op):
+        for op in table.routed_ops():
+            if is_composite_implicit(op):
                 continue
             ovl = overload(op)
             if ovl is None:

@@ -188,10 +188,12 @@ class RouteTable:
         self._policy = ops["default"]
         self._where = where
         self.vendor_fallback = vendor_fallback(desc)  # read once per table (activation keys tables by it)
+        self._routed_ops: tuple[str, ...] | None = None
 
     def invalidate(self) -> None:
         with self._lock:
             self._cache.clear()
+            self._routed_ops = None
             self.dispatch_routes = {}  # a new dict: holders of the old one (emu state) see it is stale
 
     # The decision ---------------------------------------------------------------------------------
@@ -328,6 +330,17 @@ class RouteTable:
         return counts
 
     # Installation support -------------------------------------------------------------------------
+    def routed_ops(self) -> tuple[str, ...]:
+        """Every aten op whose calls need a router (`needs_router`), computed once per table: deciding
+        it for all ~15,000 ops took ~35 ms and swept the CPU caches on every activation, so a bench
+        that switches routing on and off between blocks measured its own activation (issue 31)."""
+        from ..description.probe import all_aten_ops
+
+        found = self._routed_ops
+        if found is None:
+            found = self._routed_ops = tuple(op for op in all_aten_ops() if self.needs_router(op))
+        return found
+
     def needs_router(self, op: str) -> bool:
         """Whether calls of `op` must pass through a router (cheap: never builds a translation)."""
         for overrides in (self._env_routes, self._config_routes):

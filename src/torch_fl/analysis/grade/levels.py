@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...report import VERDICTS
-from ..bench import CONFIDENCE, LEAK_MIN_SAMPLES, MIN_PAIRS, NOISY
+from ..bench import CONFIDENCE, LEAK_MIN_SAMPLES, MIN_PAIRS, MIN_ROUNDS, NOISY
 from ..bench import TARGET as ALIGNMENT_TARGET
 from ..coverage import NATIVE_CALLS_WARNING
 from .runs import PREFLIGHT_RANKS, Outcome, PreflightPlan, Target, _shapes
@@ -248,11 +248,12 @@ def judge_alignment(c: Criterion, target: Target, bench: dict[str, Any] | None) 
     low, high, pairs = interval["low"], interval["high"], interval["pairs"]
     status = decide(low, high, ALIGNMENT_TARGET)
     if low is None:
-        spread = (f"{pairs} interleaved pairs give no {CONFIDENCE:.0%} interval (it needs {MIN_PAIRS} "
-                  f"or more)")
+        spread = (f"{pairs} interleaved pairs in {interval.get('rounds', pairs)} rounds give no "
+                  f"{CONFIDENCE:.0%} interval (it needs {MIN_PAIRS} or more in {MIN_ROUNDS} or more rounds)")
     else:
         spread = (f"{CONFIDENCE:.0%} interval {low:.3f}-{high:.3f} from {pairs} interleaved pairs "
-                  f"(routed and native steps alternating in one process, bootstrap over the pairs)")
+                  f"in {interval.get('rounds', pairs)} rounds (routed and native steps alternating in one "
+                  f"process, bootstrap over the rounds)")
     text = f"bench: alignment {ratio:.3f} (median per-pair ratio), {spread}; {numbers}"
     if status == INCONCLUSIVE:
         steps = steps_to_settle(pairs, ratio, low, high, ALIGNMENT_TARGET)
