@@ -20,8 +20,8 @@ import types
 
 # Commands that need neither torch nor the torch.fl facade (`fix` needs libcst, not torch). The others run
 # with the real package; without torch they say so (torch_fl.cli reads this set too).
-TORCH_FREE = frozenset({"scan", "fix"})
-_TORCH_FREE = frozenset({"scan"})  # the commands that take the bare package even where torch is installed
+TORCH_FREE = frozenset({"scan", "fix", "docs"})
+_TORCH_FREE = frozenset({"scan", "docs"})  # the commands that take the bare package even where torch is installed
 _WITH_ACTIONS = frozenset({"routes", "cache"})  # `torchfl routes show --help`: help of an action
 
 

@@ -9,19 +9,25 @@ and writes the requested files.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["VERDICTS", "Chart", "Report", "Section", "Table", "format_cell", "progress", "render_table", "render_text",
-           "write_json"]
+__all__ = ["INCONCLUSIVE", "VERDICTS", "Chart", "Report", "Section", "Stage", "Table", "end_progress", "format_cell",
+           "progress", "progress_enabled", "render_table", "render_text", "set_progress", "stage", "write_json"]
 
 # The verdicts of a measured criterion (torchfl grade's statuses). They live in the report model so that
 # every renderer can show them (the HTML page colours them) without importing the tool that measures.
 VERDICTS: tuple[str, str, str] = ("PASS", "FAIL", "NOT MEASURED")
+# A measurement too noisy to decide (its confidence interval contains the threshold): neither PASS nor FAIL,
+# and coloured apart from both. Not in VERDICTS, which callers unpack as (PASS, FAIL, NOT MEASURED).
+INCONCLUSIVE = "INCONCLUSIVE"
 
 
 @dataclass
@@ -100,6 +106,171 @@ def write_json(report: Report, path: str | Path) -> None:
     Path(path).write_text(json.dumps(report.data, indent=2, default=str) + "\n", encoding="utf-8")
 
 
+# ------------------------------------------------------------------------------------------- progress
+# Stage lines for a person watching a long command: "[12:00:03] grade [3/7] coverage ...", and under the
+# running stage one status line, rewritten in place every second once it has run 2 s ("... 40/60 steps,
+# 12 s, about 6 s left"). They go to stderr (stdout is the report) and only to a terminal: a pipe, a CI
+# log or a test gets none of them, and --quiet (torch_fl.cli) turns them off on a terminal too.
+_STATUS_AFTER = 2.0  # seconds a stage runs before its status line appears
+_TICK = 1.0
+
+
+@dataclass
+class Stage:
+    """A running stage of a command: what it is, when it began, and (when known) how far it got.
+
+    ``done`` of ``total`` ``unit`` (e.g. 40 of 60 steps) gives the status line its count and ETA; a stage
+    without a total shows its count alone (op calls traced so far), or only the time."""
+
+    message: str
+    total: int | None = None
+    unit: str = ""
+    done: int = 0
+    started: float = field(default_factory=time.monotonic)
+
+    def advance(self, n: int = 1) -> None:
+        self.done += n
+
+    def status(self, now: float) -> str:
+        elapsed = now - self.started
+        parts = []
+        if self.total:
+            parts.append(f"{self.done:,}/{self.total:,} {self.unit}".rstrip())
+        elif self.done:
+            parts.append(f"{self.done:,} {self.unit}".rstrip())
+        parts.append(_duration(elapsed))
+        if self.total and 0 < self.done < self.total:
+            parts.append(f"about {_duration(elapsed * (self.total - self.done) / self.done)} left")
+        return ", ".join(parts)
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(seconds)
+    return f"{seconds} s" if seconds < 60 else f"{seconds // 60} min {seconds % 60:02d} s"
+
+
+class _Progress:
+    """The stages on stderr: the stack of running ones (a stage may run inside another: grade's coverage
+    step traces), the status line under the innermost, and the thread that rewrites it."""
+
+    def __init__(self) -> None:
+        self.forced: bool | None = None  # None: on exactly when stderr is a terminal
+        self.stages: list[Stage] = []
+        self.status_shown = False
+        self.lock = threading.RLock()
+        self.wake = threading.Event()
+        self.thread: threading.Thread | None = None
+
+    def enabled(self) -> bool:
+        if self.forced is not None:
+            return self.forced
+        try:
+            return sys.stderr.isatty()
+        except (AttributeError, ValueError):  # no stderr, or a closed one
+            return False
+
+    def clear_status(self) -> None:
+        if self.status_shown:
+            sys.stderr.write("\r\x1b[K")
+            self.status_shown = False
+
+    def line(self, message: str) -> None:
+        with self.lock:
+            self.clear_status()
+            print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+    def start(self, stage: Stage, *, replace: bool) -> None:
+        """Show `stage` (replace: it ends the innermost stage when that one is a progress() line)."""
+        with self.lock:
+            self.line(stage.message)
+            if replace and self.stages and isinstance(self.stages[-1], _Line):
+                self.stages.pop()
+            self.stages.append(stage)
+            if self.thread is None or not self.thread.is_alive():
+                self.thread = threading.Thread(target=self._run, name="torch_fl-progress", daemon=True)
+                self.thread.start()
+
+    def finish(self, stage: Stage) -> None:
+        with self.lock:
+            self.clear_status()
+            if stage in self.stages:
+                del self.stages[self.stages.index(stage):]
+
+    def end(self) -> None:
+        """No stage runs any more (the command prints its report, or ends)."""
+        with self.lock:
+            self.clear_status()
+            self.stages.clear()
+
+    def _run(self) -> None:
+        while not self.wake.wait(_TICK):
+            with self.lock:
+                if not self.stages:
+                    continue
+                now = time.monotonic()
+                stage = self.stages[-1]
+                if now - stage.started < _STATUS_AFTER:
+                    continue
+                try:
+                    # The cursor goes back to the line's start: whatever else writes to stderr (a warning)
+                    # overwrites the status instead of running on after it.
+                    sys.stderr.write(f"\r\x1b[K  ... {stage.status(now)}\r")
+                    sys.stderr.flush()
+                    self.status_shown = True
+                except (OSError, ValueError):  # stderr went away (a closed terminal): stop showing
+                    self.stages.clear()
+
+
+class _Line(Stage):
+    """The stage a progress() line announces: it runs until the next line."""
+
+
+_progress = _Progress()
+
+
+def set_progress(enabled: bool | None) -> bool | None:
+    """Progress lines on (True), off (False: ``--quiet``) or back to the default (None: on exactly when
+    stderr is a terminal). Returns the previous setting, to restore it."""
+    previous, _progress.forced = _progress.forced, enabled
+    return previous
+
+
+def progress_enabled() -> bool:
+    """Whether progress lines are printed now (set_progress)."""
+    return _progress.enabled()
+
+
 def progress(message: str) -> None:
-    """Progress output on stderr (stdout stays the report)."""
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+    """A stage line on stderr (stdout stays the report): the command's next stage, which runs until the
+    next line (its status line shows the time it has taken). Nothing when progress is off."""
+    if _progress.enabled():
+        _progress.start(_Line(message), replace=True)
+
+
+@contextlib.contextmanager
+def stage(message: str, *, total: int | None = None, unit: str = "") -> Iterator[Stage]:
+    """A stage with an end and, optionally, a count: its status line shows ``done/total unit`` and an ETA
+    (or the count alone without a total), and the stage it runs inside resumes when it ends.
+
+    Example::
+
+        with stage("timing 60 steps", total=60, unit="steps") as st:
+            for _ in range(60):
+                step()
+                st.advance()
+    """
+    current = Stage(message, total, unit)
+    if not _progress.enabled():
+        yield current  # counted, but shown nowhere
+        return
+    _progress.start(current, replace=False)
+    try:
+        yield current
+    finally:
+        _progress.finish(current)
+
+
+def end_progress() -> None:
+    """Stop showing the running stage: before the report goes to stdout (the same terminal), and when
+    the command ends."""
+    _progress.end()

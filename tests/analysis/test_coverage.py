@@ -259,9 +259,15 @@ def test_json_shape() -> None:
 
 # CLI ----------------------------------------------------------------------------------------------
 def test_cli_writes_json_and_exits_0(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from torch_fl.report import set_progress
+
     out = tmp_path / "cov.json"
-    assert main(["coverage", f"{EXAMPLES / 'cnn.py'}:factory", "--device", "emu:minimal", "--train",
-                 "--json", str(out)]) == 0
+    previous = set_progress(True)  # as on a terminal (capsys's stderr is not one)
+    try:
+        assert main(["coverage", f"{EXAMPLES / 'cnn.py'}:factory", "--device", "emu:minimal", "--train",
+                     "--json", str(out)]) == 0
+    finally:
+        set_progress(previous)
     captured = capsys.readouterr()
     assert "Operator coverage of" in captured.out and "Ops that are not native on minimal" in captured.out
     assert "tracing a training step" in captured.err  # progress goes to stderr

@@ -54,8 +54,14 @@ def test_verify_on_an_empty_cache(capsys):
 
 
 def test_warmup_reports_each_shape(use_description, tiny_model, capsys, compile_cache):
+    from torch_fl.report import set_progress
+
     use_description('backend = "eager"\ndynamic_shapes = "static"')
-    assert main(["warmup", tiny_model, "--shapes", "2x4", "3x4", "2x4"]) == 0
+    previous = set_progress(True)  # as on a terminal (capsys's stderr is not one)
+    try:
+        assert main(["warmup", tiny_model, "--shapes", "2x4", "3x4", "2x4"]) == 0
+    finally:
+        set_progress(previous)
     captured = capsys.readouterr()
     assert "compilations  2 (1 recompilations)" in captured.out
     assert "no compilation (graph reused)" in captured.out  # the third shape was seen before

@@ -17,7 +17,7 @@ from typing import Any
 
 from .._names import EMULATION_PREFIX, ROUTE_SEVERITY, ROUTES
 from ..device import ResolvedDevice
-from ..report import Chart, Report, Section, Table, progress
+from ..report import Chart, Report, Section, Table, progress, stage
 from ..routing import route_table
 from ..routing.emu.slot import backend_name
 from ..routing.table import RouteTable
@@ -65,11 +65,11 @@ def coverage(spec: ModelSpec, device: str | ResolvedDevice, train: bool = False,
     desc = table.description
     kernels = device_kernels(desc, emulated=emulated)
     what = "a training step (forward, loss, backward, AdamW step)" if train else "a forward pass"
-    progress(f"tracing {what} of {spec.name} on fake tensors with the routes of '{desc.name}'"
-             + (f" under autocast({desc.autocast_dtype})" if amp else ""))
     device_tensors = trace_device(kernels, amp)
-    result = trace_step(spec, train=train, amp=amp, amp_dtype=desc.autocast_dtype, table=table,
-                        kernels=kernels, device=device_tensors, real_fallback=True)
+    with stage(f"tracing {what} of {spec.name} on fake tensors with the routes of '{desc.name}'"
+               + (f" under autocast({desc.autocast_dtype})" if amp else ""), unit="op calls") as traced_calls:
+        result = trace_step(spec, train=train, amp=amp, amp_dtype=desc.autocast_dtype, table=table,
+                            kernels=kernels, device=device_tensors, real_fallback=True, stage=traced_calls)
     if result.real_run:
         progress(f"fake tensors could not follow the model ({result.real_run}); recorded a real CPU run "
                  f"of the example inputs instead")

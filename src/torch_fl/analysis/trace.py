@@ -47,6 +47,7 @@ from .chains import CallKey, Replay
 from .model import ModelSpec
 
 if TYPE_CHECKING:
+    from ..report import Stage
     from ..routing.table import RouteTable
     from .fidelity import DeviceKernels
 
@@ -172,9 +173,10 @@ class _Recorder(TorchDispatchMode):
     a Replay, routes each call as the router would and expands translations (chains.py)."""
 
     def __init__(self, attribution: _Attribution, replay: Replay | None = None,
-                 side: placement.DeviceSide | None = None):
+                 side: placement.DeviceSide | None = None, stage: Stage | None = None):
         super().__init__()
         self.attribution = attribution
+        self.stage = stage  # counts the recorded calls for the progress line (None: nobody watches)
         self.replay = replay
         self.side = side or placement.DeviceSide("all")
         self.calls: Counter[CallKey] = Counter() if replay is None else replay.calls
@@ -191,6 +193,8 @@ class _Recorder(TorchDispatchMode):
         if not self.side.has(args, kwargs, module == OPTIMIZER):
             return func(*args, **kwargs)  # host work
         dtype = first_dtype(args, kwargs)
+        if self.stage is not None:
+            self.stage.done += 1
         if self.replay is not None:
             out = self.replay.call(self, func, op, dtype, module, args, kwargs)
         else:
@@ -269,7 +273,7 @@ def trace(spec: ModelSpec, *, train: bool = False, step: bool = True, amp: bool 
 def trace_step(spec: ModelSpec, *, train: bool = False, step: bool = True, amp: bool = False,
                amp_dtype: str | torch.dtype = torch.bfloat16, table: RouteTable | None = None,
                kernels: DeviceKernels | None = None, device: str = "cpu", cpu_kernels: bool = False,
-               real_fallback: bool = False) -> TraceResult:
+               real_fallback: bool = False, stage: Stage | None = None) -> TraceResult:
     """:func:`trace`, with the router's decisions and the device's kernel choices.
 
     Args:
@@ -287,11 +291,12 @@ def trace_step(spec: ModelSpec, *, train: bool = False, step: bool = True, amp: 
             (PyTorch's own ``_detect_is_causal_mask`` does), record a real run of the example inputs
             (on the emulated device, else on the CPU) instead of failing; ``TraceResult.real_run`` then
             says why.
+        stage: the progress stage (torch_fl.report.stage) whose count is the calls recorded so far.
     """
     if isinstance(amp_dtype, str):
         amp_dtype = getattr(torch, amp_dtype)
     options = dict(train=train, step=step, amp=amp, amp_dtype=amp_dtype, table=table, kernels=kernels,
-                   device=device, cpu_kernels=cpu_kernels)
+                   device=device, cpu_kernels=cpu_kernels, stage=stage)
     try:
         return TraceResult(_trace(spec, fake=True, **options))
     except TraceError as exc:
@@ -305,6 +310,8 @@ def trace_step(spec: ModelSpec, *, train: bool = False, step: bool = True, amp: 
 
     # Plain PyTorch underneath (an active emulation must not check this run a second time), and
     # dropout and friends leave the caller's RNG untouched.
+    if stage is not None:
+        stage.done = 0  # the real run records the step again
     with suspended(), torch.random.fork_rng(devices=[]):
         records = _trace(spec, fake=False, **options)
     return TraceResult(records, real_run=reason)
@@ -312,7 +319,7 @@ def trace_step(spec: ModelSpec, *, train: bool = False, step: bool = True, amp: 
 
 def _trace(spec: ModelSpec, *, fake: bool, train: bool, step: bool, amp: bool, amp_dtype: torch.dtype,
            table: RouteTable | None, kernels: DeviceKernels | None, device: str,
-           cpu_kernels: bool) -> list[OpRecord]:
+           cpu_kernels: bool, stage: Stage | None) -> list[OpRecord]:
     # A device apart from the host: its work is told apart from host work (placement.DeviceSide).
     apart = device != "cpu" or (kernels is not None and not kernels.host and not cpu_kernels)
     if not fake and device == "meta":
@@ -341,15 +348,15 @@ def _trace(spec: ModelSpec, *, fake: bool, train: bool, step: bool, amp: bool, a
     with placement.borrowed(spec.model, tensors, train) as model:
         return _run(spec, model, inputs, mode, side, train=train, step=step, amp=amp, amp_dtype=amp_dtype,
                     table=table, kernels=kernels if steer or attention_only else None, cpu_kernels=cpu_kernels,
-                    backend=backend, attention_only=attention_only)
+                    backend=backend, attention_only=attention_only, stage=stage)
 
 
 def _run(spec: ModelSpec, model: torch.nn.Module, inputs: tuple, mode: Any, side: placement.DeviceSide, *,
          train: bool, step: bool, amp: bool, amp_dtype: torch.dtype, table: RouteTable | None,
          kernels: DeviceKernels | None, cpu_kernels: bool, backend: str,
-         attention_only: bool = False) -> list[OpRecord]:
+         attention_only: bool = False, stage: Stage | None = None) -> list[OpRecord]:
     attribution = _Attribution(model)
-    recorder = _Recorder(attribution, Replay(table) if table is not None else None, side)
+    recorder = _Recorder(attribution, Replay(table) if table is not None else None, side, stage)
     try:
         with contextlib.ExitStack() as stack:
             stack.enter_context(mode)

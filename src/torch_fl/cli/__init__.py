@@ -26,11 +26,23 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "aot": ("aot", "export and AOT-compile a model into a fingerprinted .pt2 package, or check one"),
     "cache": ("cache", "the fingerprinted compile cache: info, verify, clear"),
     "preflight": ("preflight", "start N local ranks and run the distributed preflight"),
+    "docs": ("docs", "where the documentation is: the pages shipped with torch-fl, or one TOPIC's page"),
 }
+
+# The documentation page of each command (`torchfl docs TOPIC`; docs/cli.md has every command): the last
+# line of its help. The pages ship in the package (the wheel's torch_fl/docs), so the pointer works anywhere.
+DOC_PAGES: dict[str, str] = {"coverage": "analysis", "compare": "analysis", "bench": "analysis",
+                             "grade": "analysis", "scan": "migrate-rules", "fix": "migrate-fix",
+                             "run": "migrate-runtime", "audit": "migrate-runtime", "warmup": "compile",
+                             "aot": "compile", "cache": "compile", "preflight": "distributed"}
+
+# Commands with stages that can take more than ~2 s: each prints progress lines on stderr (a terminal
+# only) and takes -q/--quiet (cli/args.add_quiet). scan and fix keep their own output.
+PROGRESS = frozenset({"coverage", "compare", "bench", "grade", "audit", "warmup", "aot", "preflight"})
 
 
 # Commands that run without torch (hook and lint environments): the others say "needs torch" there.
-TORCH_FREE = frozenset({"scan", "fix"})
+TORCH_FREE = frozenset({"scan", "fix", "docs"})
 
 # The exit status of every command (docs/cli.md, "Exit status"): 0 ok; 1 a finding, a failed check, or an
 # error while running (the user's code raised, a device or plugin failed, a bug); 2 usage or bad input (an
@@ -44,7 +56,8 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
 
     parser = argparse.ArgumentParser(
         prog="torchfl", description="torch-fl: one PyTorch codebase on every accelerator.",
-        epilog="Run 'torchfl COMMAND --help' for a command's options. Docs: docs/cli.md")
+        epilog="Run 'torchfl COMMAND --help' for a command's options, 'torchfl docs' for the documentation "
+               "(every command: 'torchfl docs cli').")
     parser.add_argument("--version", action="version", version=f"torch-fl {__version__}")
     parser.add_argument("--debug", action="store_true",
                         help="show the Python traceback of an error (also with FL_LOG=DEBUG)")
@@ -53,9 +66,18 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     for name, (module, help_text) in COMMANDS.items():
         if name == wanted:
             importlib.import_module(f"{__name__}.{module}").add_parser(sub, name, help_text)
+            _point_to_docs(sub.choices[name], DOC_PAGES.get(name, "cli"))
         else:
             sub.add_parser(name, help=help_text, add_help=False)
     return parser
+
+
+def _point_to_docs(parser: argparse.ArgumentParser, topic: str) -> None:
+    """End the command's help with its documentation page, unless its epilog names one already."""
+    epilog = parser.epilog or ""
+    if "torchfl docs" not in epilog:
+        line = f"Docs: torchfl docs {topic}" + ("" if topic == "cli" else " (every command: torchfl docs cli)")
+        parser.epilog = f"{epilog}\n{line}" if epilog else line
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -73,10 +95,16 @@ def main(argv: list[str] | None = None) -> int:
         # the bare package of _torch_fl_cli: torch is not installed; help and --version worked above
         print(f"torchfl {args.command}: this command needs torch: pip install torch", file=sys.stderr)
         return 1
+    quiet, previous = getattr(args, "quiet", False), None
+    if quiet:
+        from ..report import set_progress
+
+        previous = set_progress(False)
     try:
         module = importlib.import_module(f"{__name__}.{COMMANDS[args.command][0]}")
         return int(module.run(args) or 0)
     except KeyboardInterrupt:
+        _end_progress()
         print("interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
@@ -85,7 +113,22 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except Exception as exc:
+        _end_progress()
         return report_error(f"torchfl {args.command}", exc, debug=args.debug)
+    finally:
+        _end_progress()
+        if quiet:
+            sys.modules[_REPORT].set_progress(previous)
+
+
+_REPORT = __name__.rpartition(".")[0] + ".report"  # torch_fl.report, looked up, not imported
+
+
+def _end_progress() -> None:
+    """Clear the running stage's status line (before a message, and when the command ends)."""
+    report = sys.modules.get(_REPORT)
+    if report is not None:  # never imported: no stage ran (scan starts without it)
+        report.end_progress()
 
 
 def needs_torch(exc: BaseException) -> bool:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .args import add_device
+from .args import add_device, add_quiet
 
 
 def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> None:
@@ -21,7 +21,7 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> No
                     "check a package's files and compare it with this stack without loading it.",
         epilog="Examples:\n  torchfl aot examples/gpt.py:factory --out gpt.pt2\n"
                "  torchfl aot --check gpt.pt2\n  torchfl aot --check gpt.pt2 --sha256 HEX\n"
-               "Docs: docs/compile.md",
+               "Docs: torchfl docs compile",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model", metavar="MODEL", nargs="?",
                         help="model entry point, path/to/file.py:factory or package.module:factory")
@@ -31,6 +31,7 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> No
     parser.add_argument("--sha256", metavar="HEX", help="with --check: the sha256 the whole package must "
                                                        "have (from a channel you trust)")
     add_device(parser)
+    add_quiet(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -47,14 +48,16 @@ def run(args: argparse.Namespace) -> int:
     from ..analysis.model import load_model
     from ..compiler.aot import export_aot
     from ..device import resolve
-    from ..report import progress
+    from ..report import end_progress, progress
 
+    progress(f"loading {args.model}")
     spec = load_model(args.model)
     dev = resolve(args.device)
     inputs = tuple(x.to(dev) if isinstance(x, torch.Tensor) else x for x in spec.inputs)
     progress(f"exporting {spec.name} on {dev} and compiling it with AOTInductor")
     result = export_aot(spec.model.to(dev).eval(), inputs, args.out, device=args.device, label=spec.name)
     meta = result.metadata
+    end_progress()
     print(f"wrote {result.path} ({result.size / 1e6:.1f} MB) in {result.seconds:.1f} s")
     print(f"inputs: {', '.join(meta['inputs'])} (dynamic_shapes {meta['dynamic_shapes']})")
     print(f"fingerprint {meta['fingerprint']} ({meta['description']}):")

@@ -1,4 +1,5 @@
-"""Arguments several commands share, spelled and explained once: --device, --reference, --json/--html.
+"""Arguments several commands share, spelled and explained once: --device, --reference, --json/--html,
+--quiet.
 
 A command adds them with these helpers so that ``torchfl bench --help`` and ``torchfl grade --help`` say
 the same thing about the same flag, and a new command gets them right by calling one function.
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import argparse
 
-__all__ = ["DEVICES", "STDOUT", "add_device", "add_json", "add_reference", "add_report_files"]
+__all__ = ["DEVICES", "STDOUT", "add_device", "add_json", "add_quiet", "add_reference", "add_report_files"]
 
 STDOUT = "-"  # --json's value for "print the JSON instead of the text"
 
@@ -48,8 +49,16 @@ def add_json(parser: argparse.ArgumentParser, *, what: str = "the result", schem
                              f"--json alone or --json -")
 
 
+def add_quiet(parser: argparse.ArgumentParser) -> None:
+    """-q/--quiet: no progress lines (a command whose stages can take more than ~2 s prints them on stderr,
+    and only when stderr is a terminal; torch_fl.report.progress)."""
+    parser.add_argument("-q", "--quiet", action="store_true",
+                        help="print no progress lines on stderr (they are printed only to a terminal: "
+                             "never when stderr is piped or redirected)")
+
+
 def add_report_files(parser: argparse.ArgumentParser, *, html: bool = True,
-                     schema: str | None = "docs/analysis.md") -> None:
+                     schema: str | None = "torchfl docs analysis") -> None:
     """--json [FILE] (the machine-readable result, add_json) and, with `html`, --html FILE (a self-contained
     page)."""
     add_json(parser, schema=schema)

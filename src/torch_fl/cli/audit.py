@@ -14,7 +14,7 @@ import argparse
 import os
 import sys
 
-from .args import STDOUT, add_report_files
+from .args import STDOUT, add_quiet, add_report_files
 
 OK, FOUND = 0, 1
 
@@ -32,13 +32,14 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> No
                "  torchfl audit --script train.py --max_iters=2 --strict\n"
                "  torchfl audit --script train.py -- --strict   (--strict for the script)\n"
                "\nExit status: 0; with --strict, 1 when a CUDA request was made; 1 when the model "
-               "raised; a script's own non-zero exit code.\nDocs: docs/migrate-runtime.md",
+               "raised; a script's own non-zero exit code.\nDocs: torchfl docs migrate-runtime",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model", nargs="?", metavar="MODEL",
                         help="model entry point: path/to/file.py:factory or package.module:factory")
     parser.add_argument("--train", action="store_true", help="run backward too (model mode)")
-    add_report_files(parser, html=False, schema="docs/migrate-runtime.md")
+    add_report_files(parser, html=False, schema="torchfl docs migrate-runtime")
     parser.add_argument("--strict", action="store_true", help="exit 1 when the run made a CUDA request")
+    add_quiet(parser)
     parser.add_argument("--script", nargs=argparse.REMAINDER, metavar="SCRIPT [ARGS]",
                         help="audit a script run with its arguments instead of a model (must come last); "
                              "--strict and --json there are audit's, arguments after -- are the script's")
@@ -109,7 +110,7 @@ def split_script_args(args: argparse.Namespace) -> str | None:
 
 def run(args: argparse.Namespace) -> int:
     from ..migrate.audit import audit_model, audit_script
-    from ..report import progress
+    from ..report import end_progress, progress
     from .output import emit
 
     if args.script is not None:
@@ -127,6 +128,7 @@ def run(args: argparse.Namespace) -> int:
         from ..migrate.script import run_target
 
         progress(f"running {script} under the audit")
+        end_progress()  # no status line while the script writes to the same terminal
         report, code = audit_script(lambda: run_target(script, None, argv), script)
         # The script's output came first: keep the report apart from it.
         sys.stdout.flush()

@@ -10,7 +10,7 @@ import argparse
 import sys
 
 from . import non_negative_int, positive_int
-from .args import add_device, add_report_files
+from .args import add_device, add_quiet, add_report_files
 
 
 def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> None:
@@ -37,18 +37,22 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> No
                         help="time training steps (forward, backward, AdamW update; default) or, with "
                              "--no-train, inference forwards")
     add_report_files(parser)
+    add_quiet(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     from ..analysis.bench import bench
     from ..analysis.model import load_model
     from ..errors import UnsupportedOperatorError
+    from ..report import end_progress, progress
     from .output import emit, emit_json
 
+    progress(f"loading {args.model}")
     spec = load_model(args.model)
     try:
         report = bench(spec, args.device, steps=args.steps, warmup=args.warmup, train=args.train)
     except UnsupportedOperatorError as exc:
+        end_progress()
         # The routed run stops at the first op the device cannot run: name it, no traceback.
         print(f"torchfl bench: {args.device} cannot run {spec.name} with routing active:\n{exc}",
               file=sys.stderr)

@@ -23,7 +23,7 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> No
                     "stack (torch, Python, torch-fl, description, plugin, runtime, compiler) under the "
                     "root FL_CACHE_DIR, else the description's compile.cache_dir.",
         epilog="Examples:\n  torchfl cache info\n  torchfl cache verify\n  torchfl cache clear --stale\n"
-               "  torchfl cache clear --all\nDocs: docs/compile.md",
+               "  torchfl cache clear --all\nDocs: torchfl docs compile",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     info = actions.add_parser("info", help="the root, every entry with its size, and the current "
@@ -42,7 +42,7 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> No
     for action in (info, verify, clear):
         add_device(action, what="whose description's cache")
     for action in (info, verify):
-        add_report_files(action, html=False, schema="docs/compile.md")
+        add_report_files(action, html=False, schema="torchfl docs compile")
 
 
 def run(args: argparse.Namespace) -> int:

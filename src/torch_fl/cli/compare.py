@@ -10,7 +10,7 @@ import argparse
 import math
 import sys
 
-from .args import add_device, add_reference, add_report_files
+from .args import add_device, add_quiet, add_reference, add_report_files
 
 # analysis.compare's DTYPES and DEFAULT_TOLERANCES, for the help: that module imports torch, and `torchfl
 # compare --help` needs none (tests/cli/test_help.py checks the copies are equal).
@@ -48,13 +48,14 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> No
     parser.add_argument("--atol", type=float, metavar="Y", help="absolute tolerance (same)")
     parser.add_argument("--seed", type=int, default=0, help="RNG seed set before both runs (default 0)")
     add_report_files(parser)
+    add_quiet(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     from ..analysis.compare import compare
     from ..analysis.model import load_model
     from ..errors import UnsupportedOperatorError
-    from ..report import progress
+    from ..report import end_progress, progress
     from .output import emit, emit_json
 
     for flag in ("rtol", "atol"):
@@ -62,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
         if value is not None and not (math.isfinite(value) and value >= 0):  # nan compares false: all "pass"
             print(f"torchfl compare: error: --{flag} must be a finite number >= 0, got {value}", file=sys.stderr)
             return 2
+    progress(f"loading {args.model}")
     spec = load_model(args.model)
     progress(f"comparing {spec.name} on {args.device} against {args.reference} ({args.dtype}"
              + (", train)" if args.train else ")"))
@@ -69,6 +71,7 @@ def run(args: argparse.Namespace) -> int:
         report = compare(spec, args.device, args.reference, dtype=args.dtype, train=args.train,
                          rtol=args.rtol, atol=args.atol, seed=args.seed)
     except UnsupportedOperatorError as exc:
+        end_progress()
         # The device cannot run the model at all: say which op, without a traceback.
         print(f"torchfl compare: {args.device} cannot run {spec.name}:\n{exc}", file=sys.stderr)
         if args.json:

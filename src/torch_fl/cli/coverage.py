@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .args import add_device, add_report_files
+from .args import add_device, add_quiet, add_report_files
 
 OK, UNSUPPORTED, NOT_TRACED = 0, 1, 2
 
@@ -31,7 +31,7 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> No
                "  torchfl coverage examples/gpt.py:factory --device npu --train --plugin-version 2.5\n"
                "\nExit status: 0 (the report ran); with --strict, 1 when an op is unsupported; 2 when the\n"
                "model could not be traced (no verdict), or a wrong entry point or device (bad input).\n"
-               "Docs: docs/analysis.md",
+               "Docs: torchfl docs analysis",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model", metavar="MODEL",
                         help="model entry point: path/to/file.py:factory or package.module:factory")
@@ -45,6 +45,7 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> No
                              "plugin release line (e.g. 2.5), and list the traced ops that change between "
                              "lines ('native from 2.7'); default: the installed plugin's, else the newest")
     add_report_files(parser)
+    add_quiet(parser)
     parser.add_argument("--strict", action="store_true",
                         help="exit 1 when some op is unsupported on the device (for CI)")
 
@@ -53,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
     from ..analysis.coverage import coverage
     from ..analysis.model import load_model
     from ..analysis.trace import TraceError
-    from ..report import progress
+    from ..report import end_progress, progress
     from .output import emit
 
     progress(f"loading {args.model}")
@@ -61,6 +62,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         report = coverage(spec, args.device, train=args.train, amp=args.amp, plugin_version=args.plugin_version)
     except TraceError as exc:
+        end_progress()
         print(f"torchfl coverage: could not trace {args.model} on {args.device}: {exc}", file=sys.stderr)
         return NOT_TRACED
     emit(report, json_path=args.json, html_path=args.html)

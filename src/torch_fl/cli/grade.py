@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 
 from . import non_negative_int, positive_int
-from .args import add_device, add_reference, add_report_files
+from .args import add_device, add_quiet, add_reference, add_report_files
 
 USAGE = 2
 # analysis.grade's defaults, for the help: that package imports torch, and `torchfl grade --help` needs none
@@ -35,7 +35,7 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> No
                "  torchfl grade examples/gpt.py:factory --device acc0 --compile --json g.json --html g.html\n"
                "Exit status: 0 graded (any level), 2 usage error or bad input (entry point, device), 1 the "
                "model's code raised or the device failed.\n"
-               "Docs: docs/analysis.md",
+               "Docs: torchfl docs analysis",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model", metavar="MODEL", help="model entry point, path/to/file.py:factory or "
                                                        "package.module:factory")
@@ -53,6 +53,7 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> No
                         help="do not run torch.fl.distributed's preflight in two spawned processes "
                              "(the distributed criterion is then NOT MEASURED)")
     add_report_files(parser)
+    add_quiet(parser)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import IO, Any
 
-from ..report import Report, progress, render_text, write_json
+from ..report import Report, end_progress, progress, render_text, write_json
 from .args import STDOUT
 
 __all__ = ["emit", "emit_json"]
@@ -23,6 +23,7 @@ def emit(report: Report, *, json_path: str | None = None, html_path: str | None 
          stream: IO[str] | None = None) -> None:
     """Print the report (its text, or its JSON for ``--json -``) and write the requested files."""
     stream = stream or sys.stdout
+    end_progress()  # the running stage's status line shares the terminal with the report
     if json_path == STDOUT:
         emit_json(report.data, STDOUT, stream=stream)
     else:

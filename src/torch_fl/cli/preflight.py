@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 from . import count_up_to, positive_seconds
-from .args import STDOUT, add_json
+from .args import STDOUT, add_json, add_quiet
 from .output import emit_json
 
 MAX_RANKS = 1024  # local ranks are processes on one node
@@ -39,13 +39,18 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> No
     parser.add_argument("--backend", help="force a torch.distributed backend (default: from the "
                                           "descriptions of the ranks)")
     add_json(parser, what="the per-rank results")
+    add_quiet(parser)
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..report import end_progress, progress
+
     nproc = args.nproc or _default_nproc()
     began = time.perf_counter()
+    progress(f"starting {nproc} ranks and running the preflight in each (each step may take {args.timeout:g} s)")
     results = launch(nproc, args.timeout, args.backend)
     seconds = time.perf_counter() - began
+    end_progress()
     if args.json != STDOUT:
         print(render(results, nproc, seconds))
     if args.json:

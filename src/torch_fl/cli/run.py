@@ -25,7 +25,7 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> No
                "  torchfl run --device cpu -m mypkg.train --epochs 1\n"
                "  torchfl run --report train.py      # + what the alias answered in place of CUDA\n"
                "  torchrun --nproc_per_node=2 --no-python torchfl run train.py\n"
-               "\nExit status: the script's. Docs: docs/migrate-runtime.md",
+               "\nExit status: the script's. Docs: torchfl docs migrate-runtime",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     add_device(parser, what="where CUDA requests run")
     parser.add_argument("--report", action="store_true",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from .args import add_device, add_report_files
+from .args import add_device, add_quiet, add_report_files
 
 
 def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> None:
@@ -19,7 +19,7 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> No
         epilog="Examples:\n  torchfl warmup examples/gpt.py:factory\n"
                "  torchfl warmup examples/gpt.py:factory --shapes 8x64 4x32 1x16 --train\n"
                "  FL_CACHE_DIR=/shared/fl-cache/$USER torchfl warmup examples/gpt.py:factory --device acc0\n"
-               "Docs: docs/compile.md",
+               "Docs: torchfl docs compile",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model", metavar="MODEL", help="model entry point, path/to/file.py:factory or "
                                                        "package.module:factory")
@@ -31,14 +31,17 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> No
     add_device(parser)
     parser.add_argument("--train", action="store_true",
                         help="warm a training step (forward and backward graphs) instead of inference")
-    add_report_files(parser, html=False, schema="docs/compile.md")
+    add_report_files(parser, html=False, schema="torchfl docs compile")
+    add_quiet(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     from ..analysis.model import load_model
     from ..compiler.warmup import warmup
+    from ..report import progress
     from .output import emit
 
+    progress(f"loading {args.model}")
     spec = load_model(args.model)
     emit(warmup(spec, args.device, args.shapes, train=args.train), json_path=args.json)
     return 0

@@ -1,0 +1,105 @@
+"""`torchfl docs`: where the documentation is. The pages ship inside the package (the wheel's
+``torch_fl/docs/``; a checkout's ``docs/``), so every help text can name a page that exists wherever torch-fl
+is installed: ``torchfl docs TOPIC`` prints that page's path, ``--show`` the page itself.
+
+Exit status: 0 found; 1 no pages shipped with this copy (the web home, when the package metadata names one,
+is printed instead); 2 a TOPIC that is not a page.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+OK, NOT_SHIPPED, BAD_TOPIC = 0, 1, 2
+DISTRIBUTION = "torch-fl"
+# The package metadata's Project-URL labels (pyproject.toml [project.urls]) that lead to the docs, best first.
+URL_LABELS = ("documentation", "docs", "homepage", "home", "source", "repository")
+
+
+def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> None:
+    parser = sub.add_parser(
+        name, help=help_text,
+        description="Print where torch-fl's documentation is: the folder of pages shipped with this copy "
+                    "(a wheel's torch_fl/docs, a checkout's docs/) and one line per page; with TOPIC, the "
+                    "path of that page (e.g. cli, analysis, errors); with --show, the page itself.",
+        epilog="Examples:\n  torchfl docs\n  torchfl docs cli\n  torchfl docs analysis --show | less\n"
+               "Exit status: 0 found, 1 no pages shipped with this copy, 2 no such TOPIC.",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("topic", nargs="?", metavar="TOPIC",
+                        help="a page: its name without .md (cli, analysis, compile, errors, ...)")
+    parser.add_argument("--show", action="store_true", help="print the page's text instead of its path")
+
+
+def docs_folder() -> Path | None:
+    """The folder of shipped pages: torch_fl/docs in an installed wheel, else docs/ of a source checkout."""
+    package = Path(__file__).resolve().parents[1]
+    for folder in (package / "docs", package.parents[1] / "docs"):
+        if (folder / "cli.md").is_file():
+            return folder
+    return None
+
+
+def pages(folder: Path) -> dict[str, str]:
+    """topic -> the page's title (its first '# ' heading), in name order."""
+    found = {}
+    for page in sorted(folder.glob("*.md")):
+        title = ""
+        with page.open(encoding="utf-8", errors="replace") as text:
+            for line in text:
+                if line.startswith("# "):
+                    title = line[2:].strip().replace("`", "")
+                    break
+        found[page.stem] = title
+    return found
+
+
+def web_home() -> str | None:
+    """The documentation URL from the installed package's metadata (Project-URL), if it names one."""
+    from importlib import metadata
+
+    try:
+        urls = metadata.metadata(DISTRIBUTION).get_all("Project-URL") or []
+    except metadata.PackageNotFoundError:
+        return None
+    labelled = {}
+    for entry in urls:
+        label, _, url = entry.partition(",")
+        labelled.setdefault(label.strip().lower(), url.strip())
+    return next((labelled[label] for label in URL_LABELS if labelled.get(label)), None)
+
+
+def run(args: argparse.Namespace) -> int:
+    folder = docs_folder()
+    url = web_home()
+    if folder is None:
+        where = f"; online: {url}" if url else ""
+        print(f"torchfl docs: the documentation pages are not shipped with this copy of torch-fl "
+              f"({Path(__file__).resolve().parents[1]}){where}", file=sys.stderr)
+        if url:
+            print(url)
+        return NOT_SHIPPED
+    topics = pages(folder)
+    if args.topic is None:
+        if args.show:
+            args.topic = "cli"
+        else:
+            print(f"torch-fl documentation: {folder}" + (f"\nonline: {url}" if url else ""))
+            width = max(map(len, topics))
+            print("\n".join(f"  {topic.ljust(width)}  {title}" for topic, title in topics.items()))
+            print("Open a page: torchfl docs TOPIC (its path), torchfl docs TOPIC --show (its text)")
+            return OK
+    topic = args.topic.removeprefix("docs/").removesuffix(".md")
+    if topic not in topics:
+        from ..errors import did_you_mean
+
+        print(f"torchfl docs: no page '{args.topic}'.{did_you_mean(topic, list(topics))} Pages: "
+              f"{', '.join(topics)}", file=sys.stderr)
+        return BAD_TOPIC
+    page = folder / f"{topic}.md"
+    if args.show:
+        sys.stdout.write(page.read_text(encoding="utf-8", errors="replace"))
+    else:
+        print(page)
+    return OK
