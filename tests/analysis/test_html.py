@@ -230,6 +230,38 @@ def test_a_line_of_non_negative_values_starts_at_zero():
     assert min(float(t) for t in re.findall(r'text-anchor="end">(-?[\d.e+-]+)</text>', signed)) < 0
 
 
+def _memory_chart(routed: list[float], native: list[float]) -> Chart:
+    """bench's memory chart (analysis/bench.py): one line per mode over the steps."""
+    return Chart("line", "Memory after each step", list(range(1, len(routed) + 1)),
+                 [{"name": "routed", "values": routed}, {"name": "native", "values": native}],
+                 x_label="step (per mode)", y_label="MiB")
+
+
+def test_equal_lines_do_not_hide_each_other():
+    """bench's routed and native memory are often equal: the later line is narrower and dashed, its
+    markers smaller, and a note says that the lines coincide."""
+    figure = render_chart(_memory_chart([3.0, 3.5, 3.5, 3.5], [3.0, 3.5, 3.5, 3.5]))
+    widths = [float(w) for w in re.findall(r'<polyline [^>]*stroke-width="([\d.]+)"', figure)]
+    assert len(widths) == 2 and widths[0] > widths[1]
+    assert re.search(r'<polyline [^>]*stroke="#2e7d32" stroke-width="2" stroke-dasharray=', figure)  # native
+    radii = {float(r) for r in re.findall(r'<circle [^>]*r="([\d.]+)"', figure)}
+    assert len(radii) == 2
+    assert "routed and native have the same values (within 0.5% of the axis) at all 4 points" in figure
+    assert figure.count("<line x1=") >= 2  # the legend shows each line's own stroke
+    apart = render_chart(_memory_chart([3.0, 3.5, 3.5, 3.5], [1.0, 1.2, 1.2, 1.2]))
+    assert "have the same values" not in apart
+    alone = render_chart(Chart("line", "one", [1, 2], [{"name": "native", "values": [1, 2]}]))
+    assert 'stroke-width="2" stroke-linejoin' in alone and "stroke-dasharray" not in alone
+
+
+def test_inconclusive_has_its_own_chip():
+    page = _html(Report("t", {}, sections=[Section("s", text=["- [INCONCLUSIVE] alignment 0.9 [0.85, 0.95]"],
+                                                   tables=[Table(["criterion", "status"],
+                                                                 [["alignment", "INCONCLUSIVE"]])])]))
+    assert page.count('<span class="verdict verdict-inconclusive">INCONCLUSIVE</span>') == 2
+    assert ".verdict-inconclusive {" in page
+
+
 def test_empty_charts_give_a_note():
     for chart in (Chart("line", "none", [1, 2], []), Chart("bar", "no x", [], [{"name": "a", "values": []}]),
                   Chart("stacked-bar", "gaps", ["a"], [{"name": "a", "values": [None]}]),
@@ -382,7 +414,8 @@ def test_report_screenshot(tmp_path):
 
 # Written into a copy of the page (the report itself runs no script): what the browser laid out.
 # A word (a run of non-spaces inside one text node; <wbr> ends a text node) whose pieces sit on two
-# lines was broken mid-word. Closed <details> are not laid out and have no rects: they are skipped.
+# lines was broken mid-word: in every text of the page (titles, captions, cells, notes, the summary), not
+# in the charts' SVG (whose labels never wrap). Closed <details> are not laid out and have no rects.
 LAYOUT_JS = """
 (function () {
   const root = document.documentElement;
@@ -392,7 +425,7 @@ LAYOUT_JS = """
   let node;
   while ((node = walker.nextNode())) {
     const el = node.parentElement;
-    if (!el.closest('td, th, li, dd, caption')) continue;
+    if (el.closest('svg')) continue;
     const words = /\\S+/g;
     let m;
     while ((m = words.exec(node.data))) {
@@ -412,12 +445,17 @@ LAYOUT_JS = """
     if (wrap.scrollWidth > wrap.clientWidth + 1) out.scrolled_tables += 1;
   for (const v of document.querySelectorAll('.verdict'))
     out.verdicts.push([v.textContent, getComputedStyle(v).backgroundColor]);
-  const pre = document.createElement('pre');
+  // In a frame (a phone's width, below the window's minimum): the result goes to the page Chromium dumps.
+  const target = window.parent === window ? document : window.parent.document;
+  const pre = target.createElement('pre');
   pre.id = 'layout';
   pre.textContent = JSON.stringify(out);
-  document.body.appendChild(pre);
+  target.body.appendChild(pre);
 })();
 """
+# Headless Chromium's window is at least 500 px wide: a narrower viewport (a phone's 390 px) is a frame of
+# that width in a wider page. A srcdoc frame shares the page's origin, so its script can report out.
+MIN_WINDOW = 500
 
 
 def measure_layout(page_html: str, width: int, tmp_path: Path) -> dict:
@@ -426,9 +464,13 @@ def measure_layout(page_html: str, width: int, tmp_path: Path) -> dict:
 
     measured = page_html.replace("default-src 'none';", "default-src 'none'; script-src 'unsafe-inline';", 1)
     measured = measured.replace("</body>", f"<script>{LAYOUT_JS}</script></body>", 1)
+    if width < MIN_WINDOW:
+        measured = (f'<!DOCTYPE html><html><body style="margin:0"><iframe style="border:0;width:{width}px;'
+                    f'height:900px" srcdoc="{html_lib.escape(measured, quote=True)}"></iframe></body></html>')
     page = tmp_path / f"layout-{width}.html"
     page.write_text(measured, encoding="utf-8")
-    result = _run_chromium(page, tmp_path, "--dump-dom", "--hide-scrollbars", f"--window-size={width},900")
+    result = _run_chromium(page, tmp_path, "--dump-dom", "--hide-scrollbars",
+                           f"--window-size={max(width, MIN_WINDOW)},900")
     assert result.returncode == 0, result.stderr[-2000:]
     assert console_errors(result.stderr) == [], result.stderr[-4000:]
     found = re.search(r'<pre id="layout">(.*?)</pre>', result.stdout, re.S)
@@ -443,7 +485,9 @@ def _rgb(css: str) -> tuple[int, ...]:
 @pytest.fixture(scope="module")
 def real_pages():
     """HTML of a real coverage report (unusual.py on the minimal chip: unsupported, translated and
-    complex64 rows) and of a real grade report (cnn.py on emu:cuda), plus every verdict."""
+    complex64 rows), of a real grade report (cnn.py on emu:cuda), plus every verdict, and of a real bench
+    report (cnn.py on the CPU: the memory chart's two lines). Their titles hold the model's whole path."""
+    from torch_fl.analysis.bench import bench
     from torch_fl.analysis.coverage import coverage
     from torch_fl.analysis.grade import grade
     from torch_fl.analysis.model import load_model
@@ -451,14 +495,17 @@ def real_pages():
     examples = Path(__file__).parents[2] / "examples"
     cov = coverage(load_model(f"{examples}/unusual.py:factory"), "minimal", train=True)
     graded = grade(load_model(f"{examples}/cnn.py:factory"), "emu:cuda", steps=6, warmup=1, preflight=False)
-    graded.sections.append(Section("Every verdict", text=["- [FAIL] made up: a failing row"], tables=[
-        Table(["criterion", "status"], [["a", "PASS"], ["b", "FAIL"], ["c", "NOT MEASURED"]])]))
-    return {"coverage": (cov, _html(cov)), "grade": (graded, _html(graded))}
+    graded.sections.append(Section("Every verdict", text=["- [FAIL] made up: a failing row",
+                                                          "- [INCONCLUSIVE] made up: a noisy row"], tables=[
+        Table(["criterion", "status"], [["a", "PASS"], ["b", "FAIL"], ["c", "NOT MEASURED"],
+                                        ["d", "INCONCLUSIVE"]])]))
+    benched = bench(load_model(f"{examples}/cnn.py:factory"), "cpu", steps=4, warmup=1)
+    return {"coverage": (cov, _html(cov)), "grade": (graded, _html(graded)), "bench": (benched, _html(benched))}
 
 
-@pytest.mark.slow  # a real coverage trace and a real grade run, then 4 browser layouts
-@pytest.mark.parametrize("width", [1280, 640])
-@pytest.mark.parametrize("name", ["coverage", "grade"])
+@pytest.mark.slow  # a real coverage trace, a real grade and bench run, then 9 browser layouts
+@pytest.mark.parametrize("width", [1280, 640, 390])  # a laptop, a tablet, a phone
+@pytest.mark.parametrize("name", ["coverage", "grade", "bench"])
 def test_real_reports_lay_out_without_overflow_or_mid_word_breaks(real_pages, name, width, tmp_path):
     report, page = real_pages[name]
     layout = measure_layout(page, width, tmp_path)
@@ -466,16 +513,22 @@ def test_real_reports_lay_out_without_overflow_or_mid_word_breaks(real_pages, na
     # Nothing runs off the page: a table too wide for it scrolls inside its own box.
     assert layout["scrollWidth"] <= layout["clientWidth"], layout["overflow"]
     assert layout["overflow"] == []
-    # Table cells, notes and summary values wrap at spaces, '::', '.' and '/' only.
+    # Titles, captions, table cells, notes and summary values wrap at spaces, '::', '.' and '/' only.
     assert layout["midword"] == [], layout["midword"][:20]
+    assert str(Path(__file__).parents[2] / "examples") in report.title  # a long path, in the title too
     notes = sum(line.startswith("- ") for s in report.sections for line in s.text)
-    assert layout["notes"] == notes > 0  # every "- " line is a list item, none a literal "- "
+    assert layout["notes"] == notes  # every "- " line is a list item, none a literal "- "
+    assert notes > 0 or name == "bench"
     assert "<p class=\"text\">- " not in page
     if name == "grade":
         colours = {text: _rgb(bg) for text, bg in layout["verdicts"]}
         (pr, pg, _), (fr, fg, _) = colours["PASS"], colours["FAIL"]
         assert pg > pr + 40 and fr > fg + 40  # green and red
-        assert len({colours["PASS"], colours["FAIL"], colours["NOT MEASURED"]}) == 3
+        assert len({colours[v] for v in ("PASS", "FAIL", "NOT MEASURED", "INCONCLUSIVE")}) == 4
+        ir, ig, _ = colours["INCONCLUSIVE"]  # its own colour: neither PASS's green nor FAIL's red
+        assert not ig > ir + 40 and not ir > ig + 40
+    elif name == "bench":
+        assert "Memory after each step" in page and page.count("<polyline") >= 2
     else:
         # The warning names the table instead of saying where it is (the page puts warnings first).
         assert "table above" not in page and "table below" not in page
@@ -496,3 +549,31 @@ def test_the_layout_check_catches_a_mid_word_break_and_an_overflow(tmp_path):
     wide = _html(report).replace("<main>", '<main><div style="width: 2000px">wide</div>', 1)
     layout = measure_layout(wide, 640, tmp_path)
     assert layout["scrollWidth"] > layout["clientWidth"] and layout["overflow"]
+    # Titles are measured too, and at a phone's width (a frame: the window is at least 500 px wide).
+    title = "torchfl coverage: examples_with_a_very_long_module_name_and_no_break:factory"
+    layout = measure_layout(_html(Report(title, {}, sections=report.sections)), 390, tmp_path)
+    assert layout["clientWidth"] == 390
+    assert "examples_with_a_very_long_module_name_and_no_break:factory" in layout["midword"]
+
+
+@pytest.mark.slow
+def test_equal_memory_lines_both_show_in_chromium(tmp_path):
+    """Drawn, not just written: with the same values, both lines' colours cover the plot in a screenshot
+    (the later line used to cover the earlier one completely)."""
+    image = pytest.importorskip("PIL.Image")
+    report = Report("bench", {}, sections=[Section("Memory", charts=[
+        _memory_chart([2.0, 3.5, 3.5, 3.5, 3.5, 3.5], [2.0, 3.5, 3.5, 3.5, 3.5, 3.5])])])
+    page = tmp_path / "lines.html"
+    write_html(report, page)
+    png = tmp_path / "lines.png"
+    result = _run_chromium(page, tmp_path, f"--screenshot={png}", "--window-size=1280,900", "--hide-scrollbars")
+    assert result.returncode == 0, result.stderr[-2000:]
+    data = image.open(png).convert("RGB").tobytes()
+    pixels = [data[i:i + 3] for i in range(0, len(data), 3)]
+
+    def near(colour: str) -> int:
+        want = tuple(int(colour[i:i + 2], 16) for i in (1, 3, 5))
+        return sum(all(abs(p - w) <= 24 for p, w in zip(px, want, strict=True)) for px in pixels)
+
+    routed, native = near(series_color("routed", 0)), near(series_color("native", 1))
+    assert native > 500 and routed > 500, (routed, native)

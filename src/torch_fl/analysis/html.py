@@ -23,7 +23,7 @@ from typing import Any
 
 from .._names import ROUTES
 from .._version import __version__
-from ..report import VERDICTS, Chart, Report, Section, Table, format_cell
+from ..report import INCONCLUSIVE, VERDICTS, Chart, Report, Section, Table, format_cell
 
 __all__ = ["DEFAULT_PALETTE", "MAX_VISIBLE_ROWS", "ROUTE_COLORS", "render_chart", "render_html",
            "series_color", "write_html"]
@@ -172,23 +172,31 @@ def _series(chart: Chart) -> list[tuple[str, list[float | None]]]:
     return out
 
 
-def _legend(items: Sequence[tuple[str, str]], top: float, left: float, width: float) -> tuple[str, float]:
-    """Legend rows wrapped to width; returns (svg, height)."""
+def _legend(items: Sequence[tuple[str, str]], top: float, left: float, width: float,
+            lines: bool = False) -> tuple[str, float]:
+    """Legend rows wrapped to width; returns (svg, height). With `lines`, each swatch is the series' line
+    (its width and dashes, _line_style) instead of a square."""
     parts, x, y = [], left, top
-    for name, color in items:
+    swatch = 22 if lines else 12
+    for i, (name, color) in enumerate(items):
         label = _short(name, 40)
-        w = 18 + len(label) * _CHAR_W + 16
+        w = swatch + 6 + len(label) * _CHAR_W + 16
         if x > left and x + w > left + width:
             x, y = left, y + 18
-        parts.append(f'<g class="legend-item"><title>{_e(name)}</title>'
-                     f'<rect x="{x:.1f}" y="{y:.1f}" width="12" height="12" rx="2" fill="{color}"/>'
-                     f'<text x="{x + 17:.1f}" y="{y + 10:.1f}">{_e(label)}</text></g>')
+        if lines:
+            stroke, dash = _line_style(i, len(items))
+            mark = (f'<line x1="{x:.1f}" x2="{x + swatch:.1f}" y1="{y + 6:.1f}" y2="{y + 6:.1f}" stroke="{color}" '
+                    f'stroke-width="{stroke:g}"{dash}/>')
+        else:
+            mark = f'<rect x="{x:.1f}" y="{y:.1f}" width="12" height="12" rx="2" fill="{color}"/>'
+        parts.append(f'<g class="legend-item"><title>{_e(name)}</title>{mark}'
+                     f'<text x="{x + swatch + 5:.1f}" y="{y + 10:.1f}">{_e(label)}</text></g>')
         x += w
     return '<g class="legend">' + "".join(parts) + "</g>", (y - top + 18) if items else 0.0
 
 
 def _empty_figure(chart: Chart, reason: str) -> str:
-    return (f'<figure class="chart chart-empty"><figcaption>{_e(chart.title)}</figcaption>'
+    return (f'<figure class="chart chart-empty"><figcaption>{_breakable(chart.title)}</figcaption>'
             f'<p class="note">{_e(reason)}</p></figure>')
 
 
@@ -217,7 +225,7 @@ def render_chart(chart: Chart) -> str:
         return _empty_figure(chart, "No numeric values to plot.")
     svg, notes = _svg(chart, kind, series)
     note_html = "".join(f'<p class="note">{_e(n)}</p>' for n in notes)
-    return (f'<figure class="chart chart-{kind}"><figcaption>{_e(chart.title)}</figcaption>{svg}'
+    return (f'<figure class="chart chart-{kind}"><figcaption>{_breakable(chart.title)}</figcaption>{svg}'
             f"{note_html}{_data_table(chart, series)}</figure>")
 
 
@@ -228,6 +236,8 @@ def _svg(chart: Chart, kind: str, series: _Series) -> tuple[str, list[str]]:
     """The chart as an <svg> element, and notes on what it could not draw faithfully."""
     use_log, floor, notes = _log_axis(chart, kind, series)
     plot = _layout(chart, kind, series, use_log, floor)
+    if kind == "line":
+        notes += _overlaps(plot)
     marks = _lines(plot) if kind == "line" else _stacked_bars(plot) if kind == "stacked-bar" else _bars(plot)
     kind_word = {"bar": "Bar chart", "stacked-bar": "Stacked bar chart", "line": "Line chart"}[kind]
     aria = f"{kind_word}: {chart.title}" + (f" ({', '.join(s[0] for s in series)})" if len(series) > 1 else "")
@@ -336,7 +346,8 @@ def _layout(chart: Chart, kind: str, series: _Series, use_log: bool, floor: floa
     top = 14.0
     legend, legend_h = ("", 0.0)
     if kind in ("stacked-bar", "line") or len(series) > 1:
-        legend, legend_h = _legend(list(zip([s[0] for s in series], colors, strict=True)), top, 12, _WIDTH - 24)
+        legend, legend_h = _legend(list(zip([s[0] for s in series], colors, strict=True)), top, 12, _WIDTH - 24,
+                                   lines=kind == "line")
     top += legend_h + (10 if legend_h else 0)
     bottom = top + _PLOT_HEIGHT
     yscale = _y_scale(kind, series, floor if use_log else None, top, bottom)
@@ -473,11 +484,45 @@ def _stacked_bars(plot: _Plot) -> list[str]:
     return p
 
 
+# Lines are drawn in series order, each later one on top: when two series have the same values (bench's
+# routed and native memory often do), the later one would hide the earlier completely. So each later line
+# is narrower and dashed differently, and its markers smaller: equal lines show as a stripe inside a stripe.
+_DASHES = ("", "8 4", "3 3", "10 3 2 3")
+_NESTED_MAX = 4  # more series than this: all drawn alike (too many widths to tell apart)
+
+
+def _line_style(index: int, count: int) -> tuple[float, str]:
+    """(stroke width, dash attribute) of the index-th of `count` line series."""
+    if count == 1 or count > _NESTED_MAX:
+        return 2.0, ""
+    dash = _DASHES[index]
+    return 2.0 + 2.0 * (count - 1 - index), f' stroke-dasharray="{dash}"' if dash else ""
+
+
+def _overlaps(plot: _Plot) -> list[str]:
+    """A note for each pair of line series that lie on each other at every point both have (within 0.5%
+    of the axis): the drawing keeps both visible, and the note says why one sits inside the other."""
+    # In pixels, so that a log axis is judged as drawn.
+    span = abs(plot.y.pixel_lo - plot.y.pixel_hi) or 1.0
+    notes = []
+    for i, (first, a) in enumerate(plot.series):
+        for second, b in plot.series[i + 1:]:
+            both = [(plot.value_y(x), plot.value_y(y)) for x, y in zip(a, b, strict=True)
+                    if x is not None and y is not None]
+            if both and all(abs(x - y) <= 0.005 * span for x, y in both):
+                notes.append(f"{first} and {second} have the same values (within 0.5% of the axis) at all "
+                             f"{len(both)} points: the narrower line runs inside the wider one.")
+    return notes
+
+
 def _lines(plot: _Plot) -> list[str]:
     """One polyline per series, broken at gaps; markers when there are at most 60 points."""
     markers = len(plot.labels) <= 60
     p: list[str] = []
-    for (name, vals), color in zip(plot.series, plot.colors, strict=True):
+    count = len(plot.series)
+    for index, ((name, vals), color) in enumerate(zip(plot.series, plot.colors, strict=True)):
+        stroke, dash = _line_style(index, count)
+        radius = 3.2 + (stroke - 2.0) * 0.75
         runs: list[list[tuple[float, float, int]]] = [[]]
         zeros: list[tuple[float, float, int]] = []
         for i, v in enumerate(vals):
@@ -492,21 +537,22 @@ def _lines(plot: _Plot) -> list[str]:
         for run in runs:
             if len(run) > 1:
                 pts = " ".join(f"{x:.1f},{y:.1f}" for x, y, _ in run)
-                g.append(f'<polyline points="{pts}" fill="none" stroke="{color}" stroke-width="2" '
+                g.append(f'<polyline points="{pts}" fill="none" stroke="{color}" stroke-width="{stroke:g}"{dash} '
                          f'stroke-linejoin="round"/>')
             if markers or len(run) == 1:
-                g += [_marker(plot, x, y, color, vals[i], plot.tip(i, name, vals[i])) for x, y, i in run]
-        g += [_marker(plot, x, y, color, vals[i], plot.tip(i, name, vals[i])) for x, y, i in zeros]
+                g += [_marker(plot, x, y, color, vals[i], plot.tip(i, name, vals[i]), radius) for x, y, i in run]
+        g += [_marker(plot, x, y, color, vals[i], plot.tip(i, name, vals[i]), radius) for x, y, i in zeros]
         g.append("</g>")
         p.append("".join(g))
     return p
 
 
-def _marker(plot: _Plot, x: float, y: float, color: str, value: float | None, tip: str) -> str:
+def _marker(plot: _Plot, x: float, y: float, color: str, value: float | None, tip: str,
+            radius: float = 3.2) -> str:
     # Hollow: a value ≤ 0 that a log axis can only show on the zero band under it.
     hollow = plot.floor is not None and (value or 0) <= 0
     paint = f'fill="#fff" stroke="{color}" stroke-width="1.5"' if hollow else f'fill="{color}"'
-    return f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3.2" {paint}>{tip}</circle>'
+    return f'<circle cx="{x:.1f}" cy="{y:.1f}" r="{radius:g}" {paint}>{tip}</circle>'
 
 
 # ---------------------------------------------------------------------------------------------- tables
@@ -531,8 +577,9 @@ def _breakable(value: Any) -> str:
 
 
 def _verdict_class(text: str) -> str | None:
-    """CSS class of a verdict (PASS, FAIL, NOT MEASURED: torch_fl.report.VERDICTS), else None."""
-    return f"verdict-{text.lower().replace(' ', '-')}" if text in VERDICTS else None
+    """CSS class of a verdict (PASS, FAIL, NOT MEASURED: torch_fl.report.VERDICTS, and INCONCLUSIVE, in a
+    colour of its own: a noisy measurement is neither a pass nor a failure), else None."""
+    return f"verdict-{text.lower().replace(' ', '-')}" if text in (*VERDICTS, INCONCLUSIVE) else None
 
 
 def _td(value: Any) -> str:
@@ -555,7 +602,7 @@ def _rows(rows: Iterable[Sequence[Any]]) -> str:
 
 def _table(table: Table) -> str:
     head = "<thead><tr>" + "".join(f'<th scope="col">{_breakable(c)}</th>' for c in table.columns) + "</tr></thead>"
-    caption = f"<caption>{_e(table.title)}</caption>" if table.title else ""
+    caption = f"<caption>{_breakable(table.title)}</caption>" if table.title else ""
     visible, rest = table.rows[:MAX_VISIBLE_ROWS], table.rows[MAX_VISIBLE_ROWS:]
     out = [f'<div class="table-wrap"><table>{caption}{head}<tbody>{_rows(visible)}</tbody></table></div>']
     if rest:
@@ -576,9 +623,9 @@ _CSS = """
 body { margin: 0; background: var(--bg); color: var(--fg);
   font: 14px/1.5 system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif; }
 main { max-width: 1120px; margin: 0 auto; padding: 24px 20px 8px; }
-h1 { font-size: 1.7em; margin: 0 0 12px; overflow-wrap: anywhere; }
-h2 { font-size: 1.3em; margin: 32px 0 8px; padding-bottom: 4px; border-bottom: 1px solid var(--line);
-  overflow-wrap: anywhere; }
+h1 { font-size: 1.7em; margin: 0 0 12px; }
+h2 { font-size: 1.3em; margin: 32px 0 8px; padding-bottom: 4px; border-bottom: 1px solid var(--line); }
+h1, h2, figcaption, caption, dt, nav.toc a { overflow-wrap: break-word; hyphens: manual; }
 dl.summary { display: grid; grid-template-columns: max-content 1fr; gap: 4px 16px; margin: 0 0 16px;
   padding: 12px 16px; background: var(--alt); border: 1px solid var(--line); border-radius: 6px; }
 dl.summary dt { font-weight: 600; }
@@ -588,7 +635,7 @@ dl.summary dd { margin: 0; overflow-wrap: break-word; min-width: 0; }
 .warnings h2 { margin: 0 0 4px; border: 0; font-size: 1.1em; color: #8a3b00; }
 .warnings ul { margin: 0; padding-left: 20px; }
 nav.toc ol { margin: 0; padding-left: 20px; columns: 2; }
-.text { white-space: pre-wrap; overflow-wrap: anywhere; margin: 6px 0; }
+.text { white-space: pre-wrap; overflow-wrap: break-word; margin: 6px 0; }
 .table-wrap { overflow-x: auto; margin: 8px 0 16px; }
 table { border-collapse: collapse; font-size: 13px; min-width: 40%; }
 caption { text-align: left; font-weight: 600; padding: 4px 0; }
@@ -603,12 +650,13 @@ details > summary { cursor: pointer; color: var(--muted); margin: 4px 0; }
 .verdict { font-weight: 600; } .nw { white-space: nowrap; }
 .verdict-pass { background: #2e7d32; } .verdict-fail { background: #c62828; }
 .verdict-not-measured { background: #eceff1; color: #37474f; border: 1px dashed #78909c; }
+.verdict-inconclusive { background: #fff3cd; color: #6d4700; border: 1px solid #c99400; }
 ul.notes { margin: 6px 0; padding-left: 22px; } ul.notes li { margin: 3px 0; overflow-wrap: break-word; }
 .route-native { background: #2e7d32; } .route-translate { background: #e6a700; color: #1d232a; }
 .route-fallback { background: #e8590c; } .route-kernel { background: #1c6dd0; }
 .route-unsupported { background: #8b1a1a; }
 figure.chart { margin: 16px 0 24px; padding: 12px; border: 1px solid var(--line); border-radius: 6px; }
-figure.chart figcaption { font-weight: 600; margin-bottom: 6px; overflow-wrap: anywhere; }
+figure.chart figcaption { font-weight: 600; margin-bottom: 6px; }
 .chart-svg { display: block; max-width: 100%; height: auto; font-family: inherit; }
 .chart-svg text { font-size: 12px; fill: var(--fg); }
 .chart-svg .tick { fill: var(--muted); font-size: 11px; }
@@ -620,6 +668,16 @@ figure.chart figcaption { font-weight: 600; margin-bottom: 6px; overflow-wrap: a
 .note { color: var(--muted); font-style: italic; margin: 6px 0; }
 footer { max-width: 1120px; margin: 24px auto; padding: 12px 20px; color: var(--muted); font-size: 12px;
   border-top: 1px solid var(--line); }
+/* A phone (390 px): titles keep their size relation but fit whole words; one column for the contents
+   and the summary, whose keys would otherwise squeeze the values into a sliver. */
+@media (max-width: 480px) {
+  main { padding: 16px 12px 8px; }
+  h1 { font-size: 1.35em; } h2 { font-size: 1.15em; }
+  nav.toc ol { columns: 1; }
+  dl.summary { grid-template-columns: minmax(0, 1fr); gap: 0; padding: 10px 12px; }
+  dl.summary dd { margin-bottom: 6px; }
+  figure.chart { padding: 8px; }
+}
 @media print { details { display: block; } }
 """
 
@@ -670,12 +728,12 @@ def _text(lines: Sequence[str]) -> list[str]:
             out.append('<ul class="notes">' + "".join(items) + "</ul>")
             items = []
         if line is not None:
-            out.append(f'<p class="text">{_e(line)}</p>')
+            out.append(f'<p class="text">{_breakable(line)}</p>')
     return out
 
 
 def _section(index: int, section: Section) -> str:
-    out = [f'<section id="section-{index}"><h2>{_e(section.title)}</h2>']
+    out = [f'<section id="section-{index}"><h2>{_breakable(section.title)}</h2>']
     out += _text(section.text)
     out += [_table(t) for t in section.tables]
     out += [render_chart(c) for c in section.charts]
@@ -694,17 +752,17 @@ def render_html(report: Report, *, generated: datetime | None = None) -> str:
              f'<meta name="generator" content="torch-fl {_e(__version__)}">',
              '<link rel="icon" href="data:,">',
              f"<title>{_e(report.title)}</title><style>{_CSS}</style></head><body><main>",
-             f"<h1>{_e(report.title)}</h1>"]
+             f"<h1>{_breakable(report.title)}</h1>"]
     if report.summary:
-        parts.append('<dl class="summary">' + "".join(f"<dt>{_e(k)}</dt><dd>{_breakable(v)}</dd>"
+        parts.append('<dl class="summary">' + "".join(f"<dt>{_breakable(k)}</dt><dd>{_breakable(v)}</dd>"
                                                       for k, v in report.summary) + "</dl>")
     if report.warnings:
         parts.append(f'<section class="warnings" role="alert" aria-label="Warnings">'
                      f"<h2>Warnings ({len(report.warnings)})</h2><ul>"
-                     + "".join(f"<li>{_e(w)}</li>" for w in report.warnings) + "</ul></section>")
+                     + "".join(f"<li>{_breakable(w)}</li>" for w in report.warnings) + "</ul></section>")
     if len(report.sections) > 2:
         parts.append('<nav class="toc" aria-label="Sections"><ol>'
-                     + "".join(f'<li><a href="#section-{i}">{_e(s.title)}</a></li>'
+                     + "".join(f'<li><a href="#section-{i}">{_breakable(s.title)}</a></li>'
                                for i, s in enumerate(report.sections, 1)) + "</ol></nav>")
     parts += [_section(i, s) for i, s in enumerate(report.sections, 1)]
     parts.append("</main>")
