@@ -227,7 +227,7 @@ class EmuTensor(torch.Tensor):
         except (RuntimeError, NotImplementedError) as exc:
             if _computed_wider(func, args):  # the chip's kernel takes a dtype the host's refuses
                 index, cargs, ckwargs = _unwrap(func, args, kwargs or {})
-                out = wider.compute(state.description.dispatch_key, state.names[func], func, cargs, ckwargs)
+                out = wider.compute(wider.chip_key(state.description), state.names[func], func, cargs, ckwargs)
                 return _wrap(out, index)
             if not _on_engine_thread():
                 raise
@@ -247,7 +247,7 @@ def _computed_wider(func: Any, args: tuple) -> bool:
     name = state.names.get(func)
     if name is None:
         name = state.names[func] = canonical_op_name(func)
-    return wider.applies(desc.dispatch_key, name, dtype_name(first.dtype))
+    return wider.applies(wider.chip_key(desc), name, dtype_name(first.dtype))
 
 
 def _first_device_tensor() -> None:

@@ -9,8 +9,13 @@ complex32 through complex64.
 
 The facts are PyTorch's own: the OpInfo database's ``dtypesIfCUDA`` against its CPU ``dtypes``
 (``torch.testing._internal.common_methods_invocations.op_db``, checked by tests/routing/test_emu_wider.py),
-for the chips whose kernels are CUDA's (dispatch key CUDA: cuda, rocm). Only the failure path pays: the
-host kernel is tried first, as for every native op.
+for the chips whose kernels are CUDA's (dispatch key CUDA: cuda, rocm). Other chips' kernels where their
+sources say so: integer ``histc`` on XPU (torch-xpu-ops ``_histc_kernel``, src/ATen/native/xpu/sycl/
+SummaryOpsKernels.cpp: ``AT_DISPATCH_ALL_TYPES``, Half refused) and on MLU (torch_mlu ``cnnl_histc``,
+torch_mlu/csrc/aten/operators/cnnl/histc.cpp: ``AT_DISPATCH_ALL_TYPES``, int64 through int32); npu's
+``histc`` takes float16/float32 alone (its table row), so the route table refuses integers there first.
+A plugin chip (PrivateUse1) is named by its device type. Only the failure path pays: the host kernel is
+tried first, as for every native op.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import torch
 from torch.utils._pytree import tree_map
 
 INTS = frozenset({"uint8", "int8", "int16", "int32", "int64"})
-# dispatch key of the chip -> aten op (bare name) -> the dtypes its kernel takes that the CPU's does not
+# the chip (chip_key: its dispatch key, a plugin chip's device type) -> aten op (bare name) -> the dtypes its kernel takes that the CPU's does not
 # (OpInfo's other CUDA-only dtypes are not reachable from the emulated device: half FFTs are refused by
 # PyTorch's own fft frontend on every device type but cuda before any kernel runs, and complex32 is in no
 # built-in chip's precision.dtypes; tests/routing/test_emu_wider.py lists them with the reason)
@@ -35,9 +40,17 @@ WIDER: dict[str, dict[str, frozenset[str]]] = {
         "aten::multi_margin_loss": HALVES, "aten::multi_margin_loss_backward": HALVES,
         "aten::multilabel_margin_loss_forward": HALVES, "aten::multilabel_margin_loss_backward": HALVES,
     },
+    "XPU": {"aten::histc": INTS},
+    "mlu": {"aten::histc": INTS},
 }
 
 _WIDE = {torch.float16: torch.float32, torch.bfloat16: torch.float32, torch.complex32: torch.complex64}
+
+
+def chip_key(desc: Any) -> str:
+    """The key of WIDER for chip description `desc`: its dispatch key, or for a plugin chip (PrivateUse1,
+    which npu, mlu and musa share) its device type."""
+    return desc.device_type if desc.dispatch_key == "PrivateUse1" else desc.dispatch_key
 
 
 def applies(dispatch_key: str, op: str, dtype: str | None) -> bool:
