@@ -25,8 +25,9 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> No
                     "torch.fl.distributed's preflight in two processes, a real training step, coverage of "
                     "a traced training step, compare against a reference, a step under autocast, a "
                     "second input shape, optionally torch.compile, and bench (alignment, memory over "
-                    "steps). Each criterion is PASS, FAIL or NOT "
-                    "MEASURED with its evidence; NOT MEASURED never counts as PASS.",
+                    "steps). Each criterion is PASS, FAIL, INCONCLUSIVE (a noisy measurement whose confidence "
+                    "interval contains the threshold, with the command that settles it) or NOT MEASURED, "
+                    "with its evidence; INCONCLUSIVE and NOT MEASURED never count as PASS.",
         epilog="Thresholds: native calls >= 80%, alignment >= 0.9, 4-device scaling >= "
                "3.2x, precision within the dtype's rtol/atol, memory flat over the run.\n"
                "On an emulated chip (emu:NAME) alignment is not measured: it would time the emulation.\n"
