@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sys
 import threading
 import time
@@ -160,6 +161,13 @@ class _Progress:
         self.lock = threading.RLock()
         self.wake = threading.Event()
         self.thread: threading.Thread | None = None
+        # A forked child (a DataLoader worker) has no status thread and may have copied the lock held.
+        if hasattr(os, "register_at_fork"):  # POSIX
+            os.register_at_fork(after_in_child=self._forked)
+
+    def _forked(self) -> None:
+        self.stages, self.status_shown, self.thread = [], False, None
+        self.lock, self.wake = threading.RLock(), threading.Event()
 
     def enabled(self) -> bool:
         if self.forced is not None:
