@@ -263,16 +263,18 @@ def _emulated(text: str, origin: str) -> ResolvedDevice:
     return ResolvedDevice(text, devices[0] if devices else torch.device("cpu"), True, "emulation", origin, desc)
 
 
-def emulated_devices(create: bool = False, chip: Description | None = None) -> list[torch.device]:
+def emulated_devices(create: bool = False, chip: Description | None = None, *,
+                     check: bool = True) -> list[torch.device]:
     """The emulated devices (emu:0..emu:N-1, N = FL_EMU_DEVICES); `create` registers the emu backend
     (PyTorch's PrivateUse1 slot) on first use. Empty when it is not registered, or when a vendor plugin
-    owns PrivateUse1."""
+    owns PrivateUse1. `check`: run the emulator's autograd check (one backward) if still pending;
+    registration at import leaves it to the device's first use."""
     from .routing import emu
 
-    if create and emu.available():
+    if create and emu.available(check):
         # the first registration names the slot after the chip (npu:0 for emu:npu; routing/emu/vendor.py)
         emu.ensure(_emu_count(), chip if chip is not None else _emulated_chip())
-    if not emu.available():
+    if not emu.available(check):
         if create and emu.unavailable_reason() not in _warned:
             _warned.add(emu.unavailable_reason())
             _log.warning("emulated chips run on the CPU under a dispatch mode (host work is checked too, and "
@@ -300,7 +302,7 @@ def register_emulated_early() -> None:
         _log.info("FL_DEVICE=%s: %s is installed, so the emulated device is not registered at import (the "
                   "plugin owns PyTorch's PrivateUse1 slot once imported)", _env.FL_DEVICE.get(), chip.plugin)
         return
-    if emulated_devices(create=True):
+    if emulated_devices(create=True, check=False):
         from .routing import emu
 
         # Code that never calls torch.fl.device() (x.npu(), device="npu", a library's own device choice)

@@ -23,7 +23,7 @@ from . import (
     storage,
     vendor,
 )
-from .slot import backend_name, borrowed, device, state
+from .slot import backend_name, borrowed, state
 
 _lock = threading.Lock()
 
@@ -57,29 +57,17 @@ def ensure(count: int, chip: Any = None) -> None:
         state.count = count
         state.live += [0] * max(0, count - len(state.live))
         state.peak += [0] * max(0, count - len(state.peak))
-        if not state.probed:
-            state.probed = True
-            # (while torch itself imports, under the torch.backends autoload hook: no backward can have
+        if not state.probed and not state.probe_pending:
+            # (while torch itself imports, under the torch.backends autoload hook, no backward can have
             # run yet, so the engine will know the device; and a backward now would deadlock on the
-            # import lock)
-            if not _torch_importing():
-                _probe_autograd()
+            # import lock.) Otherwise the check waits for the device's first use (slot.check_autograd):
+            # a backward on the device imports DTensor and sympy (~0.8 s), which `import torch_fl` must
+            # not pay, and its answer was fixed when the device was registered, here.
+            if _torch_importing():
+                state.probed = True
+            else:
+                state.probe_pending = True
 
 
 def _torch_importing() -> bool:
     return bool(getattr(getattr(torch, "__spec__", None), "_initializing", False))
-
-
-def _probe_autograd() -> None:
-    """PyTorch's autograd engine sizes its per-device queues once, at the first backward pass of the
-    process; a backend registered after that cannot run backward. One tiny backward tells."""
-    probe = torch.ones(1, device=device(0), requires_grad=True)
-    try:
-        (probe * 2).sum().backward()
-    except RuntimeError as exc:
-        if "device_ready_queues_" not in str(exc):
-            raise
-        state.broken = ("a backward pass ran in this process before the emulated device was registered, "
-                        "and PyTorch's autograd engine fixes its devices at the first backward. Set "
-                        "FL_DEVICE=emu:NAME in the environment (torch-fl then registers the device at "
-                        "import), or resolve the emulated device before any backward")

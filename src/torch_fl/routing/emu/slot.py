@@ -7,6 +7,7 @@ place that says what the borrowed slot is called.
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import torch
@@ -45,6 +46,7 @@ class _State:
         self.broken = ""               # why the registered backend cannot be used (autograd probe)
         self.tensor_type: Any = None   # EmuTensor (tensor.py sets it; this module is below it)
         self.probed = False
+        self.probe_pending = False     # registered, autograd not checked yet (check_autograd)
         # Called once, at the first device tensor, when FL_DEVICE names the emulated chip but nothing has
         # activated its routing yet (code that calls .npu() and never torch.fl.device()); see device.py.
         self.on_first_tensor: Any = None
@@ -63,16 +65,54 @@ def borrowed() -> bool:
     return state.count > 0
 
 
-def available() -> bool:
+def available(check: bool = True) -> bool:
     """Whether ``emu`` can be (or already is) a device: PrivateUse1 is free or already ours, this
     torch has the Python-backend hooks, and autograd can run on it (see `unavailable_reason`)."""
-    return not unavailable_reason()
+    return not unavailable_reason(check)
 
 
-def unavailable_reason() -> str:
-    """Why ``emu`` cannot be a device in this process ('' when it can)."""
+def check_autograd() -> None:
+    """PyTorch's autograd engine sizes its per-device queues once, at the first backward pass of the
+    process; a backend registered after that cannot run backward. One tiny backward tells (once, at the
+    device's first use: registration leaves it pending)."""
+    if not state.probe_pending:
+        return
+    state.probe_pending, state.probed = False, True
+    failed: list[BaseException] = []
+
+    def probe() -> None:
+        try:
+            leaf = torch.ones(1, device=device(0), requires_grad=True)
+            (leaf * 2).sum().backward()
+        except BaseException as exc:  # (handed to the calling thread)
+            failed.append(exc)
+
+    if torch._C._dispatch_tls_is_dispatch_key_excluded(torch._C.DispatchKey.AutogradOther):
+        # The first use is a kernel of the device (its first factory call), where this thread's dispatch
+        # state excludes autograd and a backward cannot run: a thread of its own (no lock of torch-fl is
+        # held there). Elsewhere inline, since the caller may hold the activation lock the probe needs.
+        worker = threading.Thread(target=probe, name="torch-fl-emu-autograd-check")
+        worker.start()
+        worker.join()
+    else:
+        probe()
+    if failed:
+        exc = failed[0]
+        if not isinstance(exc, RuntimeError) or "device_ready_queues_" not in str(exc):
+            raise exc
+        state.broken = ("a backward pass ran in this process before the emulated device was registered, "
+                        "and PyTorch's autograd engine fixes its devices at the first backward. Set "
+                        "FL_DEVICE=emu:NAME in the environment (torch-fl then registers the device at "
+                        "import), or resolve the emulated device before any backward")
+
+
+def unavailable_reason(check: bool = True) -> str:
+    """Why ``emu`` cannot be a device in this process ('' when it can). `check`: run the pending
+    autograd check first (False: what is known without a backward, for registration at import)."""
     from torch.utils import backend_registration
 
+    if check:
+        check_autograd()
     if state.broken:
         return state.broken
     if owner() not in (_DEFAULT_NAME, backend_name()) or _vendor_kernels():
