@@ -32,8 +32,8 @@ naming the remedy; `torchfl fix` rewrites the findings whose fix is safe (and, w
 those whose fix needs review).
 
 ```
-torchfl scan PATH... [--format text|json|sarif] [--select CODES] [--ignore CODES]
-                     [--statistics] [--output FILE] [--exit-zero] [--unsafe-fixes]
+torchfl scan PATH... [--format text|json|sarif] [--json [FILE]] [--select CODES] [--ignore CODES]
+                     [--statistics] [--output FILE] [--exit-zero] [--unsafe-fixes] [-q]
 ```
 
 Detection uses Python's `ast` module (no import of the scanned code, nothing executed, and no import
@@ -64,7 +64,8 @@ package (`["CUDAExecutionProvider", ...] if torch.cuda.is_available() else [...]
 check's fix is only as safe as the code it guards (the `if` body, the arm of a conditional expression,
 what follows it in an `and`, the rest of a function after an early return): see
 [migrate-fix.md](migrate-fix.md). Directories are walked for
-`*.py` and `*.pyi` (and `*.cu` / `*.cuh` for FL702), skipping `.git`, `.venv`, `venv`, `__pycache__`,
+`*.py` and `*.pyi` (and `*.cu` / `*.cuh` for FL702; `*.yaml`, `*.yml`, `*.json` and `*.toml` config files
+up to 1 MiB for FL107 and FL504, which `torchfl fix` never rewrites), skipping `.git`, `.venv`, `venv`, `__pycache__`,
 `build`, `dist`, `node_modules`, `site-packages` and other tool caches (`.gitignore` is not read:
 use `extend-exclude`). From Python:
 `torch_fl.migrate.scan.scan_paths(["src"])` and `scan_source(text)`.
@@ -89,6 +90,11 @@ the text marks say the same (`[*]`, `[u]`, none). `sarif` is a SARIF 2.1.0 log f
 dashboards (GitHub code scanning and others): every rule with its description and a `helpUri` into
 this page, one result per finding, with `fixable`, `fixSafety` and `fixCommand` in its properties.
 Paths are reported as given on the command line, so `torchfl scan .` gives relative paths.
+`--json FILE` writes the `json` list (with `--statistics`, the counts) to FILE and prints the report as
+usual, as `--json` does in every command; `--json` alone (or `--json -`) is `--format json`. A scan (or
+`torchfl fix`) that runs longer than 2 s shows its progress on stderr (a stage line with the number of
+files, then a status line with the count and an ETA), only when stderr is a terminal and never with
+`-q`/`--quiet`.
 
 Files that cannot be scanned are reported and skipped, never a crash: `E999` for a file that does
 not parse (syntax error, null bytes), `E902` for one that cannot be read or is not valid in its
@@ -117,7 +123,8 @@ x = torch.ones(  # noqa: FL101
 ```
 
 The comment is found by a pattern on the line, so `# noqa` inside a string on that line counts too.
-FL702 (a `.cu` file) has no line to comment: use `ignore` or `extend-exclude` for it.
+FL702 (a `.cu` file) has no line to comment: use `ignore` or `extend-exclude` for it. In YAML and TOML
+config files the comment works as in Python (`device: cuda  # noqa: FL107`); JSON has no comments.
 Ruff users: tell ruff the `FL` codes are another tool's, or it reports `RUF102` for them:
 `[tool.ruff.lint] external = ["FL"]`.
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .args import add_quiet
+
 USAGE = 2
 
 
@@ -44,6 +46,7 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> No
                         help="only these rule codes or prefixes, comma-separated (e.g. FL1,FL202)")
     parser.add_argument("--ignore", type=_codes, action="append", metavar="CODES",
                         help="skip these rule codes or prefixes, comma-separated")
+    add_quiet(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -61,12 +64,22 @@ def run(args: argparse.Namespace) -> int:
 
     from ..migrate.fix import fix_paths
     from ..migrate.scan import ScanConfigError
+    from .scan import Progress
 
     # --select/--ignore may repeat; each takes a comma-separated list.
     select = [c for group in args.select for c in group] if args.select else None
     ignore = [c for group in args.ignore for c in group] if args.ignore else None
+    done = 0
+
+    def count(entry: object) -> None:
+        nonlocal done
+        done += 1
+        shown(done, None)
+
     try:
-        report = fix_paths(args.paths, unsafe=args.unsafe, diff=args.diff, select=select, ignore=ignore)
+        with Progress("fixing") as shown:
+            report = fix_paths(args.paths, unsafe=args.unsafe, diff=args.diff, select=select, ignore=ignore,
+                               on_file=count)
     except ScanConfigError as exc:
         print(f"torchfl fix: error: {exc}", file=sys.stderr)
         return USAGE

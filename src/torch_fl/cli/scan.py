@@ -2,18 +2,23 @@
 
 Output formats: ``text`` (``path:line:col: FL101 [*] message``, ruff-style, ``[*]`` marking what
 ``torchfl fix`` rewrites), ``json`` (a list of objects) and ``sarif`` (SARIF 2.1.0 for code-scanning
-dashboards). Exit status: 0 nothing found, 1 findings or unscannable files, 2 usage error. The rules
-are documented in docs/migrate-rules.md.
+dashboards). ``--json [FILE]`` is every command's (cli/args.add_json): the JSON list in FILE next to the
+report, or alone the same as ``--format json``. Exit status: 0 nothing found, 1 findings or unscannable
+files, 2 usage error. The rules are documented in docs/migrate-rules.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
+
+from .args import STDOUT, add_json, add_quiet
 
 NO_FINDINGS, FINDINGS, USAGE = 0, 1, 2
 DOCS = "docs/migrate-rules.md"
@@ -33,13 +38,14 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> No
         epilog="Examples:\n  torchfl scan src/\n  torchfl scan train.py --select FL1,FL2 --ignore FL105\n"
                "  torchfl scan src/ --select ALL       (coupling rules and performance hints)\n"
                "  torchfl scan . --format sarif --output torchfl.sarif --exit-zero\n"
-               "  torchfl scan . --statistics\n\n"
+               "  torchfl scan . --statistics\n"
+               "  torchfl scan src/ --json findings.json   (the text here, the JSON in the file)\n\n"
                "Exit status: 0 no findings, 1 findings (or files that could not be scanned), "
                "2 usage error.",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("paths", nargs="+", metavar="PATH", help="files or directories to scan")
-    parser.add_argument("--format", choices=("text", "json", "sarif"), default="text",
-                        help="output format (default: text)")
+    parser.add_argument("--format", choices=("text", "json", "sarif"),
+                        help="output format (default: text; json is also --json)")
     parser.add_argument("--select", action="append", metavar="CODES",
                         help="only these rules: codes or prefixes, comma-separated (FL1,FL203); "
                              "replaces the pyproject.toml selection")
@@ -51,6 +57,8 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> No
     parser.add_argument("--exit-zero", action="store_true", help="exit 0 even when there are findings")
     parser.add_argument("--unsafe-fixes", action="store_true",
                         help="count findings with an unsafe fix as fixable ([*])")
+    add_json(parser, what="the findings (the --format json list; with --statistics, the counts)")
+    add_quiet(parser)
 
 
 def _codes(values: list[str] | None) -> list[str] | None:
@@ -62,50 +70,113 @@ def _codes(values: list[str] | None) -> list[str] | None:
 def run(args: argparse.Namespace) -> int:
     import os
 
-    from ..migrate.scan import ScanConfigError, scan_paths, targets
+    from ..migrate.scan import ScanConfigError, scan_paths
 
     missing = [p for p in args.paths if not os.path.lexists(p)]
     if missing:
         print(f"torchfl scan: error: no such file or directory: {', '.join(missing)}", file=sys.stderr)
         return USAGE
-    if args.output and os.path.lexists(args.output):
-        output = os.path.realpath(args.output)
-        try:
-            scanned = any(os.path.realpath(path) == output for path, _ in targets(args.paths))
-        except ScanConfigError:
-            scanned = False  # reported below
-        if scanned or any(os.path.realpath(p) == output for p in args.paths):
-            print(f"torchfl scan: error: --output {args.output} is a file being scanned; writing the report "
-                  f"there would overwrite it: choose another path (e.g. torchfl-scan.txt)", file=sys.stderr)
+    json_file = args.json if args.json not in (None, STDOUT) else None
+    if args.json == STDOUT:
+        if args.format not in (None, "json"):
+            print(f"torchfl scan: error: --json alone prints the JSON, and --format {args.format} asks for "
+                  f"{args.format}: give one of them, or --json FILE to write the JSON beside the report",
+                  file=sys.stderr)
+            return USAGE
+        args.format = "json"
+    args.format = args.format or "text"
+    for option, path in (("--json", json_file), ("--output", args.output)):
+        if path is not None and _is_scanned(path, args.paths):
+            print(f"torchfl scan: error: {option} {path} is a file being scanned; writing the report there "
+                  f"would overwrite it: choose another path (e.g. torchfl-scan.json)", file=sys.stderr)
             return USAGE
     if args.statistics and args.format == "sarif":
         print("torchfl scan: error: --statistics works with --format text or json", file=sys.stderr)
         return USAGE
     try:
-        result = scan_paths(args.paths, _codes(args.select), _codes(args.ignore),
-                            unsafe_fixes=args.unsafe_fixes)
+        with Progress("scanning") as shown:
+            result = scan_paths(args.paths, _codes(args.select), _codes(args.ignore),
+                                unsafe_fixes=args.unsafe_fixes,
+                                on_file=lambda so_far, total: shown(so_far.files, total))
     except ScanConfigError as exc:
         print(f"torchfl scan: error: {exc}", file=sys.stderr)
         return USAGE
     for path, reason in result.skipped:
         print(f"{path}: skipped: {reason}", file=sys.stderr)
+    findings_json = json.dumps(statistics(result) if args.statistics else _items(result), indent=2) + "\n"
     if args.format == "sarif":
         report = json.dumps(sarif(result), indent=2) + "\n"
     elif args.format == "json":
-        report = json.dumps(statistics(result) if args.statistics else _items(result), indent=2) + "\n"
+        report = findings_json
     else:
         report = text(result, args.statistics, args.unsafe_fixes)
-    if args.output:
+    for path, content in ((json_file, findings_json), (args.output, report)):
+        if path is None:
+            continue
         try:
-            Path(args.output).write_text(report, encoding="utf-8")
+            Path(path).write_text(content, encoding="utf-8")
         except OSError as exc:
-            print(f"torchfl scan: error: cannot write {args.output}: {exc.strerror or exc}", file=sys.stderr)
+            print(f"torchfl scan: error: cannot write {path}: {exc.strerror or exc}", file=sys.stderr)
             return USAGE
-    else:
+    if not args.output:
         sys.stdout.write(report)
     if args.exit_zero or not (result.findings or result.errors):
         return NO_FINDINGS
     return FINDINGS
+
+
+def _is_scanned(output: str, paths: list[str]) -> bool:
+    """Whether writing `output` would overwrite a source file this scan reads (a path given to scan, or a
+    Python or CUDA file under one). A config file in the tree may be the report of an earlier run
+    (`--json findings.json`, run again)."""
+    import os
+
+    from ..migrate.configfiles import CONFIG_SUFFIXES
+    from ..migrate.scan import ScanConfigError, targets
+
+    if not os.path.lexists(output):
+        return False
+    output = os.path.realpath(output)
+    if any(os.path.realpath(p) == output for p in paths):
+        return True
+    try:
+        return any(os.path.realpath(path) == output for path, _ in targets(paths)
+                   if path.suffix not in CONFIG_SUFFIXES)
+    except ScanConfigError:
+        return False  # reported when the scan starts
+
+
+class Progress(contextlib.AbstractContextManager["Progress"]):
+    """The progress of a long scan or fix: nothing for its first 2 s (most runs are shorter, and a linter
+    prints nothing but its findings), then a stage line ("scanning 5,000 files") with torch_fl.report's
+    status line under it (done/total files, the time, an ETA). Only to a terminal and never with
+    --quiet (torch_fl.report.progress_enabled). Call it with (files done, files in all or None)."""
+
+    AFTER = 2.0  # seconds before anything is shown
+
+    def __init__(self, verb: str) -> None:
+        self.verb = verb
+        self.started = time.monotonic()
+        self.stage: Any = None
+        self.off = False
+        self.stack = contextlib.ExitStack()
+
+    def __call__(self, done: int, total: int | None) -> None:
+        if self.stage is None:
+            if self.off or time.monotonic() - self.started < self.AFTER:
+                return
+            from ..report import progress_enabled, stage
+
+            if not progress_enabled():
+                self.off = True
+                return
+            what = f"{self.verb} {total:,} files" if total is not None else f"{self.verb} files"
+            self.stage = self.stack.enter_context(stage(what, total=total, unit="files"))
+            self.stage.started = self.started  # the ETA counts from the start of the run
+        self.stage.done = done
+
+    def __exit__(self, *exc: object) -> None:
+        self.stack.close()  # the status line is cleared before the report goes to the same terminal
 
 
 def _items(result: Any) -> list[dict[str, Any]]:

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import FileChanged, TorchFLError
 from .deep import call_deep
 from .rules import Finding
-from .scan import enabled_codes, targets
+from .scan import enabled_codes, is_python, targets
 from .scan.detector import parse, scan_text
 
 if TYPE_CHECKING:
@@ -995,16 +995,16 @@ def _unified_diff(path: Path, old: str, new: str) -> str:
 def _files(paths: Iterable[str | os.PathLike[str]], select: Sequence[str] | None,
            ignore: Sequence[str] | None,
            skipped: list[tuple[str, str]]) -> Iterable[tuple[Path, frozenset[str], Path]]:
-    """The Python files `torchfl scan` would scan, with their enabled codes (FL702's CUDA sources
-    have no fix) and the tree they were found in (a directory argument, or a file argument's folder),
-    so that scan and fix see the same findings."""
+    """The Python files `torchfl scan` would scan, with their enabled codes (the other files it reads,
+    CUDA sources and config files, have no fix) and the tree they were found in (a directory argument,
+    or a file argument's folder), so that scan and fix see the same findings."""
     seen: set[Path] = set()
     for argument in paths:
         root = Path(argument)
         tree = Path(os.path.realpath(root if root.is_dir() else root.parent))
         for path, codes in targets([argument], select, ignore, skipped):
             resolved = Path(os.path.realpath(path))
-            if resolved in seen or path.name.endswith((".cu", ".cuh")):
+            if resolved in seen or not is_python(path):
                 continue
             seen.add(resolved)
             yield path, codes, tree

@@ -266,8 +266,9 @@ def triggers(*words: str, pattern: str | None = None) -> None:
 
 
 def on_file(*suffixes: str) -> Callable[[Hook], Hook]:
-    """hook(det, path) for files with these suffixes, which are not Python and not parsed (`.cu`):
-    the hook reports at (1, 0, 1, 0)."""
+    """hook(det, path) for files with these suffixes, which are not Python and not parsed (`.cu`,
+    `.yaml`): the hook reports positions it computes ((1, 0, 1, 0) for a whole file) and returns the
+    file's lines when it read them (for `# noqa` and character columns), else None."""
     def register(fn: Hook) -> Hook:
         for suffix in suffixes:
             HOOKS.files.setdefault(suffix, []).append(fn)

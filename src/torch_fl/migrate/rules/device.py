@@ -88,21 +88,30 @@ x = batch.to(torch.fl.device("acc1"), non_blocking=True)
 
 rule(
         "FL103", "cuda-tensor-type",
-        "`{attr}` is a CUDA-only tensor type", "Use a `{dtype}` tensor with `device=torch.fl.device()`",
-        None,
+        "`{attr}` is a CUDA-only tensor type", "{remedy}", "safe",
         what="The legacy typed-tensor classes `torch.cuda.FloatTensor`, `HalfTensor`, `LongTensor`, ... "
-             "used as constructors, in `isinstance`, or in `.type(...)`.",
-        why="These classes exist only for CUDA; they are also deprecated in favour of dtype + device.",
+             "used as constructors, in `isinstance`, or in `.type(...)`; and their names as strings in a "
+             "comparison (`x.type() == \"torch.cuda.HalfTensor\"`, `t in (\"torch.cuda.FloatTensor\", ...)`).",
+        why="These classes exist only for CUDA; they are also deprecated in favour of dtype + device. A "
+            "tensor on another accelerator has another type name (`torch.npu.HalfTensor`), so the comparison "
+            "is False there.",
         example="""
 x = torch.cuda.FloatTensor(4, 4)
 y = x.type(torch.cuda.HalfTensor)
+if x.type() == "torch.cuda.HalfTensor":
+    ...
 """,
         use_instead="""
 x = torch.empty(4, 4, dtype=torch.float32, device=torch.fl.device())
 y = x.to(torch.float16)
+if x.dtype == torch.float16 and torch.fl.is_accelerator(x.device):
+    ...
 """,
-        fix_notes="A constructor call takes sizes or data depending on its arguments, so the rewrite is "
-                  "left to a person.",
+        fix_notes="Only `X.type() == \"torch.cuda.<T>Tensor\"` (and `!=`), with X a name or attribute, is "
+                  "fixed: to `(X.dtype == torch.<dtype> and torch.fl.is_accelerator(X.device))`, the same "
+                  "answer on CUDA and the CPU (False for a CPU tensor) and True for the tensor on another "
+                  "accelerator. A constructor call takes sizes or data depending on its arguments, so its "
+                  "rewrite is left to a person, and so are the other uses of the classes and names.",
 )
 
 rule(
@@ -157,7 +166,8 @@ rule(
         "Integer device ordinal `{text}` used as a device (it means `cuda:{text}`)", "{remedy}", "safe",
         what="An integer where a device goes: `x.to(0)`, `device=0`, `torch.device(0)`, a rank-like name "
              "(`x.to(local_rank)`, `.to(args.gpu)`), and the entries of `device_ids=[...]` / "
-             "`output_device=` (DistributedDataParallel, DataParallel).",
+             "`output_device=` (DistributedDataParallel, DataParallel), also set as a key of the "
+             "arguments passed on (`kwargs[\"device_ids\"] = [local_rank]`, `{\"device_ids\": [...]}`).",
         why="torch reads a bare integer as a CUDA device index, so the code asks for CUDA on every machine; "
             "DDP with `device_ids` on a CPU module fails.",
         example="""
@@ -283,6 +293,7 @@ _NOT_DEVICE_CALLS = frozenset({
     "compile", "add_argument", "choice", "Literal", "register", "skip", "skipif", "skipIf", "skipUnless",
     "param", "parametrize", "mark", "version", "parse", "check_output", "run", "call", "Popen", "system",
     "register_kernel", "impl", "register_fake", "register_autocast", "Library", "define",  # kernels for CUDA
+    "Field",  # pydantic's field default: a config default (FL107) when the field's name says device
 })
 # A library's device spec naming CUDA with a precision (RWKV's strategy "cuda fp16", "cuda:0 fp16i8 -> cpu fp32").
 _DEVICE_SPEC = re.compile(r"cuda(:\d+)?\s+(fp16|fp32|bf16|fp16i8|i8)\b")
@@ -333,9 +344,33 @@ def device_map_variable(det: Any, target: ast.expr, value: ast.expr) -> None:
                     report_ordinals(det, item)
 
 
-@on_keyword("device_ids", "output_device")
+_DEVICE_ID_KEYS = ("device_ids", "output_device")
+
+
+@on_keyword(*_DEVICE_ID_KEYS)
 def device_ids_keyword(det: Any, call: ast.Call, arg: str, value: ast.expr, func: str | None) -> None:
     """DDP(model, device_ids=[rank]): each entry is a CUDA ordinal (None for a CPU module)."""
+    report_device_ids(det, arg, value)
+
+
+@on("assign")
+def device_ids_entry(det: Any, target: ast.expr, value: ast.expr) -> None:
+    """`kwargs["device_ids"] = [local_rank]`, passed on as `DDP(model, **kwargs)`: the same ordinals."""
+    key = str_value(target.slice) if type(target) is ast.Subscript else None
+    if key in _DEVICE_ID_KEYS:
+        report_device_ids(det, key, value)  # type: ignore[arg-type]
+
+
+@on("dict")
+def device_ids_dict(det: Any, node: ast.Dict) -> None:
+    """`ddp_kwargs = {"device_ids": [local_rank]}`."""
+    for key, value in zip(node.keys, node.values, strict=True):
+        if str_value(key) in _DEVICE_ID_KEYS:
+            report_device_ids(det, str_value(key), value)  # type: ignore[arg-type]
+
+
+def report_device_ids(det: Any, arg: str, value: ast.expr) -> None:
+    """FL106 for each entry of a `device_ids` / `output_device` value that is a CUDA ordinal."""
     elts: list[ast.expr] = []
     for alt in alternatives(value):
         elts.extend(alt.elts if type(alt) in (ast.List, ast.Tuple) else [alt])  # type: ignore[attr-defined]
@@ -440,7 +475,7 @@ def cuda_method(det: Any, node: ast.Call, attr: str) -> None:
 def tensor_type_attribute(det: Any, node: ast.Attribute, qual: str, called: bool) -> None:
     parts = qual.split(".")
     if parts[1] == "cuda" and len(parts) > 2 and parts[2] in CUDA_TENSOR_TYPES:
-        det.report("FL103", node, attr=".".join(parts[:3]), dtype=f"torch.{CUDA_TENSOR_TYPES[parts[2]]}")
+        det.report("FL103", node, attr=".".join(parts[:3]), remedy=_typed_remedy(CUDA_TENSOR_TYPES[parts[2]]))
         det.claim(node)
 
 
@@ -448,7 +483,57 @@ def tensor_type_attribute(det: Any, node: ast.Attribute, qual: str, called: bool
 def type_method(det: Any, node: ast.Call, attr: str) -> None:
     text = str_value(node.args[0]) if node.args else None
     if text and text.startswith("torch.cuda.") and text[len("torch.cuda."):] in CUDA_TENSOR_TYPES:
-        det.report("FL103", node.args[0], attr=text, dtype=f"torch.{CUDA_TENSOR_TYPES[text[len('torch.cuda.'):]]}")
+        det.report("FL103", node.args[0], attr=text, remedy=_typed_remedy(CUDA_TENSOR_TYPES[text[len("torch.cuda."):]]))
+
+
+def _typed_remedy(dtype: str) -> str:
+    return f"Use a `torch.{dtype}` tensor with `device=torch.fl.device()`"
+
+
+def _cuda_type_name(node: ast.AST) -> str | None:
+    """The dtype of a legacy CUDA type name string ("torch.cuda.HalfTensor" -> "float16"), else None."""
+    text = str_value(node) or ""
+    return CUDA_TENSOR_TYPES.get(text[len("torch.cuda."):]) if text.startswith("torch.cuda.") else None
+
+
+def _pure(node: ast.expr) -> bool:
+    """An expression that may be evaluated twice: a name, attributes, constant subscripts of one."""
+    while type(node) in (ast.Attribute, ast.Subscript):
+        if type(node) is ast.Subscript and type(node.slice) is not ast.Constant:  # type: ignore[attr-defined]
+            return False
+        node = node.value  # type: ignore[attr-defined]
+    return type(node) is ast.Name
+
+
+@on("compare")
+def type_string_comparison(det: Any, node: ast.Compare) -> None:
+    """`x.type() == "torch.cuda.HalfTensor"`: asks "a half tensor on the accelerator?" with a CUDA-only
+    name. The plain form is fixed to the question itself, the same answer on CUDA and the CPU:
+    `(x.dtype == torch.float16 and torch.fl.is_accelerator(x.device))`; other forms (`in (...)`, a
+    name compared with the string) are reported without a fix."""
+    names = []
+    for operand in (node.left, *node.comparators):
+        items = operand.elts if type(operand) in (ast.Tuple, ast.List, ast.Set) else [operand]  # type: ignore[attr-defined]
+        names += [item for item in items if _cuda_type_name(item) is not None]
+    if not names:
+        return
+    literal = names[0]
+    dtype = _cuda_type_name(literal)
+    text = str_value(literal)
+    left = node.left
+    if (len(node.ops) == 1 and type(node.ops[0]) in (ast.Eq, ast.NotEq) and node.comparators[0] is literal
+            and type(left) is ast.Call and type(left.func) is ast.Attribute and left.func.attr == "type"
+            and not left.args and not left.keywords and _pure(left.func.value)):
+        receiver = ast.unparse(left.func.value)
+        question = f"{receiver}.dtype == torch.{dtype} and torch.fl.is_accelerator({receiver}.device)"
+        replacement = f"({question})" if type(node.ops[0]) is ast.Eq else f"not ({question})"
+        det.report("FL103", node, "safe", attr=text, replacement=replacement,
+                   remedy=f"Replace with `{replacement}`")
+        det.claim(node)
+        return
+    for name in names:
+        det.report("FL103", name, attr=str_value(name), remedy=f"Compare `x.dtype` with `torch.{_cuda_type_name(name)}` "
+                   "and ask `torch.fl.is_accelerator(x.device)`")
 
 
 @on_method("add_argument")
@@ -519,6 +604,11 @@ def fix_device_string(rw: Any, original: Any, updated: Any, finding: Any) -> Any
     if match.group(1) is not None or not isinstance(index, cst.Integer):
         return None
     return rw.device(int(index.evaluated_value), literal)
+
+
+@fixes("FL103", "Comparison")
+def fix_type_string(rw: Any, original: Any, updated: Any, finding: Any) -> Any:
+    return None if finding.replacement is None else rw.expr(finding.replacement)
 
 
 @fixes("FL104", "SimpleString")

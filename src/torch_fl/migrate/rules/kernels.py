@@ -64,6 +64,59 @@ torch.fl.register_kernel("aten::gelu", triton_gelu, device_type="cuda")
 )
 
 
+rule(
+        "FL704", "cuda-extension-import",
+        "`{module}` is a built CUDA extension", "Import it where CUDA is present and give its ops a portable "
+        "fallback (torch ops) elsewhere", None,
+        what="An import of a compiled CUDA extension module, named by the `_cuda` suffix of one of its parts "
+             "(`import scaled_masked_softmax_cuda`, `from fused_layer_norm_cuda import ...`, "
+             "`importlib.import_module(\"fused_layer_norm_cuda\")`, `__import__(\"x_cuda\")`). Not reported: "
+             "torch's own modules, the names a from-import takes (`from utils import move_to_cuda` is a "
+             "function), and imports in a `try:` whose `except` catches ImportError (the code has a way "
+             "without it).",
+        why="The module is a shared library built with nvcc (Megatron's fused kernels, Apex, Mamba); it does "
+            "not exist where CUDA is not installed, so the import fails before any device is chosen.",
+        example="""
+import scaled_masked_softmax_cuda
+fused_layer_norm_cuda = importlib.import_module("fused_layer_norm_cuda")
+""",
+        use_instead="""
+try:
+    import scaled_masked_softmax_cuda
+except ImportError:   # not built here: the torch-ops path below runs
+    scaled_masked_softmax_cuda = None
+""",
+        fix_notes="The fallback is the kernel's reference implementation, which only the code's author "
+                  "can write. A project module that happens to end in `_cuda` (a `.py` file) is reported "
+                  "too: mark it `# noqa: FL704`.",
+)
+
+
+def _extension(module: str) -> bool:
+    """Whether a module name is a built CUDA extension's: a part ends in `_cuda`, and it is not torch's."""
+    parts = module.split(".")
+    return parts[0] not in ("torch", "torch_fl") and any(part.endswith("_cuda") for part in parts)
+
+
+@on("import")
+def extension_import(det: Any, module: str, where: ast.AST) -> bool:
+    """`import x_cuda`, `from x_cuda import f`. Not the names a from-import takes (`from utils import
+    move_to_cuda` is a function)."""
+    if type(where) is ast.alias and where.name != module:
+        return False
+    if det.import_fallback or not _extension(module):
+        return False
+    det.report("FL704", where, module=module)
+    return True
+
+
+@on_call_name("import_module", "__import__")
+def extension_import_call(det: Any, node: ast.Call, name: str) -> None:
+    module = str_value(node.args[0]) if node.args else None
+    if module is not None and not det.import_fallback and _extension(module):
+        det.report("FL704", node, module=module)
+
+
 @on_file(*CUDA_SUFFIXES)
 def cuda_source_file(det: Any, path: str) -> None:
     det.report("FL702", (1, 0, 1, 0))

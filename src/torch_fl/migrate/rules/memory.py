@@ -23,6 +23,9 @@ _CUDA_LIBRARY_FILE = re.compile(r"cud(?:a|art|nn)|cublas|cufft|curand|cusparse|c
 # Container methods that use a pointer as an identity: seen.add(x.data_ptr()), cache.get(x.data_ptr()).
 _IDENTITY_METHODS = frozenset({"add", "get", "setdefault", "pop", "discard", "remove", "index", "count"})
 
+# Storage methods of CUDA's inter-process sharing (torch.multiprocessing's CUDA reductions call them).
+CUDA_IPC_METHODS = ("_share_cuda_", "_new_shared_cuda", "_release_ipc_counter_cuda")
+
 triggers("data_ptr", "storage_offset", *{m.split(".")[0] for m in GPU_INTEROP_LIBRARIES})
 
 rule(
@@ -81,6 +84,32 @@ arr = cp.from_dlpack(torch.utils.dlpack.to_dlpack(x))
 arr = torch.from_dlpack(x)   # or numpy on the host; or a Triton kernel (FL703) where supported
 """,
 )
+
+
+rule(
+        "FL604", "cuda-ipc",
+        "`{call}` shares memory through CUDA IPC",
+        "Share tensors through `torch.multiprocessing` (a Queue or Pipe), which uses the device's own sharing",
+        None,
+        what="The private storage methods of CUDA inter-process sharing: `storage._share_cuda_()`, "
+             "`UntypedStorage._new_shared_cuda(...)`, `storage._release_ipc_counter_cuda(...)`.",
+        why="They exchange cudaIpc memory handles, which exist only for CUDA memory; on another device "
+            "the storage has no such method or the handle means nothing to the other process.",
+        example="""
+handle = tensor.untyped_storage()._share_cuda_()
+""",
+        use_instead="""
+queue = torch.multiprocessing.Queue()
+queue.put(tensor)   # torch.multiprocessing picks the sharing the tensor's device supports
+""",
+        fix_notes="The handle is a protocol with another process (often a serving engine's own); what "
+                  "replaces it is a design choice, not a rewrite.",
+)
+
+
+@on_method(*CUDA_IPC_METHODS)
+def cuda_ipc(det: Any, node: ast.Call, attr: str) -> None:
+    det.report("FL604", node, call=f".{attr}(...)")
 
 
 def _is_ptr_call(node: ast.AST) -> bool:

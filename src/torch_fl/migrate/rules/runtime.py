@@ -12,6 +12,7 @@ from .base import (
     is_int,
     on,
     on_call,
+    on_call_name,
     on_call_prefix,
     on_method,
     rule,
@@ -101,6 +102,30 @@ for i, batch in enumerate(loader):
 """,
         fix_notes="Whether a sync is needed is a design decision; a warning, not an error.",
         runs_off_cuda=True,
+)
+
+
+rule(
+        "FL204", "cuda-module-lookup",
+        "`{call}` looks up the CUDA module by name",
+        "Use the torch.fl facade for what the code calls on it (or `torch.get_device_module(torch.fl.device())`)",
+        None,
+        what="`getattr(torch, \"cuda\")` (with or without a default): `torch.cuda` reached through a string, "
+             "which the `torch.cuda.*` rules (FL201) cannot see. Not reported: `getattr(torch, device.type)`, "
+             "the device's own module (multi-vendor code).",
+        why="Whatever the code calls on the module (`is_available()`, `synchronize()`, `Stream`) is CUDA's, "
+            "so on another accelerator it answers False or fails, as `torch.cuda.*` does.",
+        example="""
+device_module = getattr(torch, "cuda")
+device_module.synchronize()
+""",
+        use_instead="""
+device_module = torch.get_device_module(torch.fl.device())
+device_module.synchronize()        # or torch.fl.synchronize()
+""",
+        fix_notes="No automatic fix: `getattr(torch, torch.fl.device_type())` is `torch.cpu` on the CPU, "
+                  "where `is_available()` is True and most of `torch.cuda` is missing, so the rewrite depends "
+                  "on what the code calls on the module.",
 )
 
 
@@ -221,6 +246,14 @@ def cuda_reference(det: Any, node: ast.Attribute, qual: str, called: bool) -> No
         return
     if qual.startswith("torch.cuda.") and type(node.ctx) is ast.Load:
         _report_api(det, node, qual, False)
+
+
+@on_call_name("getattr")
+def cuda_module_lookup(det: Any, node: ast.Call, name: str) -> None:
+    if type(node.func) is ast.Name and len(node.args) >= 2 and det.qualname(node.args[0]) == "torch" and str_value(node.args[1]) == "cuda":
+        rest = ", ..." if len(node.args) > 2 else ""
+        det.report("FL204", node, call=f'getattr({ast.unparse(node.args[0])}, "cuda"{rest})')
+        det.claim(node)  # its "cuda" is this finding's, not a device string (FL101)
 
 
 @on_call(*SYNCS)

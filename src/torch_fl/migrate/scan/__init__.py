@@ -36,7 +36,7 @@ as :class:`ScanError` records (code E999 or E902), separate from findings, and s
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -45,14 +45,13 @@ from ...config import ScanConfigError
 from ..rules import RULES, Finding
 from .detector import Detector, scan_other, scan_text
 from .files import (
-    PYTHON_SUFFIXES,
     SKIP_DIRS,
     Unreadable,
     enabled_codes,
+    is_python,
     iter_files,
     load_config,
     not_a_file,
-    other_suffixes,
     read_source,
     targets,
 )
@@ -87,7 +86,7 @@ def scan_file(path: Path, codes: frozenset[str] | None = None, *, unsafe_fixes: 
     go to that rule's file hook."""
     codes = frozenset(RULES) if codes is None else codes
     name = str(path)
-    if not path.name.endswith(PYTHON_SUFFIXES) and path.suffix in other_suffixes():
+    if not is_python(path):
         return scan_other(name, path.suffix, codes, unsafe_fixes), None, 0
     try:
         text = read_source(path)
@@ -104,7 +103,8 @@ def scan_file(path: Path, codes: frozenset[str] | None = None, *, unsafe_fixes: 
 
 
 def scan_paths(paths: Sequence[str | os.PathLike[str]], select: Iterable[str] | None = None,
-               ignore: Iterable[str] | None = None, *, unsafe_fixes: bool = False) -> ScanResult:
+               ignore: Iterable[str] | None = None, *, unsafe_fixes: bool = False,
+               on_file: Callable[[ScanResult, int], None] | None = None) -> ScanResult:
     """Scan files and directories (recursively).
 
     Each path uses the scan table of the nearest config above it ([tool.torch_fl.scan]); `select` and
@@ -115,19 +115,24 @@ def scan_paths(paths: Sequence[str | os.PathLike[str]], select: Iterable[str] | 
         ScanConfigError: a selector that names no rule, or a bad scan table.
         FileNotFoundError: a path that does not exist.
 
+    `on_file(result so far, number of files)` is called after each file (`torchfl scan`'s progress).
+
     Example:
         >>> result = scan_paths(["src"], ignore=["FL203"])  # doctest: +SKIP
         >>> result.findings[0].code, result.files, result.lines  # doctest: +SKIP
     """
     result = ScanResult()
     facts: dict[str, ModuleFacts] = {}
-    for path, codes in targets(paths, select, ignore, result.skipped):
+    files = list(targets(paths, select, ignore, result.skipped))  # the walk is quick; the count is progress
+    for path, codes in files:
         findings, error, lines = scan_file(path, codes, unsafe_fixes=unsafe_fixes, facts=facts)
         result.files += 1
         result.lines += lines
         result.findings.extend(findings)
         if error is not None:
             result.errors.append(error)
+        if on_file is not None:
+            on_file(result, len(files))
     for exporter, fact, raw in cross_module(facts, Detector):
         result.findings.extend(from_raw(raw, exporter, fact.lines, fact.codes, fact.unsafe_fixes))
     result.findings.sort(key=lambda f: f.sort_key)
@@ -151,6 +156,7 @@ __all__ = [
     "ScanResult",
     "enabled_codes",
     "findings_json",
+    "is_python",
     "iter_files",
     "load_config",
     "not_a_file",

@@ -59,6 +59,8 @@ class Detector(Scopes, Guards, Flow):
         self.table_keys: dict[Any, int] = {}  # keys that index a table (TABLE[device]) -> first line
         self.key_literals: set[int] = set()  # ids of literals used as table keys (cfg["cuda"], {"cuda": ...})
         self.skip_keys: set[Any] = set()  # flags holding a CUDA check that a test skip reads
+        self.config_defaults: list[tuple[str, ast.Constant, str, int]] = []  # (kind, literal, target, line)
+        self.import_fallback = 0  # > 0 inside `try:` whose handler catches ImportError (the import is optional)
 
 
 def _all_subclasses(cls: type) -> Iterator[type]:
@@ -81,6 +83,7 @@ _HANDLERS.update({
     ast.Dict: _D.visit_Dict, ast.If: _D.visit_If, ast.IfExp: _D.visit_IfExp,
     ast.Compare: _D.visit_Compare, ast.BinOp: _D.visit_BinOp, ast.Subscript: _D.visit_Subscript,
     ast.Attribute: _D.visit_Attribute, ast.Call: _D.visit_Call, ast.Assert: _D.visit_Assert,
+    ast.Try: _D.visit_Try, **({ast.TryStar: _D.visit_Try} if hasattr(ast, "TryStar") else {}),
     ast.BoolOp: _D.visit_BoolOp, ast.JoinedStr: _D.visit_JoinedStr, ast.Constant: _D.visit_Constant,
     **({ast.Match: _D.visit_Match} if hasattr(ast, "Match") else {}),
 })
@@ -108,6 +111,7 @@ def _walk(tree: ast.Module) -> Detector:
     detector.visit(tree)
     detector.flows()
     detector.settle_guards()
+    detector.emit("settled")  # every other finding is in: what no rule took so far
     return detector
 
 
@@ -138,6 +142,7 @@ def scan_text(text: str, path: str, codes: frozenset[str], unsafe_fixes: bool,
 def scan_other(path: str, suffix: str, codes: frozenset[str], unsafe_fixes: bool) -> list[Finding]:
     """A file that is not Python (a `.cu` source): the rules' file hooks for its suffix."""
     detector = Detector()
+    lines = [""]
     for hook in HOOKS.files.get(suffix, ()):
-        hook(detector, path)
-    return from_raw(detector.raw, path, [""], codes, unsafe_fixes)
+        lines = hook(detector, path) or lines  # a hook that read the file returns its lines (noqa, columns)
+    return from_raw(detector.raw, path, lines, codes, unsafe_fixes)

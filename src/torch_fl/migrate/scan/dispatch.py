@@ -61,6 +61,7 @@ class Dispatch:
     scope: int  # id() of the innermost function; 0 at module level
     in_class: bool
     quiet: int
+    import_fallback: int  # > 0 inside a `try:` that catches ImportError (scopes.py)
     periodic: int
     decorating: int  # > 0 while visiting a function's decorators
     done: set[int]

@@ -30,6 +30,12 @@ def other_suffixes() -> tuple[str, ...]:
     return tuple(HOOKS.files)
 
 
+def is_python(path: Path) -> bool:
+    """Whether a scan reads `path` as Python: anything but a file whose suffix a rule's file hook takes
+    (`.cu`, `.yaml`); a file named on the command line without a suffix is Python."""
+    return path.name.endswith(PYTHON_SUFFIXES) or path.suffix not in other_suffixes()
+
+
 class Unreadable(Exception):
     """A file whose bytes are not text in its declared (or the default UTF-8) encoding."""
 

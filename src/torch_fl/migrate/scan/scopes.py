@@ -126,6 +126,20 @@ class Scopes(Dispatch):
         self.quiet -= quiet
         self.stmt_line = outer
 
+    def visit_Try(self, node: ast.Try) -> None:
+        """`try: import fused_layer_norm_cuda` / `except ImportError:`: the code has a way without the
+        import, so an import there is optional (rules read ``import_fallback``)."""
+        outer, self.stmt_line = self.stmt_line, node.lineno
+        optional = any(_catches_import_error(handler.type) for handler in node.handlers)
+        self.import_fallback += optional
+        for stmt in node.body:
+            self.visit(stmt)
+        self.import_fallback -= optional
+        for part in (node.handlers, node.orelse, node.finalbody):
+            for stmt in part:
+                self.visit(stmt)
+        self.stmt_line = outer
+
     def visit_For(self, node: ast.For | ast.AsyncFor) -> None:
         outer = self.stmt_line
         self.stmt_line = node.lineno
@@ -171,3 +185,15 @@ class Scopes(Dispatch):
         self.loop -= 1
 
 
+
+
+# Exceptions whose handler catches a failed import.
+_IMPORT_ERRORS = frozenset({"ImportError", "ModuleNotFoundError", "Exception", "BaseException"})
+
+
+def _catches_import_error(kind: ast.expr | None) -> bool:
+    if kind is None:
+        return True  # a bare `except:`
+    kinds = kind.elts if type(kind) is ast.Tuple else [kind]
+    return any((k.id if type(k) is ast.Name else k.attr if type(k) is ast.Attribute else "") in _IMPORT_ERRORS
+               for k in kinds)

@@ -1,0 +1,197 @@
+"""The forms the third measurement missed (issue 30, item 4), beyond the per-rule fixtures: config files as
+scan targets (SARIF locations in them, noqa, the file set and its limits, never touched by fix), and the
+fixes the new forms get, as behaviour: the same result before and after on this CPU host and on a
+simulated CUDA host, and the accelerator's answer on an emulated NPU."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from torch_fl.cli import main
+from torch_fl.migrate.configfiles import MAX_CONFIG_BYTES
+from torch_fl.migrate.scan import scan_paths, scan_source
+
+RECIPE = """\
+# a torchtune-style recipe
+model:
+  _component_: torchtune.models.llama3_2.lora_llama3_2_1b
+device: cuda
+dtype: bf16
+dist:
+  backend: "nccl"
+"""
+
+
+def _tree(tmp_path: Path) -> Path:
+    (tmp_path / "recipes").mkdir()
+    (tmp_path / "recipes" / "lora.yaml").write_text(RECIPE)
+    (tmp_path / "config.json").write_text('{\n  "train": {"device": "cuda:0"},\n  "name": "cuda"\n}\n')
+    (tmp_path / "pyproject.toml").write_text('[tool.trainer]\ndistributed_backend = "nccl"\n')
+    (tmp_path / "defaults.py").write_text('_C.MODEL.DEVICE = "cuda"\n')
+    return tmp_path
+
+
+def _locations(log: dict[str, Any]) -> list[tuple[str, str, int, int, int, int]]:
+    found = []
+    for result in log["runs"][0]["results"]:
+        location = result["locations"][0]["physicalLocation"]
+        region = location["region"]
+        found.append((result["ruleId"], location["artifactLocation"]["uri"], region["startLine"],
+                      region["startColumn"], region["endLine"], region["endColumn"]))
+    return found
+
+
+def test_config_files_are_scanned_with_sarif_locations_in_them(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(_tree(tmp_path))
+    assert main(["scan", ".", "--format", "sarif"]) == 1
+    log = json.loads(capsys.readouterr().out)
+    # Columns are 1-based, the end exclusive, the region the value's source text (quotes included).
+    assert sorted(_locations(log)) == [
+        ("FL107", "config.json", 2, 23, 2, 31),
+        ("FL107", "defaults.py", 1, 19, 1, 25),
+        ("FL107", "recipes/lora.yaml", 4, 9, 4, 13),
+        ("FL504", "pyproject.toml", 2, 23, 2, 29),
+        ("FL504", "recipes/lora.yaml", 7, 12, 7, 18),
+    ]
+    lines = (tmp_path / "recipes" / "lora.yaml").read_text().splitlines()
+    assert lines[3][8:12] == "cuda" and lines[6][11:17] == '"nccl"'
+    messages = {r["message"]["text"] for r in log["runs"][0]["results"]}
+    assert "Config key `dist.backend` is set to the NCCL backend (no automatic fix: code elsewhere reads the " \
+           "file's string). Leave the key out (or null) and default it in code to `torch.fl.dist_backend()`, or " \
+           "run the code under the CUDA alias (`torchfl run`)." in messages
+
+
+def test_config_file_findings_respect_noqa_selection_and_the_file_limits(tmp_path):
+    root = tmp_path
+    (root / "a.yaml").write_text("device: cuda  # noqa: FL107\nbackend: nccl  # noqa\n")
+    (root / "big.json").write_text('{"device": "cuda", "pad": "' + "x" * MAX_CONFIG_BYTES + '"}\n')
+    (root / "latin1.yaml").write_bytes("device: cuda\nname: caf\xe9\n".encode("latin-1"))
+    (root / "b.yml").write_text("device: cuda\n")
+    result = scan_paths([root])
+    assert [(Path(f.path).name, f.code) for f in result.findings] == [("b.yml", "FL107")]
+    assert not result.errors  # a config file that is not text, or too big, is not an error: it is not read
+    assert [f.code for f in scan_paths([root], select=["FL5"]).findings] == []
+
+
+def test_fix_never_touches_config_files(tmp_path):
+    pytest.importorskip("libcst")
+    from torch_fl.migrate.fix import fix_paths
+
+    root = _tree(tmp_path)
+    before = {p: p.read_bytes() for p in root.rglob("*") if p.is_file() and p.suffix != ".py"}
+    report = fix_paths([root], unsafe=True)
+    assert [e.path.name for e in report.changed_files] == ["defaults.py"]
+    assert (root / "defaults.py").read_text().endswith("_C.MODEL.DEVICE = torch.fl.device_type()\n")
+    assert {p: p.read_bytes() for p in before} == before
+
+
+# Fixes of the new forms, as behaviour ----------------------------------------------------------------
+SNIPPET = '''\
+import torch
+from dataclasses import dataclass
+
+
+@dataclass
+class TrainConfig:
+    device: str = "cuda"
+    distributed_backend: str = "nccl"
+
+
+def half_on_gpu(x):
+    return x.type() == "torch.cuda.HalfTensor"
+
+
+def needs_cast(model):
+    if model.weight.type() != "torch.cuda.FloatTensor":
+        return "cast"
+    return "keep"
+'''
+
+
+class _CudaTensor:
+    """What a CUDA tensor shows these functions (a CPU build has none): its type name, dtype, device."""
+
+    def __init__(self, dtype: Any, name: str) -> None:
+        import torch
+
+        self.dtype, self.device, self._name = dtype, torch.device("cuda", 0), name
+
+    def type(self) -> str:
+        return self._name
+
+
+def _load(source: str) -> types.ModuleType:
+    module = types.ModuleType("snippet")
+    exec(compile(source, "snippet", "exec", dont_inherit=True), module.__dict__)
+    return module
+
+
+def _results(module: types.ModuleType, tensors: list[Any]) -> list[Any]:
+    return [[module.half_on_gpu(t), module.needs_cast(types.SimpleNamespace(weight=t))] for t in tensors]
+
+
+@pytest.fixture(scope="module")
+def fixed() -> dict[str, str]:
+    pytest.importorskip("libcst")
+    from torch_fl.migrate.fix import fix_source
+
+    return {"safe": fix_source(SNIPPET).new_source, "unsafe": fix_source(SNIPPET, unsafe=True).new_source}
+
+
+def test_the_new_forms_are_found_with_their_fix_safety():
+    found = {(f.code, f.line, f.safety) for f in scan_source(SNIPPET)}
+    assert found == {("FL107", 7, "unsafe"), ("FL504", 8, "unsafe"), ("FL103", 12, "safe"), ("FL103", 16, "safe")}
+
+
+def test_type_name_comparisons_behave_the_same_on_the_cpu_and_on_cuda(fixed):
+    import torch
+
+    import torch_fl  # noqa: F401  (installs torch.fl)
+
+    safe = fixed["safe"]
+    assert "return (x.dtype == torch.float16 and torch.fl.is_accelerator(x.device))" in safe
+    assert "if not (model.weight.dtype == torch.float32 and torch.fl.is_accelerator(model.weight.device)):" in safe
+    assert 'device: str = "cuda"' in safe  # FL107's fix is unsafe: not applied by default
+    before, after = _load(SNIPPET), _load(safe)
+    host = [torch.zeros(2, dtype=torch.float16), torch.zeros(2), torch.zeros(2, dtype=torch.int64)]
+    assert _results(after, host) == _results(before, host) == [[False, "cast"]] * 3
+    cuda = [_CudaTensor(torch.float16, "torch.cuda.HalfTensor"), _CudaTensor(torch.float32, "torch.cuda.FloatTensor")]
+    assert _results(after, cuda) == _results(before, cuda) == [[True, "cast"], [False, "keep"]]
+
+
+def test_config_default_fixes_are_unsafe_and_resolve_at_import(fixed, monkeypatch):
+    import torch
+
+    import torch_fl  # noqa: F401
+
+    unsafe = fixed["unsafe"]
+    assert "device: str = torch.fl.device_type()" in unsafe
+    assert "distributed_backend: str = torch.fl.dist_backend()" in unsafe
+    # On this CPU host the default is the CPU's (it was "cuda", which failed at first use): unsafe.
+    assert vars(_load(unsafe).TrainConfig()) == {"device": "cpu", "distributed_backend": "gloo"}
+    monkeypatch.setattr(torch.fl, "device_type", lambda device=None: "cuda")  # a CUDA host, as the code sees it
+    monkeypatch.setattr(torch.fl, "dist_backend", lambda device=None: "nccl")
+    assert vars(_load(unsafe).TrainConfig()) == vars(_load(SNIPPET).TrainConfig())
+
+
+def test_fixed_forms_answer_for_the_accelerator_on_an_emulated_npu(fixed, tmp_path):
+    script = tmp_path / "fixed.py"
+    script.write_text(fixed["unsafe"] + (
+        "\nx = torch.zeros(2, dtype=torch.float16, device=torch.fl.device())\n"
+        "print(TrainConfig(), half_on_gpu(x), needs_cast(type('M', (), {'weight': x.float()})))\n"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FL_")}
+    env.update(FL_DEVICE="emu:npu", CUDA_VISIBLE_DEVICES="")
+    proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = proc.stdout.splitlines()[-1]
+    # The emulated chip's collectives run on gloo over the host data (its backend string says so).
+    assert line.startswith("TrainConfig(device='npu', distributed_backend=") and line.endswith(") True keep")
+    assert "cuda" not in line and "nccl" not in line
