@@ -115,6 +115,34 @@ def test_kernel_route_and_handle_removal():
     assert not torch.nn.functional.gelu(x16).eq(42).any()
 
 
+@needs_get_kernel
+def test_a_kernel_handle_installs_and_removes_its_op_alone():
+    """register_kernel re-installs the routers of that op only (per-op handles): the key's backend
+    fallback and every other op's router stay as they were, and the table keeps its other decisions."""
+    active = torch_fl.activate()
+    installation = active.installation
+    fallback, others = installation.fallback, dict(installation.libraries)
+    routed_before = set(installation.ops)
+    table = route_table()
+    bmm = table.route("aten::bmm.default", "float32")
+    handle = torch_fl.register_kernel("aten::gelu.default", lambda x, approximate="none": x * 0 + 7,
+                                      dtypes=["float16"])
+    try:
+        assert torch_fl.routing.active() is active, "the activation itself was not replaced"
+        assert installation.fallback is fallback and all(installation.libraries[op] is lib
+                                                          for op, lib in others.items())
+        assert set(installation.ops) == routed_before | {"aten::gelu.default"}
+        assert "aten::gelu.default" in installation.libraries
+        assert route_table() is table and table.route("aten::bmm.default", "float32") is bmm
+        assert torch.nn.functional.gelu(torch.ones(3).half()).eq(7).all()
+        assert not torch.nn.functional.gelu(torch.ones(3)).eq(7).any()
+    finally:
+        handle.remove()
+    assert set(installation.ops) == routed_before and "aten::gelu.default" not in installation.libraries
+    assert not torch.nn.functional.gelu(torch.ones(3).half()).eq(7).any()
+    assert installation.fallback is fallback
+
+
 def test_kernel_for_another_device_type_is_ignored():
     torch_fl.activate()
     handle = torch_fl.register_kernel("aten::gelu", lambda x, approximate="none": x * 0, device_type="npu")

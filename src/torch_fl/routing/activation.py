@@ -146,7 +146,7 @@ def refresh() -> None:
 def add_kernel(op: str, entry: KernelEntry) -> None:
     with lock:
         kernels.setdefault(op, []).append(entry)
-        refresh()
+        kernels_changed(op)
 
 
 def remove_kernel(op: str, entry: KernelEntry) -> None:
@@ -154,7 +154,22 @@ def remove_kernel(op: str, entry: KernelEntry) -> None:
         entries = kernels.get(op, [])
         if entry in entries:
             entries.remove(entry)
+        kernels_changed(op)
+
+
+def kernels_changed(op: str) -> None:
+    """After a kernel of `op` was registered or removed: every table forgets `op`, and routers on a
+    dispatch key are re-installed for its overloads alone (per-op handles). An emulation on the stack
+    keeps per-op decisions of its own, so there everything is re-installed (`refresh`)."""
+    from .install import KeyInstallation
+
+    if any(not isinstance(a.installation, KeyInstallation) for a in stack):
         refresh()
+        return
+    tables = {id(t): t for t in [t for _, t in _tables.values()] + [a.table for a in stack]}
+    named = tuple({o for table in tables.values() for o in table.forget(op)})
+    for a in stack:
+        a.installation.refresh_op(op, named)
 
 
 __all__ = ["Activation", "activate_resolved", "active", "deactivate", "install", "refresh"]
