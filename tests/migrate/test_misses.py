@@ -75,6 +75,9 @@ def test_config_file_findings_respect_noqa_selection_and_the_file_limits(tmp_pat
     (root / "big.json").write_text('{"device": "cuda", "pad": "' + "x" * MAX_CONFIG_BYTES + '"}\n')
     (root / "latin1.yaml").write_bytes("device: cuda\nname: caf\xe9\n".encode("latin-1"))
     (root / "b.yml").write_text("device: cuda\n")
+    (root / ".github" / "workflows").mkdir(parents=True)  # CI settings: a build matrix, not a device default
+    (root / ".github" / "workflows" / "docker.yml").write_text("matrix:\n  include:\n    - device: cuda\n")
+    (root / ".pre-commit-config.yaml").write_text("device: cuda\n")
     result = scan_paths([root])
     assert [(Path(f.path).name, f.code) for f in result.findings] == [("b.yml", "FL107")]
     assert not result.errors  # a config file that is not text, or too big, is not an error: it is not read

@@ -18,6 +18,8 @@ from .base import OTHER_VENDORS, fixes, on, on_file, rule, str_value, terminal_n
 # (default=), pydantic.Field(default).
 _FIELD_CALLS = frozenset({"field", "ib", "attrib", "Field"})
 _POSITIONAL_DEFAULT = frozenset({"ib", "attrib", "Field"})
+# CI and tool settings, not the program's config: their `device: cuda` picks a build matrix or a runner.
+_CI_DIRS = frozenset({".github", ".gitlab", ".circleci", ".buildkite", ".azure-pipelines"})
 _FILE_NOTE = "no automatic fix: code elsewhere reads the file's string"
 _PYTHON_NOTE = "unsafe: code elsewhere may compare it with \"{value}\" or save it, and the replacement runs at import"
 
@@ -60,8 +62,9 @@ class TrainConfig:
                   "may compare with \"cuda\", save or print, and the replacement runs when the module is "
                   "imported. A config file gets no fix: its value is read by code the scanner does not see, "
                   "and the file cannot call torch.fl. Config files are `*.yaml`, `*.yml`, `*.json` and `*.toml` "
-                  "under the scanned tree, up to 1 MiB (bigger ones are data); `# noqa: FL107` works in YAML "
-                  "and TOML comments.",
+                  "under the scanned tree, up to 1 MiB (bigger ones are data), except CI and tool settings "
+                  "(under `.github/`, `.gitlab/`, `.circleci/`, and dotfiles such as `.pre-commit-config.yaml`); "
+                  "`# noqa: FL107` works in YAML and TOML comments.",
 
 )
 
@@ -165,7 +168,11 @@ def config_defaults_settled(det: Any) -> None:
 @on_file(*CONFIG_SUFFIXES)
 def config_file(det: Any, path: str) -> list[str] | None:
     """Device and backend keys of a config file. Returns the file's lines (for `# noqa` and columns), or
-    None for a file that is not read: too big (data), not text, or without "cuda" and "nccl"."""
+    None for a file that is not read: CI or tool settings (under .github/, a dotfile), too big (data),
+    not text, or without "cuda" and "nccl"."""
+    parts = Path(path).parts
+    if parts[-1].startswith(".") or _CI_DIRS.intersection(parts):
+        return None
     try:
         if os.stat(path).st_size > MAX_CONFIG_BYTES:
             return None

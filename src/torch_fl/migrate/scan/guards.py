@@ -64,12 +64,12 @@ class Guards(Dispatch):
 
     def names_cuda(self, test: ast.expr) -> bool:
         """Whether a condition asks about CUDA: torch.cuda.is_available(), device_count(), a comparison
-        with "cuda", x.is_cuda, torch.version.cuda."""
+        with "cuda" or a CUDA type name ("torch.cuda.HalfTensor"), x.is_cuda, torch.version.cuda."""
         for sub in ast.walk(test):
             kind = type(sub)
             if kind is ast.Call and self.qualname(sub.func) in AVAILABILITY:
                 return True
-            if kind is ast.Constant and type(sub.value) is str and sub.value.startswith("cuda"):
+            if kind is ast.Constant and type(sub.value) is str and sub.value.startswith(("cuda", "torch.cuda.")):
                 return True
             if kind is ast.Attribute and (sub.attr == "is_cuda" or self.qualname(sub) == "torch.version.cuda"):
                 return True
