@@ -82,7 +82,7 @@ def test_fallback_typo_is_an_error_not_strict_mode_off():
     assert _env.FL_FALLBACK.parse("error") == "error" and _env.FL_FALLBACK.parse("") == "warn"
     message = _error("FL_FALLBACK", "eror")
     assert message.startswith("FL_FALLBACK: 'eror' is not one of: warn, error. Did you mean 'error'?")
-    assert "Fix: correct or unset FL_FALLBACK (see docs/env.md)." in message
+    assert "Fix: correct or unset FL_FALLBACK (see `torchfl docs env`)." in message
 
 
 def test_fallback_typo_fails_activation(monkeypatch):

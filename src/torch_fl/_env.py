@@ -33,7 +33,7 @@ from .errors import ConfigError, did_you_mean
 # One vocabulary for booleans, case-insensitive; empty means "unset" (the default).
 TRUE = ("1", "true", "yes", "on")
 FALSE = ("0", "false", "no", "off")
-_DOCS = "docs/env.md"
+_DOCS = "`torchfl docs env`"  # the page, shipped in the wheel (torch_fl/docs)
 # re's \d and int()/float() accept every Unicode digit ('١٠' is 10) and '1_0'; settings take ASCII only.
 _INT = re.compile(r"[0-9]{1,18}", re.ASCII)
 _DECIMAL = re.compile(r"([0-9]{1,18}(\.[0-9]{0,18})?|\.[0-9]{1,18})", re.ASCII)

@@ -111,7 +111,7 @@ def user_config(explicit: Path | None = None) -> ConfigFile:
         why = "is a folder" if path.is_dir() else "exists but is not a regular file" if path.exists() else \
             "does not exist"
         raise ConfigError(f"FL_CONFIG: {path} {why}; it names the user config file. Fix: point FL_CONFIG at a "
-                          "TOML file (see docs/env.md), or unset it to use ~/.config/torch_fl/config.toml.")
+                          "TOML file (see `torchfl docs env`), or unset it to use ~/.config/torch_fl/config.toml.")
     return ConfigFile(None)
 
 

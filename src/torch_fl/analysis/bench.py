@@ -37,7 +37,7 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_map
 
-from ..report import Chart, Report, Section, Table, progress
+from ..report import Chart, Report, Section, Stage, Table, progress, stage
 from .model import ModelSpec
 
 MODES = ("routed", "native")
@@ -251,9 +251,8 @@ def bench(spec: ModelSpec, device: str, *, steps: int = 20, warmup: int = 3, tra
     blocks: list[tuple[str, list[float]]] = []  # (mode, its step times) in the order they ran
     route_seconds: Counter[str] = Counter()
     op_time: dict[tuple[str, str, str], list[float]] = {}
-    progress(f"timing {steps} steps per mode in blocks of {block}")
 
-    def run(mode: str, count: int) -> None:
+    def run(mode: str, count: int, counter: Stage) -> None:
         result = results[mode]
         with context(mode):
             # A switch leaves cold caches (route caches, dispatch tables rewritten): untimed steps let them
@@ -281,6 +280,7 @@ def bench(spec: ModelSpec, device: str, *, steps: int = 20, warmup: int = 3, tra
                 result.memory.append(used)
                 result.deltas.append(used - before)
                 order.append((mode, used))
+                counter.advance()
             result.peak = max(result.peak, runtime.max_memory_allocated(dev))
             route_seconds.update(routed_seconds())
             for r in route_stats():
@@ -290,16 +290,18 @@ def bench(spec: ModelSpec, device: str, *, steps: int = 20, warmup: int = 3, tra
 
     began = time.monotonic()
     plan = _schedule(steps, block)
-    for mode, count in plan:
-        run(mode, count)
+    with stage(f"timing {steps} steps per mode in blocks of {block}", total=2 * steps, unit="steps") as counter:
+        for mode, count in plan:
+            run(mode, count, counter)
     done, rounds = steps, len(plan) // 2
     while settled is not None and max_steps and done < max_steps and time.monotonic() - began < max_seconds \
             and not settled(alignment_interval(paired_rounds(blocks))):
         more = min(done, max_steps - done)
-        progress(f"alignment undecided after {done} pairs: timing {more} more steps per mode")
         plan = _schedule(more, block, first_round=rounds)
-        for mode, count in plan:
-            run(mode, count)
+        with stage(f"alignment undecided after {done} pairs: timing {more} more steps per mode",
+                   total=2 * more, unit="steps") as counter:
+            for mode, count in plan:
+                run(mode, count, counter)
         done, rounds = done + more, rounds + len(plan) // 2
     ops = [{"op": op, "dtype": dtype, "route": route, "calls": calls, "seconds": seconds}
            for (op, dtype, route), (calls, seconds) in sorted(op_time.items(), key=lambda kv: -kv[1][1])]

@@ -211,7 +211,7 @@ class Description:
             f"(ops.native = \"probe\"), but {self.plugin or 'its backend'} is not loaded in this process, "
             f"and it names no vendor op table (ops.table) to answer from offline: probing here would "
             f"find only the composite ops. Fix: add ops.table = \"tables/{self.name}.txt\" (written by "
-            f"scripts/gen_op_tables.py --vendor from the vendor's registrations, docs/descriptions.md), "
+            f"scripts/gen_op_tables.py --vendor from the vendor's registrations; `torchfl docs descriptions`), "
             f"set ops.native to a list or 'file:PATH', or run where the plugin is loaded",
             path=self.path, key="ops.table")
 

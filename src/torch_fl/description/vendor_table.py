@@ -126,7 +126,7 @@ def read_vendor_table(path: str | Path) -> VendorTable:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise DescriptionError(f"cannot read vendor op table: {exc.strerror}; regenerate it with "
-                               f"scripts/gen_op_tables.py --vendor {path.stem} (docs/descriptions.md)",
+                               f"scripts/gen_op_tables.py --vendor {path.stem} (`torchfl docs descriptions`)",
                                path=str(path)) from None
     header: dict[str, str] = {}
     rows: dict[str, tuple[str, frozenset[str] | None]] = {}

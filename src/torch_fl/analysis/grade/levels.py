@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from ...report import VERDICTS
+from ...report import INCONCLUSIVE, VERDICTS
 from ..bench import CONFIDENCE, LEAK_MIN_SAMPLES, MIN_PAIRS, MIN_ROUNDS, NOISY
 from ..bench import TARGET as ALIGNMENT_TARGET
 from ..coverage import NATIVE_CALLS_WARNING
@@ -24,13 +24,12 @@ from .runs import PREFLIGHT_RANKS, Outcome, PreflightPlan, Target, _shapes
 
 LEVELS = ("L0", "L1", "L2")
 PASS, FAIL, NOT_MEASURED = VERDICTS
-INCONCLUSIVE = "INCONCLUSIVE"
 STATUSES = (PASS, FAIL, INCONCLUSIVE, NOT_MEASURED)
 
 NATIVE_SHARE_TARGET = NATIVE_CALLS_WARNING  # below 80% of calls native is a warning sign
 SCALING_TARGET = 3.2  # 4-device training speed-up (80% efficiency)
 SCALING_DEVICES = 4
-SOURCE = "torch-fl's adaptation levels and metric thresholds: docs/analysis.md, 'torchfl grade'"
+SOURCE = "torch-fl's adaptation levels and metric thresholds: `torchfl docs analysis`, 'torchfl grade'"
 
 LEVEL_TITLE = {"L0": "the model runs", "L1": "deployable", "L2": "production"}
 LEVEL_MEANING = {
