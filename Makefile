@@ -30,7 +30,7 @@ test: venv
 # The edit-test loop: everything but the tests marked slow (multi-process runs, real compiles, subprocess
 # launches), under 2 minutes on a quiet 2-core machine.
 test-fast: venv
-	$(PY) -m pytest -m "not slow" --session-timeout=$(TEST_SESSION_TIMEOUT)
+	TORCH_FL_TEST_FAST_LIMIT=4 $(PY) -m pytest -m "not slow" --session-timeout=$(TEST_SESSION_TIMEOUT)
 
 lint: venv
 	$(VENV)/bin/ruff check .

@@ -29,3 +29,34 @@ def test_a_hanging_test_is_ended(tmp_path):
                            str(tmp_path / "test_hang.py")], cwd=tmp_path, capture_output=True, text=True,
                           timeout=50)
     assert done.returncode != 0 and "Timeout" in done.stdout + done.stderr
+
+
+def test_fast_suite_fails_on_a_test_over_its_budget_not_marked_slow(tmp_path):
+    """`make test-fast` sets TORCH_FL_TEST_FAST_LIMIT=4: a not-slow test that passes slower fails the
+    session with its name and the fix; a slow-marked one is exempt; without the variable nothing is timed."""
+    (tmp_path / "test_timed.py").write_text(
+        "import time\nimport pytest\n\n"
+        "def test_quick():\n    pass\n\n"
+        "def test_sluggish():\n    time.sleep(0.6)\n\n"
+        "@pytest.mark.slow\ndef test_marked():\n    time.sleep(0.6)\n")
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    slow: slow\n")
+    env = {**__import__("os").environ, "PYTHONPATH": str(ROOT / "tests")}
+
+    def run(limit: str | None) -> subprocess.CompletedProcess:
+        full = dict(env)
+        full.pop("TORCH_FL_TEST_FAST_LIMIT", None)
+        if limit is not None:
+            full["TORCH_FL_TEST_FAST_LIMIT"] = limit
+        return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "fast_budget",
+                               str(tmp_path / "test_timed.py")], cwd=tmp_path, capture_output=True, text=True,
+                              env=full, timeout=120)
+
+    timed = run("0.3")
+    assert timed.returncode == 1, timed.stdout + timed.stderr
+    assert "3 passed" in timed.stdout and "test_timed.py::test_sluggish" in timed.stdout
+    assert "test_marked" not in timed.stdout.split("not marked slow")[1]
+    assert "Fix: mark each @pytest.mark.slow" in timed.stdout
+    assert run(None).returncode == 0
+    bad = run("soon")
+    assert bad.returncode != 0 and "is not a number of seconds" in bad.stdout + bad.stderr
+    assert "TORCH_FL_TEST_FAST_LIMIT=4" in (ROOT / "Makefile").read_text(encoding="utf-8")
