@@ -12,6 +12,7 @@ from . import (
     attention,
     autocast,
     compiled,
+    composites,
     dist,
     factories,
     generator,
@@ -49,6 +50,7 @@ def ensure(count: int, chip: Any = None) -> None:
             generator._register_generator()
             lazy.register()
             attention.register()  # scaled_dot_product_attention's fused path where the chip has one
+            composites.register()  # silu_backward & co.: the chip's kernel where it has one
             autocast.register(backend_name())
             compiled.register()  # torch.compile: Inductor refused (it would compile for the host)
             dist.register()  # the c10d backend of the emulated type (init_process_group(device_id=emu:N))

@@ -30,8 +30,8 @@ from torch.utils._pytree import tree_map
 from ...description.probe import canonical_op_name
 from ..router import first_dtype
 from ..table import Route, dtype_name, foreign_output_dtype
+from . import composites, wider
 from . import storage as _storage
-from . import wider
 from .memory import _allocated, _nbytes
 from .reference import REFERENCE
 from .slot import backend_name, device, state
@@ -518,8 +518,10 @@ def _dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
 def _composite(func: Any) -> bool:
     """A CompositeImplicitAutograd op reaches the device only where autograd is off (inference mode: no
     autograd key decomposes it first). A real backend still runs its composite kernel, and so does this
-    one: ``x.to("cpu")`` copies to the host, views keep their version counter."""
-    return torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd")
+    one: ``x.to("cpu")`` copies to the host, views keep their version counter. (The ops of composites.py, which
+    chips also have kernels of, reach the device only where the chip has the kernel: they run it.)"""
+    return torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd") and \
+        func.name().removeprefix("aten::") not in composites.OPS
 
 
 def _decompose(func: Any, args: tuple, kwargs: dict) -> Any:
