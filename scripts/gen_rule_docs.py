@@ -315,6 +315,22 @@ RecursionError", and a file saved while fix runs is kept (its size and hash are 
 atomic replace; the report says "not written: the file changed on disk since torchfl fix read it"):
 `tests/migrate/test_fix_robust.py`.
 
+**Misses found** (item 4): config defaults in Python (FL107, FL504: `_C.MODEL.DEVICE = "cuda"`,
+`distributed_backend: str = "nccl"`) and in YAML/JSON/TOML files, CUDA type names compared as strings
+(FL103), `getattr(torch, "cuda")` (FL204), CUDA IPC handles (FL604), built CUDA extensions imported
+(FL704) and `kwargs["device_ids"] = [local_rank]` (FL106). On detectron2, torchtune and fairseq (December
+2026 heads, 3,286 files, 8.8 s) these rules give 221 findings, each read and real: FL107 198 (torchtune's
+196 recipes with `device: cuda`, detectron2's `_C.MODEL.DEVICE` and DensePose's `_C.BOOTSTRAP_MODEL.DEVICE`),
+FL504 6 (fairseq's `DistributedTrainingConfig.distributed_backend` field and 5 HuBERT recipes), FL103 14
+(3 fixed: `z.type() == 'torch.cuda.HalfTensor'` in fairseq's glow.py; the check above
+`torch.cuda.HalfTensor(...)` is left, since it guards that constructor), FL704 3 (`lightconv_cuda`,
+`dynamicconv_cuda`, `fused_adam_cuda`). Recall against a grep truth (config-file lines whose key contains
+`device` or `backend` and whose value is `cuda`, `cuda:N` or `nccl`, outside `.github/`, dotfiles and files
+over 1 MiB) on those three and eight more (verl, LLaMA-Factory, nanotron, DeepSpeed, DeepSpeedExamples,
+diffusers, OpenRLHF, lit-llama): 210 of 210 found. The Python lines
+such a grep finds and FL107 does not are FL105's (`self.device = "cuda"` that reaches `.to(self.device)`
+in the same module), function parameter defaults, or text in a docstring.
+
 The judged samples of timm and litgpt, with the two false positives marked, then every finding of the
 second measurement:
 
