@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from torch_fl.cli import build_parser, main
-from torch_fl.cli.scan import Progress
+from torch_fl.cli.file_progress import FileProgress
 from torch_fl.report import end_progress, set_progress
 
 SOURCE = 'import torch\nx = torch.zeros(3).cuda()\n'
@@ -94,7 +94,7 @@ def test_a_short_scan_shows_no_progress(tree, stderr, capsys):
 def test_a_long_run_shows_stage_lines_on_a_terminal_only(tree, stderr, capsys, monkeypatch, command):
     if command == "fix":
         pytest.importorskip("libcst")
-    monkeypatch.setattr(Progress, "AFTER", 0.0)  # every run is "long"
+    monkeypatch.setattr(FileProgress, "AFTER", 0.0)  # every run is "long"
     argv = [command, "--diff", "."] if command == "fix" else [command, "."]
     stream = stderr(tty=True)
     main(argv)

@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
 
     from ..migrate.fix import fix_paths
     from ..migrate.scan import ScanConfigError
-    from .scan import Progress
+    from .file_progress import FileProgress
 
     # --select/--ignore may repeat; each takes a comma-separated list.
     select = [c for group in args.select for c in group] if args.select else None
@@ -77,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
         shown(done, None)
 
     try:
-        with Progress("fixing") as shown:
+        with FileProgress("fixing") as shown:
             report = fix_paths(args.paths, unsafe=args.unsafe, diff=args.diff, select=select, ignore=ignore,
                                on_file=count)
     except ScanConfigError as exc:

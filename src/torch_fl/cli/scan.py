@@ -10,15 +10,14 @@ files, 2 usage error. The rules are documented in docs/migrate-rules.md.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from .args import STDOUT, add_json, add_quiet
+from .file_progress import FileProgress
 
 NO_FINDINGS, FINDINGS, USAGE = 0, 1, 2
 DOCS = "docs/migrate-rules.md"
@@ -94,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
         print("torchfl scan: error: --statistics works with --format text or json", file=sys.stderr)
         return USAGE
     try:
-        with Progress("scanning") as shown:
+        with FileProgress("scanning") as shown:
             result = scan_paths(args.paths, _codes(args.select), _codes(args.ignore),
                                 unsafe_fixes=args.unsafe_fixes,
                                 on_file=lambda so_far, total: shown(so_far.files, total))
@@ -144,39 +143,6 @@ def _is_scanned(output: str, paths: list[str]) -> bool:
                    if path.suffix not in CONFIG_SUFFIXES)
     except ScanConfigError:
         return False  # reported when the scan starts
-
-
-class Progress(contextlib.AbstractContextManager["Progress"]):
-    """The progress of a long scan or fix: nothing for its first 2 s (most runs are shorter, and a linter
-    prints nothing but its findings), then a stage line ("scanning 5,000 files") with torch_fl.report's
-    status line under it (done/total files, the time, an ETA). Only to a terminal and never with
-    --quiet (torch_fl.report.progress_enabled). Call it with (files done, files in all or None)."""
-
-    AFTER = 2.0  # seconds before anything is shown
-
-    def __init__(self, verb: str) -> None:
-        self.verb = verb
-        self.started = time.monotonic()
-        self.stage: Any = None
-        self.off = False
-        self.stack = contextlib.ExitStack()
-
-    def __call__(self, done: int, total: int | None) -> None:
-        if self.stage is None:
-            if self.off or time.monotonic() - self.started < self.AFTER:
-                return
-            from ..report import progress_enabled, stage
-
-            if not progress_enabled():
-                self.off = True
-                return
-            what = f"{self.verb} {total:,} files" if total is not None else f"{self.verb} files"
-            self.stage = self.stack.enter_context(stage(what, total=total, unit="files"))
-            self.stage.started = self.started  # the ETA counts from the start of the run
-        self.stage.done = done
-
-    def __exit__(self, *exc: object) -> None:
-        self.stack.close()  # the status line is cleared before the report goes to the same terminal
 
 
 def _items(result: Any) -> list[dict[str, Any]]:
