@@ -91,12 +91,19 @@ def test_the_chips_routes_are_checked_while_tracing():
     torch._dynamo.reset()
 
 
-@pytest.mark.parametrize("how", ["default", "string", "mode"])
+@pytest.mark.parametrize("how", ["default", "string", "mode", "dynamo.optimize", "compile_fx"])
 def test_inductor_stops_with_torch_fls_error(cuda, how):
+    """Every way to Inductor, torch.compile's and the ones around it (dynamo.optimize and passing
+    compile_fx as the backend once compiled host code for the emulated chip in silence)."""
+    from torch._inductor.compile_fx import compile_fx
+
     model = Rotary().to(cuda)
     x = torch.randn(2, 5, 8, device=cuda)
     compile_ = {"default": lambda: torch.compile(model), "string": lambda: torch.compile(model, backend="inductor"),
-                "mode": lambda: torch.compile(model, mode="max-autotune-no-cudagraphs")}[how]
+                "mode": lambda: torch.compile(model, mode="max-autotune-no-cudagraphs"),
+                "dynamo.optimize": lambda: torch._dynamo.optimize("inductor")(model),
+                "compile_fx": lambda: torch.compile(model, backend=compile_fx)}[how]
+    torch._dynamo.reset()
     with pytest.raises(Exception, match=r"torch-fl: Inductor cannot compile for the emulated device emu:0 "
                                         r"\(chip 'cuda'\): it would generate host \(CPU\) code") as info:
         compile_()(x)

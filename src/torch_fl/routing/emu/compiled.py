@@ -9,6 +9,10 @@ emulate the chip named (``eager``, ``aot_eager``).
 
 from __future__ import annotations
 
+import functools
+import importlib.abc
+import importlib.util
+import sys
 from typing import Any
 
 import torch
@@ -17,26 +21,66 @@ from ...errors import RuntimeUnsupportedError
 from .slot import backend_name, state
 
 _installed = False
+COMPILE_FX = "torch._inductor.compile_fx"  # every Inductor entry calls its compile_fx at call time
 
 
 def register() -> None:
-    """Guard ``torch.compile``'s Inductor backend (``torch.compile(m)``, ``backend="inductor"``, every mode):
-    a graph with a tensor on the emulated device is refused before Inductor compiles it."""
+    """Guard Inductor (``torch.compile(m)``, ``backend="inductor"``, every mode, and the paths around
+    torch.compile: ``torch._dynamo.optimize("inductor")``, ``backend=compile_fx``): a graph with a tensor
+    on the emulated device is refused before Inductor compiles it. The guard wraps
+    ``torch._inductor.compile_fx.compile_fx``, which each of them looks up when it compiles; that module
+    is patched when it is first imported (Inductor is heavy: importing it here would make every
+    ``import torch_fl`` pay for it)."""
     global _installed
-    wrapper = getattr(torch, "_TorchCompileInductorWrapper", None)
-    if _installed or wrapper is None:
+    if _installed:
         return
-    original = wrapper.__call__
+    _installed = True
+    module = sys.modules.get(COMPILE_FX)
+    if module is not None:
+        _guard(module)
+    else:
+        sys.meta_path.insert(0, _PatchOnImport())
 
-    def __call__(self: Any, model_: Any, inputs_: Any, *args: Any, **kwargs: Any) -> Any:
-        where = on_device(model_, inputs_)
+
+def _guard(module: Any) -> None:
+    original = module.compile_fx
+    if getattr(original, "_torch_fl_guard", False):
+        return
+
+    @functools.wraps(original)
+    def compile_fx(model_: Any, example_inputs_: Any, *args: Any, **kwargs: Any) -> Any:
+        where = on_device(model_, example_inputs_)
         if where is not None:
             raise RuntimeUnsupportedError(inductor_refusal(where))
-        return original(self, model_, inputs_, *args, **kwargs)
+        return original(model_, example_inputs_, *args, **kwargs)
 
-    __call__.__wrapped__ = original  # type: ignore[attr-defined]
-    wrapper.__call__ = __call__
-    _installed = True
+    compile_fx._torch_fl_guard = True  # type: ignore[attr-defined]
+    module.compile_fx = compile_fx
+
+
+class _PatchOnImport(importlib.abc.MetaPathFinder):
+    """Finds nothing itself: when torch._inductor.compile_fx is imported, the spec the other finders give
+    gets a loader that guards compile_fx right after the module runs; then this finder leaves."""
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        if name != COMPILE_FX:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        loader = spec.loader
+
+        class _Guarding(importlib.abc.Loader):
+            def create_module(self, spec_: Any) -> Any:
+                return loader.create_module(spec_)
+
+            def exec_module(self, module: Any) -> None:
+                loader.exec_module(module)
+                _guard(module)
+
+        spec.loader = _Guarding()
+        return spec
 
 
 def inductor_refusal(where: torch.device) -> str:
