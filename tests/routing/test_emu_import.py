@@ -11,6 +11,9 @@ import sys
 
 import pytest
 
+# each test starts interpreters (7-14 s measured on the shared 2-core machine)
+pytestmark = pytest.mark.slow
+
 HEAVY = ("sympy", "torch.distributed.tensor", "torch._dynamo", "torch._inductor")
 
 
