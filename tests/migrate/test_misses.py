@@ -198,3 +198,16 @@ def test_fixed_forms_answer_for_the_accelerator_on_an_emulated_npu(fixed, tmp_pa
     # The emulated chip's collectives run on gloo over the host data (its backend string says so).
     assert line.startswith("TrainConfig(device='npu', distributed_backend=") and line.endswith(") True keep")
     assert "cuda" not in line and "nccl" not in line
+
+
+@pytest.mark.parametrize(("name", "data", "want"), [
+    ("crlf.yaml", b"\xef\xbb\xbfmodel:\r\n  device: cuda\r\n", [(2, 11, "model.device")]),
+    ("nested.json", b'{"a": [{"device": "cuda"}], "b": "x\\"y", "c": {"dist_backend": "nccl"}}',
+     [(1, 19, "a.device"), (1, 64, "c.dist_backend")]),
+    ("tables.toml", b'[[runs]]\nname = "a"\ndevice = \'cuda:0\'\n[dist]\nbackend = "nccl"  # c\n',
+     [(3, 10, "runs.device"), (5, 11, "dist.backend")]),
+])
+def test_config_file_forms(tmp_path, name, data, want):
+    (tmp_path / name).write_bytes(data)
+    found = scan_paths([tmp_path / name]).findings
+    assert [(f.line, f.col, f.message.split("`")[1]) for f in found] == want
