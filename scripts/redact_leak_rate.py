@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-detect-secrets", action="store_true", help="our own patterns alone")
     parser.add_argument("-v", "--verbose", action="store_true", help="print every leak")
     args = parser.parse_args(argv)
-    from torch_fl.cli import redact as module
+    from torch_fl import redact as module
 
     def redact(text: str) -> str:
         return module.redact(text, environ={}, home="/home/nobody-xyz", user="nobody-xyz",

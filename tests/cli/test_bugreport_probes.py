@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from torch_fl.cli import bugreport, main, redact
+from torch_fl import redact
+from torch_fl.cli import bugreport, main
 
 JWT = ("eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIiwibmFtZSI6IkpvaG4ifQ."
        "SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c")

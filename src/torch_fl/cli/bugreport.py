@@ -1,6 +1,6 @@
 """``torchfl bugreport``: a Markdown issue report with environment, versions, log tail and placeholders.
 
-Secrets stay out (`torch_fl.cli.redact`, docs/cli.md "Redaction"), in two passes over the whole report:
+Secrets stay out (`torch_fl.redact`, docs/cli.md "Redaction"), in two passes over the whole report:
 every rule finds secrets (environment variables by name and by value shape, vendors' token formats,
 key names and assignment shapes, URL credentials and tokens), then each value found is replaced wherever
 it occurs: a secret pasted into FL_DEVICE is redacted in the variable list, the device line and doctor's
@@ -22,8 +22,8 @@ from typing import Any
 from .. import _toml
 from ..description import registry
 from ..errors import TorchFLError
+from ..redact import REDACTED, SECRET_WORDS, USER, is_secret, redact, redact_value, secret_name, secret_values
 from . import positive_int
-from .redact import REDACTED, SECRET_WORDS, USER, is_secret, redact, redact_value, secret_name, secret_values
 
 
 class _Doctor:

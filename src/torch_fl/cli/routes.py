@@ -21,7 +21,6 @@ if TYPE_CHECKING:  # torch_fl.routing imports torch: `torchfl routes --help` nee
     from ..routing.stats import RouteLog
 
 SAME, DIFFERENT, BAD_INPUT = 0, 1, 2
-CHANGES = ("route", "added", "removed", "calls")  # the order of the diff table
 
 
 # Parser -------------------------------------------------------------------------------------------
@@ -189,30 +188,9 @@ def format_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 
 # routes diff --------------------------------------------------------------------------------------
-def compare(before: RouteLog, after: RouteLog, *, ignore_calls: bool = False) -> list[dict[str, Any]]:
-    """Changes from `before` to `after`, table order: [{'change', 'op', 'dtype', 'before', 'after'}]."""
-    changes = []
-    for key in sorted(before.calls.keys() | after.calls.keys()):
-        old, new = before.calls.get(key, {}), after.calls.get(key, {})
-        change = _classify(old, new, ignore_calls)
-        if change:
-            changes.append({"change": change, "op": key[0], "dtype": key[1], "before": old, "after": new})
-    return sorted(changes, key=lambda c: CHANGES.index(c["change"]))  # stable: op order within a kind
-
-
-def _classify(old: dict[str, int], new: dict[str, int], ignore_calls: bool) -> str | None:
-    if not old:
-        return "added"
-    if not new:
-        return "removed"
-    if set(old) != set(new):
-        return "route"
-    return None if ignore_calls or old == new else "calls"
-
-
 def run_diff(args: argparse.Namespace) -> int:
     from ..errors import RouteLogError
-    from ..routing.stats import read_route_log
+    from ..routing.stats import CHANGES, diff_route_logs, read_route_log
     from .output import emit_json
 
     try:
@@ -220,7 +198,7 @@ def run_diff(args: argparse.Namespace) -> int:
     except RouteLogError as exc:
         print(f"torchfl routes diff: error: {exc}", file=sys.stderr)
         return BAD_INPUT
-    changes = compare(before, after, ignore_calls=args.ignore_calls)
+    changes = diff_route_logs(before, after, ignore_calls=args.ignore_calls)
     counts = {kind: sum(c["change"] == kind for c in changes) for kind in CHANGES}
     if args.json != STDOUT:
         emit(render_diff(before, after, changes, counts))
@@ -236,6 +214,8 @@ def _side(log: RouteLog) -> dict[str, Any]:
 
 def render_diff(before: RouteLog, after: RouteLog, changes: list[dict[str, Any]],
                 counts: dict[str, int]) -> str:
+    from ..routing.stats import CHANGES
+
     lines = [f"{label:<7} {log.path}  (device {log.device or '?'}, description {log.description or '?'}, "
              f"{log.records} records)" for label, log in (("before:", before), ("after:", after))]
     if not changes:

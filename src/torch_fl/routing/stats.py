@@ -302,3 +302,28 @@ def _checked_record(record: Any, where: str) -> tuple[str, str, str, int]:
         raise RouteLogError(f"{where}: 'calls' must be a non-negative integer, not {calls!r}; "
                        f"expected {ROUTE_LOG_SHAPE}")
     return record["op"], dtype or "-", record["route"], calls
+
+
+# Comparing two logs (`torchfl routes diff` prints it) ------------------------------------------------
+CHANGES = ("route", "added", "removed", "calls")  # the kinds of change, in the order of the diff table
+
+
+def diff_route_logs(before: RouteLog, after: RouteLog, *, ignore_calls: bool = False) -> list[dict[str, Any]]:
+    """Changes from `before` to `after`, table order: [{'change', 'op', 'dtype', 'before', 'after'}]."""
+    changes = []
+    for key in sorted(before.calls.keys() | after.calls.keys()):
+        old, new = before.calls.get(key, {}), after.calls.get(key, {})
+        change = _classify(old, new, ignore_calls)
+        if change:
+            changes.append({"change": change, "op": key[0], "dtype": key[1], "before": old, "after": new})
+    return sorted(changes, key=lambda c: CHANGES.index(c["change"]))  # stable: op order within a kind
+
+
+def _classify(old: dict[str, int], new: dict[str, int], ignore_calls: bool) -> str | None:
+    if not old:
+        return "added"
+    if not new:
+        return "removed"
+    if set(old) != set(new):
+        return "route"
+    return None if ignore_calls or old == new else "calls"
