@@ -80,7 +80,8 @@ class _EmulatedPluginFirst:
 
     Last on ``sys.meta_path``, so it is asked only for a name no other finder has (never over an installed
     plugin): for a top-level ``torch_*`` name it imports torch, whose autoload hook registers the emulated chip
-    and its plugin's finder (torch_fl.routing.emu.plugin), and hands the name to that finder."""
+    and its plugin (torch_fl.routing.emu.plugin, answered by torch-fl's import hook), and hands the name to
+    that hook."""
 
     _busy = False
 
@@ -93,8 +94,8 @@ class _EmulatedPluginFirst:
             import torch  # noqa: F401  (registers the emulated chip: autoload below)
         finally:
             type(self)._busy = False
-        for finder in sys.meta_path:
-            if finder is not self and type(finder).__name__ == "EmulatedPlugin":
+        for finder in sys.meta_path:  # torch-fl's import hook (torch_fl._imports) answers the plugin
+            if finder is not self and type(finder).__name__ == "ImportHook":
                 spec = finder.find_spec(fullname, path, target)
                 if spec is not None:
                     return spec

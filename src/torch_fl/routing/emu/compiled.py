@@ -10,13 +10,11 @@ emulate the chip named (``eager``, ``aot_eager``).
 from __future__ import annotations
 
 import functools
-import importlib.abc
-import importlib.util
-import sys
 from typing import Any
 
 import torch
 
+from ..._imports import after_import
 from ...errors import RuntimeUnsupportedError
 from .slot import backend_name, state
 
@@ -29,17 +27,13 @@ def register() -> None:
     torch.compile: ``torch._dynamo.optimize("inductor")``, ``backend=compile_fx``): a graph with a tensor
     on the emulated device is refused before Inductor compiles it. The guard wraps
     ``torch._inductor.compile_fx.compile_fx``, which each of them looks up when it compiles; that module
-    is patched when it is first imported (Inductor is heavy: importing it here would make every
-    ``import torch_fl`` pay for it)."""
+    is patched when it is first imported (torch-fl's import hook: Inductor is heavy, and importing it here
+    would make every ``import torch_fl`` pay for it)."""
     global _installed
     if _installed:
         return
     _installed = True
-    module = sys.modules.get(COMPILE_FX)
-    if module is not None:
-        _guard(module)
-    else:
-        sys.meta_path.insert(0, _PatchOnImport())
+    after_import(COMPILE_FX, _guard)
 
 
 def _guard(module: Any) -> None:
@@ -56,31 +50,6 @@ def _guard(module: Any) -> None:
 
     compile_fx._torch_fl_guard = True  # type: ignore[attr-defined]
     module.compile_fx = compile_fx
-
-
-class _PatchOnImport(importlib.abc.MetaPathFinder):
-    """Finds nothing itself: when torch._inductor.compile_fx is imported, the spec the other finders give
-    gets a loader that guards compile_fx right after the module runs; then this finder leaves."""
-
-    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
-        if name != COMPILE_FX:
-            return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(name)
-        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
-            return spec
-        loader = spec.loader
-
-        class _Guarding(importlib.abc.Loader):
-            def create_module(self, spec_: Any) -> Any:
-                return loader.create_module(spec_)
-
-            def exec_module(self, module: Any) -> None:
-                loader.exec_module(module)
-                _guard(module)
-
-        spec.loader = _Guarding()
-        return spec
 
 
 def inductor_refusal(where: torch.device) -> str:

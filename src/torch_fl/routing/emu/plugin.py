@@ -28,6 +28,8 @@ from typing import Any
 
 import torch
 
+from ..._imports import provide
+
 _log = logging.getLogger("torch_fl.routing")
 
 # The vendor's migration switch is torch-fl's CUDA alias (migrate/vendor_switch.py), executed under the
@@ -164,5 +166,5 @@ def install(desc: Any, device_type: str) -> str:
         _log.warning("%s", reason)
         return reason
     finder = _installed[name] = EmulatedPlugin(desc, device_type)
-    sys.meta_path.append(finder)
+    provide(name, finder)  # torch-fl's one import hook (_imports.py) answers the name from now on
     return ""
