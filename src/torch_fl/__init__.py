@@ -19,7 +19,7 @@ import torch
 
 # device and description are callable modules: torch.fl.device() resolves, torch.fl.description("npu")
 # loads, and `import torch_fl.device as d` / `import torch_fl.description.registry as r` give the modules.
-from . import _logging, description, device
+from . import _imports, _logging, description, device
 from ._version import __version__
 from .device import backend, reset
 from .errors import (
@@ -175,5 +175,4 @@ _logging.configure()
 # torch.fl is this module (never a PrivateUse1 rename: vendor plugins own that slot).
 torch.fl = sys.modules[__name__]  # type: ignore[attr-defined]
 sys.modules.setdefault("torch.fl", sys.modules[__name__])
-if not any(isinstance(finder, _SubmoduleAlias) for finder in sys.meta_path):
-    sys.meta_path.insert(0, _SubmoduleAlias())
+_imports.provide("torch.fl", _SubmoduleAlias())  # torch-fl's one import hook answers torch.fl.X

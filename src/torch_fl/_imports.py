@@ -3,7 +3,8 @@
 Two jobs, each asked for by name:
 
 - **Modules torch-fl provides** (`provide`): a finder for a package that does not exist here, such as the
-  emulated ``torch_npu`` (routing/emu/plugin.py). It is asked only for names it registered, and only
+  emulated ``torch_npu`` (routing/emu/plugin.py), or another name of its own modules (``torch.fl.X`` is
+  ``torch_fl.X``, ``__init__.py``). It is asked only for names under the package it registered, and only
   where no real package of that name exists (the provider checks before registering).
 - **Work right after a module runs** (`after_import`): a callback when a heavy module is first imported,
   instead of importing it to patch it (the emulator's Inductor guard waits for
@@ -28,15 +29,18 @@ class ImportHook(importlib.abc.MetaPathFinder):
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._providers: dict[str, Any] = {}  # top-level name -> a finder (find_spec) of it and its submodules
+        self._providers: dict[str, Any] = {}  # package name -> a finder (find_spec) of it and its submodules
         self._after: dict[str, list[Callable[[Any], None]]] = {}
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
-        provider = self._providers.get(fullname.partition(".")[0])
-        if provider is not None:
-            spec = provider.find_spec(fullname, path, target)
-            if spec is not None:
-                return spec
+        if self._providers:
+            parts = fullname.split(".")
+            for end in range(1, len(parts) + 1):  # the package a provider registered, or one above the name
+                provider = self._providers.get(".".join(parts[:end]))
+                if provider is not None:
+                    spec = provider.find_spec(fullname, path, target)
+                    if spec is not None:
+                        return spec
         if fullname not in self._after:
             return None
         with self._lock:
@@ -48,7 +52,8 @@ class ImportHook(importlib.abc.MetaPathFinder):
         return spec
 
     def provide(self, name: str, finder: Any) -> None:
-        """Answer imports of the top-level package `name` (and its submodules) with `finder`."""
+        """Answer imports of the package `name` and its submodules with `finder` (it returns None for the
+        names it leaves to the other finders)."""
         with self._lock:
             self._providers[name] = finder
         install()
