@@ -169,7 +169,7 @@ class ToleranceRecorder:
         from torch.utils._python_dispatch import TorchDispatchMode
         from torch.utils.weak import WeakTensorKeyDictionary
 
-        from ..description.probe import canonical_op_name
+        from .._opnames import canonical_op_name
 
         self.by_op = by_op
         self.taint = WeakTensorKeyDictionary()

@@ -38,7 +38,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ..description.probe import canonical_op_name
+from .._opnames import canonical_op_name
 from ..errors import TraceError
 from ..routing.emu.slot import backend_name
 from ..routing.router import first_dtype

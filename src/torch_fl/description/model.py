@@ -130,9 +130,9 @@ class Description:
         description without a table, asked offline, is an error: its probe would only find the
         composite ops and call a chip 95% native with nothing behind it."""
         if "native" not in self._cache:
+            from .._opnames import canonical_op_name
             from .probe import (
                 all_aten_ops,
-                canonical_op_name,
                 composite_ops,
                 forwarded_ops,
                 probe_native_ops,

@@ -1,20 +1,20 @@
 """What the live dispatcher (or a generated table) says a backend runs natively.
 
-Op names are canonical everywhere in torch-fl: ``aten::name.overload``, with ``.default`` for the
-unnamed overload. The dispatcher itself spells the unnamed overload without a suffix
-(``aten::gelu``), so every call into it goes through :func:`dispatcher_op_name`.
+Op names are canonical everywhere in torch-fl (``aten::name.overload``; the base layer's ``_opnames``
+spells them, and this module re-exports its `canonical_op_name` and `dispatcher_op_name`).
 """
 
 from __future__ import annotations
 
 import functools
-import re
 import warnings
 from pathlib import Path
 from typing import Any
 
 import torch
 
+# (op names live in the base layer, _opnames: every layer reads them; re-exported here)
+from .._opnames import _CANONICAL, _DEFAULT_NAMESPACE, canonical_op_name, dispatcher_op_name
 from ..errors import DescriptionError
 
 __all__ = [
@@ -32,9 +32,6 @@ __all__ = [
     "structured_delegates",
 ]
 
-_IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
-_CANONICAL = re.compile(rf"({_IDENT})::({_IDENT})\.({_IDENT})")
-_DEFAULT_NAMESPACE = "aten"
 
 # Candidate dtypes by torch attribute name; getattr skips those an older torch lacks (the floor is 2.4).
 _DTYPE_CANDIDATES = (
@@ -44,57 +41,6 @@ _DTYPE_CANDIDATES = (
     "bool",
     "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu",
 )
-
-
-# Names --------------------------------------------------------------------------------------------
-def canonical_op_name(op: Any) -> str:
-    """Normalise an op name or ``OpOverload`` to ``ns::name.overload``.
-
-    Accepted: ``aten::gelu``, ``aten::gelu.default``, ``aten::add.Tensor``, ``gelu``, ``add.Tensor``,
-    ``aten.gelu.default`` (the ``str()`` of an ``OpOverload``), ``aten.gelu`` and the overload object.
-    A name without a namespace is taken to be ``aten``.
-    """
-    if isinstance(op, str):
-        return _canonical_from_str(op)
-    schema = getattr(op, "_schema", None)
-    if schema is not None:
-        return _join(*_split_schema_name(schema.name), schema.overload_name or "default")
-    raise TypeError(f"cannot read an op name from {type(op).__name__} {op!r}; "
-                    "pass a string like 'aten::add.Tensor' or a torch.ops.aten.<op>.<overload>")
-
-
-def dispatcher_op_name(canonical: str) -> str:
-    """The spelling the C++ dispatcher uses: ``aten::gelu.default`` -> ``aten::gelu``."""
-    return canonical.removesuffix(".default")
-
-
-def _canonical_from_str(text: str) -> str:
-    name = text.strip()
-    if "::" in name:
-        namespace, _, rest = name.partition("::")
-        parts = [namespace, *rest.split(".")]
-    else:
-        parts = name.split(".")
-        # Only a 2-part dotted name is ambiguous ('aten.gelu' vs 'add.Tensor'); an op called 'aten'
-        # does not exist, so that word marks the namespace form.
-        if len(parts) == 1 or (len(parts) == 2 and parts[0] != _DEFAULT_NAMESPACE):
-            parts = [_DEFAULT_NAMESPACE, *parts]
-    if len(parts) == 2:
-        parts.append("default")
-    canonical = _join(*parts) if len(parts) == 3 else ""
-    if not _CANONICAL.fullmatch(canonical):
-        raise ValueError(f"not an op name: {text!r}; expected a form like 'aten::add.Tensor', "
-                         "'aten::gelu' or 'aten.gelu.default'")
-    return canonical
-
-
-def _split_schema_name(qualified: str) -> tuple[str, str]:
-    namespace, _, name = qualified.partition("::")
-    return namespace, name
-
-
-def _join(namespace: str, name: str, overload: str) -> str:
-    return f"{namespace}::{name}.{overload}"
 
 
 # Dispatcher ---------------------------------------------------------------------------------------

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING
 import torch
 
 from .._names import EMULATION_PREFIX
+from .._opnames import canonical_op_name
 from ..description.model import Description
-from ..description.probe import canonical_op_name
 from . import activation
 from .activation import Activation, active, deactivate
 from .stats import reset_route_stats, route_log, route_stats, routed_seconds, write_route_log

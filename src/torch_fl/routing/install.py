@@ -21,8 +21,9 @@ from typing import Any
 
 import torch
 
+from .._opnames import canonical_op_name, dispatcher_op_name
 from .._versions import release
-from ..description.probe import canonical_op_name, dispatcher_op_name, has_native_kernel
+from ..description.probe import has_native_kernel
 from ..errors import TorchVersionError
 from .router import Router, first_dtype
 from .translate import is_composite_implicit, overload

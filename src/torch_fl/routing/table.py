@@ -22,9 +22,10 @@ import torch
 
 from .. import _env
 from .._names import ROUTES
+from .._opnames import canonical_op_name, dispatcher_op_name, overloads_named
 from ..description.fallback import vendor_fallback
 from ..description.generations import dtype_refusal
-from ..description.probe import canonical_op_name, dispatcher_op_name, structured_delegates
+from ..description.probe import structured_delegates
 from ..errors import ConfigError
 from .translate import has_translation, is_composite_implicit
 
@@ -147,17 +148,6 @@ def current_overrides() -> Overrides:
         for op, kind in found.value.items():
             config[_route_key(op, origin)] = (kind, origin)
     return Overrides(env, config)
-
-
-def overloads_named(op_key: str) -> tuple[str, ...]:
-    """The canonical overloads `op_key` names: itself when it names one ('aten::gelu.default'), else
-    every overload of the op ('aten::gelu'), from its schemas (~20 us; the dispatcher's whole op list
-    takes ~15 ms)."""
-    namespace, _, rest = op_key.partition("::")
-    if "." in rest:
-        return (op_key,)
-    schemas = torch._C._jit_get_schemas_for_operator(op_key)
-    return tuple(dict.fromkeys(f"{namespace}::{rest}.{s.overload_name or 'default'}" for s in schemas))
 
 
 class RouteTable:

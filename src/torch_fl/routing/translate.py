@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from ..description.probe import dispatcher_op_name
+from .._opnames import dispatcher_op_name
 
 
 @functools.cache

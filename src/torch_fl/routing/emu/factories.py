@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from ...description.probe import canonical_op_name
+from ..._opnames import canonical_op_name
 from ..router import first_dtype
 from ..table import Route
 from . import storage as _storage

@@ -20,7 +20,7 @@ from typing import Any
 
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ...description.probe import canonical_op_name
+from ..._opnames import canonical_op_name
 from ..router import Router, first_dtype
 from ..table import Route, foreign_output_dtype
 

@@ -1134,7 +1134,7 @@ def _register_emulated() -> None:
 
 def _emulated(kernel: Callable[..., Any]) -> Callable[[Any, tuple, dict], Any]:
     def run(func: Any, args: tuple, kwargs: dict) -> Any:
-        from ...description.probe import canonical_op_name
+        from ..._opnames import canonical_op_name
         from ..router import first_dtype
         from .slot import state
 

@@ -27,7 +27,7 @@ import torch
 from torch.utils._mode_utils import no_dispatch
 from torch.utils._pytree import tree_map
 
-from ...description.probe import canonical_op_name
+from ..._opnames import canonical_op_name
 from ..router import first_dtype
 from ..table import Route, dtype_name, foreign_output_dtype
 from . import composites, wider
