@@ -8,11 +8,31 @@ tuple instead of keeping a copy.
 
 from __future__ import annotations
 
+import enum
 import re
 
+
 # Routes ------------------------------------------------------------------------------------------
-# The five routes an operator can take on a device (docs/routing.md), in the order tables show them.
-ROUTES = ("native", "translate", "fallback", "kernel", "unsupported")
+class RouteKind(str, enum.Enum):
+    """The five routes an operator can take on a device (docs/routing.md), in the order tables show them.
+
+    A str: a kind equals its name (``RouteKind.NATIVE == "native"``), prints and formats as it, and JSON
+    writes it as that string; so logs, reports and FL_ROUTE keep their words while code compares members
+    (``route.kind is RouteKind.NATIVE``)."""
+
+    NATIVE = "native"
+    TRANSLATE = "translate"
+    FALLBACK = "fallback"
+    KERNEL = "kernel"
+    UNSUPPORTED = "unsupported"
+
+    def __str__(self) -> str:
+        return self.value
+
+    __format__ = str.__format__  # (f"{kind}" is its word on every Python, as str() is)
+
+
+ROUTES = tuple(kind.value for kind in RouteKind)  # the words, for messages and settings
 # The same routes, worst first: a model's verdict is its worst route (coverage, grade).
 ROUTE_SEVERITY = ("unsupported", "fallback", "translate", "kernel", "native")
 

@@ -32,6 +32,7 @@ from typing import Any
 import torch
 
 from .. import _env
+from .._names import RouteKind
 from ..routing.emu.reference import host_can_run
 from ..routing.table import Route, RouteTable, foreign_output_dtype, placeholder
 from ..routing.translate import guard, translation, untranslatable_reason
@@ -42,7 +43,7 @@ Link = tuple[str, str | None]
 CallKey = tuple[str, str | None, str, tuple[Link, ...], str, str]
 
 
-_PLACEHOLDER = Route("native", "a placeholder of no elements: no device needs a kernel or a dtype for it")
+_PLACEHOLDER = Route(RouteKind.NATIVE, "a placeholder of no elements: no device needs a kernel or a dtype for it")
 
 
 class Replay:
@@ -80,23 +81,23 @@ class Replay:
         if kind == "native":
             produced = foreign_output_dtype(func, out, self.dtypes)
             if produced is not None:
-                route = Route("unsupported", f"{route.source}; it produces {produced}, which is not in "
+                route = Route(RouteKind.UNSUPPORTED, f"{route.source}; it produces {produced}, which is not in "
                                              f"precision.dtypes")
         self._count(op, dtype, module, route, args, kwargs, out)
         return out
 
     def _fallback(self, op: str, route: Route) -> Route:
         if self.strict_fallback:
-            return Route("unsupported", f"{route.source}; FL_FALLBACK=error forbids running it on the CPU")
+            return Route(RouteKind.UNSUPPORTED, f"{route.source}; FL_FALLBACK=error forbids running it on the CPU")
         if not _cpu_can_run(op, self._cpu):
-            return Route("unsupported", f"{route.source}; but the CPU has no kernel for it either")
+            return Route(RouteKind.UNSUPPORTED, f"{route.source}; but the CPU has no kernel for it either")
         return route
 
     def _count(self, op: str, dtype: str | None, module: str, route: Route, args: tuple = (),
                kwargs: dict | None = None, out: Any = None) -> None:
         key = (op, dtype, module, tuple(self.via), route.kind, route.source)
         self.calls[key] += 1
-        if route.kind == "fallback":
+        if route.kind is RouteKind.FALLBACK:
             self.copied[key] += copied_bytes((*args, *(kwargs or {}).values()), out)
 
     def _translate(self, mode: Any, func: Any, op: str, dtype: str | None, module: str, route: Route,
@@ -146,7 +147,7 @@ class Replay:
     def _untranslatable(self, func: Any, op: str, dtype: str | None, module: str, route: Route,
                         args: tuple, kwargs: dict, why: str) -> Any:
         instead = self.table.untranslatable(route, why)
-        if instead.kind == "fallback":
+        if instead.kind is RouteKind.FALLBACK:
             instead = self._fallback(op, instead)
         out = func(*args, **kwargs)
         self._count(op, dtype, module, instead, args, kwargs, out)

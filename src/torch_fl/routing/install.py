@@ -21,12 +21,16 @@ from typing import Any
 
 import torch
 
+from .._names import RouteKind
 from .._opnames import canonical_op_name, dispatcher_op_name
 from .._versions import release
 from ..description.probe import has_native_kernel
 from ..errors import TorchVersionError
 from .router import Router, first_dtype
 from .translate import is_composite_implicit, overload
+
+# (read on every call: a module global is ~4x faster to read than an Enum member)
+NATIVE_KIND = RouteKind.NATIVE
 
 _log = logging.getLogger("torch_fl.dispatch")
 GET_KERNEL_SINCE = "2.9"  # torch.library.get_kernel (pytorch/pytorch#158393)
@@ -58,7 +62,7 @@ def _make_router(router: Router, op: str, ovl: torch._ops.OpOverload, orig: Any)
         route = routes.get(dtype)
         if route is None:
             route = routes[dtype] = table.route(op, dtype)
-        if route.kind == "native" and call_boxed is not None:
+        if route.kind is NATIVE_KIND and call_boxed is not None:
             return call_boxed(keyset, *args, **kwargs)
         native = None if call_boxed is None else (lambda a, k: call_boxed(keyset, *a, **k))
         return router.call(op, ovl, route, dtype, args, kwargs, native)
@@ -113,7 +117,7 @@ class KeyInstallation:
             return
         table = self.router.table
         needed = self.router.host_is_device or table.dtype_conditional(op) or \
-            table.route(op, None).kind == "native"
+            table.route(op, None).kind is RouteKind.NATIVE
         orig = _original_kernel(op, self.key, needed)
         library = self.libraries[op] = torch.library.Library("aten", "IMPL")
         library.impl(dispatcher_op_name(op).split("::", 1)[1], _make_router(self.router, op, ovl, orig), self.key,

@@ -16,11 +16,15 @@ import torch
 from torch.utils._pytree import tree_map
 
 from .. import _env
+from .._names import RouteKind
 from ..description.generations import with_more_dtypes
 from ..errors import FallbackWarning, UnsupportedOperatorError
 from . import stats
 from .table import Route, RouteTable, dtype_name
 from .translate import guard, translation, untranslatable_reason
+
+# (read on every call: a module global is ~4x faster to read than an Enum member)
+NATIVE_KIND = RouteKind.NATIVE
 
 Native = Callable[[tuple, dict], Any] | None
 
@@ -75,7 +79,7 @@ class Router:
 
     def call(self, op: str, ovl: torch._ops.OpOverload, route: Route, dtype: str | None,
              args: tuple, kwargs: dict, native: Native, reenter: Any = None) -> Any:
-        if route.kind == "native":
+        if route.kind is NATIVE_KIND:
             if native is None:
                 raise self.error(op, args, kwargs, route, "the route is native but the device has no "
                                  "kernel for it")
@@ -140,7 +144,7 @@ class Router:
     def _untranslatable(self, op: str, ovl: torch._ops.OpOverload, route: Route, dtype: str | None,
                         args: tuple, kwargs: dict, native: Native, why: str) -> Any:
         if self.table.description.section("ops")["default"] == "translate-or-fallback":
-            return self.fallback(op, ovl, Route("fallback", f"{route.source}; translation failed: {why}"),
+            return self.fallback(op, ovl, Route(RouteKind.FALLBACK, f"{route.source}; translation failed: {why}"),
                                  dtype, args, kwargs, native)
         raise self.error(op, args, kwargs, route, f"cannot translate: {why}")
 
@@ -190,7 +194,7 @@ class Router:
             return [f"keep the tensor in a dtype '{desc.name}' has (precision.dtypes: {', '.join(desc.dtypes)}): "
                     f"convert it before this call, for example with .float()", *([elsewhere] if elsewhere else [])]
         fixes = []
-        if route.kind != "fallback" and self._cpu_can_run(op):
+        if route.kind is not RouteKind.FALLBACK and self._cpu_can_run(op):
             if self.strict:
                 fixes.append("allow CPU fallbacks: unset FL_FALLBACK=error (strict mode forbids them), then "
                              f"FL_ROUTE='{op}=fallback'")
@@ -200,9 +204,9 @@ class Router:
                              f"config (torch_fl.toml, or [tool.torch_fl] in pyproject.toml): "
                              f"[routes] \"{op}\" = \"fallback\"{where}")
         vendor = self.table.vendor_fallback.off_hint()
-        if vendor and route.kind != "fallback" and self._cpu_can_run(op):
+        if vendor and route.kind is not RouteKind.FALLBACK and self._cpu_can_run(op):
             fixes.append(f"let the vendor's stack run it on the CPU: {vendor}")
-        if route.kind != "translate" and untranslatable_reason(op) is None:
+        if route.kind is not RouteKind.TRANSLATE and untranslatable_reason(op) is None:
             fixes.append(f"run PyTorch's decomposition: FL_ROUTE='{op}=translate', or in your config: "
                          f"[routes] \"{op}\" = \"translate\"")
         return [*fixes, kernel]

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from .. import _env
-from .._names import ROUTES
+from .._names import ROUTES, RouteKind
 from .._opnames import canonical_op_name, dispatcher_op_name, overloads_named
 from ..description.fallback import vendor_fallback
 from ..description.generations import dtype_refusal
@@ -38,12 +38,17 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Route:
-    """Where calls of one (op, dtype) go, and which setting decided it."""
+    """Where calls of one (op, dtype) go, and which setting decided it (`kind`: a RouteKind; its word is
+    accepted and converted, and anything else is a ValueError)."""
 
-    kind: str
+    kind: RouteKind
     source: str
     kernel: Callable | None = None
     vendor: bool = False  # a fallback the vendor's own stack makes (ops.vendor_fallback), not torch-fl's
+
+    def __post_init__(self) -> None:
+        if type(self.kind) is not RouteKind:
+            object.__setattr__(self, "kind", RouteKind(self.kind))
 
 
 def _route_key(op: str, origin: str) -> str:
@@ -227,8 +232,8 @@ class RouteTable:
             # Descriptions list aten ops; prims and custom ops carry their own (composite) kernels,
             # but they still cannot compute in a dtype the device does not have.
             if dtype is not None and dtype not in self._dtypes:
-                return Route("unsupported", f"{self._where} precision.dtypes: no {dtype} on this device")
-            return Route("native", "not an aten operator")
+                return Route(RouteKind.UNSUPPORTED, f"{self._where} precision.dtypes: no {dtype} on this device")
+            return Route(RouteKind.NATIVE, "not an aten operator")
         forced = _lookup(self._env_routes, op)
         if forced is not None:
             return self._forced(op, dtype, str(forced), "FL_ROUTE")
@@ -246,7 +251,7 @@ class RouteTable:
                 return Route(kind, origin, vendor=True)
             return self._forced(op, dtype, kind, origin)
         if self.is_native(op, dtype):
-            return Route("native", f"{self._where} ops.native ({self.description.native_source})")
+            return Route(RouteKind.NATIVE, f"{self._where} ops.native ({self.description.native_source})")
         if self.vendor_fallback.on and op not in self._native and (dtype is None or dtype in self._dtypes):
             vendor = self._vendor_route(op)
             if vendor is not None:
@@ -272,7 +277,7 @@ class RouteTable:
 
         if not has_cpu_kernel(through or op):
             return None
-        return Route("fallback", f"{self._where} " + self.vendor_fallback.reason(
+        return Route(RouteKind.FALLBACK, f"{self._where} " + self.vendor_fallback.reason(
             dispatcher_op_name(op), dispatcher_op_name(through) if through else None), vendor=True)
 
     def _forced(self, op: str, dtype: str | None, kind: str, origin: str) -> Route:
@@ -282,7 +287,7 @@ class RouteTable:
                 raise ConfigError(f"{origin} routes {op} to 'kernel', but no kernel is registered for it; "
                                   f"call torch.fl.register_kernel('{op}', fn) or name one in the "
                                   f"description's [ops.kernels]")
-            return Route("kernel", origin, kernel.kernel)
+            return Route(RouteKind.KERNEL, origin, kernel.kernel)
         return Route(kind, origin)
 
     def _kernel(self, op: str, dtype: str | None) -> Route | None:
@@ -291,10 +296,10 @@ class RouteTable:
                 if entry.device_type not in (None, self.description.device_type):
                     continue
                 if entry.dtypes is None or dtype is None or dtype in entry.dtypes:
-                    return Route("kernel", entry.source, entry.fn)
+                    return Route(RouteKind.KERNEL, entry.source, entry.fn)
         ref = _lookup(self._described_kernels, op)
         if ref is not None:
-            return Route("kernel", f"{self._where} ops.kernels", _import_kernel(str(ref), self._where))
+            return Route(RouteKind.KERNEL, f"{self._where} ops.kernels", _import_kernel(str(ref), self._where))
         return None
 
     def is_native(self, op: str, dtype: str | None) -> bool:
@@ -308,14 +313,14 @@ class RouteTable:
     def _policy_route(self, op: str, dtype: str | None) -> Route:
         source = f"{self._where} ops.default = '{self._policy}'"
         if self._policy in ("translate-or-error", "translate-or-fallback") and has_translation(op):
-            return Route("translate", source)
+            return Route(RouteKind.TRANSLATE, source)
         if self._policy in ("translate-or-fallback", "fallback"):
-            return Route("fallback", source)
+            return Route(RouteKind.FALLBACK, source)
         why = "" if self._policy == "error" else " and no generic (decomposed) implementation exists"
         vendor = self.vendor_fallback
         if vendor.flipped and not vendor.on:
             why += f"; the vendor's CPU fallback is off ({vendor.setting()})"
-        return Route("unsupported", source + f": not native{why}")
+        return Route(RouteKind.UNSUPPORTED, source + f": not native{why}")
 
     def untranslatable(self, route: Route, why: str) -> Route:
         """Where a call routed to 'translate' goes when its translation cannot run for it (there is
@@ -323,15 +328,15 @@ class RouteTable:
         under ``ops.default = 'translate-or-fallback'``, else an error. The router and coverage's
         chains (torch_fl.analysis.chains) both decide it here."""
         if self._policy == "translate-or-fallback":
-            return Route("fallback", f"{route.source}; translation failed: {why}")
-        return Route("unsupported", f"{route.source}: cannot translate: {why}")
+            return Route(RouteKind.FALLBACK, f"{route.source}; translation failed: {why}")
+        return Route(RouteKind.UNSUPPORTED, f"{route.source}: cannot translate: {why}")
 
     def creation(self, op: str, dtype: str | None) -> Route | None:
         """The route of a factory call (no tensor argument) that the description decides before its
         op's route: a tensor of a dtype outside ``precision.dtypes`` cannot exist on the device, so
         its creation fails. None: route it as usual."""
         if dtype is not None and dtype not in self._dtypes:
-            return Route("unsupported", f"{self._where} precision.dtypes: {op} creates a {dtype} tensor, "
+            return Route(RouteKind.UNSUPPORTED, f"{self._where} precision.dtypes: {op} creates a {dtype} tensor, "
                                         f"which this device cannot hold")
         return None
 

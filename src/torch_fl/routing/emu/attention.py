@@ -21,6 +21,7 @@ from typing import Any
 import torch
 from torch.nn.attention import SDPBackend
 
+from ..._names import RouteKind
 from ..attention import FusedAttention, additive_bias, chip_kernels, fitting
 from ..table import dtype_name
 from .slot import state
@@ -54,7 +55,7 @@ def chip_kernel(query: Any, key: Any, value: Any, mask: Any, dropout_p: float, i
             (mask is not None and mask.requires_grad):
         return None
     grad = torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in (query, key, value))
-    if any(state.table.route(op, dtype).kind != "native" for op in (kernel.op, *([kernel.backward] if grad else []))):
+    if any(state.table.route(op, dtype).kind is not RouteKind.NATIVE for op in (kernel.op, *([kernel.backward] if grad else []))):
         return None  # FL_ROUTE or a config routes the chip's kernel elsewhere: the math path's ops then
     host = to_host((query, key, value, mask))
     if torch._fused_sdp_choice(*host, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa) != _HOST_FLASH:

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from ..._names import RouteKind
 from ..table import dtype_name
 from .slot import state
 
@@ -51,7 +52,7 @@ def _native(op: Any, args: tuple) -> bool:
     if table is None or not isinstance(first, torch.Tensor):
         return False
     name = f"{op._schema.name}.default"
-    return name in _kernels_of(table.description) and table.route(name, dtype_name(first.dtype)).kind == "native"
+    return name in _kernels_of(table.description) and table.route(name, dtype_name(first.dtype)).kind is RouteKind.NATIVE
 
 
 def _kernel(op: Any) -> Any:

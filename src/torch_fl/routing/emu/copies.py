@@ -6,6 +6,7 @@ from typing import Any
 
 import torch
 
+from ..._names import RouteKind
 from ..table import Route, dtype_name
 from .memory import _nbytes
 from .slot import _no_device, backend_name, state
@@ -63,7 +64,7 @@ def _check_dtype_conversion(func: Any, args: tuple, kwargs: dict, dtype: Any) ->
     if state.router is None or dtype_name(dtype) in state.dtypes:
         return
     raise state.router.error("aten::_to_copy.default", args, kwargs,
-                             Route("unsupported", "precision.dtypes"),
+                             Route(RouteKind.UNSUPPORTED, "precision.dtypes"),
                              f"it produces {dtype_name(dtype)}, which is not in precision.dtypes")
 
 

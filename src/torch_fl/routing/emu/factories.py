@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from ..._names import RouteKind
 from ..._opnames import canonical_op_name
 from ..router import first_dtype
 from ..table import Route
@@ -43,12 +44,12 @@ def _factory_fallback(ovl: Any, *args: Any, **kwargs: Any) -> Any:
         op = state.names[ovl] = canonical_op_name(ovl)
     if dtype is not None and dtype not in state.dtypes:
         # a tensor the chip cannot hold: fail at its creation, as the chip does
-        raise router.error(op, args, kwargs, Route("unsupported", "precision.dtypes"),
+        raise router.error(op, args, kwargs, Route(RouteKind.UNSUPPORTED, "precision.dtypes"),
                            f"it produces {dtype}, which is not in precision.dtypes")
     route = state.routes.get((ovl, dtype))
     if route is None:
         route = state.routes[(ovl, dtype)] = state.table.route(op, dtype)
-    if route.kind == "native":
+    if route.kind is RouteKind.NATIVE:
         out = ovl(*args, **cpu_kwargs)
         _check_outputs(ovl, route, args, kwargs, out)
         return _wrap(out, index)

@@ -20,6 +20,7 @@ from typing import Any
 
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from ..._names import RouteKind
 from ..._opnames import canonical_op_name
 from ..router import Router, first_dtype
 from ..table import Route, foreign_output_dtype
@@ -40,7 +41,7 @@ class EmulationMode(TorchDispatchMode):
             op = self._names[func] = canonical_op_name(func)
         dtype = first_dtype(args, kwargs)
         route = self.table.route(op, dtype)
-        if route.kind == "native":
+        if route.kind is RouteKind.NATIVE:
             out = func(*args, **kwargs)
             self._check_outputs(func, op, route, args, kwargs, out)
             return out
@@ -52,7 +53,7 @@ class EmulationMode(TorchDispatchMode):
         the chip that fails here, not at the next op that happens to read the result."""
         produced = foreign_output_dtype(func, out, self.dtypes)
         if produced is not None:
-            raise self.router.error(op, args, kwargs, Route("unsupported", route.source),
+            raise self.router.error(op, args, kwargs, Route(RouteKind.UNSUPPORTED, route.source),
                                     f"it produces {produced}, which is not in precision.dtypes")
 
 

@@ -81,6 +81,8 @@ from typing import Any
 
 import torch
 
+from ..._names import RouteKind
+
 NAMESPACE = "npu"
 KERNEL_SOURCE = ("the vendor's fused kernel (torch_npu), computed by torch-fl's reference math in aten ops "
                  "(routing/emu/npu_ops.py)")
@@ -1075,7 +1077,7 @@ def kernel_route(op: str) -> Any:
 
     name = op if "." in op.split("::", 1)[-1] else f"{op}.default"
     kernel = KERNELS.get(name)
-    return Route("kernel", KERNEL_SOURCE, kernel) if kernel is not None else None
+    return Route(RouteKind.KERNEL, KERNEL_SOURCE, kernel) if kernel is not None else None
 
 
 # --- registration -------------------------------------------------------------------------------------------
@@ -1144,9 +1146,9 @@ def _emulated(kernel: Callable[..., Any]) -> Callable[[Any, tuple, dict], Any]:
         name = canonical_op_name(func)
         dtype = first_dtype(args, kwargs)
         route = state.table.route(name, dtype)
-        if route.kind == "unsupported":  # (a dtype the chip does not have)
+        if route.kind is RouteKind.UNSUPPORTED:  # (a dtype the chip does not have)
             raise router.error(name, args, kwargs, route)
-        if route.kind != "kernel":  # the table says 'native: not an aten operator': the vendor's kernel
+        if route.kind is not RouteKind.KERNEL:  # the table says 'native: not an aten operator': the vendor's kernel
             route = kernel_route(name)
         return router.call(name, func, route, dtype, args, kwargs, native=None)
     return run
