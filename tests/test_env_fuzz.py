@@ -198,6 +198,7 @@ def test_fl_values_never_crash_doctor_or_the_api(env):
             torch_fl.device()
 
 
+@pytest.mark.slow  # measured: 7.6 s on the shared 2-core machine (hypothesis examples)
 @FUZZ
 @given(data=_description_bytes(), how=st.sampled_from(["argument", "FL_DESCRIPTION", "torch_fl.toml"]))
 def test_description_files_never_crash(data, how):

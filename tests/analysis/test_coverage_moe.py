@@ -63,6 +63,7 @@ def test_list_indexing_traces() -> None:
     assert ("aten::index.Tensor", "float32") in ops and ("aten::index_put_.default", "float32") in ops
 
 
+@pytest.mark.slow  # measured: 5-8 s per chip on the shared 2-core machine
 @pytest.mark.parametrize("device", ["emu:cuda", "emu:minimal"])
 def test_list_indexing_and_grouped_moe_agree_with_an_emulated_step(device: str) -> None:
     results = _run(device, [_entry("last_token"), _entry("grouped_moe")])

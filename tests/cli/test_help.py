@@ -105,6 +105,7 @@ sys.meta_path.insert(0, _NoNumpy())
 '''
 
 
+@pytest.mark.slow  # measured: 7.6 s on the shared 2-core machine (a subprocess/interpreter start)
 def test_no_numpy_warning_where_numpy_is_absent(tmp_path):
     blocker = tmp_path / "blocker"
     blocker.mkdir()

@@ -16,6 +16,7 @@ import torch
 from torch_fl.description import registry
 
 
+@pytest.mark.slow  # measured: 7 s (two ranks) on the shared 2-core machine (a subprocess/interpreter start)
 def test_preflight_passes_on_two_ranks(launch):
     ranks = launch("preflight")
     for r in ranks:

@@ -76,6 +76,7 @@ print("alive")
 """
 
 
+@pytest.mark.slow  # measured: 10-12 s per op on the shared 2-core machine (a subprocess/interpreter start)
 @pytest.mark.parametrize("op", ["aten::_thnn_fused_gru_cell_backward", "aten::_thnn_fused_gru_cell"])
 def test_an_op_refused_inside_backward_raises_from_backward_not_an_abort(op):
     env = {k: v for k, v in os.environ.items() if not k.startswith("FL_")}
