@@ -552,7 +552,9 @@ def table(rows: list[dict[str, Any]]) -> str:
     lines = ["| model | chip | step runs | equals CPU | coverage verdict | agrees |",
              "| --- | --- | --- | --- | --- | --- |"]
     for r in rows:
-        equal = ("bitwise" if r["bitwise"] else "yes (rtol 1e-4)") if r["equals_cpu"] else \
+        close = "yes (rtol 1e-4; bitwise vs the CPU's math-path SDPA)" if r.get("bitwise_math_attention") else \
+            "yes (rtol 1e-4)"
+        equal = ("bitwise" if r["bitwise"] else close) if r["equals_cpu"] else \
             ("no: " + r["difference"] if r["step_runs"] else "-")
         runs = "yes" if r["step_runs"] else f"no: {r['step_error']}"
         share = f" ({r['native_share']:.0%} native)" if isinstance(r.get("native_share"), float) else ""
