@@ -1,6 +1,6 @@
 """Which function of the device's own runtime answers a torch.fl call: ``torch.accelerator`` when it speaks
 for the device, then the device module ``getattr(torch, device_type)`` (torch.cuda, torch.xpu, torch.mps,
-torch.npu once torch_npu is imported, ...), from the table ``ROUTES``; and the description facts that make a
+torch.npu once torch_npu is imported, ...), from the table ``CALL_ROUTES``; and the description facts that make a
 call unneeded (a host allocator, sync submission).
 
 Below runtime.py (the ``torch.cuda``-style facade) and streams.py (streams and events), which both ask it:
@@ -23,13 +23,13 @@ from .description.model import Description
 from .device import description_for, is_emulated
 from .errors import RuntimeUnsupportedError
 
-__all__ = ["ROUTES", "accelerator", "device_module", "is_host", "is_sync", "native", "synchronize"]
+__all__ = ["CALL_ROUTES", "accelerator", "device_module", "is_host", "is_sync", "native", "synchronize"]
 
 _log = logging.getLogger("torch_fl.runtime")
 
 # Facade call -> (torch.accelerator attribute or None, device-module attributes in preference order).
 # Names differ across modules (torch.mps.current_allocated_memory is torch.cuda.memory_allocated).
-ROUTES: dict[str, tuple[str | None, tuple[str, ...]]] = {
+CALL_ROUTES: dict[str, tuple[str | None, tuple[str, ...]]] = {
     "is_available": ("is_available", ("is_available",)),
     "device_count": ("device_count", ("device_count",)),
     "current_device": ("current_device_index", ("current_device",)),
@@ -73,7 +73,7 @@ def accelerator(dev: torch.device) -> ModuleType | None:
 
 
 def _candidates(name: str, dev: torch.device) -> list[tuple[str, Callable[..., Any]]]:
-    acc_attr, module_attrs = ROUTES[name]
+    acc_attr, module_attrs = CALL_ROUTES[name]
     found: list[tuple[str, Callable[..., Any]]] = []
     acc = accelerator(dev) if acc_attr else None
     if acc is not None and callable(getattr(acc, acc_attr, None)):
@@ -121,7 +121,7 @@ def native(name: str, dev: torch.device, *args: Any, fallback: Callable[[], Any]
         return fallback()
     if first_error is not None:
         raise first_error
-    acc_attr, module_attrs = ROUTES[name]
+    acc_attr, module_attrs = CALL_ROUTES[name]
     looked = ([f"torch.accelerator.{acc_attr}"] if acc_attr else []) + [f"torch.{dev.type}.{a}" for a in module_attrs]
     raise RuntimeUnsupportedError(
         f"torch.fl.{name}({dev}): the '{description_for(dev).name}' backend offers none of "

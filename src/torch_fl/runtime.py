@@ -8,7 +8,7 @@ int ``N`` meaning ``accN``, a ``torch.device``, or None for ``torch.fl.device()`
    means "one queue: streams are host objects", and so on.
 2. Otherwise the call goes to ``torch.accelerator`` when it has the function and the device is the
    current accelerator (torch >= 2.6), then to the device module ``getattr(torch, device_type)``
-   (torch.cuda, torch.xpu, torch.mps, torch.npu once torch_npu is imported, ...). ``ROUTES`` of
+   (torch.cuda, torch.xpu, torch.mps, torch.npu once torch_npu is imported, ...). ``CALL_ROUTES`` of
    device_calls.py is the table of candidate names; the first that exists and does not raise wins.
 
 On the host CPU every call returns a meaningful value or is a documented no-op; docs/runtime.md has the

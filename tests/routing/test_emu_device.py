@@ -265,7 +265,7 @@ def test_vendor_owned_privateuse1_tests_run_without_the_emulated_device():
 
 
 def test_doctor_says_which_emulator_is_active(monkeypatch):
-    from torch_fl.analysis.doctor import collect, render_text
+    from torch_fl.analysis.doctor import collect, render_doctor_text
 
     monkeypatch.setenv("FL_DEVICE", "emu:minimal")
     torch_fl.reset()
@@ -273,7 +273,7 @@ def test_doctor_says_which_emulator_is_active(monkeypatch):
     assert data["device"]["resolved"] == "emu:0"
     emulation = data["emulation"]
     assert emulation["emulator"] == "device" and emulation["borrowed"] and emulation["privateuse1"] == "emu"
-    assert "PrivateUse1 slot is borrowed as 'emu'" in render_text(data, [], [])
+    assert "PrivateUse1 slot is borrowed as 'emu'" in render_doctor_text(data, [], [])
 
 
 def test_dataloader_pin_memory_with_the_emulated_device():

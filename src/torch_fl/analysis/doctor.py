@@ -3,7 +3,7 @@
 
 Three layers keep it testable: `collect` gathers facts into a JSON-ready dict and never raises on a
 broken setup (failures become entries of ``errors``), `diagnose` turns the facts into problems that
-each name a next step, and `render_text` lays the facts out for pasting into an issue. `examine` runs
+each name a next step, and `render_doctor_text` lays the facts out for pasting into an issue. `examine` runs
 the three and returns a :class:`DoctorReport`; the command (cli/doctor.py) only parses and prints it.
 """
 
@@ -444,7 +444,7 @@ def map_text(mapping: dict[str, str]) -> str:
 
 
 # Rendering ----------------------------------------------------------------------------------------
-def render_text(data: dict[str, Any], problems: list[str], notes: list[str]) -> str:
+def render_doctor_text(data: dict[str, Any], problems: list[str], notes: list[str]) -> str:
     """Aligned 'key: value' lines in sections, then the verdict."""
     sections = _sections(data)
     width = max(len(key) for _, rows in sections for key, _ in rows) + 1
@@ -576,7 +576,7 @@ class DoctorReport:
         return {**self.data, "problems": self.problems, "warnings": self.warnings, "healthy": self.healthy}
 
     def text(self) -> str:
-        return render_text(self.data, self.problems, self.warnings)
+        return render_doctor_text(self.data, self.problems, self.warnings)
 
 
 def examine(device: str | None = None) -> DoctorReport:

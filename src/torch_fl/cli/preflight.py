@@ -96,13 +96,13 @@ def _worker(timeout: float, backend: str | None) -> dict[str, Any]:
 
 
 def render(results: list[dict[str, Any]], nproc: int, seconds: float) -> str:
-    from ..distributed.checks import Report
+    from ..distributed.checks import PreflightReport
 
     rows = [r["row"] for r in results if "row" in r]
     failed = [r for r in results if "error" in r]
     lines: list[str] = []
     if rows:
-        lines.append(Report(nproc, rows[0]["backend"], rows).table())
+        lines.append(PreflightReport(nproc, rows[0]["backend"], rows).table())
     for result in failed:
         error = result["error"].removeprefix(f"rank {result['rank']}: ")  # torch-fl's errors name the rank
         lines.append(f"rank {result['rank']}: FAILED: {error}")

@@ -27,7 +27,7 @@ __all__ = ["VendorTable", "probe_vs_table", "read_vendor_table", "version_key"]
 
 _ROW = re.compile(r"^([A-Za-z_]\w*::[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)?)((?:\s+\w+=\S+)*)$")
 _VERSION = re.compile(r"^\d+(\.\d+)*$")
-ROUTES = ("native", "fallback")
+TABLE_ROUTES = ("native", "fallback")
 
 
 def version_key(version: str) -> tuple[int, ...]:
@@ -173,9 +173,9 @@ def _row(line: str, path: Path, lineno: int) -> tuple[str, tuple[str, frozenset[
         return match.group(1), ("dtypes", frozenset(dtypes.split(",")))
     route = fields.pop("route", "native")
     versions = fields.pop("versions", None)
-    if route not in ROUTES or fields:
+    if route not in TABLE_ROUTES or fields:
         raise DescriptionError(f"row {match.group(1)}: unknown field or route in {line!r}; routes: "
-                               f"{', '.join(ROUTES)}; fields: route, versions", path=str(path), line=lineno)
+                               f"{', '.join(TABLE_ROUTES)}; fields: route, versions", path=str(path), line=lineno)
     return match.group(1), (route, None if versions is None else frozenset(versions.split(",")))
 
 

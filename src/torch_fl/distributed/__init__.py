@@ -44,15 +44,15 @@ from ..device import description_for, device_map, resolve
 from ..errors import DeviceNotFoundError
 from . import checks as _checks
 from . import fingerprint
-from .checks import DistributedError, PreflightError, RanksMissingError, Report
+from .checks import DistributedError, PreflightError, PreflightReport, RanksMissingError
 from .watchdog import CollectiveTimeoutError, Watchdog, enable_flight_recorder, grace, unavailable
 
 __all__ = [
     "CollectiveTimeoutError",
     "DistributedError",
     "PreflightError",
+    "PreflightReport",
     "RanksMissingError",
-    "Report",
     "device",
     "init_process_group",
     "preflight",
@@ -75,7 +75,7 @@ class _State:
     device: torch.device
     backend: str
     store: dist.Store | None
-    report: Report | None
+    report: PreflightReport | None
     watchdog: Watchdog | None
 
 
@@ -149,7 +149,7 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
                        timeout: timedelta | float | None = None, world_size: int = -1, rank: int = -1,
                        store: dist.Store | None = None, *, device: str | torch.device | None = None,
                        preflight: bool | None = None, preflight_timeout: float | None = None,
-                       **kwargs: Any) -> Report | None:
+                       **kwargs: Any) -> PreflightReport | None:
     """``torch.distributed.init_process_group`` with the backend and device from the description, a
     preflight, and a hang watchdog (see the module docstring for the steps).
 
@@ -350,7 +350,7 @@ def _rendezvous(init_method: str | None, rank: int, world_size: int, bound: floa
     return store, rank, world_size
 
 
-def preflight(timeout: float | None = None) -> Report:
+def preflight(timeout: float | None = None) -> PreflightReport:
     """Run the preflight on a default process group that torch.distributed (or a framework) created.
 
     The backend is already chosen, so the environment step only compares; the watchdog is not started

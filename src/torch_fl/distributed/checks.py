@@ -305,7 +305,7 @@ COLUMNS = ("rank", "local_rank", "host", "device", "backend", "torch", "torch_fl
 
 
 @dataclass
-class Report:
+class PreflightReport:
     """The preflight result: one row per rank on rank 0, this rank's row on the others."""
 
     world_size: int
@@ -345,10 +345,10 @@ def row(rank: int, mine: Fingerprint, backend: str, timings: dict[str, float], s
 
 
 def gather_report(store: dist.Store, rank: int, world_size: int, mine: dict[str, Any], backend: str,
-                  seconds: float, timeout: float) -> Report:
+                  seconds: float, timeout: float) -> PreflightReport:
     """Every rank publishes its row; rank 0 collects them all and logs the summary."""
     store.set(f"row/{rank}", json.dumps(mine))
-    report = Report(world_size, backend, [mine], seconds)
+    report = PreflightReport(world_size, backend, [mine], seconds)
     if rank != 0:
         return report
     keys = [f"row/{r}" for r in range(world_size)]
