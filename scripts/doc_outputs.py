@@ -42,7 +42,9 @@ VOLATILE_LINES = re.compile(r"^(\s*(?:- \*\*)?(?:platform|python|name|environmen
                             r"(?:\*\*)?:\s*).*$", re.M)
 DURATION = re.compile(r"\b\d+(?:\.\d+)?\s?(?:ms|s|µs|min)\b")
 CLOCK = re.compile(r"\[(?:\d\d:\d\d:\d\d|\.\.)\]")
-TIMED_ROWS = re.compile(r"^(?:aten|prims)::|vary a lot")  # rows a timed run ranks or adds by load
+# rows a timed run ranks or adds by load, and bench's alignment line, whose verdict (BELOW TARGET,
+# UNCERTAIN) a loaded machine can move
+TIMED_ROWS = re.compile(r"^(?:aten|prims)::|vary a lot|^alignment ")
 NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?:e[+-]?\d+)?")
 
 
