@@ -371,6 +371,8 @@ def render() -> str:
     samples = (ROOT / "scripts" / "realworld_samples.txt").read_text(encoding="utf-8")
     lines = [line for line in samples.splitlines() if line and not line.startswith("#")]
     out.append(MEASURED.format(samples="\n".join(lines)))
+    # The fourth measurement (issue 30 item 6, scripts/realworld_judge.py) with its 200 judged findings.
+    out.append((ROOT / "scripts" / "realworld_judge_results.md").read_text(encoding="utf-8"))
     return "".join(out)
 
 
