@@ -21,7 +21,18 @@ from __future__ import annotations
 import ast
 from typing import Any
 
-from .base import alternatives, fixes, on, on_call, on_call_name, on_keyword, rule, str_value, triggers
+from .base import (
+    RuleContext,
+    alternatives,
+    fixes,
+    on,
+    on_call,
+    on_call_name,
+    on_keyword,
+    rule,
+    str_value,
+    triggers,
+)
 
 # AMP entry points whose device type is "cuda" in CUDA-era code: name -> positional index or None.
 AMP_DEVICE_TYPE = {
@@ -119,7 +130,7 @@ with torch.autocast(torch.fl.device_type(), dtype=torch.bfloat16):
 
 
 @on_call(*CUDA_AMP)
-def cuda_amp_call(det: Any, node: ast.Call, qual: str) -> None:
+def cuda_amp_call(det: RuleContext, node: ast.Call, qual: str) -> None:
     if qual.endswith("autocast"):
         # The decorator form gets the gated rewrite (unsafe); a region entered with `with`, the scoped one.
         det.report("FL301", node, "unsafe" if det.decorating else "safe",
@@ -129,7 +140,7 @@ def cuda_amp_call(det: Any, node: ast.Call, qual: str) -> None:
 
 
 @on_call_name("partial")
-def amp_partial(det: Any, node: ast.Call, name: str) -> None:
+def amp_partial(det: RuleContext, node: ast.Call, name: str) -> None:
     """`partial(torch.cuda.amp.autocast, dtype=...)`: the CUDA autocast, called later."""
     if node.args and det.qualname(node.args[0]) in CUDA_AMP:
         qual = det.qualname(node.args[0])
@@ -138,7 +149,7 @@ def amp_partial(det: Any, node: ast.Call, name: str) -> None:
 
 
 @on("assign")
-def autocast_variable(det: Any, target: ast.expr, value: ast.expr) -> None:
+def autocast_variable(det: RuleContext, target: ast.expr, value: ast.expr) -> None:
     """`precision_scope = autocast if opt.precision == "autocast" else nullcontext` (stable-diffusion):
     `precision_scope("cuda")` is `torch.autocast("cuda")`. Reported without a fix (the fixer rewrites
     calls it can name)."""
@@ -148,13 +159,13 @@ def autocast_variable(det: Any, target: ast.expr, value: ast.expr) -> None:
         qual = det.qualname(alt) if type(alt) in (ast.Name, ast.Attribute) else None
         if qual in SCOPED:
             det.aliases[target.id] = qual
-            det.__dict__.setdefault("autocast_variables", set()).add(target.id)
+            det.state(__name__).setdefault("autocast_variables", set()).add(target.id)
             return
 
 
-def _device_type_literals(det: Any, call: ast.Call, value: ast.expr, func: str) -> None:
+def _device_type_literals(det: RuleContext, call: ast.Call, value: ast.expr, func: str) -> None:
     literals = [alt for alt in alternatives(value) if str_value(alt) == "cuda"]
-    if type(call.func) is ast.Name and call.func.id in det.__dict__.get("autocast_variables", ()):
+    if type(call.func) is ast.Name and call.func.id in det.state(__name__).get("autocast_variables", ()):
         for literal in literals:
             det.report("FL303", literal, None, func=call.func.id, text='"cuda"')
         det.done.add(id(value))
@@ -172,7 +183,7 @@ def _device_type_literals(det: Any, call: ast.Call, value: ast.expr, func: str) 
 
 
 @on_call(*AMP_DEVICE_TYPE)
-def amp_device_type(det: Any, node: ast.Call, qual: str) -> None:
+def amp_device_type(det: RuleContext, node: ast.Call, qual: str) -> None:
     index = AMP_DEVICE_TYPE[qual]
     if index is not None and len(node.args) > index:
         _device_type_literals(det, node, node.args[index], qual)
@@ -188,7 +199,7 @@ _REGISTRATIONS = frozenset({"register_kernel", "impl", "register_fake", "registe
 
 
 @on_keyword("device_type")
-def device_type_keyword(det: Any, call: ast.Call, arg: str, value: ast.expr, func: str | None) -> None:
+def device_type_keyword(det: RuleContext, call: ast.Call, arg: str, value: ast.expr, func: str | None) -> None:
     if (func or "").startswith("torch.fl.") or (func or "").rsplit(".", 1)[-1] in _REGISTRATIONS:
         return  # torch.fl.register_kernel(..., device_type="cuda"): this kernel is for CUDA only
     _device_type_literals(det, call, value, func or "call")

@@ -9,10 +9,9 @@ such tuning; the scanner's guard tracking), queries that are themselves CUDA che
 from __future__ import annotations
 
 import ast
-from typing import Any
 
 from ..cuda_api import backend_flag
-from .base import on, rule, triggers
+from .base import RuleContext, on, rule, triggers
 
 _QUERIES = frozenset({"is_available", "version", "is_built"})
 
@@ -65,7 +64,7 @@ with torch.nn.attention.sdpa_kernel([SDPBackend.MATH]):
 
 
 @on("attribute")
-def backend_attribute(det: Any, node: ast.Attribute, qual: str, called: bool) -> None:
+def backend_attribute(det: RuleContext, node: ast.Attribute, qual: str, called: bool) -> None:
     parts = qual.split(".")
     if len(parts) < 3 or parts[1] != "backends" or parts[2] not in ("cudnn", "cuda"):
         return

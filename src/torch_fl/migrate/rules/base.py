@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Callable, Iterator
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, Protocol
 
 from ..cuda_api import CUDA_DEVICE, NCCL
 
@@ -151,6 +151,46 @@ class Finding(NamedTuple):
     @property
     def sort_key(self) -> tuple[str, int, int, str]:
         return (self.path, self.line, self.col, self.code)
+
+
+# What a rule's hook may read and call ------------------------------------------------------------
+class RuleContext(Protocol):
+    """The scanner as a rule's hook sees it (the engine's Detector implements it; rules name this, not the
+    engine's classes). Read-mostly: a hook reports findings, claims sites, and adds to the data-flow
+    facts below; the counters say where in the file the walk is."""
+
+    # where the walk is
+    stmt_line: int               # line of the statement being walked
+    loop: int                    # > 0 inside a for/while body
+    periodic: int                # > 0 inside `if step % N == 0:` (a sync there is on purpose)
+    quiet: int                   # > 0 inside a CUDA-only test or guard: findings there are intended
+    decorating: int              # > 0 while walking a decorator (applied to the function, not entered)
+    import_fallback: int         # > 0 inside `try:` whose handler catches ImportError
+    in_class: bool               # directly in a class body
+    aliases: dict[str, str]      # local name -> qualified name (import torch.cuda as tc)
+    done: set[int]               # ids of nodes a rule already reported (one finding per site)
+    raw: list[tuple[Any, ...]]   # findings so far, settled at the end of the file
+    # data-flow facts of the file
+    device_values: set[int]      # ids of expressions passed straight to a torch device argument
+    string_keys: set[Any]        # keys used as strings ("cuda" in device, f"{device}", device.split(":"))
+    opaque_keys: set[Any]        # keys handed to a callee that is not torch's
+    table_keys: dict[Any, int]   # keys that index a table (TABLE[device]) -> first line
+    sinks: dict[tuple[str, Any], int]
+    pointers: set[Any]           # names bound to a data_ptr() value
+    config_defaults: list[tuple[str, ast.Constant, str, int]]  # (kind, literal, target, line)
+
+    def report(self, code: str, where: Any, safety: FixSafety = None, *, replacement: str | None = None,
+               **fields: Any) -> None: ...
+    def claim(self, node: ast.AST) -> None: ...
+    def qualname(self, node: ast.AST) -> str | None: ...
+    def key(self, target: ast.AST) -> tuple[Any, ...] | None: ...
+    def sink(self, kind: str, node: ast.expr) -> None: ...
+    def source(self, key: tuple[Any, ...] | None, value: ast.expr | None, target: str) -> None: ...
+    def string_values(self, node: ast.AST) -> list[str]: ...
+    def is_pointer(self, node: ast.AST) -> bool: ...
+    def is_pointer_math(self, node: ast.AST) -> bool: ...
+    def state(self, owner: str) -> dict[str, Any]:
+        """A rule module's own per-file state (pass its __name__): what it remembers between hooks."""
 
 
 # Rules and hooks -----------------------------------------------------------------------------------
@@ -388,7 +428,7 @@ TORCH_DEVICE_METHODS = frozenset({
 })
 
 
-def torch_callee(det: Any, call: ast.Call) -> bool:
+def torch_callee(det: RuleContext, call: ast.Call) -> bool:
     """Whether `call` is torch's (torch.zeros, torch.nn.Linear, torch.load, a tensor's `.to`): its device
     argument may be a torch.device. Any other callee (the project's own function, a library's) may use
     the value as a string (`device.split(":")`, `device == "cuda"`), so a string must stay a string."""

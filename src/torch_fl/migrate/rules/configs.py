@@ -12,7 +12,7 @@ from typing import Any
 
 from ..configfiles import CONFIG_SUFFIXES, MAX_CONFIG_BYTES, config_values
 from ..cuda_api import CUDA_DEVICE, NCCL
-from .base import OTHER_VENDORS, fixes, on, on_file, rule, str_value, terminal_name
+from .base import OTHER_VENDORS, RuleContext, fixes, on, on_file, rule, str_value, terminal_name
 
 # Calls that declare a field with a default: dataclasses.field(default=), attr.ib(default) / attrs.field
 # (default=), pydantic.Field(default).
@@ -120,7 +120,7 @@ def _field_default(value: ast.expr) -> ast.expr | None:
 
 
 @on("assign")
-def config_default(det: Any, target: ast.expr, value: ast.expr) -> None:
+def config_default(det: RuleContext, target: ast.expr, value: ast.expr) -> None:
     """Remember `cfg.device = "cuda"` and `device: str = "cuda"` in a class body; reported at the end
     (config_defaults_settled) unless another rule has reported the literal by then."""
     if det.quiet:
@@ -141,7 +141,7 @@ def config_default(det: Any, target: ast.expr, value: ast.expr) -> None:
 
 
 @on("settled")
-def config_defaults_settled(det: Any) -> None:
+def config_defaults_settled(det: RuleContext) -> None:
     """After the data flow (FL105 / FL501, which follow a default to its use) and the guards (a literal
     only a CUDA check reaches is fixed with the check): what is left is a config default."""
     for kind, literal, target, stmt_line in det.config_defaults:
@@ -166,7 +166,7 @@ def config_defaults_settled(det: Any) -> None:
 
 
 @on_file(*CONFIG_SUFFIXES)
-def config_file(det: Any, path: str) -> list[str] | None:
+def config_file(det: RuleContext, path: str) -> list[str] | None:
     """Device and backend keys of a config file. Returns the file's lines (for `# noqa` and columns), or
     None for a file that is not read: CI or tool settings (under .github/, a dotfile), too big (data),
     not text, or without "cuda" and "nccl"."""

@@ -14,6 +14,7 @@ from typing import Any
 
 from ..cuda_api import CUDA_DEVICE, NCCL
 from .base import (
+    RuleContext,
     deviceish,
     fixes,
     is_cuda_literal,
@@ -92,7 +93,7 @@ if torch.fl.is_accelerator(device_type):
 )
 
 
-def _asks_availability(det: Any, test: ast.expr) -> bool:
+def _asks_availability(det: RuleContext, test: ast.expr) -> bool:
     """torch.cuda.is_available(), torch.cuda.device_count(), device_count() > 0 / >= 1."""
     if type(test) is ast.Call:
         return det.qualname(test.func) in (_AVAILABLE, _COUNT) and not test.args
@@ -103,7 +104,7 @@ def _asks_availability(det: Any, test: ast.expr) -> bool:
     return False
 
 
-def device_choice(det: Any, node: ast.expr) -> str | None:
+def device_choice(det: RuleContext, node: ast.expr) -> str | None:
     """The torch.fl expression for `"cuda" if torch.cuda.is_available() else "cpu"` (and its negated,
     "cuda:N" and `"nccl" ... "gloo"` forms), or None when `node` is not such a choice."""
     if type(node) is not ast.IfExp:
@@ -123,7 +124,7 @@ def device_choice(det: Any, node: ast.expr) -> str | None:
 
 
 @on("ifexp")
-def device_choice_expression(det: Any, node: ast.IfExp) -> None:
+def device_choice_expression(det: RuleContext, node: ast.IfExp) -> None:
     replacement = device_choice(det, node)
     if replacement is None:
         return
@@ -131,28 +132,30 @@ def device_choice_expression(det: Any, node: ast.IfExp) -> None:
     det.report("FL901", node, "safe", replacement=replacement, replacement_text=replacement, node_id=id(node))
     det.claim(node)
     if len(det.raw) > before:
-        det.choices.append(before)
+        det.state(__name__).setdefault("choices", []).append(before)  # raw findings, settled at the end
 
 
 @on("assign")
-def device_choice_variable(det: Any, target: ast.expr, value: ast.expr) -> None:
+def device_choice_variable(det: RuleContext, target: ast.expr, value: ast.expr) -> None:
     if type(value) is ast.IfExp and device_choice(det, value) is not None:
-        det.choice_keys[id(value)] = det.key(target)
+        det.state(__name__).setdefault("choice_keys", {})[id(value)] = det.key(target)  # id(choice) -> key
 
 
 @on("finish")
-def keep_strings_strings(det: Any) -> None:
+def keep_strings_strings(det: RuleContext) -> None:
     """The choice was a string ("cuda" or "cpu"); it becomes a device only where every use takes one.
     Bound to a name that the code also uses as a string (compares, formats into an f-string, calls a
     string method on, indexes a table with, concatenates) or hands to a callee that is not torch's
     (which may do any of that), or used in place anywhere but a torch device argument, it stays a
     string: `torch.fl.device_type()` is "cuda" on CUDA and "cpu" on the CPU, as the literals were."""
-    for index in det.choices:
+    state = det.state(__name__)
+    choice_keys = state.get("choice_keys", {})
+    for index in state.get("choices", ()):
         code, pos, stmt_line, safety, fields, replacement = det.raw[index]
         node_id = fields.pop("node_id", None)
         if replacement is None or "dist_backend" in replacement:
             continue
-        key = det.choice_keys.get(node_id)
+        key = choice_keys.get(node_id)
         if key is None:
             if node_id in det.device_values:
                 continue  # `x.to("cuda" if ... else "cpu")`, `torch.device(...)`: torch takes a device
@@ -170,7 +173,7 @@ def keep_strings_strings(det: Any) -> None:
         det.raw[index] = (code, pos, stmt_line, safety, fields, replacement)
 
 
-def _report_check(det: Any, node: ast.AST, other: ast.expr | None, literal: ast.expr | None,
+def _report_check(det: RuleContext, node: ast.AST, other: ast.expr | None, literal: ast.expr | None,
                   negate: bool) -> None:
     """FL902 on a CUDA check; fixable (unsafe) when it tests for the device type "cuda" exactly."""
     text = ast.unparse(node)
@@ -184,7 +187,7 @@ def _report_check(det: Any, node: ast.AST, other: ast.expr | None, literal: ast.
 
 
 @on("compare")
-def device_comparison(det: Any, node: ast.Compare) -> None:
+def device_comparison(det: RuleContext, node: ast.Compare) -> None:
     operands = [node.left, *node.comparators]
     if len(node.ops) != 1:
         for op, left, right in zip(node.ops, operands, operands[1:], strict=False):
@@ -216,7 +219,7 @@ def device_comparison(det: Any, node: ast.Compare) -> None:
 
 
 @on_method("startswith")
-def device_prefix(det: Any, node: ast.Call, attr: str) -> None:
+def device_prefix(det: RuleContext, node: ast.Call, attr: str) -> None:
     receiver = node.func.value  # type: ignore[attr-defined]
     prefix = str_value(node.args[0]) if node.args else None
     if prefix and prefix.startswith("cuda") and deviceish(receiver):
@@ -226,7 +229,7 @@ def device_prefix(det: Any, node: ast.Call, attr: str) -> None:
 
 
 @on_member("is_cuda")
-def is_cuda_attribute(det: Any, node: ast.Attribute) -> None:
+def is_cuda_attribute(det: RuleContext, node: ast.Attribute) -> None:
     """`x.is_cuda`: "is x on the accelerator?"."""
     if type(node.ctx) is ast.Load and id(node) not in det.done:
         receiver = source_text(node.value)

@@ -9,6 +9,7 @@ from typing import Any
 
 from ..cuda_api import CUDA_DEVICE, CUDA_TENSOR_TYPES, device_replacement
 from .base import (
+    RuleContext,
     alternatives,
     cuda_or_nccl,
     cuda_strings,
@@ -184,7 +185,7 @@ model = DDP(model, device_ids=[torch.fl.current_device()] if torch.fl.is_acceler
 
 
 # Detection ----------------------------------------------------------------------------------------
-def report_device_strings(det: Any, value: ast.expr, *, as_string: bool = False) -> None:
+def report_device_strings(det: RuleContext, value: ast.expr, *, as_string: bool = False) -> None:
     """FL101 for each "cuda"/"cuda:N" the value may be; FL106 for integer ordinals.
 
     The fix keeps the value's type where it must (issue 30): a literal that is the whole argument of
@@ -219,7 +220,7 @@ def report_device_strings(det: Any, value: ast.expr, *, as_string: bool = False)
     report_ordinals(det, value)
 
 
-def report_ordinals(det: Any, value: ast.expr, *, any_name: bool = False) -> None:
+def report_ordinals(det: RuleContext, value: ast.expr, *, any_name: bool = False) -> None:
     """FL106: an integer (or a rank-like name) where a device goes means cuda:N."""
     for alt in alternatives(value):
         if id(alt) in det.done:
@@ -244,7 +245,7 @@ def _rank_number(node: ast.expr) -> bool:
 
 
 @on_keyword("device_id")
-def fsdp_device_id(det: Any, call: ast.Call, arg: str, value: ast.expr, func: str | None) -> None:
+def fsdp_device_id(det: RuleContext, call: ast.Call, arg: str, value: ast.expr, func: str | None) -> None:
     """FSDP(model, device_id=0 / local_rank): a CUDA ordinal (FSDP moves the module to that GPU)."""
     if is_int(value) or terminal_name(value) in ORDINAL_NAMES or _rank_number(value):
         text = ast.unparse(value)
@@ -254,7 +255,7 @@ def fsdp_device_id(det: Any, call: ast.Call, arg: str, value: ast.expr, func: st
 
 
 @on_keyword(*DEVICE_KWARGS)
-def device_keyword(det: Any, call: ast.Call, arg: str, value: ast.expr, func: str | None) -> None:
+def device_keyword(det: RuleContext, call: ast.Call, arg: str, value: ast.expr, func: str | None) -> None:
     if arg == "map_location" and type(value) is ast.Lambda:
         return  # the lambda's body (storage.cuda(...)) is scanned on its own
     if (func or "").startswith("torch.fl."):
@@ -267,7 +268,7 @@ def device_keyword(det: Any, call: ast.Call, arg: str, value: ast.expr, func: st
 
 
 @on_keyword("accelerator")
-def lightning_accelerator(det: Any, call: ast.Call, arg: str, value: ast.expr, func: str | None) -> None:
+def lightning_accelerator(det: RuleContext, call: ast.Call, arg: str, value: ast.expr, func: str | None) -> None:
     """Lightning / Fabric `accelerator="cuda"` (or "gpu": CUDA or MPS only); "auto" picks what is there."""
     if (func or "").rsplit(".", 1)[-1] not in ("Trainer", "Fabric"):
         return
@@ -300,7 +301,7 @@ _DEVICE_SPEC = re.compile(r"cuda(:\d+)?\s+(fp16|fp32|bf16|fp16i8|i8)\b")
 
 
 @on("call")
-def cuda_argument(det: Any, node: ast.Call, callee: str | None) -> None:
+def cuda_argument(det: RuleContext, node: ast.Call, callee: str | None) -> None:
     """`generate_stream(model, tokenizer, params, "cuda")`: a CUDA device string handed to a function
     whose parameters the scanner cannot see (defined in another module); and library device specs
     (`RWKV(..., strategy="cuda fp16")`). Reported without a fix: what the callee does with it is not
@@ -321,7 +322,7 @@ def cuda_argument(det: Any, node: ast.Call, callee: str | None) -> None:
 
 
 @on("guarded_literal")
-def guarded_device_string(det: Any, literal: ast.Constant) -> tuple[str, int, str | None]:
+def guarded_device_string(det: RuleContext, literal: ast.Constant) -> tuple[str, int, str | None]:
     """A "cuda" literal only a CUDA check reaches (scan/guards.py): it becomes `torch.fl.device_type()`,
     a string still, "cuda" on CUDA where the check passed (the CPU never gets here; an NPU, whose check
     now passes, gets "npu"). Safe; "cuda:N" with N > 0 unsafe (str(torch.fl.device("accN")) raises on a
@@ -334,7 +335,7 @@ def guarded_device_string(det: Any, literal: ast.Constant) -> tuple[str, int, st
 
 
 @on("assign")
-def device_map_variable(det: Any, target: ast.expr, value: ast.expr) -> None:
+def device_map_variable(det: RuleContext, target: ast.expr, value: ast.expr) -> None:
     """`device_map = {"": local_rank}` (passed on as `device_map=device_map`): its values are CUDA
     ordinals, as they would be written in the call (alpaca-lora, qlora)."""
     if terminal_name(target) == "device_map":
@@ -348,13 +349,13 @@ _DEVICE_ID_KEYS = ("device_ids", "output_device")
 
 
 @on_keyword(*_DEVICE_ID_KEYS)
-def device_ids_keyword(det: Any, call: ast.Call, arg: str, value: ast.expr, func: str | None) -> None:
+def device_ids_keyword(det: RuleContext, call: ast.Call, arg: str, value: ast.expr, func: str | None) -> None:
     """DDP(model, device_ids=[rank]): each entry is a CUDA ordinal (None for a CPU module)."""
     report_device_ids(det, arg, value)
 
 
 @on("assign")
-def device_ids_entry(det: Any, target: ast.expr, value: ast.expr) -> None:
+def device_ids_entry(det: RuleContext, target: ast.expr, value: ast.expr) -> None:
     """`kwargs["device_ids"] = [local_rank]`, passed on as `DDP(model, **kwargs)`: the same ordinals."""
     key = str_value(target.slice) if type(target) is ast.Subscript else None
     if key in _DEVICE_ID_KEYS:
@@ -362,14 +363,14 @@ def device_ids_entry(det: Any, target: ast.expr, value: ast.expr) -> None:
 
 
 @on("dict")
-def device_ids_dict(det: Any, node: ast.Dict) -> None:
+def device_ids_dict(det: RuleContext, node: ast.Dict) -> None:
     """`ddp_kwargs = {"device_ids": [local_rank]}`."""
     for key, value in zip(node.keys, node.values, strict=True):
         if str_value(key) in _DEVICE_ID_KEYS:
             report_device_ids(det, str_value(key), value)  # type: ignore[arg-type]
 
 
-def report_device_ids(det: Any, arg: str, value: ast.expr) -> None:
+def report_device_ids(det: RuleContext, arg: str, value: ast.expr) -> None:
     """FL106 for each entry of a `device_ids` / `output_device` value that is a CUDA ordinal."""
     elts: list[ast.expr] = []
     for alt in alternatives(value):
@@ -390,14 +391,14 @@ def report_device_ids(det: Any, arg: str, value: ast.expr) -> None:
 
 
 @on_method("to")
-def to_call(det: Any, node: ast.Call, attr: str) -> None:
+def to_call(det: RuleContext, node: ast.Call, attr: str) -> None:
     if node.args and id(node.args[0]) not in det.done:
         report_device_strings(det, node.args[0])
         det.sink("device", node.args[0])
 
 
 @on_call("torch.device")
-def torch_device(det: Any, node: ast.Call, qual: str) -> None:
+def torch_device(det: RuleContext, node: ast.Call, qual: str) -> None:
     """torch.device("cuda"), torch.device("cuda", 0), torch.device(type="cuda"), torch.device(0)."""
     value = node.args[0] if node.args else next((k.value for k in node.keywords if k.arg == "type"), None)
     if value is None:
@@ -438,7 +439,7 @@ def _object_safety(index: str | None) -> str | None:
 
 
 @on_call("torch.set_default_device", "torch.set_default_tensor_type")
-def default_device(det: Any, node: ast.Call, qual: str) -> None:
+def default_device(det: RuleContext, node: ast.Call, qual: str) -> None:
     if not node.args:
         return
     value = node.args[0]
@@ -454,7 +455,7 @@ def default_device(det: Any, node: ast.Call, qual: str) -> None:
 
 
 @on_method("cuda")
-def cuda_method(det: Any, node: ast.Call, attr: str) -> None:
+def cuda_method(det: RuleContext, node: ast.Call, attr: str) -> None:
     arguments = [*node.args, *node.keywords]
     device = node.args[0] if node.args else next((kw.value for kw in node.keywords if kw.arg == "device"), None)
     others = [kw.arg for kw in node.keywords if kw.arg != "device"]
@@ -472,7 +473,7 @@ def cuda_method(det: Any, node: ast.Call, attr: str) -> None:
 
 
 @on("attribute")
-def tensor_type_attribute(det: Any, node: ast.Attribute, qual: str, called: bool) -> None:
+def tensor_type_attribute(det: RuleContext, node: ast.Attribute, qual: str, called: bool) -> None:
     parts = qual.split(".")
     if parts[1] == "cuda" and len(parts) > 2 and parts[2] in CUDA_TENSOR_TYPES:
         det.report("FL103", node, attr=".".join(parts[:3]), remedy=_typed_remedy(CUDA_TENSOR_TYPES[parts[2]]))
@@ -480,7 +481,7 @@ def tensor_type_attribute(det: Any, node: ast.Attribute, qual: str, called: bool
 
 
 @on_method("type")
-def type_method(det: Any, node: ast.Call, attr: str) -> None:
+def type_method(det: RuleContext, node: ast.Call, attr: str) -> None:
     text = str_value(node.args[0]) if node.args else None
     if text and text.startswith("torch.cuda.") and text[len("torch.cuda."):] in CUDA_TENSOR_TYPES:
         det.report("FL103", node.args[0], attr=text, remedy=_typed_remedy(CUDA_TENSOR_TYPES[text[len("torch.cuda."):]]))
@@ -506,7 +507,7 @@ def _pure(node: ast.expr) -> bool:
 
 
 @on("compare")
-def type_string_comparison(det: Any, node: ast.Compare) -> None:
+def type_string_comparison(det: RuleContext, node: ast.Compare) -> None:
     """`x.type() == "torch.cuda.HalfTensor"`: asks "a half tensor on the accelerator?" with a CUDA-only
     name. The plain form is fixed to the question itself, the same answer on CUDA and the CPU:
     `(x.dtype == torch.float16 and torch.fl.is_accelerator(x.device))`; other forms (`in (...)`, a
@@ -537,7 +538,7 @@ def type_string_comparison(det: Any, node: ast.Compare) -> None:
 
 
 @on_method("add_argument")
-def argparse_default(det: Any, node: ast.Call, attr: str) -> None:
+def argparse_default(det: RuleContext, node: ast.Call, attr: str) -> None:
     """parser.add_argument("--device", default="cuda"): a source for `args.device`."""
     default = next((kw.value for kw in node.keywords if kw.arg == "default"), None)
     if default is None or not cuda_or_nccl(default):
@@ -558,7 +559,7 @@ def argparse_default(det: Any, node: ast.Call, attr: str) -> None:
 
 
 @on("flow")
-def device_flow(det: Any, kind: str, literal: ast.expr, index: str | None, target: str,
+def device_flow(det: RuleContext, kind: str, literal: ast.expr, index: str | None, target: str,
                 sink_line: int | str) -> None:
     if kind != "device":
         return

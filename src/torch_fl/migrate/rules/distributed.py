@@ -7,6 +7,7 @@ from typing import Any
 
 from ..cuda_api import NCCL
 from .base import (
+    RuleContext,
     fixes,
     nccl_strings,
     on,
@@ -96,7 +97,7 @@ device = torch.fl.device(f"acc{local_rank}")
 )
 
 
-def check_backend(det: Any, value: ast.expr) -> None:
+def check_backend(det: RuleContext, value: ast.expr) -> None:
     if type(value) is ast.IfExp and device_choice(det, value) is not None:
         return  # `"nccl" if torch.cuda.is_available() else "gloo"`: one finding, on the whole choice
     for literal in nccl_strings(value):
@@ -105,24 +106,24 @@ def check_backend(det: Any, value: ast.expr) -> None:
 
 
 @on_call_name(*BACKEND_POSITIONS)
-def backend_position(det: Any, node: ast.Call, name: str) -> None:
+def backend_position(det: RuleContext, node: ast.Call, name: str) -> None:
     index = BACKEND_POSITIONS.get(name)
     if index is not None and len(node.args) > index:
         check_backend(det, node.args[index])
 
 
 @on_keyword(*BACKEND_KWARGS)
-def backend_keyword(det: Any, call: ast.Call, arg: str, value: ast.expr, func: str | None) -> None:
+def backend_keyword(det: RuleContext, call: ast.Call, arg: str, value: ast.expr, func: str | None) -> None:
     check_backend(det, value)
 
 
 @on_call("torch.distributed.is_nccl_available")
-def nccl_available(det: Any, node: ast.Call, qual: str) -> None:
+def nccl_available(det: RuleContext, node: ast.Call, qual: str) -> None:
     det.report("FL501", node, detail=" asked for (`is_nccl_available()`): ask `torch.fl.dist_backend()` instead")
 
 
 @on("compare")
-def backend_comparison(det: Any, node: ast.Compare) -> None:
+def backend_comparison(det: RuleContext, node: ast.Compare) -> None:
     """`dist.get_backend() == "nccl"`, `args.dist_backend == "nccl"`: asks whether collectives run on NVIDIA
     GPUs."""
     operands = (node.left, *node.comparators)
@@ -138,14 +139,14 @@ def backend_comparison(det: Any, node: ast.Compare) -> None:
 
 
 @on("flow")
-def backend_flow(det: Any, kind: str, literal: ast.expr, index: str | None, target: str, sink_line: int | str) -> None:
+def backend_flow(det: RuleContext, kind: str, literal: ast.expr, index: str | None, target: str, sink_line: int | str) -> None:
     if kind == "backend":
         # sink_line: a line here, or "file:line" in the module that imports the name.
         where = f"line {sink_line}" if isinstance(sink_line, int) else f"used in {sink_line}"
         det.report("FL501", literal, "unsafe", detail=f" (via `{target}`, {where})")
 
 
-def check_env(det: Any, key: str, where: ast.AST, action: str) -> None:
+def check_env(det: RuleContext, key: str, where: ast.AST, action: str) -> None:
     if key.startswith("NCCL_") and action != "read":
         det.report("FL502", where, var=key, action=action)
     elif key == "CUDA_VISIBLE_DEVICES" or (action != "read" and "CUDA" in key.upper().split("_")):
@@ -154,7 +155,7 @@ def check_env(det: Any, key: str, where: ast.AST, action: str) -> None:
 
 
 @on("subscript")
-def environ_subscript(det: Any, node: ast.Subscript) -> None:
+def environ_subscript(det: RuleContext, node: ast.Subscript) -> None:
     if det.qualname(node.value) == "os.environ":
         ctx = type(node.ctx)
         action = "read" if ctx is ast.Load else "set" if ctx is ast.Store else "removed"
@@ -163,7 +164,7 @@ def environ_subscript(det: Any, node: ast.Subscript) -> None:
 
 
 @on_call(*_ENV_WRITERS, *_ENV_READERS, "os.environ.update")
-def environ_call(det: Any, node: ast.Call, qual: str) -> None:
+def environ_call(det: RuleContext, node: ast.Call, qual: str) -> None:
     action = _ENV_WRITERS.get(qual) or _ENV_READERS.get(qual)
     if qual == "os.environ.update":
         for arg in node.args:

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import ast
-from typing import Any
 
-from .base import on, on_call, on_call_name, on_file, rule, str_value, triggers
+from .base import RuleContext, on, on_call, on_call_name, on_file, rule, str_value, triggers
 
 CUDA_SUFFIXES = (".cu", ".cuh")
 _TRITON = ("triton.jit", "triton.autotune")
@@ -99,7 +98,7 @@ def _extension(module: str) -> bool:
 
 
 @on("import")
-def extension_import(det: Any, module: str, where: ast.AST) -> bool:
+def extension_import(det: RuleContext, module: str, where: ast.AST) -> bool:
     """`import x_cuda`, `from x_cuda import f`. Not the names a from-import takes (`from utils import
     move_to_cuda` is a function)."""
     if type(where) is ast.alias and where.name != module:
@@ -111,14 +110,14 @@ def extension_import(det: Any, module: str, where: ast.AST) -> bool:
 
 
 @on_call_name("import_module", "__import__")
-def extension_import_call(det: Any, node: ast.Call, name: str) -> None:
+def extension_import_call(det: RuleContext, node: ast.Call, name: str) -> None:
     module = str_value(node.args[0]) if node.args else None
     if module is not None and not det.import_fallback and _extension(module):
         det.report("FL704", node, module=module)
 
 
 @on_file(*CUDA_SUFFIXES)
-def cuda_source_file(det: Any, path: str) -> None:
+def cuda_source_file(det: RuleContext, path: str) -> None:
     det.report("FL702", (1, 0, 1, 0))
 
 
@@ -129,7 +128,7 @@ def _cuda_sources(node: ast.Call, keywords: dict[str | None, ast.expr]) -> bool:
 
 
 @on_call_name("load")
-def extension_by_name(det: Any, node: ast.Call, name: str) -> None:
+def extension_by_name(det: RuleContext, node: ast.Call, name: str) -> None:
     """`load(name=..., sources=[..., "x.cu"])` whatever `load` is bound to (a snippet without the import,
     `cpp_extension.load` through a name the scanner cannot resolve): the .cu source says what it is."""
     keywords = {kw.arg: kw.value for kw in node.keywords if kw.arg}
@@ -138,7 +137,7 @@ def extension_by_name(det: Any, node: ast.Call, name: str) -> None:
 
 
 @on_call(*(f"torch.utils.cpp_extension.{name}" for name in ("CUDAExtension", "load", "load_inline")))
-def extension(det: Any, node: ast.Call, qual: str) -> None:
+def extension(det: RuleContext, node: ast.Call, qual: str) -> None:
     name = qual.rsplit(".", 1)[1]
     keywords = {kw.arg: kw.value for kw in node.keywords if kw.arg}
     if name == "CUDAExtension":
@@ -155,7 +154,7 @@ def extension(det: Any, node: ast.Call, qual: str) -> None:
 
 
 @on("function")
-def triton_kernel(det: Any, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+def triton_kernel(det: RuleContext, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
     for decorator in node.decorator_list:
         target = decorator.func if type(decorator) is ast.Call else decorator
         # `triton` unbound (a snippet without the import) is still Triton.

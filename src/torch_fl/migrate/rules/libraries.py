@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import ast
-from typing import Any
 
-from .base import on, on_call_name, on_keyword, rule, str_value, triggers
+from .base import RuleContext, on, on_call_name, on_keyword, rule, str_value, triggers
 from .memory import GPU_INTEROP_LIBRARIES
 
 # Third-party imports that only run on NVIDIA GPUs (FL801): module prefix -> (what it provides, the
@@ -64,7 +63,7 @@ out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
 
 
 @on("import")
-def cuda_only_import(det: Any, module: str, where: ast.AST) -> bool:
+def cuda_only_import(det: RuleContext, module: str, where: ast.AST) -> bool:
     for prefix, (provides, alternative) in CUDA_ONLY_LIBRARIES.items():
         if module == prefix or module.startswith(prefix + "."):
             det.report("FL801", where, module=prefix, provides=provides, alternative=alternative)
@@ -73,7 +72,7 @@ def cuda_only_import(det: Any, module: str, where: ast.AST) -> bool:
 
 
 @on_keyword("load_in_8bit", "load_in_4bit")
-def quantized_load(det: Any, call: ast.Call, arg: str, value: ast.expr, func: str | None) -> None:
+def quantized_load(det: RuleContext, call: ast.Call, arg: str, value: ast.expr, func: str | None) -> None:
     """transformers' `from_pretrained(..., load_in_8bit=True)`: bitsandbytes, behind a keyword."""
     if (type(value) is ast.Constant and not value.value) or (func or "").endswith("BitsAndBytesConfig"):
         return  # off, or the config call (reported itself)
@@ -83,7 +82,7 @@ def quantized_load(det: Any, call: ast.Call, arg: str, value: ast.expr, func: st
 
 
 @on_call_name("BitsAndBytesConfig")
-def quantization_config(det: Any, node: ast.Call, name: str) -> None:
+def quantization_config(det: RuleContext, node: ast.Call, name: str) -> None:
     provides, alternative = CUDA_ONLY_LIBRARIES["bitsandbytes"]
     det.report("FL801", node, module="bitsandbytes", provides=f"{provides}, configured by `{name}`",
                alternative=alternative)
@@ -93,7 +92,7 @@ _QUANTIZED_KEYS = ("load_in_8bit", "load_in_4bit")
 
 
 @on("assign")
-def quantized_kwargs(det: Any, target: ast.expr, value: ast.expr) -> None:
+def quantized_kwargs(det: RuleContext, target: ast.expr, value: ast.expr) -> None:
     """`kwargs["load_in_8bit"] = True`, `kwargs["attn_implementation"] = "flash_attention_2"` (LLaVA's
     builder, passed on as **kwargs)."""
     key = str_value(target.slice) if type(target) is ast.Subscript else None
@@ -104,7 +103,7 @@ def quantized_kwargs(det: Any, target: ast.expr, value: ast.expr) -> None:
 
 
 @on_keyword("attn_implementation")
-def flash_attention(det: Any, call: ast.Call, arg: str, value: ast.expr, func: str | None) -> None:
+def flash_attention(det: RuleContext, call: ast.Call, arg: str, value: ast.expr, func: str | None) -> None:
     """transformers' `attn_implementation="flash_attention_2"`: the flash_attn package."""
     if (str_value(value) or "").startswith("flash_attention"):
         provides, alternative = CUDA_ONLY_LIBRARIES["flash_attn"]

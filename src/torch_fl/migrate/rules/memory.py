@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import ast
 import re
-from typing import Any
 
-from .base import on, on_call, on_method, rule, str_value, triggers
+from .base import RuleContext, on, on_call, on_method, rule, str_value, triggers
 
 GPU_INTEROP_LIBRARIES: dict[str, str] = {
     "cupy": "CuPy arrays in CUDA memory",
@@ -108,7 +107,7 @@ queue.put(tensor)   # torch.multiprocessing picks the sharing the tensor's devic
 
 
 @on_method(*CUDA_IPC_METHODS)
-def cuda_ipc(det: Any, node: ast.Call, attr: str) -> None:
+def cuda_ipc(det: RuleContext, node: ast.Call, attr: str) -> None:
     det.report("FL604", node, call=f".{attr}(...)")
 
 
@@ -116,13 +115,13 @@ def _is_ptr_call(node: ast.AST) -> bool:
     return type(node) is ast.Call and type(node.func) is ast.Attribute and node.func.attr == "data_ptr"
 
 
-def _identity(det: Any, node: ast.AST) -> None:
+def _identity(det: RuleContext, node: ast.AST) -> None:
     if _is_ptr_call(node):
         det.done.add(id(node))
 
 
 @on_method("data_ptr")
-def data_ptr(det: Any, node: ast.Call, attr: str) -> None:
+def data_ptr(det: RuleContext, node: ast.Call, attr: str) -> None:
     if node.args or id(node) in det.done:
         return
     receiver = node.func.value  # type: ignore[attr-defined]
@@ -134,42 +133,42 @@ def data_ptr(det: Any, node: ast.Call, attr: str) -> None:
 
 
 @on("subscript")
-def pointer_key(det: Any, node: ast.Subscript) -> None:
+def pointer_key(det: RuleContext, node: ast.Subscript) -> None:
     _identity(det, node.slice)
 
 
 @on("dict")
-def pointer_dict_key(det: Any, node: ast.Dict) -> None:
+def pointer_dict_key(det: RuleContext, node: ast.Dict) -> None:
     for key in node.keys:
         if key is not None:
             _identity(det, key)
 
 
 @on("dictcomp")
-def pointer_comprehension_key(det: Any, node: ast.DictComp) -> None:
+def pointer_comprehension_key(det: RuleContext, node: ast.DictComp) -> None:
     _identity(det, node.key)
 
 
 @on("compare")
-def pointer_comparison(det: Any, node: ast.Compare) -> None:
+def pointer_comparison(det: RuleContext, node: ast.Compare) -> None:
     for operand in (node.left, *node.comparators):
         _identity(det, operand)
 
 
 @on_method(*_IDENTITY_METHODS)
-def pointer_in_container(det: Any, node: ast.Call, attr: str) -> None:
+def pointer_in_container(det: RuleContext, node: ast.Call, attr: str) -> None:
     if node.args:
         _identity(det, node.args[0])
 
 
 @on("assign")
-def pointer_variable(det: Any, target: ast.expr, value: ast.expr) -> None:
+def pointer_variable(det: RuleContext, target: ast.expr, value: ast.expr) -> None:
     if type(target) is ast.Name and (det.is_pointer(value) or det.is_pointer_math(value)):
         det.pointers.add(target.id)
 
 
 @on("binop")
-def pointer_arithmetic(det: Any, node: ast.BinOp) -> None:
+def pointer_arithmetic(det: RuleContext, node: ast.BinOp) -> None:
     if type(node.op) in (ast.Add, ast.Sub) and (det.is_pointer(node.left) or det.is_pointer(node.right)):
         det.report("FL602", node, how=f"used in arithmetic (`{'+' if type(node.op) is ast.Add else '-'}`)")
         _identity(det, node.left)  # the data_ptr() is part of this finding (one finding per site)
@@ -177,14 +176,14 @@ def pointer_arithmetic(det: Any, node: ast.BinOp) -> None:
 
 
 @on("augassign")
-def pointer_offset(det: Any, node: ast.AugAssign) -> None:
+def pointer_offset(det: RuleContext, node: ast.AugAssign) -> None:
     if type(node.target) is ast.Name and node.target.id in det.pointers and type(node.op) in (ast.Add, ast.Sub):
         det.report("FL602", node, how="offset in place")
 
 
 @on_call("ctypes.c_void_p", "ctypes.cast", "ctypes.c_uint64", "ctypes.c_size_t", "ctypes.CDLL", "ctypes.PyDLL",
          "ctypes.cdll.LoadLibrary")
-def ctypes_call(det: Any, node: ast.Call, qual: str) -> None:
+def ctypes_call(det: RuleContext, node: ast.Call, qual: str) -> None:
     if qual in ("ctypes.c_void_p", "ctypes.cast", "ctypes.c_uint64", "ctypes.c_size_t"):
         if any(det.is_pointer(arg) or det.is_pointer_math(arg) for arg in node.args):
             det.report("FL602", node, how=f"handed to `{qual}`")
@@ -197,7 +196,7 @@ def ctypes_call(det: Any, node: ast.Call, qual: str) -> None:
 
 
 @on("import")
-def interop_import(det: Any, module: str, where: ast.AST) -> bool:
+def interop_import(det: RuleContext, module: str, where: ast.AST) -> bool:
     for prefix, what in GPU_INTEROP_LIBRARIES.items():
         if module == prefix or module.startswith(prefix + "."):
             det.report("FL603", where, what=f"`{prefix}` ({what})")

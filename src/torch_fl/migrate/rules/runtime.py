@@ -8,6 +8,7 @@ from typing import Any
 
 from ..cuda_api import CUDA_DEVICE, CUDA_TENSOR_TYPES, DEFAULT_REMEDY, lookup
 from .base import (
+    RuleContext,
     fixes,
     is_int,
     on,
@@ -129,7 +130,7 @@ device_module.synchronize()        # or torch.fl.synchronize()
 )
 
 
-def _report_api(det: Any, node: ast.AST, qual: str, called: bool) -> None:
+def _report_api(det: RuleContext, node: ast.AST, qual: str, called: bool) -> None:
     entry = lookup(qual)
     rest = qual[len("torch.cuda."):] if qual.startswith("torch.cuda.") else qual
     if rest.split(".")[0] in CUDA_TENSOR_TYPES:
@@ -163,7 +164,7 @@ def device_argument(node: ast.Call) -> ast.expr | None:
     return next((kw.value for kw in node.keywords if kw.arg == "device"), None)
 
 
-def cuda_device_form(det: Any, value: ast.expr) -> bool:
+def cuda_device_form(det: RuleContext, value: ast.expr) -> bool:
     """A CUDA device spelled out, which the fix turns into the ordinal torch.fl takes (an int N means
     accN, cuda:N on a CUDA machine): "cuda", "cuda:N", f"cuda:{i}", torch.device("cuda"[, i]),
     torch.device("cuda:N"), torch.device(f"cuda:{i}"), torch.device(type="cuda", index=i)."""
@@ -204,7 +205,7 @@ def _ordinal_like(node: ast.expr) -> bool:
     return False
 
 
-def _with_device_argument(det: Any, node: ast.Call, safety: str) -> tuple[str | None, str]:
+def _with_device_argument(det: RuleContext, node: ast.Call, safety: str) -> tuple[str | None, str]:
     """The safety of rewriting `torch.cuda.set_device(x)` (synchronize, memory statistics) to torch.fl
     with its argument: an ordinal is accN; a spelled-out CUDA device becomes its ordinal (the fix);
     a device of a tensor (`x.device`) or of torch.fl is this machine's. Any other value may be a CUDA
@@ -221,7 +222,7 @@ def _with_device_argument(det: Any, node: ast.Call, safety: str) -> tuple[str | 
                       f"torch.fl cannot use off CUDA; pass its index or a torch.fl device")
 
 
-def _claim_arguments(det: Any, node: ast.Call) -> None:
+def _claim_arguments(det: RuleContext, node: ast.Call) -> None:
     # torch.cuda.set_device(0), synchronize(device=0): the ordinal is CUDA's by definition, part of
     # this finding (one finding per site).
     for value in (*node.args, *(kw.value for kw in node.keywords)):
@@ -229,13 +230,13 @@ def _claim_arguments(det: Any, node: ast.Call) -> None:
 
 
 @on_call_prefix("torch.cuda.")
-def cuda_call(det: Any, node: ast.Call, qual: str) -> None:
+def cuda_call(det: RuleContext, node: ast.Call, qual: str) -> None:
     _report_api(det, node, qual, True)
     _claim_arguments(det, node)
 
 
 @on("attribute")
-def cuda_reference(det: Any, node: ast.Attribute, qual: str, called: bool) -> None:
+def cuda_reference(det: RuleContext, node: ast.Attribute, qual: str, called: bool) -> None:
     """`torch.cuda.X` used without a call (`partial(torch.cuda.stream, s)`, `S = torch.cuda.Stream`), and
     `torch.version.cuda`."""
     if called:
@@ -249,7 +250,7 @@ def cuda_reference(det: Any, node: ast.Attribute, qual: str, called: bool) -> No
 
 
 @on_call_name("getattr")
-def cuda_module_lookup(det: Any, node: ast.Call, name: str) -> None:
+def cuda_module_lookup(det: RuleContext, node: ast.Call, name: str) -> None:
     if type(node.func) is ast.Name and len(node.args) >= 2 and det.qualname(node.args[0]) == "torch" and str_value(node.args[1]) == "cuda":
         rest = ", ..." if len(node.args) > 2 else ""
         det.report("FL204", node, call=f'getattr({ast.unparse(node.args[0])}, "cuda"{rest})')
@@ -257,7 +258,7 @@ def cuda_module_lookup(det: Any, node: ast.Call, name: str) -> None:
 
 
 @on_call(*SYNCS)
-def sync_call(det: Any, node: ast.Call, qual: str) -> None:
+def sync_call(det: RuleContext, node: ast.Call, qual: str) -> None:
     if qual == "torch.cuda.synchronize":
         safety, note = _with_device_argument(det, node, "safe")
         det.report("FL202", node, safety, note=note)
@@ -276,7 +277,7 @@ def _on_host(node: ast.AST) -> bool:
 
 
 @on_method("item")
-def item_call(det: Any, node: ast.Call, attr: str) -> None:
+def item_call(det: RuleContext, node: ast.Call, attr: str) -> None:
     if det.loop and not det.periodic and not node.args and not node.keywords \
             and not _on_host(node.func.value):  # type: ignore[attr-defined]
         det.report("FL203", node, call=".item()")

@@ -41,8 +41,6 @@ class Detector(Scopes, Guards, Flow):
         self.string_keys = set()  # keys used as strings ("cuda" in device, f"{device}", device.split(":"))
         self.opaque_keys = set()  # keys handed to a callee that is not torch's (it may use them as strings)
         self.device_values = set()  # ids of expressions passed straight to a torch device argument
-        self.choices: list[int] = []  # raw findings of device-choice idioms, settled at the end
-        self.choice_keys: dict[int, Any] = {}  # id(choice expression) -> the key it is bound to
         self.functions = {}  # module-level defs
         # Across modules: `from M import NAME as local` at module level, and module-level sources that
         # reach no sink here (another module may import them).
@@ -61,6 +59,15 @@ class Detector(Scopes, Guards, Flow):
         self.skip_keys: set[Any] = set()  # flags holding a CUDA check that a test skip reads
         self.config_defaults: list[tuple[str, ast.Constant, str, int]] = []  # (kind, literal, target, line)
         self.import_fallback = 0  # > 0 inside `try:` whose handler catches ImportError (the import is optional)
+        self._rule_state: dict[str, dict[str, Any]] = {}  # rule module -> what it keeps about this file
+
+    def state(self, owner: str) -> dict[str, Any]:
+        """The per-file state of the rule module `owner` (its __name__): rule state lives with the rule,
+        in its own dict, not in the engine's attributes."""
+        found = self._rule_state.get(owner)
+        if found is None:
+            found = self._rule_state[owner] = {}
+        return found
 
 
 def _all_subclasses(cls: type) -> Iterator[type]:
