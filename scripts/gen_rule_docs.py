@@ -66,7 +66,8 @@ what follows it in an `and`, the rest of a function after an early return): see
 [migrate-fix.md](migrate-fix.md). Directories are walked for
 `*.py` and `*.pyi` (and `*.cu` / `*.cuh` for FL702; `*.yaml`, `*.yml`, `*.json` and `*.toml` config files
 up to 1 MiB for FL107 and FL504, which `torchfl fix` never rewrites), skipping `.git`, `.venv`, `venv`, `__pycache__`,
-`build`, `dist`, `node_modules`, `site-packages` and other tool caches (`.gitignore` is not read:
+`build` and `dist` (unless they hold an `__init__.py`: a package of the project, such as mmengine's
+`mmengine/dist/`), `node_modules`, `site-packages` and other tool caches (`.gitignore` is not read:
 use `extend-exclude`). From Python:
 `torch_fl.migrate.scan.scan_paths(["src"])` and `scan_source(text)`.
 

@@ -23,6 +23,15 @@ SKIP_DIRS = frozenset({
     "site-packages", ".tox", ".nox", ".mypy_cache", ".ruff_cache", ".pytest_cache", ".eggs",
     ".ipynb_checkpoints", "__pypackages__",
 })
+# Build outputs by name, unless the folder is a Python package of the project (mmengine's
+# `mmengine/dist/` holds its distributed helpers): one with an __init__.py is walked.
+OUTPUT_DIRS = frozenset({"build", "dist"})
+
+
+def _skipped_dir(entry: os.DirEntry, path: Path) -> bool:
+    if entry.name not in SKIP_DIRS:
+        return False
+    return entry.name not in OUTPUT_DIRS or not os.path.isfile(path / "__init__.py")
 
 
 def other_suffixes() -> tuple[str, ...]:
@@ -111,8 +120,8 @@ def not_a_file(path: Path | str, entry: os.DirEntry[str] | None = None) -> str |
 
 def iter_files(root: Path, config: Config | None = None,
                skipped: list[tuple[str, str]] | None = None) -> Iterator[Path]:
-    """Python and CUDA source files under `root` in sorted order, skipping SKIP_DIRS and the
-    config's extend-exclude globs. A file given as `root` is yielded whatever its name. Paths that
+    """Python and CUDA source files under `root` in sorted order, skipping SKIP_DIRS (``build`` and
+    ``dist`` only when they are not packages) and the config's extend-exclude globs. A file given as `root` is yielded whatever its name. Paths that
     are not regular files (FIFOs, devices, sockets, symlink loops, broken links) are never opened:
     they go to `skipped` as (path, reason)."""
     config = Config() if config is None else config
@@ -136,7 +145,7 @@ def iter_files(root: Path, config: Config | None = None,
         for entry in entries:
             path = directory / entry.name
             if entry.is_dir(follow_symlinks=False):
-                if entry.name not in SKIP_DIRS and not _excluded(path, config):
+                if not _skipped_dir(entry, path) and not _excluded(path, config):
                     subdirs.append(path)
             elif entry.name.endswith(suffixes) and not _excluded(path, config):
                 reason = not_a_file(path, entry)
