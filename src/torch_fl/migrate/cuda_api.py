@@ -98,8 +98,9 @@ def _api(name: str, replacement: str | None = None, safety: Safety = None, *, ki
                    remedy, note, alias, takes_device, alias_refuses)
 
 
-_MEMORY_NOTE = ("Diagnostic values: on a CPU-only host torch.cuda reports 0 and torch.fl the process's "
-                "memory, so logged numbers differ there; control flow does not depend on them.")
+_MEMORY_NOTE = ("On a CPU-only host torch.cuda reports 0 and torch.fl the process's resident set "
+                "(docs/runtime.md, host memory), so the CPU host's output changes (`get_gpu_mem()` logged 0.0, "
+                "now 225 MB): unsafe. Where CUDA ran the figure is the same.")
 _SEED_NOTE = ("torch.fl.manual_seed seeds every generator, the CPU's included, so random numbers drawn on "
               "the CPU afterwards change (torch.cuda.manual_seed leaves them alone).")
 
@@ -111,7 +112,10 @@ _ENTRIES: tuple[CudaAPI, ...] = (
     _api("device_count", "torch.fl.device_count", "unsafe", alias="device_count",
          note="On a CPU-only host torch.cuda.device_count() is 0 and torch.fl.device_count() is 1 (the "
               "host counts as one device): `if n_gpu > 0` changes branch there."),
-    _api("current_device", "torch.fl.current_device", "safe", alias="current_device"),
+    _api("current_device", "torch.fl.current_device", "safe", alias="current_device",
+         note="Passed as a device (`device=`, `.to(...)`, `torch.device(...)`) it becomes `torch.fl.device()`, "
+              "not the ordinal: a CPU-only host has no device 0. Elsewhere (arithmetic, `set_device`) the "
+              "ordinal `torch.fl.current_device()`, 0 on the CPU."),
     _api("set_device", "torch.fl.set_device", "safe", alias="set_device", takes_device=True,
          note="Only runs where CUDA ran (torch.cuda.set_device raises on a CPU-only host)."),
     _api("synchronize", "torch.fl.synchronize", "safe", alias="synchronize", takes_device=True),
@@ -122,9 +126,9 @@ _ENTRIES: tuple[CudaAPI, ...] = (
     _api("device_of", kind="class", remedy="Use `torch.fl.set_device(x.device)`", alias="device_of"),
     # Memory statistics.
     _api("empty_cache", "torch.fl.empty_cache", "safe", alias="empty_cache"),
-    _api("memory_allocated", "torch.fl.memory_allocated", "safe", alias="memory_allocated", takes_device=True,
+    _api("memory_allocated", "torch.fl.memory_allocated", "unsafe", alias="memory_allocated", takes_device=True,
          note=_MEMORY_NOTE),
-    _api("max_memory_allocated", "torch.fl.max_memory_allocated", "safe", alias="max_memory_allocated",
+    _api("max_memory_allocated", "torch.fl.max_memory_allocated", "unsafe", alias="max_memory_allocated",
          takes_device=True, note=_MEMORY_NOTE),
     _api("memory_reserved", "torch.fl.memory_allocated", "unsafe", alias="memory_allocated", takes_device=True,
          note="torch.fl has no reserved-pool figure: allocated memory stands for it."),
@@ -135,7 +139,7 @@ _ENTRIES: tuple[CudaAPI, ...] = (
     _api("reset_max_memory_allocated", "torch.fl.reset_peak_memory_stats", "safe",
          alias="reset_peak_memory_stats", takes_device=True),
     _api("mem_get_info", "torch.fl.mem_get_info", "safe", alias="mem_get_info", takes_device=True,
-         note=_MEMORY_NOTE),
+         note="Only runs where CUDA ran (torch.cuda.mem_get_info raises on a CPU-only host)."),
     *(_api(name, remedy="Use `torch.fl.memory_allocated()` / `torch.fl.max_memory_allocated()`")
       for name in ("memory_stats", "memory_stats_as_nested_dict", "memory_summary", "memory_snapshot",
                    "memory_cached", "max_memory_cached", "reset_max_memory_cached",

@@ -67,7 +67,11 @@ rule(
                   "switched CUDA autocast off, never an outer CPU one. So the call becomes "
                   "`torch.autocast(torch.fl.device_type(), ...) if torch.fl.is_accelerator() else "
                   "contextlib.nullcontext()`: the accelerator's region where there is one, nothing on a "
-                  "CPU-only host (as before; `import contextlib` is added). As a decorator "
+                  "CPU-only host (as before; `import contextlib` is added). `**kwargs` are passed on as they "
+                  "are (`torch.autocast(torch.fl.device_type(), **kwargs)`: torch.cuda.amp.autocast's keywords "
+                  "`enabled`, `dtype`, `cache_enabled` are torch.autocast's, and its float16 default is "
+                  "torch.autocast's default for CUDA); `*args` get no fix (torch.autocast takes them in another "
+                  "order). As a decorator "
                   "(`@torch.cuda.amp.autocast()`) it gets `enabled=torch.fl.is_accelerator()` instead, an "
                   "unsafe fix: inside an outer CPU autocast the decorated function then runs in float32 on "
                   "the CPU. `partial(torch.cuda.amp.autocast, ...)` is reported without a fix.",
@@ -113,7 +117,8 @@ rule(
                   "contextlib.nullcontext()` (scoped as FL301 says), `torch.amp.GradScaler` gets "
                   "`enabled=torch.fl.is_accelerator()` (and-ed with its own). `device_type=\"cuda\"` in a "
                   "kernel registration (`torch.fl.register_kernel`, `torch.library.register_kernel`) names "
-                  "CUDA on purpose and is not reported.",
+                  "CUDA on purpose and is not reported here (FL705 reports a torch.library op registered "
+                  "for CUDA only).",
         what="`\"cuda\"` as the device type of `torch.autocast`, `torch.amp.autocast`, "
              "`torch.amp.GradScaler`, `torch.amp.custom_fwd/custom_bwd`, or any `device_type=` keyword.",
         why="Autocast for `\"cuda\"` does nothing for tensors on another device: the region silently "
@@ -133,8 +138,13 @@ with torch.autocast(torch.fl.device_type(), dtype=torch.bfloat16):
 def cuda_amp_call(det: RuleContext, node: ast.Call, qual: str) -> None:
     if qual.endswith("autocast"):
         # The decorator form gets the gated rewrite (unsafe); a region entered with `with`, the scoped one.
-        det.report("FL301", node, "unsafe" if det.decorating else "safe",
-                   replacement=DECORATOR if det.decorating else None)
+        safety: str | None = "unsafe" if det.decorating else "safe"
+        note = ""
+        if any(type(a) is ast.Starred for a in node.args):
+            safety, note = None, "no fix: `*args` is in torch.cuda.amp.autocast's order (enabled, dtype), not torch.autocast's"
+        elif det.decorating and any(kw.arg is None for kw in node.keywords):
+            safety, note = None, "no fix: `enabled=torch.fl.is_accelerator()` cannot be and-ed into `**kwargs`"
+        det.report("FL301", node, safety, replacement=DECORATOR if det.decorating else None, note=note)
     else:
         det.report("FL302", node, "safe")
 
@@ -257,9 +267,9 @@ def fix_cuda_autocast(rw: Any, original: Any, updated: Any, finding: Any) -> Any
     args: list[Any] = [cst.Arg(rw.fl_call("device_type"))]
     positional = 0
     for arg in updated.args:
-        if arg.star:
-            return None
-        if arg.keyword is None:
+        if arg.star == "*":
+            return None  # positional, in torch.cuda.amp.autocast's order (scan offers no fix)
+        if arg.keyword is None and not arg.star:
             if positional >= len(_AUTOCAST_POSITIONAL):
                 return None
             arg = arg.with_changes(keyword=cst.Name(_AUTOCAST_POSITIONAL[positional]), equal=rw.no_space)
@@ -283,9 +293,9 @@ def fix_cuda_grad_scaler(rw: Any, original: Any, updated: Any, finding: Any) -> 
     args: list[Any] = [cst.Arg(rw.fl_call("device_type"))]
     positional = 0
     for arg in updated.args:
-        if arg.star:
-            return None
-        if arg.keyword is None:
+        if arg.star == "*":
+            return None  # positional, in torch.cuda.amp.autocast's order (scan offers no fix)
+        if arg.keyword is None and not arg.star:
             if positional >= len(_SCALER_POSITIONAL):
                 return None
             arg = arg.with_changes(keyword=cst.Name(_SCALER_POSITIONAL[positional]), equal=rw.no_space)

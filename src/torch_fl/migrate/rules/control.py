@@ -15,6 +15,7 @@ from typing import Any
 from ..cuda_api import CUDA_DEVICE, NCCL
 from .base import (
     RuleContext,
+    accelerator_fallback,
     deviceish,
     fixes,
     is_cuda_literal,
@@ -40,7 +41,9 @@ rule(
         "Replace with `{replacement_text}`", "safe", level="warning",
         what="The device-choice idiom `\"cuda\" if torch.cuda.is_available() else \"cpu\"` (also negated, "
              "with `\"cuda:N\"`, with `torch.cuda.device_count() > 0`, and the backend form "
-             "`\"nccl\" if torch.cuda.is_available() else \"gloo\"`).",
+             "`\"nccl\" if torch.cuda.is_available() else \"gloo\"`). Not reported inside the fallback arm of "
+             "an accelerator-API choice (`torch.accelerator.current_accelerator().type if hasattr(torch, "
+             "\"accelerator\") else \"cuda\" if torch.cuda.is_available() else \"cpu\"`): multi-vendor code.",
         why="The `else` arm is the CPU, so an NPU or MLU machine silently trains on the CPU: the 3x "
             "slowdown that takes days to find.",
         example="""
@@ -121,6 +124,15 @@ def device_choice(det: RuleContext, node: ast.expr) -> str | None:
     if match is None or other != "cpu":
         return None
     return "torch.fl.device()" if match.group(1) is None else f'torch.fl.device("acc{match.group(1)}")'
+
+
+@on("ifexp")
+def accelerator_api_choice(det: RuleContext, node: ast.IfExp) -> None:
+    """`torch.accelerator.current_accelerator().type if hasattr(torch, "accelerator") else "cuda"`: the
+    `else` arm (its "cuda", a nested `"cuda" if torch.cuda.is_available() else "cpu"`) is the fallback of
+    an older torch, not a CUDA coupling: nothing in it is reported."""
+    if accelerator_fallback(node):
+        det.claim(node.orelse)
 
 
 @on("ifexp")

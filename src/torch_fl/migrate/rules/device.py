@@ -43,7 +43,11 @@ rule(
         what="A `\"cuda\"` or `\"cuda:N\"` string used as a device (or Lightning's `Trainer(accelerator=\"cuda\")`, "
              "`Fabric(accelerator=\"gpu\")`, which become `\"auto\"`): `torch.device(\"cuda\")`, a "
              "`device=`/`map_location=`/`device_map=` keyword of any call, or the first argument of "
-             "`.to(...)`. f-strings such as `f\"cuda:{rank}\"` are reported too.",
+             "`.to(...)`. f-strings such as `f\"cuda:{rank}\"` are reported too. Not reported: the fallback arm "
+             "of an accelerator-API choice, `torch.accelerator.current_accelerator().type if hasattr(torch, "
+             "\"accelerator\") else \"cuda\"` (or `if torch.accelerator.is_available()`): multi-vendor code, "
+             "whose \"cuda\" is only for a torch without `torch.accelerator` (before 2.6); nothing in that arm "
+             "is reported (FL105, FL901 neither).",
         why="The code then runs only on NVIDIA (and ROCm) builds; on an Ascend, Cambricon, Intel or Apple "
             "device it fails with \"Torch not compiled with CUDA enabled\", or someone edits every string "
             "by hand.",
@@ -418,7 +422,8 @@ def torch_device(det: RuleContext, node: ast.Call, qual: str) -> None:
     if match is None:
         det.done.discard(id(value))
         report_device_strings(det, value)
-        det.done.add(id(value))
+        if not (type(value) is ast.Call and (det.qualname(value.func) or "").startswith("torch.cuda.")):
+            det.done.add(id(value))  # torch.device(torch.cuda.current_device()): FL201's, on the call
         return
     index = match.group(1)
     rest = node.args[1:] + [k.value for k in node.keywords if k.arg != "type"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 
-from .base import RuleContext, on, on_call, on_call_name, on_file, rule, str_value, triggers
+from .base import RuleContext, alternatives, on, on_call, on_call_name, on_file, rule, str_value, triggers
 
 CUDA_SUFFIXES = (".cu", ".cuh")
 _TRITON = ("triton.jit", "triton.autotune")
@@ -89,6 +89,88 @@ except ImportError:   # not built here: the torch-ops path below runs
                   "can write. A project module that happens to end in `_cuda` (a `.py` file) is reported "
                   "too: mark it `# noqa: FL704`.",
 )
+
+
+rule(
+        "FL705", "cuda-only-op-registration",
+        "`{call}` registers the op's kernel for CUDA only",
+        "Register it for the accelerator's device type (`torch.fl.device_type()`), for every device "
+        "(a torch-ops implementation, `device_types=None`), or add the vendor's", None,
+        what="A custom op or kernel registered with torch.library for the CUDA device type only: "
+             "`@torch.library.custom_op(..., device_types=\"cuda\")` (or a list of CUDA entries only), "
+             "`torch.library.register_kernel(op, \"cuda\", ...)`, `torch.library.impl(op, \"cuda\")` and "
+             "`torch.library.impl(lib, name, \"CUDA\")`, and a `Library`'s `lib.impl(name, fn, \"CUDA\")`. "
+             "Not reported: `torch.fl.register_kernel(..., device_type=\"cuda\")` (a route for CUDA beside "
+             "the op's own kernels, FL703) and registrations naming another device type too.",
+        why="The op then has a kernel on CUDA and none elsewhere: on an NPU, MLU or XPU tensor the call "
+            "fails with \"could not run ... with arguments from the 'PrivateUse1' backend\" (torchtitan "
+            "registers 19 ops so: DeepEP dispatch, fused MLA, SwiGLU, Helion RoPE).",
+        example="""
+@torch.library.custom_op("mylib::rope", mutates_args=(), device_types="cuda")
+def rope(x: torch.Tensor) -> torch.Tensor:
+    return rope_triton(x)
+""",
+        use_instead="""
+@torch.library.custom_op("mylib::rope", mutates_args=())   # the torch-ops reference, every device
+def rope(x: torch.Tensor) -> torch.Tensor:
+    return rope_reference(x)
+
+@rope.register_kernel("cuda")                                # the fast kernel where it runs
+def _(x):
+    return rope_triton(x)
+""",
+        fix_notes="No automatic fix: what the op does on another device (a torch-ops reference, the "
+                  "vendor's kernel) is the author's choice. A CUDA kernel registered beside a default "
+                  "implementation of the same op (the `use_instead` form) is portable: mark it "
+                  "`# noqa: FL705`.",
+)
+
+_REGISTRATIONS = ("torch.library.custom_op", "torch.library.register_kernel", "torch.library.impl")
+
+
+def _cuda_only(value: ast.expr | None) -> bool:
+    """"cuda"/"CUDA", or a list/tuple of those only (one of the values the expression may be)."""
+    if value is None:
+        return False
+    if type(value) in (ast.List, ast.Tuple, ast.Set):
+        elts = value.elts  # type: ignore[attr-defined]
+        return bool(elts) and all((str_value(e) or "").lower() == "cuda" for e in elts)
+    return any((str_value(alt) or "").lower() == "cuda" for alt in alternatives(value))
+
+
+def _device_types(node: ast.Call, name: str) -> ast.expr | None:
+    """The device-type argument of a torch.library registration."""
+    keywords = {kw.arg: kw.value for kw in node.keywords if kw.arg}
+    if name == "custom_op":  # custom_op(name, fn=None, /, *, mutates_args, device_types=None, schema=None)
+        return keywords.get("device_types")
+    if name == "register_kernel":  # register_kernel(op, device_types, func=None, /, *, lib=None)
+        return keywords.get("device_types", node.args[1] if len(node.args) > 1 else None)
+    # impl(qualname, types, func=None, *, lib=None), or the older impl(lib, name, dispatch_key="")
+    found = keywords.get("types", keywords.get("dispatch_key"))
+    if found is not None:
+        return found
+    return next((a for a in node.args[1:3] if _cuda_only(a)), None)
+
+
+@on_call(*_REGISTRATIONS)
+def cuda_only_registration(det: RuleContext, node: ast.Call, qual: str) -> None:
+    name = qual.rsplit(".", 1)[1]
+    value = _device_types(node, name)
+    if _cuda_only(value):
+        det.report("FL705", value, call=f"torch.library.{name}(...)")
+        det.claim(value)  # type: ignore[arg-type]
+
+
+@on_call_name("impl")
+def library_impl(det: RuleContext, node: ast.Call, name: str) -> None:
+    """`lib.impl("bmm", fn, "CUDA")` on a `torch.library.Library` (the dispatch key names the device)."""
+    if type(node.func) is not ast.Attribute or det.qualname(node.func) in _REGISTRATIONS:
+        return
+    keywords = {kw.arg: kw.value for kw in node.keywords if kw.arg}
+    value = keywords.get("dispatch_key", node.args[2] if len(node.args) > 2 else None)
+    if value is not None and str_value(value) == "CUDA":
+        det.report("FL705", value, call=f"{ast.unparse(node.func)}(...)")
+        det.claim(value)
 
 
 def _extension(module: str) -> bool:

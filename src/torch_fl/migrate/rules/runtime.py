@@ -50,8 +50,10 @@ print(torch.fl.max_memory_allocated())
         fix_notes="What each call becomes, and whether that is safe, is the table in "
                   "`torch_fl/migrate/cuda_api.py`. Safe: `is_available` (becomes `torch.fl.is_accelerator()`, "
                   "False on a CPU-only host as before), set_device, current_device, synchronize, empty_cache, "
-                  "memory statistics, Stream, Event, stream. Unsafe: `device_count` (1 on a CPU-only host, "
-                  "where torch.cuda says 0), `manual_seed[_all]` (torch.fl seeds the CPU generator too), "
+                  "mem_get_info, reset_peak_memory_stats, Stream, Event, stream. Unsafe: `device_count` (1 on a "
+                  "CPU-only host, where torch.cuda says 0), `manual_seed[_all]` (torch.fl seeds the CPU generator "
+                  "too), `memory_allocated`/`max_memory_allocated` (0 on a CPU-only host from torch.cuda, the "
+                  "process's resident set from torch.fl, docs/runtime.md: a logged figure changes there), "
                   "`memory_reserved`, `get_device_name(x)` (becomes `torch.fl.get_device_properties(x).name`). "
                   "`set_device`, `synchronize` and the memory statistics take an ordinal (an int N is accN): "
                   "a CUDA device spelled out (`torch.device(\"cuda\", i)`, `f\"cuda:{i}\"`, `\"cuda:1\"`) "
@@ -60,7 +62,9 @@ print(torch.fl.max_memory_allocated())
                   "torch.cuda.is_available()` read by `skipIf`/`skipif`/`pytest.skip`) is left alone: CUDA-only "
                   "tests keep skipping on other accelerators. "
                   "References without a call (`partial(torch.cuda.stream, s)`) get the same replacement; "
-                  "`torch.version.cuda` and other calls have no fix.",
+                  "`torch.version.cuda` and other calls have no fix. `torch.cuda.current_device()` passed as a "
+                  "device (`device=`, `.to(...)`, `torch.device(...)`) becomes `torch.fl.device()`: the ordinal "
+                  "0 names no device on a CPU-only host; elsewhere it becomes `torch.fl.current_device()`.",
 )
 
 rule(
@@ -146,9 +150,29 @@ def _report_api(det: RuleContext, node: ast.AST, qual: str, called: bool) -> Non
         safety = None
     remedy = entry.remedy if called or entry.replacement is None else f"Replace with `{entry.replacement}`"
     note = ""
+    replacement = entry.replacement
     if called and safety is not None and entry.takes_device:
         safety, note = _with_device_argument(det, node, safety)  # type: ignore[arg-type]
-    det.report("FL201", node, safety, call=name, remedy=remedy, replacement=entry.replacement, note=note)
+    if called and entry.short == "current_device" and id(node) in det.state(__name__).get("device_slots", ()):
+        # torch.ones(n, device=torch.cuda.current_device()): the ordinal used as a device. The CPU host
+        # has no device 0 ("Cannot access accelerator device when none is available"): the device itself.
+        replacement = "torch.fl.device"
+        remedy = "Replace with `torch.fl.device()` (the ordinal is used as a device)"
+    det.report("FL201", node, safety, call=name, remedy=remedy, replacement=replacement, note=note)
+
+
+@on("call")
+def device_slots(det: RuleContext, node: ast.Call, callee: str | None) -> None:
+    """Arguments that are a device: `device=`, `.to(x)`'s first, `torch.device(x)`'s first (a
+    `torch.cuda.current_device()` there is rewritten to the device, not the ordinal)."""
+    slots = None
+    for kw in node.keywords:
+        if kw.arg == "device" and type(kw.value) is ast.Call:
+            slots = det.state(__name__).setdefault("device_slots", set())
+            slots.add(id(kw.value))
+    if node.args and type(node.args[0]) is ast.Call and (
+            (type(node.func) is ast.Attribute and node.func.attr == "to") or callee == "torch.device"):
+        det.state(__name__).setdefault("device_slots", set()).add(id(node.args[0]))
 
 
 # Names that hold an integer device ordinal (rules/device.py ORDINAL_NAMES, plus `gpu`, `device_id`
