@@ -49,6 +49,16 @@ class _BackendModule:
         pass
 
     @staticmethod
+    def seed() -> None:
+        torch.seed()  # (the CPU generator is the device's)
+
+    seed_all = seed
+
+    @staticmethod
+    def initial_seed() -> int:
+        return torch.initial_seed()
+
+    @staticmethod
     def get_rng_state(device: Any = None) -> torch.Tensor:
         return torch.get_rng_state()
 
@@ -175,16 +185,9 @@ class _Random:
     set_rng_state_all = staticmethod(_BackendModule.set_rng_state_all)
     manual_seed = staticmethod(_BackendModule.manual_seed)
     manual_seed_all = staticmethod(_BackendModule.manual_seed_all)
-
-    @staticmethod
-    def seed() -> None:
-        torch.seed()
-
-    seed_all = seed
-
-    @staticmethod
-    def initial_seed() -> int:
-        return torch.initial_seed()
+    seed = staticmethod(_BackendModule.seed)
+    seed_all = staticmethod(_BackendModule.seed_all)
+    initial_seed = staticmethod(_BackendModule.initial_seed)
 
 
 _BackendModule.random = _Random()  # type: ignore[attr-defined]

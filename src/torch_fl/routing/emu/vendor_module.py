@@ -199,16 +199,6 @@ def vendor_module_class(base: type, name: str, stream_type: type) -> type:
             VendorModule.options.update(option)
 
         @staticmethod
-        def seed() -> None:
-            torch.seed()
-
-        seed_all = seed
-
-        @staticmethod
-        def initial_seed() -> int:
-            return torch.initial_seed()
-
-        @staticmethod
         def memory_reserved(device: Any = None) -> int:
             return memory.memory_allocated(device_index(device))  # nothing is cached beyond live tensors
 
