@@ -4,7 +4,6 @@ on a pipe, and on a terminal with --quiet."""
 
 from __future__ import annotations
 
-import io
 import os
 import pty
 import subprocess
@@ -17,33 +16,11 @@ import pytest
 import _torch_fl_cli
 from torch_fl import report
 from torch_fl.cli import COMMANDS, PROGRESS, build_parser
-from torch_fl.report import Stage, end_progress, progress, set_progress, stage
+from torch_fl.report import Stage, progress, set_progress, stage
 
 SRC = Path(_torch_fl_cli.__file__).resolve().parent
 EXAMPLES = SRC.parent / "examples"
 STAMP = "] "  # every stage line starts '[HH:MM:SS] '
-
-
-class _Terminal(io.StringIO):
-    def __init__(self, tty: bool):
-        super().__init__()
-        self.tty = tty
-
-    def isatty(self) -> bool:
-        return self.tty
-
-
-@pytest.fixture
-def stderr(monkeypatch):
-    def use(tty: bool) -> _Terminal:
-        stream = _Terminal(tty)
-        monkeypatch.setattr(sys, "stderr", stream)
-        return stream
-
-    previous = set_progress(None)
-    yield use
-    end_progress()
-    set_progress(previous)
 
 
 def test_progress_goes_to_a_terminal_only(stderr):

@@ -4,26 +4,14 @@ line with the file count on stderr, only to a terminal and never with --quiet.""
 
 from __future__ import annotations
 
-import io
 import json
-import sys
 
 import pytest
 
 from torch_fl.cli import build_parser, main
 from torch_fl.cli.file_progress import FileProgress
-from torch_fl.report import end_progress, set_progress
 
 SOURCE = 'import torch\nx = torch.zeros(3).cuda()\n'
-
-
-class _Terminal(io.StringIO):
-    def __init__(self, tty: bool):
-        super().__init__()
-        self.tty = tty
-
-    def isatty(self) -> bool:
-        return self.tty
 
 
 @pytest.fixture
@@ -34,19 +22,6 @@ def tree(tmp_path, monkeypatch):
     (tmp_path / "recipe.yaml").write_text("device: cuda\n")
     monkeypatch.chdir(tmp_path)
     return tmp_path
-
-
-@pytest.fixture
-def stderr(monkeypatch):
-    def use(tty: bool) -> _Terminal:
-        stream = _Terminal(tty)
-        monkeypatch.setattr(sys, "stderr", stream)
-        return stream
-
-    previous = set_progress(None)
-    yield use
-    end_progress()
-    set_progress(previous)
 
 
 def test_json_alone_is_format_json_and_json_file_goes_beside_the_text(tree, capsys):
