@@ -220,6 +220,10 @@ def test_nccl_becomes_the_description_backend_and_ddp_drops_host_device_ids(tmp_
             assert dist.get_backend() == torch.fl.dist_backend("cpu") == "gloo"
             model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(2, 2).cuda(), device_ids=[0])
             model(torch.ones(1, 2, device="cuda")).sum().backward()
+            # Before the group goes: a DDP model freed after destroy_process_group() runs the group's
+            # destructor, which joins gloo's workers holding the GIL; under load one of them can still
+            # need it (PyTorch's deadlock, also without torch-fl: it stalled CI for 90 minutes).
+            del model
         finally:
             dist.destroy_process_group()
 

@@ -371,6 +371,7 @@ DDP_SCRIPT = textwrap.dedent("""
     if rank == 0:
         torch.save(model.module.state_dict(), snapshot)
         print("trained on", model.module.weight.device, "backend", torch.distributed.get_backend())
+    del model  # (the tutorial frees it after the group; that can deadlock in PyTorch's gloo destructor)
     destroy_process_group()
 """)
 

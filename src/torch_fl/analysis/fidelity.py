@@ -33,6 +33,7 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
+from .._mode_exit import entered
 from ..routing.attention import FUSED_ATTENTION, FusedAttention, additive_bias, chip_kernels, fitting
 
 # aten/src/ATen/native/Dropout.cpp, is_fused_kernel_acceptable: dropout is one native_dropout call on
@@ -80,7 +81,7 @@ def kernel_choices(device: DeviceKernels, *, cpu_kernels: bool = False,
         return stack
     if attention_only:
         if device.attention:
-            stack.enter_context(_DeviceFunctions(device, dropout=False))
+            stack.enter_context(entered(_DeviceFunctions, device, dropout=False))
         return stack
     if not cpu_kernels:
         with warnings.catch_warnings():  # flags() re-sets oneDNN's TF32 switch, which warns on CPU builds
@@ -91,7 +92,7 @@ def kernel_choices(device: DeviceKernels, *, cpu_kernels: bool = False,
 
         stack.enter_context(sdpa_kernel([SDPBackend.MATH]))
     if device.attention or device.fused_dropout:
-        stack.enter_context(_DeviceFunctions(device))
+        stack.enter_context(entered(_DeviceFunctions, device))
     return stack
 
 

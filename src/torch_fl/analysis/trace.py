@@ -38,6 +38,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from .._mode_exit import entered
 from .._opnames import canonical_op_name
 from ..errors import TraceError
 from ..routing.emu.slot import backend_name
@@ -363,7 +364,7 @@ def _run(spec: ModelSpec, model: torch.nn.Module, inputs: tuple, mode: Any, side
             if not isinstance(mode, contextlib.nullcontext):
                 stack.enter_context(_chip_shapes(mode))
                 if backend == backend_name():
-                    stack.enter_context(_HostData(backend))
+                    stack.enter_context(entered(_HostData, backend))
             if kernels is not None:
                 from .fidelity import kernel_choices
 

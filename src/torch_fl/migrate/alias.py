@@ -80,8 +80,8 @@ from types import FrameType
 from typing import Any
 
 import torch
-from torch.overrides import _get_current_function_mode_stack
 
+from .._mode_exit import EnteredMode
 from ..device import description_for, device_map, is_emulated, resolve
 from ..errors import DeviceNotFoundError
 from . import patches
@@ -138,7 +138,7 @@ class CudaAlias:
         self._target: torch.device | None = None
         self._devices: list[torch.device] | None = None
         self._patches: list[_Patch] = []
-        self._mode: DeviceMode | None = None
+        self._mode: EnteredMode | None = None  # the DeviceMode, on the enabling thread
         self._thread: int | None = None
         self._logged: set[tuple[Site, str]] = set()
         self._wrappers: set[Callable[..., Any]] = set()  # patched Tensor methods the mode may be handed
@@ -312,8 +312,7 @@ class CudaAlias:
             if not (resolve_now and self.real_cuda):
                 try:
                     self._install()
-                    self._mode = DeviceMode(self)
-                    self._mode.__enter__()
+                    self._mode = EnteredMode(DeviceMode, self)
                 except BaseException:
                     self._restore()
                     raise
@@ -332,11 +331,10 @@ class CudaAlias:
                 if threading.get_ident() != self._thread:
                     raise RuntimeError("disable the CUDA alias on the thread that enabled it (its "
                                        "TorchFunctionMode is on that thread's mode stack)")
-                stack = _get_current_function_mode_stack()
-                if not stack or stack[-1] is not self._mode:
+                if not self._mode.on_top():
                     raise RuntimeError("a TorchFunctionMode entered after the CUDA alias is still active; "
                                        "exit it before disabling the alias")
-                self._mode.__exit__(None, None, None)
+                self._mode.exit()  # and waits for gloo's workers to drop their copies of it
                 self._mode = None
             self._restore()
             self.enabled = False

@@ -20,6 +20,7 @@ from typing import Any
 
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from ..._mode_exit import EnteredMode
 from ..._names import RouteKind
 from ..._opnames import canonical_op_name
 from ..router import Router, first_dtype
@@ -72,7 +73,7 @@ class Emulation:
             from torch.nn.attention import SDPBackend, sdpa_kernel
 
             self._stack.enter_context(sdpa_kernel([SDPBackend.MATH]))
-        self._stack.enter_context(EmulationMode(self.router))
+        self._stack.callback(EnteredMode(EmulationMode, self.router).exit)  # (a gloo deadlock otherwise)
         return self
 
     def remove(self) -> None:
