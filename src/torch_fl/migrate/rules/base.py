@@ -426,11 +426,20 @@ def terminal_name(node: ast.AST) -> str | None:
     return None
 
 
+# Builtins that hand back (an element of) their argument: `next(iter(devices)).type` is a device's type.
+_PASS_THROUGH = frozenset({"str", "next", "iter", "min", "max", "sorted", "list", "tuple", "set"})
+
+
 def deviceish(node: ast.expr) -> bool:
     """Whether `node` looks like a device or device type: x.device.type, device, self.device_type,
-    args.dev, str(device)."""
-    if type(node) is ast.Call and type(node.func) is ast.Name and node.func.id == "str" and node.args:
-        return deviceish(node.args[0])
+    args.dev, str(device), a call that makes or returns one (`torch.device(d).type`,
+    `get_accelerator().get_current_device()`), `next(iter(local_devices)).type`."""
+    if type(node) is ast.Call:
+        if type(node.func) is ast.Name and node.func.id in _PASS_THROUGH:
+            return bool(node.args) and deviceish(node.args[0])
+        # torch.fl's own answer (`torch.fl.device_type() == "cuda"`) asks about the resolved device on purpose.
+        return "device" in (terminal_name(node.func) or "").lower() and \
+            not ast.unparse(node.func).startswith(("torch.fl.", "torch_fl."))
     name = terminal_name(node)
     if name is None:
         return False

@@ -21,7 +21,7 @@ _POSITIONAL_DEFAULT = frozenset({"ib", "attrib", "Field"})
 # CI and tool settings, not the program's config: their `device: cuda` picks a build matrix or a runner.
 _CI_DIRS = frozenset({".github", ".gitlab", ".circleci", ".buildkite", ".azure-pipelines"})
 _FILE_NOTE = "no automatic fix: code elsewhere reads the file's string"
-_PYTHON_NOTE = "unsafe: code elsewhere may compare it with \"{value}\" or save it, and the replacement runs at import"
+_PYTHON_NOTE = "unsafe: code elsewhere may compare it with \"{value}\" or save it"
 
 rule(
         "FL107", "cuda-config-default",
@@ -30,8 +30,11 @@ rule(
              "`eval_device`, `MODEL.DEVICE`), where no device argument of the same module takes it: an "
              "attribute or key assignment (`_C.MODEL.DEVICE = \"cuda\"`, `cfg.device = \"cuda\"`, "
              "`config[\"device\"] = \"cuda\"`), a field of a config class (dataclass, attrs, pydantic, or a plain "
-             "class attribute: `device: str = \"cuda\"`, `field(default=\"cuda\")`, `Field(\"cuda\")`), or a key "
-             "of a YAML, JSON or TOML file in the scanned tree (`device: cuda`, `\"device\": \"cuda\"`). Keys "
+             "class attribute: `device: str = \"cuda\"`, `field(default=\"cuda\")`, `Field(\"cuda\")`), a "
+             "parameter default (`def __init__(self, device=\"cuda\")`, handed on where the scanner cannot follow "
+             "it), the one literal a device-named function returns (`def device_type(self): return \"cuda\"`), "
+             "a keyword whose name says device or placement beyond `device=` (`placement_policy=\"cuda\"`), or a "
+             "key of a YAML, JSON or TOML file in the scanned tree (`device: cuda`, `\"device\": \"cuda\"`). Keys "
              "under a section named for a vendor (`cuda:`, `npu:`) are a per-vendor table and not reported.",
         why="The default decides the device wherever the config is used (another module, a recipe that "
             "does not set it), so every run off CUDA fails with \"Torch not compiled with CUDA enabled\" "
@@ -59,8 +62,8 @@ class TrainConfig:
         fix_notes="In Python the literal becomes `torch.fl.device_type()` (`\"cuda:0\"`: "
                   "`str(torch.fl.device(\"acc0\"))`; `\"cuda:N\"` with N > 0 is not fixed, since it would raise "
                   "at import on a host with fewer devices). Unsafe: the default is a string that code elsewhere "
-                  "may compare with \"cuda\", save or print, and the replacement runs when the module is "
-                  "imported. A config file gets no fix: its value is read by code the scanner does not see, "
+                  "may compare with \"cuda\", save or print (a class field's or parameter's replacement runs "
+                  "when the module is imported). A config file gets no fix: its value is read by code the scanner does not see, "
                   "and the file cannot call torch.fl. Config files are `*.yaml`, `*.yml`, `*.json` and `*.toml` "
                   "under the scanned tree, up to 1 MiB (bigger ones are data), except CI and tool settings "
                   "(under `.github/`, `.gitlab/`, `.circleci/`, and dotfiles such as `.pre-commit-config.yaml`); "
@@ -74,8 +77,10 @@ rule(
         what="A `\"nccl\"` default of a config key whose name says backend (`backend`, `dist_backend`, "
              "`distributed_backend`), where no backend argument of the same module takes it: an attribute or "
              "key assignment (`cfg.backend = \"nccl\"`), a field of a config class (`distributed_backend: str = "
-             "\"nccl\"` in fairseq and gpt-neox), or a key of a YAML, JSON or TOML file in the scanned tree "
-             "(`dist_backend: nccl`).",
+             "\"nccl\"` in fairseq and gpt-neox), a parameter default (`def setup(launcher, backend=\"nccl\")`, "
+             "handed to another module's `init_dist`), a keyword whose name says backend or process group "
+             "beyond `backend=` (torchft's `process_group=\"nccl\"`), or a key of a YAML, JSON or TOML file in "
+             "the scanned tree (`dist_backend: nccl`).",
         why="The process group is created from the config elsewhere, so every multi-device run off NVIDIA "
             "GPUs fails (\"Distributed package doesn't have NCCL built in\") unless someone overrides the key.",
         example="""
@@ -96,14 +101,27 @@ class DistributedConfig:
 )
 
 
+# Words of a key's name that say it holds a device ("placement": ColossalAI's `placement_policy="cuda"`)
+# or a process-group backend (torchft's `process_group="nccl"`).
+_DEVICE_WORDS = ("device", "placement")
+_BACKEND_WORDS = ("backend", "process_group")
+
+
 def key_kind(name: str, value: str) -> str | None:
     """"device" or "backend" when a key called `name` set to `value` names CUDA or NCCL as a default."""
     lowered = name.lower()
-    if "device" in lowered and CUDA_DEVICE.fullmatch(value):
+    if any(word in lowered for word in _DEVICE_WORDS) and CUDA_DEVICE.fullmatch(value):
         return "device"
-    if "backend" in lowered and value == NCCL:
+    if any(word in lowered for word in _BACKEND_WORDS) and value == NCCL:
         return "backend"
     return None
+
+
+def _remember(det: RuleContext, name: str, literal: ast.expr | None, target: str, line: int | None = None) -> None:
+    text = str_value(literal) if literal is not None else None
+    kind = key_kind(name, text) if text is not None else None
+    if kind is not None:
+        det.config_defaults.append((kind, literal, target, line or det.stmt_line))  # type: ignore[arg-type]
 
 
 def _field_default(value: ast.expr) -> ast.expr | None:
@@ -133,11 +151,56 @@ def config_default(det: RuleContext, target: ast.expr, value: ast.expr) -> None:
         name = str_value(target.slice)
     else:
         name = None
-    literal = _field_default(value) if name else None
-    text = str_value(literal)
-    kind = key_kind(name, text) if name and text is not None else None  # type: ignore[arg-type]
-    if kind is not None:
-        det.config_defaults.append((kind, literal, ast.unparse(target), det.stmt_line))
+    if name:
+        _remember(det, name, _field_default(value), ast.unparse(target))
+
+
+@on("function")
+def parameter_defaults(det: RuleContext, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+    """`def setup(backend: str = "nccl")`, `def __init__(self, device="cuda")`: the default of a parameter
+    whose name says device or backend, wherever the value goes (another module's `init_dist`, a class
+    it is handed to positionally); and `def device_type(self): return "cuda"`, a device-named function
+    that returns one CUDA literal. Reported at the end unless the data flow (FL105 / FL501) took it."""
+    if det.quiet:
+        return
+    args = node.args
+    positional = [*args.posonlyargs, *args.args]
+    pairs = [*zip(positional[len(positional) - len(args.defaults):], args.defaults, strict=True),
+             *((a, d) for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True) if d is not None)]
+    for arg, default in pairs:
+        _remember(det, arg.arg, default, f"{node.name}({arg.arg}=...)")
+    returns = [r for r in _returns(node.body) if r.value is not None]
+    # One literal returned, every time (a function that picks among several is a dispatch, not a default).
+    if len({str_value(r.value) for r in returns}) == 1:
+        for r in returns:
+            _remember(det, node.name, r.value, f"{node.name}()", r.lineno)
+
+
+def _returns(body: list[ast.stmt]) -> list[ast.Return]:
+    """The return statements of a function body, nested functions and classes left out."""
+    found: list[ast.Return] = []
+    stack: list[ast.AST] = list(body)
+    while stack:
+        node = stack.pop()
+        if type(node) is ast.Return:
+            found.append(node)  # type: ignore[arg-type]
+        elif type(node) not in (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda):
+            stack.extend(ast.iter_child_nodes(node))
+    return found
+
+
+@on("call")
+def keyword_defaults(det: RuleContext, node: ast.Call, func: str | None) -> None:
+    """`GeminiPlugin(placement_policy="cuda")`, `dict(tensor_placement_policy="cuda")`,
+    `FaultTolerance(process_group="nccl")`: a keyword whose name says device or backend, beyond the
+    arguments the device and backend rules know (`device=`, `backend=`, which claim theirs first). Not
+    torch's own calls: their device keywords are the other rules' (`torch.autocast(device_type=)`,
+    FL705's kernel registrations, torch.fl's `device_type="cuda"` naming a target on purpose)."""
+    if det.quiet or (func or "").startswith(("torch.", "torch_fl.")):
+        return
+    for keyword in node.keywords:
+        if keyword.arg is not None and id(keyword.value) not in det.done:
+            _remember(det, keyword.arg, keyword.value, f"{terminal_name(node.func) or 'call'}({keyword.arg}=...)")
 
 
 @on("settled")
