@@ -16,9 +16,12 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Callable, Iterator
-from typing import Any, Literal, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol
 
 from ..cuda_api import CUDA_DEVICE, NCCL
+
+if TYPE_CHECKING:  # scan/results.py imports this module: the type only
+    from ..scan.results import Raw
 
 FixSafety = Literal["safe", "unsafe"] | None
 Level = Literal["error", "warning"]
@@ -169,7 +172,7 @@ class RuleContext(Protocol):
     in_class: bool               # directly in a class body
     aliases: dict[str, str]      # local name -> qualified name (import torch.cuda as tc)
     done: set[int]               # ids of nodes a rule already reported (one finding per site)
-    raw: list[tuple[Any, ...]]   # findings so far, settled at the end of the file
+    raw: list[Raw]               # findings so far, settled at the end of the file
     # data-flow facts of the file
     device_values: set[int]      # ids of expressions passed straight to a torch device argument
     string_keys: set[Any]        # keys used as strings ("cuda" in device, f"{device}", device.split(":"))

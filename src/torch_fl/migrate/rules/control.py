@@ -163,7 +163,8 @@ def keep_strings_strings(det: RuleContext) -> None:
     state = det.state(__name__)
     choice_keys = state.get("choice_keys", {})
     for index in state.get("choices", ()):
-        code, pos, stmt_line, safety, fields, replacement = det.raw[index]
+        raw = det.raw[index]
+        safety, fields, replacement = raw.safety, raw.fields, raw.replacement
         node_id = fields.pop("node_id", None)
         if replacement is None or "dist_backend" in replacement:
             continue
@@ -182,7 +183,7 @@ def keep_strings_strings(det: RuleContext) -> None:
             safety = "unsafe"
             fields["note"] = (f"unsafe: the value indexes a table (line {line}) that may have no entry for "
                               f"other accelerators")
-        det.raw[index] = (code, pos, stmt_line, safety, fields, replacement)
+        det.raw[index] = raw._replace(safety=safety, fields=fields, replacement=replacement)
 
 
 def _report_check(det: RuleContext, node: ast.AST, other: ast.expr | None, literal: ast.expr | None,

@@ -119,7 +119,8 @@ class Dispatch:
             fields.setdefault("replacement", replacement)
         if not self.fixes_allowed:  # the message keeps the replacement it suggests; no fix is offered
             safety, replacement = None, None
-        self.raw.append((code, where_pos, self.stmt_line, safety, fields, replacement))
+        self.raw.append(Raw(code=code, where=where_pos, stmt_line=self.stmt_line, safety=safety, fields=fields,
+                            replacement=replacement))
 
     def claim(self, node: ast.AST) -> None:
         """Mark `node` and everything under it as reported: inner rules stay quiet (one finding per site)."""

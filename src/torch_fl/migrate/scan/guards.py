@@ -316,11 +316,11 @@ class Guards(Dispatch):
         --unsafe-fixes); some with no fix, no fix, with the reason in the message."""
         guarded, sources = range(start[0], end[0]), range(start[1], end[1])
         literals = self.guarded_literals(start, end)
-        by_pos = {raw[1]: raw for i, raw in enumerate(self.raw) if i not in self.dropped}
+        by_pos = {raw.where: raw for i, raw in enumerate(self.raw) if i not in self.dropped}
         weakest: str | None = "safe"
         blocker = ""
-        candidates = [(self.raw[i][0], self.raw[i][1][0], self.raw[i][3]) for i in guarded
-                      if i not in self.dropped and not RULES[self.raw[i][0]].runs_off_cuda]
+        candidates = [(self.raw[i].code, self.raw[i].where[0], self.raw[i].safety) for i in guarded
+                      if i not in self.dropped and not RULES[self.raw[i].code].runs_off_cuda]
         candidates += literals
         # A module function called under the guard runs under it too (`if torch.cuda.is_available():
         # print(gpu_name())`): its findings count (one level; methods not followed).
@@ -332,15 +332,15 @@ class Guards(Dispatch):
                                line, "unsafe"))
         for name in called:
             function = self.functions[name]
-            candidates += [(raw[0], raw[1][0], raw[3]) for i, raw in enumerate(self.raw)
-                           if i not in self.dropped and function.lineno <= raw[1][0] <= (function.end_lineno or 0)
-                           and not RULES[raw[0]].runs_off_cuda]
+            candidates += [(raw.code, raw.where[0], raw.safety) for i, raw in enumerate(self.raw)
+                           if i not in self.dropped and function.lineno <= raw.where[0] <= (function.end_lineno or 0)
+                           and not RULES[raw.code].runs_off_cuda]
         for kind, _key, literal, _index, _line, _target in (self.sources[i] for i in sources):  # type: ignore[attr-defined]
             found = by_pos.get((literal.lineno, literal.col_offset, literal.end_lineno, literal.end_col_offset))
             if found is None:  # bound here and used as a string: no fix rewrites it
                 candidates.append((f'the {kind} string "{literal.value}"', literal.lineno, None))  # type: ignore[attr-defined]
-            elif not RULES[found[0]].runs_off_cuda:
-                candidates.append((found[0], literal.lineno, found[3]))
+            elif not RULES[found.code].runs_off_cuda:
+                candidates.append((found.code, literal.lineno, found.safety))
         for what, line, safety in candidates:
             if safety is None:
                 weakest, blocker = None, f"{what}, line {line}"
@@ -356,11 +356,11 @@ class Guards(Dispatch):
         else:
             note = f"unsafe: it guards code whose fix is unsafe ({blocker}); --unsafe-fixes rewrites both"
         for index in test:
-            code, where, stmt_line, safety, fields, replacement = self.raw[index]
-            if safety is None or (safety == "unsafe" and weakest == "unsafe"):
+            raw = self.raw[index]
+            if raw.safety is None or (raw.safety == "unsafe" and weakest == "unsafe"):
                 continue
-            self.raw[index] = (code, where, stmt_line, weakest, {**fields, "note": note},
-                               replacement if weakest else None)
+            self.raw[index] = raw._replace(safety=weakest, fields={**raw.fields, "note": note},
+                                           replacement=raw.replacement if weakest else None)
 
     def visit_Assert(self, node: ast.Assert) -> None:
         if not self.requires_cuda_library(node):  # `assert torch.cuda.is_available(), "bitsandbytes ..."`

@@ -10,10 +10,27 @@ from typing import Any, NamedTuple
 from ..rules import RULES, Finding, FixSafety
 
 _Pos = tuple[int, int, int, int]  # lineno, col_offset (UTF-8 bytes), end_lineno, end_col_offset
-# A detector's record: code, position, first line of the statement, fix safety, message fields, replacement.
-Raw = tuple[str, _Pos, int, FixSafety, dict[str, Any], "str | None"]
 
 _NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z]+[0-9]+(?:[\s,]+[A-Z]+[0-9]+)*))?", re.IGNORECASE)
+
+
+class Raw(NamedTuple):
+    """A detector's record of one finding, before selection, ``# noqa`` and the rule's text
+    (:func:`from_raw` makes the :class:`Finding`). Settled at the end of the file: a guard's test or a
+    device choice may get another safety, note or replacement (rewritten with ``_replace``)."""
+
+    code: str
+    """The rule's code (a key of ``RULES``)."""
+    where: _Pos
+    """Where: lineno, col_offset (UTF-8 bytes), end_lineno, end_col_offset, as ast reports them."""
+    stmt_line: int
+    """First line of the statement it is in (a ``# noqa`` there silences it too)."""
+    safety: FixSafety
+    """The fix's safety: "safe", "unsafe", or None (no automatic fix)."""
+    fields: dict[str, Any]
+    """The message fields of the rule's templates (and "note": why this fix differs from the rule's)."""
+    replacement: str | None
+    """The fix's replacement text, or None."""
 
 
 class ScanError(NamedTuple):
