@@ -2,9 +2,10 @@
 
 Output formats: ``text`` (``path:line:col: FL101 [*] message``, ruff-style, ``[*]`` marking what
 ``torchfl fix`` rewrites), ``json`` (a list of objects) and ``sarif`` (SARIF 2.1.0 for code-scanning
-dashboards). ``--json [FILE]`` is every command's (cli/args.add_json): the JSON list in FILE next to the
-report, or alone the same as ``--format json``. Exit status: 0 nothing found, 1 findings or unscannable
-files, 2 usage error. The rules are documented in docs/migrate-rules.md.
+dashboards, rendered by migrate/scan/sarif.py). ``--json [FILE]`` is every command's
+(cli/args.add_json): the JSON list in FILE next to the report, or alone the same as ``--format json``.
+Exit status: 0 nothing found, 1 findings or unscannable files, 2 usage error. The rules are documented
+in docs/migrate-rules.md.
 """
 
 from __future__ import annotations
@@ -20,8 +21,7 @@ from .args import STDOUT, add_json, add_quiet
 from .file_progress import FileProgress
 
 NO_FINDINGS, FINDINGS, USAGE = 0, 1, 2
-DOCS = "docs/migrate-rules.md"
-SARIF_SCHEMA = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
+DOCS = "docs/migrate-rules.md"  # also migrate/scan/sarif.py's, where the SARIF log links to it
 
 
 def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> None:
@@ -70,6 +70,7 @@ def run(args: argparse.Namespace) -> int:
     import os
 
     from ..migrate.scan import ScanConfigError, scan_paths
+    from ..migrate.scan.sarif import sarif
 
     missing = [p for p in args.paths if not os.path.lexists(p)]
     if missing:
@@ -201,64 +202,3 @@ def statistics(result: Any) -> list[dict[str, Any]]:
     fixable = {f.code for f in result.findings if f.safety is not None}  # has a fix, as in JSON and SARIF
     return [{"code": code, "name": names[code], "count": count, "fixable": code in fixable}
             for code, count in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
-
-
-# SARIF --------------------------------------------------------------------------------------------
-def _uri(path: str) -> str:
-    candidate = Path(path)
-    return candidate.as_uri() if candidate.is_absolute() else candidate.as_posix()
-
-
-def _region(line: int, col: int, end_line: int, end_col: int) -> dict[str, int]:
-    return {"startLine": line, "startColumn": col, "endLine": end_line, "endColumn": end_col}
-
-
-def sarif(result: Any) -> dict[str, Any]:
-    """A SARIF 2.1.0 log with one run: every rule in tool.driver.rules, one result per finding, and
-    files that could not be scanned as tool execution notifications."""
-    from .._version import __version__
-    from ..migrate.rules import RULES
-
-    index = {code: i for i, code in enumerate(RULES)}
-    rules = [{
-        "id": rule.code,
-        "name": rule.name,
-        "shortDescription": {"text": rule.summary},
-        "fullDescription": {"text": f"{rule.what} {rule.why}"},
-        "help": {"text": f"{rule.fix_safety_text()} See {DOCS}#{rule.anchor}."},
-        "helpUri": f"{DOCS}#{rule.anchor}",
-        "defaultConfiguration": {"level": rule.level},
-        "properties": {"family": rule.family, "fix": rule.fix or "none"},
-    } for rule in RULES.values()]
-    results = [{
-        "ruleId": f.code,
-        "ruleIndex": index[f.code],
-        "level": RULES[f.code].level,
-        "message": {"text": f"{f.message}. {f.fix_title}." if f.fix_title else f.message},
-        "locations": [{"physicalLocation": {
-            "artifactLocation": {"uri": _uri(f.path)},
-            "region": _region(f.line, f.col, f.end_line, f.end_col),
-        }}],
-        "properties": {"fixable": f.safety is not None, "fixSafety": f.safety or "none",
-                       "fixCommand": f.fix_command},
-    } for f in result.findings]
-    notifications = [{
-        "level": "error",
-        "descriptor": {"id": e.code},
-        "message": {"text": e.message},
-        "locations": [{"physicalLocation": {
-            "artifactLocation": {"uri": _uri(e.path)},
-            "region": _region(e.line, e.col, e.line, e.col),
-        }}],
-    } for e in result.errors]
-    return {
-        "$schema": SARIF_SCHEMA,
-        "version": "2.1.0",
-        "runs": [{
-            "tool": {"driver": {"name": "torchfl", "version": __version__, "informationUri": DOCS,
-                                "rules": rules}},
-            "columnKind": "unicodeCodePoints",
-            "invocations": [{"executionSuccessful": True, "toolExecutionNotifications": notifications}],
-            "results": results,
-        }],
-    }
