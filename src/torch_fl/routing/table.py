@@ -144,11 +144,16 @@ class Overrides:
 
 def current_overrides() -> Overrides:
     """The overrides as the environment and config files say now."""
-    # FL_ROUTE is parsed (ops checked against the dispatcher, kinds, duplicates) by the env layer
-    env = {_route_key(op, "FL_ROUTE"): kind for op, kind in _env.FL_ROUTE.value().items()}
+    # FL_ROUTE is parsed (ops checked against the dispatcher, kinds, duplicates) by the env layer. One
+    # read of the layers serves both halves (each read walks the config files; this runs at every
+    # torch.fl.emulate() entry): the winning layer is FL_ROUTE's value, as `value()` would resolve it.
+    layers = _env.FL_ROUTE.layers()
+    winner = layers[0].value if layers else _env.FL_ROUTE.parse(_env.FL_ROUTE.default)
+    env = {_route_key(op, "FL_ROUTE"): kind for op, kind in winner.items()}
     config: dict[str, tuple[str, str]] = {}
     # The files' [routes] tables meet FL_ROUTE's checks (the settings layer parses both)
-    for found in reversed(_env.FL_ROUTE.layers(environment=False)):  # project overrides user
+    files = [found for found in layers if found.kind != "environment"]
+    for found in reversed(files):  # project overrides user
         origin = f"{found.source} [routes]"
         for op, kind in found.value.items():
             config[_route_key(op, origin)] = (kind, origin)
