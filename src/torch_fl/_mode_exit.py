@@ -5,15 +5,16 @@ included: a gloo collective's ``AsyncWork`` holds an ``at::ThreadLocalState`` wi
 mode on the stack. While the mode is still on the stack that reference is not the last one; once the mode
 has exited, the worker thread that drops the finished work drops the last one and must take the GIL to
 do it. If the main thread is meanwhile in ``~ProcessGroupGloo`` (a DDP model or process group freed, which
-joins the worker threads while holding the GIL), neither can go on: the process hangs for good, and no
-Python-level timeout can fire. Measured: DDP steps under the CUDA alias on a loaded 2-core machine hung
-within ~100 iterations; the same loop without a mode ran 1,000.
+joins the worker threads while holding the GIL), neither can go on and no Python-level timeout can fire.
+tests/test_mode_exit.py shows the copy outliving the exit (two gloo ranks in one process, the peer late).
+The same destructor also deadlocks without any mode (a DDP model freed after destroy_process_group(),
+reproduced in plain PyTorch): that one only the caller's order avoids, and the tests free the model first.
 
 `EnteredMode.exit` exits the mode and then waits, with the GIL released, until no C++ copy of it is left
 (the mode's reference count says so: each live stack entry, copied or not, holds one reference), for at
-most `timeout_s`: long
-enough for a worker to finish (microseconds to milliseconds), short enough not to matter when the user
-still holds an async work handle, whose last reference then goes on this thread, where it is harmless.
+most `timeout_s`: long enough for a worker to finish (microseconds to milliseconds), short enough not to
+matter when the user still holds an async work handle, whose last reference then goes on this thread,
+where it is harmless.
 """
 
 from __future__ import annotations
