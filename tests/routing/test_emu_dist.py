@@ -58,3 +58,21 @@ def test_init_process_group_picks_host_collectives_for_an_emulated_chip():
     assert _backend_of(description("cuda"), emulated) == torch.fl.dist_backend(emulated)
     assert "gloo" in _backend_of(description("cuda"), emulated)
     assert _backend_of(description("cuda"), torch.device("cuda", 0)) == "nccl"
+
+
+VENDOR_FIXTURE = Path(__file__).parent / "fixtures" / "vendor_ddp.py"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not emu_dist.supports_distributed(), reason="torch.distributed with gloo is unavailable")
+@pytest.mark.parametrize(("chip", "plugin", "backend"), [("npu", "torch_npu", "hccl"), ("mlu", "torch_mlu", "cncl"),
+                                                          ("musa", "torch_musa", "mccl")])
+def test_vendor_code_starts_its_own_collectives_backend(chip, plugin, backend):
+    """Code written for the chip names the vendor's backend ("hccl"); before, c10d answered "Unknown
+    backend type hccl" under emu:npu. The description's collectives.backend is the emulated backend too."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FL_")}
+    env["FL_DEVICE"] = f"emu:{chip}"
+    proc = subprocess.run([sys.executable, str(VENDOR_FIXTURE), plugin, chip, backend], env=env, text=True,
+                          capture_output=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.splitlines()[-1] == f"TRAINED {backend} {chip}:0 True"

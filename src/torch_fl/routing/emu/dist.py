@@ -83,8 +83,11 @@ class EmuProcessGroup(dist.ProcessGroup):
         return self._gloo.barrier(opts or dist.BarrierOptions())
 
 
-def register() -> None:
+def register(vendor_backend: str | None = None) -> None:
     """Make ``emu`` a c10d backend (idempotent), and the default backend of the emulated device type.
+    `vendor_backend`: the collectives backend the emulated chip's own code names (the description's
+    ``collectives.backend``: ``"hccl"`` for npu), registered as the same backend so that vendor code's
+    ``init_process_group("hccl")`` starts, as it does on the chip (a name torch already has is left alone).
 
     Called when the emulator registers its device (register.ensure), so plain torch.distributed code
     that asks by device finds it: ``init_process_group(device_id=emu:0)`` (Lightning's DDP, which names
@@ -96,8 +99,9 @@ def register() -> None:
     if not supports_distributed():
         return
     name = backend_name()
-    if name not in dist.Backend.backend_list:
-        dist.Backend.register_backend(name, EmuProcessGroup, devices=["cpu", name])
+    for backend in (name, vendor_backend):
+        if backend and backend not in dist.Backend.backend_list:
+            dist.Backend.register_backend(backend, EmuProcessGroup, devices=["cpu", name])
 
 
 def supports_distributed() -> bool:
