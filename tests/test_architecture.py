@@ -148,14 +148,28 @@ def test_every_lazy_upward_import_is_a_row_of_the_docs_table():
     assert not stale, "rows of docs/architecture.md's lazy upward imports no import needs: " + ", ".join(stale)
 
 
+def parents(importer: str, imported: str) -> list[str]:
+    """The packages importing `imported` runs first, when not loaded yet: torch_fl.routing for
+    torch_fl.routing.activation (its __init__ imports run too). Not the top package (every module is
+    imported through it) nor the importer's own packages (they are already being imported)."""
+    parts = imported.split(".")
+    found = [".".join(parts[:k]) for k in range(2, len(parts))]
+    return [p for p in found if p != importer and not importer.startswith(p + ".")]
+
+
 def import_graph(lazy: bool) -> dict[str, dict[str, str]]:
-    """module -> {imported module: 'file:line' of the first such import}; lazy ones too when `lazy`."""
+    """module -> {imported module: 'file:line' of the first such import}; lazy ones too when `lazy`; an
+    import of a submodule is an edge to each package above it too (their __init__ runs first)."""
     graph: dict[str, dict[str, str]] = {}
     for path in sorted(PACKAGE.rglob("*.py")):
-        edges = graph.setdefault(module_name(path), {})
+        name = module_name(path)
+        edges = graph.setdefault(name, {})
         for line, target, is_lazy in imports(path):
             if lazy or not is_lazy:
-                edges.setdefault(target, f"{path.relative_to(ROOT)}:{line}")
+                where = f"{path.relative_to(ROOT)}:{line}"
+                edges.setdefault(target, where)
+                for package in parents(name, target):
+                    edges.setdefault(package, f"{where} (runs {package}/__init__.py)")
     return graph
 
 
@@ -235,6 +249,25 @@ def test_a_loop_through_a_lazy_import_is_found():
     assert reaches(graph, "d", "c") and not reaches(graph, "a", "d")
     del graph["c"]["a"]
     assert find_cycle(graph) is None
+
+
+def test_importing_a_submodule_depends_on_the_packages_above_it(tmp_path, monkeypatch):
+    # device -> routing.activation runs routing/__init__.py, whose imports lead back to device: a loop the
+    # walk missed while it counted only the module named (issue 32).
+    package = tmp_path / "torch_fl"
+    (package / "routing").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "device.py").write_text("def f():\n    from .routing import activation\n")
+    (package / "routing" / "__init__.py").write_text("from . import activation\nfrom .. import device\n")
+    (package / "routing" / "activation.py").write_text("from . import other\n")
+    (package / "routing" / "other.py").write_text("")
+    monkeypatch.setattr(__import__(__name__), "PACKAGE", package)
+    monkeypatch.setattr(__import__(__name__), "ROOT", tmp_path)
+    graph = import_graph(lazy=True)
+    assert "torch_fl.routing" in graph["torch_fl.device"]  # the package above the module imported
+    assert "torch_fl.routing" not in graph["torch_fl.routing.activation"]  # not its own package
+    assert find_cycle(graph) == ["torch_fl.device", "torch_fl.routing", "torch_fl.device"]
+    assert parents("torch_fl.x", "torch_fl.a.b.c") == ["torch_fl.a", "torch_fl.a.b"]
 
 
 def _bound_names(init: Path) -> dict[str, int]:

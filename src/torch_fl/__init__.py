@@ -13,15 +13,17 @@ from __future__ import annotations
 
 import importlib
 import sys
+import types
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-# device and description are callable modules: torch.fl.device() resolves, torch.fl.description("npu")
+# device and description are callable modules (below): torch.fl.device() resolves, torch.fl.description("npu")
 # loads, and `import torch_fl.device as d` / `import torch_fl.description.registry as r` give the modules.
+# routing.current is the one runtime object (light: routing's emulator and installers load on first use).
 from . import _imports, _logging, description, device
 from ._version import __version__
-from .device import backend, reset
+from .device import backend
 from .errors import (
     AOTFingerprintError,
     AOTIntegrityError,
@@ -49,6 +51,8 @@ from .errors import (
     UnknownDescriptionError,
     UnsupportedOperatorError,
 )
+from .routing.current import runtime as _runtime
+from .routing.current import use_device
 
 if TYPE_CHECKING:
     from .description.model import Description
@@ -65,6 +69,49 @@ _LAZY = {name: "runtime" for name in (
 
 # Submodules reached as torch.fl.NAME (torch.fl.distributed), imported on first access like _LAZY.
 _SUBMODULES = {"distributed"}
+
+
+def reset() -> None:
+    """Deactivate routing and forget the detected backend and discovered descriptions (after changing
+    FL_* variables); the next ``torch.fl.device()`` activates routing again."""
+    _runtime.reset()
+
+
+def _description(name: str | None = None) -> Description:
+    """A device description by name or path; with no name, the description of torch.fl.device().
+
+    Raises:
+        UnknownDescriptionError: for a name no description has (with the closest names).
+
+    Example:
+        >>> torch.fl.description("cpu").device_type
+        'cpu'
+    """
+    if name:
+        from .description.registry import get
+
+        return get(name)
+    return device.governing()
+
+
+class _CallableModule(types.ModuleType):
+    """A module that is also torch.fl's function of the same name: `import torch_fl.device as d` gives the
+    module, and torch.fl.device("acc1") calls (a function bound under the module's name would shadow
+    the module for ``import ... as``)."""
+
+    _call: Any = None
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return type(self)._call(*args, **kwargs)
+
+
+def _callable(module: types.ModuleType, function: Any) -> None:
+    module.__class__ = type(f"Callable_{module.__name__.rpartition('.')[2]}", (_CallableModule,),
+                            {"_call": staticmethod(function)})
+
+
+_callable(device, use_device)
+_callable(description, _description)
 
 
 def devices() -> list[torch.device]:
@@ -176,3 +223,7 @@ _logging.configure()
 torch.fl = sys.modules[__name__]  # type: ignore[attr-defined]
 sys.modules.setdefault("torch.fl", sys.modules[__name__])
 _imports.provide("torch.fl", _SubmoduleAlias())  # torch-fl's one import hook answers torch.fl.X
+try:
+    _runtime.register_early()  # FL_DEVICE=emu:NAME: the emulated device exists before the first backward
+except ConfigError:
+    pass  # a bad FL_EMU_DEVICES is reported, with its fix, at the first torch.fl.device() call

@@ -14,8 +14,8 @@ import logging
 import re
 import sys
 import threading
-import types
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import torch
 
@@ -60,35 +60,40 @@ def backend() -> Backend:
     return _backend
 
 
-def reset() -> None:
-    """Deactivate routing and forget the detected backend and discovered descriptions (after changing
-    FL_* variables); the next device resolution activates routing again."""
-    global _backend, _auto_activated
-    from .routing import activation
-
-    activation.deactivate()
+def forget() -> None:
+    """Forget the detected backend and discovered descriptions (after changing FL_* variables).
+    ``torch.fl.reset()`` (routing/current.py) deactivates routing first and then calls this."""
+    global _backend
     with _lock:
         _backend = None
-        _auto_activated = False
     registry.reload()
 
 
-_auto_activated = False
+class Emulator(Protocol):
+    """What resolution asks the emulator: routing/current.py sets it (`use_emulator`) when torch_fl
+    loads, so this layer imports nothing above itself."""
+
+    def active_chip(self) -> Description | None: ...  # the chip of an emulation in effect (emulate())
+    def last_chip(self) -> Description | None: ...  # the chip the emulated device last ran as
+    def available(self, check: bool) -> bool: ...  # whether the emu device can exist in this process
+    def unavailable_reason(self) -> str: ...
+    def ensure(self, count: int, chip: Description | None) -> None: ...  # register emu:0..count-1
+    def devices(self) -> list[torch.device]: ...
 
 
-def _activate_once(resolved: ResolvedDevice) -> None:
-    """Routing is activated by the first device resolution (see torch_fl.routing)."""
-    global _auto_activated
-    if _auto_activated:
-        return
-    _auto_activated = True  # set first: activation resolves devices itself
-    from .routing import activation
+_emulator: Emulator | None = None
 
-    try:
-        activation.activate_resolved(resolved)
-    except Exception:
-        _auto_activated = False
-        raise
+
+def use_emulator(emulator: Emulator) -> None:
+    global _emulator
+    _emulator = emulator
+
+
+def _emu() -> Emulator:
+    if _emulator is None:  # (torch_fl/__init__.py imports routing.current, which sets it)
+        raise TorchFLError("internal error: the emulator port is not set; import torch_fl, not "
+                           "torch_fl.device alone")
+    return _emulator
 
 
 def _parse_physical(text: str, origin: str) -> torch.device:
@@ -269,8 +274,7 @@ def emulated_devices(create: bool = False, chip: Description | None = None, *,
     (PyTorch's PrivateUse1 slot) on first use. Empty when it is not registered, or when a vendor plugin
     owns PrivateUse1. `check`: run the emulator's autograd check (one backward) if still pending;
     registration at import leaves it to the device's first use."""
-    from .routing import emu
-
+    emu = _emu()
     if create and emu.available(check):
         # the first registration names the slot after the chip (npu:0 for emu:npu; routing/emu/vendor.py)
         emu.ensure(_emu_count(), chip if chip is not None else _emulated_chip())
@@ -287,28 +291,15 @@ def emulated_devices(create: bool = False, chip: Description | None = None, *,
 _warned: set[str] = set()
 
 
-def register_emulated_early() -> None:
-    """With FL_DEVICE=emu:NAME set before the process starts, register the emu device at import: PyTorch's
-    autograd engine fixes its devices at the first backward pass, which may come before the first
-    torch.fl.device() call.
-
-    Not when the chip's real plugin is installed: the slot is its to take when it is imported (its own
-    torch.backends hook, or the script's `import torch_npu`), and one borrowed first would make that import
-    fail; the emulated device then registers at the first torch.fl.device() call, if the slot is free."""
-    if not _env.FL_DEVICE.get().startswith(EMULATION_PREFIX):
-        return
+def emulated_early() -> bool:
+    """Register the emulated device FL_DEVICE names at import (routing/current.py's register_early says
+    why); False when it is not registered: the chip's real plugin is installed, or no emu device can exist."""
     chip = _emulated_chip()
     if chip is not None and chip.plugin and _plugin_installed(chip.plugin):
         _log.info("FL_DEVICE=%s: %s is installed, so the emulated device is not registered at import (the "
                   "plugin owns PyTorch's PrivateUse1 slot once imported)", _env.FL_DEVICE.get(), chip.plugin)
-        return
-    if emulated_devices(create=True, check=False):
-        from .routing import emu
-
-        # Code that never calls torch.fl.device() (x.npu(), device="npu", a library's own device choice)
-        # is checked from its first device tensor, not run unchecked: that tensor resolves FL_DEVICE,
-        # which activates the chip's routing as torch.fl.device() would.
-        emu.state.on_first_tensor = _activate_default
+        return False
+    return bool(emulated_devices(create=True, check=False))
 
 
 def _plugin_installed(name: str) -> bool:
@@ -320,11 +311,6 @@ def _plugin_installed(name: str) -> bool:
     if name in sys.modules:
         return not emulated_plugin(sys.modules[name])
     return importlib.machinery.PathFinder.find_spec(name) is not None
-
-
-def _activate_default() -> None:
-    if not _auto_activated:
-        resolve(None)
 
 
 def _emulated_chip() -> Description | None:
@@ -342,11 +328,9 @@ def _emu_count() -> int:
 def emulating() -> Description | None:
     """The emulated chip this process runs as: the default device's (FL_DEVICE or config emu:NAME), else
     the active torch.fl.emulate(); None when it runs on real devices."""
-    from .routing import activation
-
-    active = activation.active()
-    if active is not None and active.emulated:
-        return active.description
+    active = _emu().active_chip()
+    if active is not None:
+        return active
     text = _default_id()[0].strip()
     if text.startswith(EMULATION_PREFIX) and not text[len(EMULATION_PREFIX):].isdigit():
         return registry.get(text[len(EMULATION_PREFIX):])
@@ -385,18 +369,10 @@ def governing(device: str | int | torch.device | None = None) -> Description:
 
 
 def resolve(device: str | int | torch.device | None = None) -> torch.device:
-    """A real torch.device for a virtual id, physical name, emu:NAME, index or torch.device
-    (this is ``torch.fl.device()``).
-
-    The first resolution in a process activates operator routing for the device (torch_fl.routing)."""
-    if isinstance(device, torch.device):
-        return device
-    resolved = resolve_spec(device)
-    if not _auto_activated and (resolved.emulated or resolved.device.type == backend().description.device_type):
-        # the process's backend device or an emulated chip; a physical name of another type (cuda:1 on
-        # a CPU machine) passes through untouched
-        _activate_once(resolved)
-    return resolved.device
+    """The torch.device a spec names (a virtual id, physical name, emu:NAME, index or torch.device);
+    activates nothing. ``torch.fl.device()`` is routing.current.use_device: this, and routing's first
+    activation."""
+    return device if isinstance(device, torch.device) else resolve_spec(device).device
 
 
 def description_for(dev: torch.device) -> Description:
@@ -413,24 +389,5 @@ def description_for(dev: torch.device) -> Description:
     return max(matching, key=lambda d: d.section("detect")["priority"])
 
 
-class _CallableModule(types.ModuleType):
-    """``torch.fl.device`` is this module and resolves when called, so ``torch.fl.device("acc1")`` and
-    ``import torch_fl.device as d; d.resolve_spec(...)`` both work (a function bound under the module's
-    name would shadow the module for ``import ... as``)."""
-
-    def __call__(self, device: str | int | torch.device | None = None) -> torch.device:
-        return resolve(device)
-
-
-sys.modules[__name__].__class__ = _CallableModule
-
-
 def _last_emulated() -> Description | None:
-    from .routing import emu
-
-    return emu.chip()
-
-try:
-    register_emulated_early()
-except ConfigError:
-    pass  # a bad FL_EMU_DEVICES is reported, with its fix, at the first torch.fl.device() call
+    return _emu().last_chip()

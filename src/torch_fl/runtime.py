@@ -37,8 +37,9 @@ import torch
 
 from . import device_calls, hostmem
 from .description.model import Description
-from .device import description_for, device_map, is_emulated, resolve
+from .device import description_for, device_map, is_emulated
 from .errors import DeviceNotFoundError, PluginImportError, RuntimeUnsupportedError
+from .routing.current import use_device
 from .streams import Event, Stream, stream
 
 __all__ = [
@@ -72,7 +73,7 @@ def is_available(device: DeviceLike = None) -> bool:
         True
     """
     try:
-        dev = resolve(device)
+        dev = use_device(device)
     except DeviceNotFoundError:
         return False
     if dev.type == _HOST_TYPE:
@@ -96,7 +97,7 @@ def device_count(device: DeviceLike = None) -> int:
         >>> torch.fl.device_count("cpu")
         1
     """
-    dev = resolve(device)
+    dev = use_device(device)
     if dev.type == _HOST_TYPE:
         return max(1, sum(d.type == _HOST_TYPE for d in device_map().values()))
     return int(device_calls.native("device_count", dev))
@@ -114,7 +115,7 @@ def current_device(device: DeviceLike = None) -> int:
         >>> torch.fl.current_device("cpu")
         0
     """
-    dev = resolve(device)
+    dev = use_device(device)
     if dev.type == _HOST_TYPE:
         return 0
     return int(device_calls.native("current_device", dev))
@@ -133,7 +134,7 @@ def set_device(device: DeviceLike = None) -> None:
     Example:
         >>> torch.fl.set_device("acc0")
     """
-    dev = resolve(device)
+    dev = use_device(device)
     if dev.type == _HOST_TYPE:
         if dev.index not in (None, 0):
             named = f"'{device}'" + ("" if str(device) == str(dev) else f" ({dev})")
@@ -152,7 +153,7 @@ def synchronize(device: DeviceLike = None) -> None:
     Example:
         >>> torch.fl.synchronize()
     """
-    device_calls.synchronize(resolve(device))
+    device_calls.synchronize(use_device(device))
 
 
 # Memory -------------------------------------------------------------------------------------------
@@ -190,7 +191,7 @@ def memory_allocated(device: DeviceLike = None) -> int:
         >>> torch.fl.memory_allocated("cpu") > 0
         True
     """
-    dev = resolve(device)
+    dev = use_device(device)
     desc = description_for(dev)
     current = _current_bytes(dev, desc)
     _watermarks.raise_to(_watermark_key(dev, desc), current)
@@ -213,7 +214,7 @@ def max_memory_allocated(device: DeviceLike = None) -> int:
         >>> torch.fl.max_memory_allocated() >= torch.fl.memory_allocated()
         True
     """
-    dev = resolve(device)
+    dev = use_device(device)
     desc = description_for(dev)
     key = _watermark_key(dev, desc)
     sampled = _watermarks.raise_to(key, _current_bytes(dev, desc))
@@ -231,7 +232,7 @@ def reset_peak_memory_stats(device: DeviceLike = None) -> None:
     Example:
         >>> torch.fl.reset_peak_memory_stats()
     """
-    dev = resolve(device)
+    dev = use_device(device)
     desc = description_for(dev)
     key = _watermark_key(dev, desc)
     current = _current_bytes(dev, desc)
@@ -250,7 +251,7 @@ def empty_cache(device: DeviceLike = None) -> None:
     Example:
         >>> torch.fl.empty_cache()
     """
-    dev = resolve(device)
+    dev = use_device(device)
     if not description_for(dev).section("memory")["empty_cache"]:
         return
     device_calls.native("empty_cache", dev, fallback=lambda: None)
@@ -281,7 +282,7 @@ def mem_get_info(device: DeviceLike = None) -> tuple[int, int]:
     Example:
         >>> free, total = torch.fl.mem_get_info()
     """
-    dev = resolve(device)
+    dev = use_device(device)
     desc = description_for(dev)
     if device_calls.is_host(desc):
         return hostmem.memory_info()
@@ -308,7 +309,7 @@ def manual_seed(seed: int, device: DeviceLike = None) -> torch.Generator:
         >>> torch.equal(a, torch.randn(3))
         True
     """
-    dev = resolve(device)
+    dev = use_device(device)
     generator = torch.manual_seed(seed)  # covers built-in backends and the registered PrivateUse1 one
     if dev.type != _HOST_TYPE:
         # A plugin module lacking torch's seeding hooks (_is_in_bad_fork) is skipped by torch.manual_seed.
@@ -333,7 +334,7 @@ def autocast(device: DeviceLike = None, dtype: torch.dtype | str | None = None, 
         >>> y.dtype
         torch.bfloat16
     """
-    dev = resolve(device)
+    dev = use_device(device)
     name = dtype if isinstance(dtype, str) else description_for(dev).autocast_dtype
     chosen = dtype if isinstance(dtype, torch.dtype) else getattr(torch, name, None)
     if not isinstance(chosen, torch.dtype):
@@ -351,7 +352,7 @@ def dist_backend(device: DeviceLike = None) -> str:
         >>> torch.fl.dist_backend("cpu")
         'gloo'
     """
-    dev = resolve(device)
+    dev = use_device(device)
     if is_emulated(dev):
         # gloo runs on the host data of emulated tensors (routing/emu/dist.py), whatever chip is emulated
         from .routing.emu import dist
@@ -399,7 +400,7 @@ def get_device_properties(device: DeviceLike = None) -> DeviceProperties:
         >>> props.type, props.index
         ('cpu', 0)
     """
-    dev = resolve(device)
+    dev = use_device(device)
     desc = description_for(dev)
     if dev.type == _HOST_TYPE:
         return DeviceProperties(hostmem.cpu_name(), dev.type, 0, hostmem.memory_info()[1], os.cpu_count() or 1,

@@ -22,8 +22,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from . import device_calls
-from .device import description_for, resolve
+from .device import description_for
 from .errors import RuntimeUnsupportedError
+from .routing.current import use_device
 
 if TYPE_CHECKING:
     from .runtime import DeviceLike
@@ -101,7 +102,7 @@ class Stream(metaclass=_Structural):
     priority: int
 
     def __new__(cls, device: DeviceLike = None, priority: int = 0) -> Stream:
-        dev = resolve(device)
+        dev = use_device(device)
         if cls is Stream:
             native = _native_stream(dev, priority)
             if native is not None:
@@ -184,7 +185,7 @@ class Event(metaclass=_Structural):
 
     def __new__(cls, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False, *,
                 device: DeviceLike = None) -> Event:
-        dev = resolve(device)
+        dev = use_device(device)
         if cls is Event:
             native = _native_event(dev, enable_timing, blocking, interprocess)
             if native is not None:

@@ -1,5 +1,5 @@
 """Chip-native ops the host has no kernel for run on the emulated device from reference math
-(routing/emu/reference.py); each is checked against the CPU's own composite path."""
+(routing/reference.py); each is checked against the CPU's own composite path."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 import torch_fl
 from torch_fl.description import registry
-from torch_fl.routing.emu import reference
+from torch_fl.routing import reference
 
 
 @pytest.fixture
@@ -26,7 +26,7 @@ def test_every_native_op_without_a_cpu_kernel_has_a_reference_or_a_reason(chip):
     missing = [op for op in registry.get(chip).native_ops()
                if op.startswith("aten::") and not reference.has_cpu_kernel(op)
                and not reference.has_reference(op) and reference.unreached_reason(op) is None]
-    assert not missing, f"add these to routing/emu/reference.py (REFERENCE or UNREACHED): {missing}"
+    assert not missing, f"add these to routing/reference.py (REFERENCE or UNREACHED): {missing}"
 
 
 def test_the_reference_table_names_only_ops_the_host_lacks():

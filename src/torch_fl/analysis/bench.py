@@ -225,11 +225,11 @@ def bench(spec: ModelSpec, device: str, *, steps: int = 20, warmup: int = 3, tra
     Resets torch-fl's route statistics (it reads them per block). Raises UnsupportedOperatorError when
     the routed run meets an op the device cannot run."""
     from .. import runtime
-    from ..device import resolve
     from ..routing import activated, deactivate, reset_route_stats, route_stats, routed_seconds
+    from ..routing.current import use_device
 
-    dev = resolve(device)
-    deactivate()  # the first resolution may have activated routing; each block sets its own mode
+    dev = use_device(device)
+    deactivate()  # torch.fl.device()'s first use may have activated routing; each block sets its own mode
 
     def context(mode: str) -> contextlib.AbstractContextManager:
         return activated(device) if mode == "routed" else contextlib.nullcontext()

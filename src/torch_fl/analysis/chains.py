@@ -16,7 +16,7 @@ of translated ops it was reached through. The rest mirrors torch_fl.routing.rout
 - translate: counted as translate, then the translation runs; when there is none, it keeps calling
   the op itself, or it returns NotImplemented, RouteTable.untranslatable decides (fallback or error);
 - fallback: counted; unsupported when ``FL_FALLBACK=error`` or when the CPU has no kernel for the op
-  either (routing/emu/reference.py host_can_run: fused attention; _thnn_fused_lstm_cell runs from its
+  either (routing/reference.py host_can_run: fused attention; _thnn_fused_lstm_cell runs from its
   reference math);
 - kernel: counted, then the registered kernel runs on the trace's tensors with the mode re-entered, as
   its calls on the device are routed too (a kernel that cannot run on them is a leaf);
@@ -33,7 +33,7 @@ import torch
 
 from .. import _env
 from .._names import RouteKind
-from ..routing.emu.reference import host_can_run
+from ..routing.reference import host_can_run
 from ..routing.table import Route, RouteTable, foreign_output_dtype, placeholder
 from ..routing.translate import guard, translation, untranslatable_reason
 

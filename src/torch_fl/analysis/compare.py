@@ -280,13 +280,13 @@ def compare(spec: ModelSpec, device: str, reference: str = "cpu", *, dtype: str 
             train: bool = False, rtol: float | None = None, atol: float | None = None,
             seed: int = 0) -> Report:
     """Run `spec` on `reference` (routing off) and `device` (routing on) and compare module by module."""
-    from ..device import resolve
     from ..routing import activated, deactivate
+    from ..routing.current import use_device
 
     torch_dtype = getattr(torch, dtype)
     description = _description_of(device)
-    dev, ref_dev = resolve(device), resolve(reference)
-    deactivate()  # the first resolution may have activated routing: the reference runs without
+    dev, ref_dev = use_device(device), use_device(reference)
+    deactivate()  # torch.fl.device()'s first use may have activated routing: the reference runs without
 
     base = dtype_tolerance(dtype, description, rtol, atol)
     by_op = op_tolerances(description)

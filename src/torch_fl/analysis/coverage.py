@@ -259,7 +259,7 @@ def _notes(table: RouteTable, result: TraceResult, kernels: DeviceKernels, devic
                      "inside attention and LSTMs, fused LSTM cells) can differ from the emulator's. "
                      "`torchfl coverage` in a fresh process gives the exact answer.")
     if kernels.emulated:
-        from ..routing.emu.reference import host_can_run
+        from ..routing.reference import host_can_run
 
         cpu_less = sorted({r.op for r in records if r.route == "native" and r.op.startswith("aten::")
                            and not host_can_run(r.op)})

@@ -33,10 +33,10 @@ from ..device import (
     device_map,
     explicit_map,
     governing,
-    resolve,
 )
 from ..errors import DeviceNotFoundError, PluginImportError, TorchFLError
 from ..plugins import plugin_version, runtime_version
+from ..routing.current import use_device
 
 _SIZE = 64
 _RTOL, _ATOL = 1e-4, 1e-5
@@ -195,7 +195,7 @@ def _device_map(data: dict[str, Any]) -> bool:
 
 def _resolve(data: dict[str, Any], device: str | None) -> torch.device | None:
     try:
-        dev = resolve(device)
+        dev = use_device(device)
     except TorchFLError as exc:
         _record(data, "device", exc)
         return None

@@ -47,12 +47,12 @@ def run(args: argparse.Namespace) -> int:
 
     from ..analysis.model import load_model
     from ..compiler.aot import export_aot
-    from ..device import resolve
     from ..report import end_progress, progress
+    from ..routing.current import use_device
 
     progress(f"loading {args.model}")
     spec = load_model(args.model)
-    dev = resolve(args.device)
+    dev = use_device(args.device)
     inputs = tuple(x.to(dev) if isinstance(x, torch.Tensor) else x for x in spec.inputs)
     progress(f"exporting {spec.name} on {dev} and compiling it with AOTInductor")
     result = export_aot(spec.model.to(dev).eval(), inputs, args.out, device=args.device, label=spec.name)

@@ -54,9 +54,10 @@ def probed_description(device: str | None = None):
     set and the dtypes the device accepts."""
     from ..description.loader import parse
     from ..description.probe import probe_dtypes, probe_native_ops
-    from ..device import description_for, resolve
+    from ..device import description_for
+    from ..routing.current import use_device
 
-    dev = resolve(device)
+    dev = use_device(device)
     base = description_for(dev)
     data = copy.deepcopy(base.data)
     data["ops"]["native"] = sorted(probe_native_ops(base.dispatch_key))

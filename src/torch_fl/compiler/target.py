@@ -11,10 +11,11 @@ def description_of(device: str | torch.device | None = None) -> Description:
     """For ``emu:NAME``, that chip's description; with no device, the description routing is active
     for (resolving the default device activates it); otherwise the description of that device."""
     from .. import routing
-    from ..device import governing, resolve
+    from ..device import governing
+    from ..routing.current import use_device
 
     if device is None:
-        resolve()  # the default device activates routing
+        use_device()  # the default device activates routing
         active = routing.active()
         if active is not None:
             return active.description

@@ -119,10 +119,10 @@ def _verdict(backend: str, compilations: int, delta: dict[str, int]) -> str:
 def warmup(spec: ModelSpec, device: str | None = None, shapes: list[str] | None = None, *,
            train: bool = False) -> Report:
     """Compile `spec` for each shape (the example inputs when none) and report time and cache use."""
-    from ..device import resolve
+    from ..routing.current import use_device
 
     desc = description_of(device)
-    dev = resolve(device)
+    dev = use_device(device)
     section = desc.section("compile")
     model = copy.deepcopy(spec.model).to(dev)
     example = tuple(x.to(dev) if isinstance(x, torch.Tensor) else x for x in spec.inputs)

@@ -40,8 +40,9 @@ from torch import nn
 
 from .. import _env
 from ..description.model import Description
-from ..device import description_for, device_map, resolve
+from ..device import description_for, device_map
 from ..errors import DeviceNotFoundError
+from ..routing.current import use_device
 from . import checks as _checks
 from . import fingerprint
 from .checks import DistributedError, PreflightError, PreflightReport, RanksMissingError
@@ -111,9 +112,9 @@ def _rank_device(local_rank: int) -> torch.device:
     mapping = device_map()
     wanted = f"acc{local_rank}"
     if wanted in mapping:
-        return resolve(wanted)
+        return use_device(wanted)
     if all(dev.type == "cpu" for dev in mapping.values()):
-        return resolve("acc0")
+        return use_device("acc0")
     listing = ", ".join(f"{k} -> {v}" for k, v in mapping.items())
     raise DeviceNotFoundError(
         f"LOCAL_RANK={local_rank} maps to {wanted}, which does not exist: this node has {len(mapping)} "
@@ -196,13 +197,13 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
     if backend is not None:
         # Before the rendezvous: every rank fails alike, and none is left waiting for one that did.
         early = rank if rank >= 0 else int(os.environ.get("RANK", "0"))
-        _check_backend(wanted, resolve(device) if device is not None else _rank_device(_local_rank(early)),
+        _check_backend(wanted, use_device(device) if device is not None else _rank_device(_local_rank(early)),
                        early)
     if store is None and wanted not in _STORELESS:
         store, rank, world_size = _rendezvous(init_method, rank, world_size, step_timeout, torch_timeout)
         init_method = None  # torch takes a store or an init_method, not both
     local_rank = _local_rank(rank)
-    dev = resolve(device) if device is not None else _rank_device(local_rank)
+    dev = use_device(device) if device is not None else _rank_device(local_rank)
     from ..runtime import set_device
 
     set_device(dev)

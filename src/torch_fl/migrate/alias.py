@@ -82,7 +82,7 @@ from typing import Any
 import torch
 
 from .._mode_exit import EnteredMode
-from ..device import description_for, device_map, is_emulated, resolve
+from ..device import description_for, device_map, is_emulated
 from ..errors import DeviceNotFoundError
 from . import patches
 from .alias_calls import (
@@ -151,11 +151,13 @@ class CudaAlias:
     # Target ---------------------------------------------------------------------------------------
     @property
     def target(self) -> torch.device:
-        """The device CUDA requests run on (resolved on first use: resolution activates routing)."""
+        """The device CUDA requests run on (resolved on first use, as torch.fl.device(): that activates routing)."""
         if self._target is None:
             with self._lock:
                 if self._target is None:
-                    target = resolve(self._device)
+                    from ..routing.current import use_device
+
+                    target = use_device(self._device)
                     if target.type == CUDA:
                         log.info("the CUDA alias does nothing: the target %s is a real CUDA device", target)
                     self._target = target

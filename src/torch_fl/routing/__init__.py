@@ -1,6 +1,7 @@
 """Level-1 dispatch: every aten operator on a device gets a route.
 
-Activation happens on the first device resolution or on ``torch.fl.activate()``: for a real device,
+Activation happens at the first ``torch.fl.device()`` (routing/current.py, the runtime object) or on
+``torch.fl.activate()``: for a real device,
 routers are registered on its dispatch key for the ops whose route is not plain native; for an emulated
 chip (``FL_DEVICE=emu:NAME`` or ``torch.fl.emulate(NAME)``) the emulated device ``emu:N`` (emu/)
 checks its own tensors against the description, and where that device cannot exist a dispatch mode

@@ -2,8 +2,8 @@
 
 Everything here takes what is already resolved (a Description and a torch.device, or a
 `ResolvedDevice`): turning a spec such as ``acc0`` or ``emu:mps`` into those is the device layer's job,
-and the public functions of ``torch_fl.routing`` do it before calling here. So the device layer can
-activate routing on its first resolution, and ask what is active, without routing asking it back.
+and the public functions of ``torch_fl.routing`` and the runtime object (current.py) do it before calling
+here.
 """
 
 from __future__ import annotations

@@ -215,7 +215,7 @@ class Router:
         """Whether a CPU fallback of `op` would run (reference.host_can_run)."""
         can = self._cpu_kernels.get(op)
         if can is None:
-            from .emu.reference import host_can_run
+            from .reference import host_can_run
 
             can = self._cpu_kernels[op] = host_can_run(op)
         return can
@@ -297,7 +297,7 @@ def cpu_fallback(ovl: torch._ops.OpOverload, args: tuple, kwargs: dict, *, force
     else:
         cpu_args = tree_map(host_copy, args)
         cpu_kwargs = tree_map(host_copy, kwargs)
-    from .emu.reference import REFERENCE  # a chip kernel the CPU lacks runs from its reference math
+    from .reference import REFERENCE  # a chip kernel the CPU lacks runs from its reference math
 
     out = REFERENCE.get(ovl, ovl)(*cpu_args, **cpu_kwargs)
 

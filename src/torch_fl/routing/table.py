@@ -278,7 +278,7 @@ class RouteTable:
         reaches, through = backend_fallback_entry(op)
         if not reaches:
             return None
-        from .emu.reference import has_cpu_kernel
+        from .reference import has_cpu_kernel
 
         if not has_cpu_kernel(through or op):
             return None

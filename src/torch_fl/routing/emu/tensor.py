@@ -29,12 +29,12 @@ from torch.utils._pytree import tree_map
 
 from ..._names import RouteKind
 from ..._opnames import canonical_op_name
+from ..reference import REFERENCE
 from ..router import first_dtype
 from ..table import Route, dtype_name, foreign_output_dtype
 from . import composites, wider
 from . import storage as _storage
 from .memory import _allocated, _nbytes
-from .reference import REFERENCE
 from .slot import backend_name, device, state
 
 # (read on every call: a module global is ~4x faster to read than an Enum member)

@@ -21,8 +21,8 @@ from typing import Any
 
 import torch
 
-from ..._opnames import canonical_op_name, dispatcher_op_name
-from ...description.probe import has_native_kernel
+from .._opnames import canonical_op_name, dispatcher_op_name
+from ..description.probe import has_native_kernel
 
 aten = torch.ops.aten
 
