@@ -53,10 +53,14 @@ class Chart:
 
 @dataclass
 class Section:
+    """A titled part of a report: lines of text, then aligned ``key: value`` rows (``fields``: facts such as
+    doctor's versions), then tables and charts."""
+
     title: str
     text: list[str] = field(default_factory=list)
     tables: list[Table] = field(default_factory=list)
     charts: list[Chart] = field(default_factory=list)
+    fields: list[tuple[str, str]] = field(default_factory=list)
 
 
 @dataclass
@@ -90,12 +94,17 @@ def render_table(table: Table, max_width: int = 60) -> str:
 
 
 def render_text(report: Report) -> str:
+    """The report for a terminal: the title, the summary rows, each section (its text, its ``key: value``
+    fields, its tables), then the warnings. The fields of every section share one column, so that a
+    report of facts reads as one aligned list."""
     out = [report.title, "=" * len(report.title)]
     width = max((len(k) for k, _ in report.summary), default=0)
     out += [f"{k.ljust(width)}  {v}" for k, v in report.summary]
+    key_width = max((len(k) + 1 for section in report.sections for k, _ in section.fields), default=0)
     for section in report.sections:
         out += ["", section.title, "-" * len(section.title)]
         out += section.text
+        out += [f"{(k + ':').ljust(key_width)} {v}".rstrip() for k, v in section.fields]
         for table in section.tables:
             out += [render_table(table), ""]
     for warning in report.warnings:

@@ -90,7 +90,7 @@ def test_text_output_has_sections_and_verdict(capsys: pytest.CaptureFixture[str]
     for title in ("Versions", "Device", "Description", "Routes", "Platform", "Self-check"):
         assert f"\n{title}\n" in out
     assert "torch:" in out and torch.__version__ in out
-    assert out.rstrip().endswith("Result: healthy")
+    assert out.rstrip().endswith("\nResult\n------\nhealthy")
 
 
 @pytest.mark.slow

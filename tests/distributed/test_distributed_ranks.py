@@ -87,9 +87,11 @@ def test_torchfl_preflight_starts_ranks_and_prints_a_row_per_rank():
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
-    assert lines[0].split()[:5] == ["rank", "local_rank", "host", "device", "backend"]
-    assert [line.split()[0] for line in lines[1:3]] == ["0", "1"]
-    assert all(" gloo " in line and " ms " in line for line in lines[1:3])
+    header = next(i for i, line in enumerate(lines) if line.startswith("rank "))
+    assert lines[header].split()[:5] == ["rank", "local_rank", "host", "device", "backend"]
+    ranks = lines[header + 2:header + 4]  # under the header's dashes
+    assert [line.split()[0] for line in ranks] == ["0", "1"]
+    assert all(" gloo " in line and " ms " in line for line in ranks)
     assert lines[-1].startswith("preflight passed: 2 local ranks")
 
 

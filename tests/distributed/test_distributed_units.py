@@ -244,10 +244,12 @@ def test_torchfl_preflight_renders_failed_ranks_after_the_table():
            "broadcast": 0.5, "barrier": 0.25, "seconds": 0.3}
     text = render([{"rank": 0, "row": row}, {"rank": 1, "error": "rank 1: torch-fl preflight failed: x"}], 2, 4.2)
     lines = text.splitlines()
-    assert lines[1].split() == ["0", "0", "n0", "cpu", "gloo", "2.13.0", "0.1.0", "-", "cpu@42a32a17247d",
-                                "1.0", "ms", "0.5", "ms", "0.2", "ms", "0.30", "s"]
-    assert lines[2] == "rank 1: FAILED: torch-fl preflight failed: x"
-    assert lines[3] == "preflight FAILED on 1 of 2 ranks: 2 local ranks, 4.2 s including process start-up"
+    header = next(i for i, line in enumerate(lines) if line.startswith("rank  local_rank"))
+    assert lines[header + 2].split() == ["0", "0", "n0", "cpu", "gloo", "2.13.0", "0.1.0", "-", "cpu@42a32a17247d",
+                                         "1.0", "ms", "0.5", "ms", "0.2", "ms", "0.30", "s"]
+    failure = lines.index("rank 1: FAILED: torch-fl preflight failed: x")
+    assert failure > header + 2
+    assert lines[-1] == "preflight FAILED on 1 of 2 ranks: 2 local ranks, 4.2 s including process start-up"
 
 
 def test_the_preflight_checks_a_group_that_torch_created():

@@ -3,8 +3,9 @@
 
 Three layers keep it testable: `collect` gathers facts into a JSON-ready dict and never raises on a
 broken setup (failures become entries of ``errors``), `diagnose` turns the facts into problems that
-each name a next step, and `render_doctor_text` lays the facts out for pasting into an issue. `examine` runs
-the three and returns a :class:`DoctorReport`; the command (cli/doctor.py) only parses and prints it.
+each name a next step, and `build_report` lays the facts out as a torch_fl.report.Report (sections of
+'key: value' fields, then the verdict), which the one report renderer prints. `examine` runs the three and
+returns a :class:`DoctorReport`; the command (cli/doctor.py) only parses and prints it.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from ..device import (
 )
 from ..errors import DeviceNotFoundError, PluginImportError, TorchFLError
 from ..plugins import plugin_version, runtime_version
+from ..report import Report, Section, render_text
 from ..routing.current import use_device
 
 _SIZE = 64
@@ -444,15 +446,20 @@ def map_text(mapping: dict[str, str]) -> str:
 
 
 # Rendering ----------------------------------------------------------------------------------------
+def build_report(data: dict[str, Any], problems: list[str], notes: list[str]) -> Report:
+    """The facts as sections of aligned 'key: value' fields, then the warnings and the verdict (a
+    numbered list of problems, each with a next step); `data` is the report's JSON. torch_fl.report
+    renders it, as it renders every command's report."""
+    sections = [Section(title, fields=rows) for title, rows in _sections(data)]
+    if notes:
+        sections.append(Section("Warnings", text=_numbered(notes)))
+    sections.append(Section("Result", text=_verdict(problems)))
+    return Report("torch-fl doctor", data, sections=sections)
+
+
 def render_doctor_text(data: dict[str, Any], problems: list[str], notes: list[str]) -> str:
-    """Aligned 'key: value' lines in sections, then the verdict."""
-    sections = _sections(data)
-    width = max(len(key) for _, rows in sections for key, _ in rows) + 1
-    lines = ["torch-fl doctor"]
-    for title, rows in sections:
-        lines += ["", title] + [f"  {key + ':':<{width}} {value}" for key, value in rows]
-    lines += ["", *_verdict(problems, notes)]
-    return "\n".join(lines)
+    """`build_report` as text (torch_fl.report.render_text)."""
+    return render_text(build_report(data, problems, notes))
 
 
 def _sections(data: dict[str, Any]) -> list[tuple[str, list[tuple[str, str]]]]:
@@ -545,17 +552,16 @@ def _check_text(check: dict[str, Any]) -> str:
     return f"{status} in {check['seconds'] * 1000:.1f} ms (first use: includes transfers and initialisation)"
 
 
-def _verdict(problems: list[str], notes: list[str]) -> list[str]:
-    lines = [_numbered("Warnings", notes)] if notes else []
+def _verdict(problems: list[str]) -> list[str]:
     if not problems:
-        return [*lines, "Result: healthy"]
-    return [*lines, _numbered(f"Result: {len(problems)} problem{'s' * (len(problems) > 1)}", problems)]
+        return ["healthy"]
+    return [f"{len(problems)} problem{'s' * (len(problems) > 1)}:", *_numbered(problems)]
 
 
-def _numbered(title: str, items: list[str]) -> str:
-    return "\n".join([title + ":", *(textwrap.fill(item, _WRAP, initial_indent=f"  {i}. ",
-                                                   subsequent_indent="     ", break_on_hyphens=False)
-                                     for i, item in enumerate(items, start=1))])
+def _numbered(items: list[str]) -> list[str]:
+    return [line for i, item in enumerate(items, start=1)
+            for line in textwrap.wrap(item, _WRAP, initial_indent=f"  {i}. ", subsequent_indent="     ",
+                                      break_on_hyphens=False)]
 
 
 # The report ---------------------------------------------------------------------------------------
@@ -575,8 +581,12 @@ class DoctorReport:
         """What ``torchfl doctor --json`` prints (docs/cli.md)."""
         return {**self.data, "problems": self.problems, "warnings": self.warnings, "healthy": self.healthy}
 
+    def report(self) -> Report:
+        """The report ``torchfl doctor`` prints: its text (torch_fl.report.render_text), with `json` as its data."""
+        return build_report(self.json(), self.problems, self.warnings)
+
     def text(self) -> str:
-        return render_doctor_text(self.data, self.problems, self.warnings)
+        return render_text(self.report())
 
 
 def examine(device: str | None = None) -> DoctorReport:

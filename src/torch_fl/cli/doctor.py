@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from .args import STDOUT, add_device, add_json
+from .args import add_device, add_json
 
 
 # Command ------------------------------------------------------------------------------------------
@@ -22,11 +22,8 @@ def add_parser(subparsers: argparse._SubParsersAction, name: str, help_text: str
 
 def run(args: argparse.Namespace) -> int:
     from ..analysis.doctor import examine  # torch: here, not at import (`torchfl doctor --help` needs none)
-    from .output import emit_json
+    from .output import emit
 
     report = examine(args.device)
-    if args.json != STDOUT:
-        print(report.text())
-    if args.json:
-        emit_json(report.json(), args.json)
+    emit(report.report(), json_path=args.json)  # the text, and the JSON (report.json()) for --json
     return 0 if report.healthy else 1

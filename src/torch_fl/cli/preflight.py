@@ -13,9 +13,10 @@ import os
 import time
 from typing import Any
 
+from ..report import Report, Section, render_text
 from . import count_up_to, positive_seconds
-from .args import STDOUT, add_json, add_quiet
-from .output import emit_json
+from .args import add_json, add_quiet
+from .output import emit
 
 MAX_RANKS = 1024  # local ranks are processes on one node
 
@@ -51,10 +52,7 @@ def run(args: argparse.Namespace) -> int:
     results = launch(nproc, args.timeout, args.backend)
     seconds = time.perf_counter() - began
     end_progress()
-    if args.json != STDOUT:
-        print(render(results, nproc, seconds))
-    if args.json:
-        emit_json({"nproc": nproc, "seconds": seconds, "ranks": results}, args.json)
+    emit(build_report(results, nproc, seconds), json_path=args.json)
     return 0 if all("error" not in r for r in results) else 1
 
 
@@ -95,17 +93,27 @@ def _worker(timeout: float, backend: str | None) -> dict[str, Any]:
     return {"rank": rank, "row": next(row for row in report.rows if row["rank"] == rank)}
 
 
-def render(results: list[dict[str, Any]], nproc: int, seconds: float) -> str:
+def build_report(results: list[dict[str, Any]], nproc: int, seconds: float) -> Report:
+    """The per-rank table, the failed ranks and the verdict; the data is what ``--json`` writes."""
     from ..distributed.checks import PreflightReport
 
     rows = [r["row"] for r in results if "row" in r]
     failed = [r for r in results if "error" in r]
-    lines: list[str] = []
+    sections = []
     if rows:
-        lines.append(PreflightReport(nproc, rows[0]["backend"], rows).table())
-    for result in failed:
-        error = result["error"].removeprefix(f"rank {result['rank']}: ")  # torch-fl's errors name the rank
-        lines.append(f"rank {result['rank']}: FAILED: {error}")
+        sections.append(Section("Ranks", tables=[PreflightReport(nproc, rows[0]["backend"], rows).rank_table()]))
+    if failed:
+        sections.append(Section("Failed ranks", text=[_failure(r["rank"], r["error"]) for r in failed]))
     verdict = "passed" if not failed else f"FAILED on {len(failed)} of {nproc} ranks"
-    lines.append(f"preflight {verdict}: {nproc} local ranks, {seconds:.1f} s including process start-up")
-    return "\n".join(lines)
+    sections.append(Section("Result", text=[
+        f"preflight {verdict}: {nproc} local ranks, {seconds:.1f} s including process start-up"]))
+    return Report("torch-fl preflight", {"nproc": nproc, "seconds": seconds, "ranks": results}, sections=sections)
+
+
+def _failure(rank: int, error: str) -> str:
+    return f"rank {rank}: FAILED: {error.removeprefix(f'rank {rank}: ')}"  # torch-fl's errors name the rank
+
+
+def render(results: list[dict[str, Any]], nproc: int, seconds: float) -> str:
+    """`build_report` as text (torch_fl.report.render_text)."""
+    return render_text(build_report(results, nproc, seconds))

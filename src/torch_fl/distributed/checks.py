@@ -36,6 +36,7 @@ import torch.distributed as dist
 from ..errors import DistributedError as DistributedError  # re-exported: distributed/__init__.py
 from ..errors import PreflightError
 from ..errors import RanksMissingError as RanksMissingError  # re-exported: distributed/__init__.py
+from ..report import Table, render_table
 from .fingerprint import Fingerprint, Verdict, decide, ranks_text
 
 _log = logging.getLogger("torch_fl.distributed")
@@ -323,11 +324,13 @@ class PreflightReport:
                 f"{first['torch_fl']}, description {first['description']}; {timings} (slowest rank); "
                 f"{self.seconds:.2f} s")
 
+    def rank_table(self) -> Table:
+        """One row per rank, the timings with their units (the report model's table)."""
+        return Table(list(COLUMNS), [[_cell(row, column) for column in COLUMNS] for row in self.rows])
+
     def table(self) -> str:
-        cells = [list(COLUMNS)] + [[_cell(row, column) for column in COLUMNS] for row in self.rows]
-        widths = [max(len(line[i]) for line in cells) for i in range(len(COLUMNS))]
-        return "\n".join("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip()
-                         for line in cells)
+        """`rank_table` as text (torch_fl.report.render_table, as every command's tables)."""
+        return render_table(self.rank_table())
 
 
 def _cell(row: dict[str, Any], column: str) -> str:
