@@ -38,9 +38,23 @@ def _data(n: int = 8):
     return torch.utils.data.TensorDataset(torch.randn(n, 4, generator=g), torch.randn(n, 2, generator=g))
 
 
-def test_without_the_helper_accelerate_picks_the_cpu(emu_cuda):
-    # The reason the helper exists: accelerate's own order never reaches an emulated chip.
-    assert accelerate.Accelerator().device == torch.device("cpu")
+def _picks_torch_accelerator() -> bool:
+    """accelerate >= 1.16 asks torch.accelerator for the device (before: its own list of vendors)."""
+    from packaging.version import Version
+
+    return Version(accelerate.__version__) >= Version("1.16")
+
+
+def test_without_the_helper_accelerate_picks_what_its_version_picks(emu_cuda):
+    # The reason the helper exists: before 1.16, accelerate's own order never reaches an emulated chip
+    # (it trained on the CPU in silence). From 1.16 it takes torch.accelerator's current accelerator, the
+    # emulated device, and then calls torch.accelerator.empty_cache() on it (PyTorch's INTERNAL ASSERT
+    # 'Allocator for emu is not a DeviceAllocator' until the emulator answered torch.accelerator's memory API).
+    acc = accelerate.Accelerator()
+    assert acc.device.type == (emu_cuda.type if _picks_torch_accelerator() else "cpu")  # (1.16: 'emu', no index)
+    torch.accelerator.empty_cache()
+    x = torch.ones(256, device=emu_cuda)
+    assert torch.accelerator.memory_allocated() >= x.nbytes == 1024
 
 
 @pytest.mark.parametrize("mixed_precision", ["no", "bf16"])
@@ -101,6 +115,8 @@ def test_trainer_trains_two_steps_on_the_device(emu_cuda, tmp_path):
 def test_too_late_is_refused_with_the_fix(emu_cuda):
     from accelerate.state import PartialState
 
-    assert PartialState().device == torch.device("cpu")  # created before the helper
-    with pytest.raises(RuntimeError, match=r"already chose cpu.*before any of them.*ACCELERATE_TORCH_DEVICE=emu:0"):
-        use_fl_device()
+    chosen = PartialState().device  # created before the helper: the CPU, or emu:0 from accelerate 1.16
+    wanted = "cpu" if chosen.type != "cpu" else "emu:0"
+    with pytest.raises(RuntimeError, match=rf"already chose {chosen}.*before any of them.*"
+                                           rf"ACCELERATE_TORCH_DEVICE={wanted}"):
+        use_fl_device(wanted)

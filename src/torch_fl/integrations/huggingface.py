@@ -4,7 +4,9 @@ Both choose their device in accelerate's ``PartialState``, whose own setting for
 variable ``ACCELERATE_TORCH_DEVICE`` (read once, when the first ``PartialState``/``Accelerator``/
 ``TrainingArguments.device`` is created). Without it accelerate tries MPS, MLU, MUSA, NPU, HPU, CUDA,
 XPU and then the CPU: an emulated chip (``FL_DEVICE=emu:cuda``) or a virtual id mapped by
-``FL_DEVICE_MAP`` is never among them, so the run silently trains on the CPU.
+``FL_DEVICE_MAP`` is never among them, so the run silently trains on the CPU. From accelerate 1.16 it takes
+``torch.accelerator.current_accelerator()`` instead (the emulated device, without an index; a mapped
+virtual id is still not among them), so the variable is still what names the device.
 
 :func:`use_fl_device` resolves torch.fl.device() (registering an emulated chip's device type, which
 ``torch.device("emu:0")`` needs) and sets that variable. This module imports neither framework.

@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from . import (
+    accel_memory,
     attention,
     autocast,
     compiled,
@@ -46,6 +47,7 @@ def ensure(count: int, chip: Any = None) -> None:
             factories._register_factories()
             serialization._register_serialization()
             storage.install()  # torch.UntypedStorage(n, device=emu): host memory, not PrivateUse1's allocator
+            accel_memory.install()  # torch.accelerator.memory_*: the emulator's counts, not a C++ allocator's
             moves.install()  # module.to(emu) of parameters a live host autograd graph still holds
             generator._register_generator()
             lazy.register()
