@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import FileChanged, TorchFLError
 from .deep import call_deep
-from .rules import Finding
+from .rules import HOOKS, Finding
 from .scan import enabled_codes, is_python, targets
 from .scan.detector import parse, scan_text
 
@@ -191,20 +191,131 @@ def _name_refs(node: cst.CSTNode) -> dict[str, int]:
     return counts
 
 
-def _make_rewriter() -> type:
-    """Built on first use so that importing this module does not need libcst."""
-    import libcst as cst
-    from libcst.metadata import PositionProvider
-
-    from .rules import HOOKS
-
-    # libcst node class name -> codes whose fix rewrites that kind of node.
+def _fixes_by_node() -> dict[str, tuple[str, ...]]:
+    """libcst node class name -> codes whose fix rewrites that kind of node (the rules' @fixes)."""
     by_node: dict[str, tuple[str, ...]] = {}
     for code, (node_types, _) in HOOKS.fixes.items():
         for node_type in node_types:
             by_node[node_type] = (*by_node.get(node_type, ()), code)
+    return by_node
 
-    class Rewriter(cst.CSTTransformer):
+
+class _Matching:
+    """The rewriter's half that matches findings to nodes and applies the rule's fix. A plain mixin
+    (listed before libcst's CSTTransformer, whose own `on_leave` it replaces) so that this module imports
+    without libcst; the attributes it reads are set by the Rewriter class `_make_rewriter` builds."""
+
+    BY_NODE: dict[str, tuple[str, ...]]
+    targets: list[_Target]
+    applied: list[_Target]
+    get_metadata: Callable[..., Any]
+
+    def _match(self, codes: Iterable[str], node: cst.CSTNode) -> _Target | None:
+        from libcst.metadata import PositionProvider
+
+        pos = self.get_metadata(PositionProvider, node)
+        start = (pos.start.line, pos.start.column)
+        end = (pos.end.line, pos.end.column)
+        best: tuple[tuple[int, ...], _Target] | None = None
+        for target in self.targets:
+            if target.used or target.finding.code not in codes:
+                continue
+            if not (start <= target.start and target.end <= end):
+                continue
+            # The finding spanning most of the node is the node's own (the rest are inner nodes).
+            key = (target.start[0] - start[0], target.start[1] - start[1] if target.start[0] == start[0]
+                   else 0, end[0] - target.end[0], end[1] - target.end[1] if target.end[0] == end[0] else 0)
+            if best is None or key < best[0]:
+                best = (key, target)
+        return None if best is None else best[1]
+
+    def on_leave(self, original: cst.CSTNode, updated: Any) -> Any:
+        codes = self.BY_NODE.get(type(original).__name__)
+        if not codes or not self.targets:
+            return updated
+        target = self._match(codes, original)
+        if target is None:
+            return updated
+        replacement = HOOKS.fixes[target.finding.code][1](self, original, updated, target.finding)
+        if replacement is None:  # a shape the rewrite does not handle: left for a human
+            return updated
+        target.used = True
+        self.applied.append(target)
+        return replacement
+
+
+class _FixHelpers:
+    """The rewriter's half that the rules' fixes call (rules/*.py get the rewriter as `rw`): names in
+    this module's spelling of torch and quotes, torch.fl calls, the imports the fixed code needs."""
+
+    names: dict[str, str]
+    torch_name: str
+    quote: str
+    imports: set[str]
+
+    def need_import(self, module: str) -> None:
+        """The fixed code names `module`: import it unless the file binds that name to it."""
+        if self.names.get(module) != module:
+            self.imports.add(module)
+
+    def qual(self, node: cst.BaseExpression) -> str | None:
+        import libcst as cst
+
+        if isinstance(node, cst.Name):
+            return self.names.get(node.value)
+        if isinstance(node, cst.Attribute):
+            head = self.qual(node.value)
+            return f"{head}.{node.attr.value}" if head else None
+        return None
+
+    def fl(self, attr: str) -> cst.Attribute:
+        import libcst as cst
+
+        return cst.Attribute(cst.Attribute(cst.Name(self.torch_name), cst.Name("fl")), cst.Name(attr))
+
+    def fl_call(self, attr: str, *args: cst.BaseExpression) -> cst.Call:
+        import libcst as cst
+
+        return cst.Call(self.fl(attr), [cst.Arg(a) for a in args])
+
+    def string(self, text: str, like: cst.BaseExpression | None) -> cst.SimpleString:
+        import libcst as cst
+
+        quote = like.quote if isinstance(like, cst.SimpleString) and len(like.quote) == 1 else self.quote
+        return cst.SimpleString(f"{quote}{text}{quote}")
+
+    def device(self, index: int | None, like: cst.BaseExpression | None = None) -> cst.Call:
+        """torch.fl.device() for "cuda"; torch.fl.device("accN") for "cuda:N" / .cuda(N)."""
+        if index is None:
+            return self.fl_call("device")
+        return self.fl_call("device", self.string(f"acc{index}", like))
+
+    def str_device(self, index: int, like: cst.BaseExpression) -> cst.Call:
+        import libcst as cst
+
+        return cst.Call(cst.Name("str"), [cst.Arg(self.device(index, like))])
+
+    def expr(self, text: str) -> cst.BaseExpression:
+        """A replacement computed by the scanner (``torch.fl.device("acc0")``), in this module's
+        spelling of torch and quotes."""
+        import libcst as cst
+
+        text = re.sub(r"\btorch\.", f"{self.torch_name}.", text)
+        if self.quote == "'" and "'" not in text:
+            text = text.replace('"', "'")
+        return cst.parse_expression(text)
+
+    def commas(self, args: list[cst.Arg], call: cst.Call) -> list[cst.Arg]:
+        return _commas(args, call)
+
+
+def _make_rewriter() -> type:
+    """Built on first use so that importing this module does not need libcst: the class joins the two
+    halves above to libcst's transformer."""
+    import libcst as cst
+    from libcst.metadata import PositionProvider
+
+    class Rewriter(_Matching, _FixHelpers, cst.CSTTransformer):
         """Edits the nodes the findings point at, with each rule's fix (rules/*.py). The scanner reports
         each fixable finding on exactly one AST node (rules.Finding); the node here is the libcst node
         whose range contains it (libcst counts a node's parentheses, ast does not) and is the closest
@@ -212,6 +323,7 @@ def _make_rewriter() -> type:
         (and an enclosing node may not take it: fixes check their node's shape)."""
 
         METADATA_DEPENDENCIES = (PositionProvider,)
+        BY_NODE = _fixes_by_node()
         no_space = cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""),
                                    whitespace_after=cst.SimpleWhitespace(""))
 
@@ -225,93 +337,14 @@ def _make_rewriter() -> type:
             self.applied: list[_Target] = []
             self.imports: set[str] = set()  # modules a fix's code names (`contextlib`)
 
-        def need_import(self, module: str) -> None:
-            """The fixed code names `module`: import it unless the file binds that name to it."""
-            if self.names.get(module) != module:
-                self.imports.add(module)
-
-        # -- matching findings to nodes -------------------------------------------------------------
-
-        def _match(self, codes: Iterable[str], node: cst.CSTNode) -> _Target | None:
-            pos = self.get_metadata(PositionProvider, node)
-            start = (pos.start.line, pos.start.column)
-            end = (pos.end.line, pos.end.column)
-            best: tuple[tuple[int, ...], _Target] | None = None
-            for target in self.targets:
-                if target.used or target.finding.code not in codes:
-                    continue
-                if not (start <= target.start and target.end <= end):
-                    continue
-                # The finding spanning most of the node is the node's own (the rest are inner nodes).
-                key = (target.start[0] - start[0], target.start[1] - start[1] if target.start[0] == start[0]
-                       else 0, end[0] - target.end[0], end[1] - target.end[1] if target.end[0] == end[0] else 0)
-                if best is None or key < best[0]:
-                    best = (key, target)
-            return None if best is None else best[1]
-
-        def on_leave(self, original: cst.CSTNode, updated: Any) -> Any:
-            codes = by_node.get(type(original).__name__)
-            if not codes or not self.targets:
-                return updated
-            target = self._match(codes, original)
-            if target is None:
-                return updated
-            replacement = HOOKS.fixes[target.finding.code][1](self, original, updated, target.finding)
-            if replacement is None:  # a shape the rewrite does not handle: left for a human
-                return updated
-            target.used = True
-            self.applied.append(target)
-            return replacement
-
-        # -- helpers for the rules' fixes -------------------------------------------------------------
-
-        def qual(self, node: cst.BaseExpression) -> str | None:
-            if isinstance(node, cst.Name):
-                return self.names.get(node.value)
-            if isinstance(node, cst.Attribute):
-                head = self.qual(node.value)
-                return f"{head}.{node.attr.value}" if head else None
-            return None
-
-        def fl(self, attr: str) -> cst.Attribute:
-            return cst.Attribute(cst.Attribute(cst.Name(self.torch_name), cst.Name("fl")), cst.Name(attr))
-
-        def fl_call(self, attr: str, *args: cst.BaseExpression) -> cst.Call:
-            return cst.Call(self.fl(attr), [cst.Arg(a) for a in args])
-
-        def string(self, text: str, like: cst.BaseExpression | None) -> cst.SimpleString:
-            quote = like.quote if isinstance(like, cst.SimpleString) and len(like.quote) == 1 else self.quote
-            return cst.SimpleString(f"{quote}{text}{quote}")
-
-        def device(self, index: int | None, like: cst.BaseExpression | None = None) -> cst.Call:
-            """torch.fl.device() for "cuda"; torch.fl.device("accN") for "cuda:N" / .cuda(N)."""
-            if index is None:
-                return self.fl_call("device")
-            return self.fl_call("device", self.string(f"acc{index}", like))
-
-        def str_device(self, index: int, like: cst.BaseExpression) -> cst.Call:
-            return cst.Call(cst.Name("str"), [cst.Arg(self.device(index, like))])
-
-        def expr(self, text: str) -> cst.BaseExpression:
-            """A replacement computed by the scanner (``torch.fl.device("acc0")``), in this module's
-            spelling of torch and quotes."""
-            text = re.sub(r"\btorch\.", f"{self.torch_name}.", text)
-            if self.quote == "'" and "'" not in text:
-                text = text.replace('"', "'")
-            return cst.parse_expression(text)
-
-        def commas(self, args: list[cst.Arg], call: cst.Call) -> list[cst.Arg]:
-            return _commas(args, call)
-
-        # -- imports name modules, they are not uses ---------------------------------------------------
-
+        # Imports name modules, they are not uses: their names are not walked.
         def visit_Import(self, node: cst.Import) -> bool:
             return False
 
         def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
             return False
 
-    for node_type in by_node:
+    for node_type in Rewriter.BY_NODE:
         setattr(Rewriter, f"leave_{node_type}", Rewriter.on_leave)
     return Rewriter
 

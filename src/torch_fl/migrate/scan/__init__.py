@@ -9,10 +9,14 @@ along its seams:
 * ``dispatch.py``: walking the tree, handing nodes to the rules' hooks, recording findings;
 * ``scopes.py``: import aliases (``import torch as th``, ``from torch.cuda.amp import autocast``),
   functions, classes and loop depth;
-* ``guards.py``: CUDA-only tests and guards (findings inside them are intended);
+* ``guards.py``: CUDA-only tests and guards (findings inside them are intended), assembled from
+  ``guards_checks.py`` (recognising a CUDA check), ``guards_tests.py`` (CUDA-only tests and skips),
+  ``guards_vendors.py`` (multi-vendor dispatch) and ``guards_settle.py`` (the fix safety of a guard's
+  test, from the code it guards);
 * ``flow.py``: the small data flow of values reaching device and backend arguments, across modules too;
 * ``files.py``: walking directories, reading files, the scan table of each path;
-* ``detector.py`` assembles the detector; ``results.py`` turns its records into findings.
+* ``detector.py`` assembles the detector; ``results.py`` turns its records into findings;
+* ``sarif.py``: a scan result as a SARIF 2.1.0 log (``torchfl scan --format sarif``).
 
 No torch import anywhere on this path: ``torchfl scan`` runs in hook environments without torch.
 
