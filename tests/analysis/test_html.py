@@ -124,6 +124,12 @@ def test_nasty_strings_are_escaped():
     assert "<!-- -->" not in page
 
 
+def test_key_value_fields_of_a_section_are_shown():
+    # doctor's sections are 'key: value' fields (report.Section.fields): a page without them lost them
+    page = render_html(Report("r", {}, sections=[Section("Device", fields=[("device", "npu0"), (NASTY, "v")])]))
+    assert ">npu0<" in page and "<b>bold</b>" not in page and "Nothing to show" not in page
+
+
 def test_no_network_urls():
     page = _html()
     for _, attrs in _parse(page).tags:

@@ -735,9 +735,11 @@ def _text(lines: Sequence[str]) -> list[str]:
 def _section(index: int, section: Section) -> str:
     out = [f'<section id="section-{index}"><h2>{_breakable(section.title)}</h2>']
     out += _text(section.text)
+    if section.fields:  # aligned 'key: value' rows in text (doctor's): a two-column table here
+        out.append(_table(Table(["item", "value"], [list(pair) for pair in section.fields])))
     out += [_table(t) for t in section.tables]
     out += [render_chart(c) for c in section.charts]
-    if not (section.text or section.tables or section.charts):
+    if not (section.text or section.fields or section.tables or section.charts):
         out.append('<p class="note">Nothing to show.</p>')
     out.append("</section>")
     return "".join(out)
