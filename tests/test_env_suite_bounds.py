@@ -60,3 +60,28 @@ def test_fast_suite_fails_on_a_test_over_its_budget_not_marked_slow(tmp_path):
     bad = run("soon")
     assert bad.returncode != 0 and "is not a number of seconds" in bad.stdout + bad.stderr
     assert "TORCH_FL_TEST_FAST_LIMIT=4" in (ROOT / "Makefile").read_text(encoding="utf-8")
+
+
+@pytest.mark.slow  # three pytest processes, two of them with xdist workers
+def test_measured_slow_tests_and_slow_modules_leave_the_fast_set_and_xdist_keeps_the_budget(tmp_path):
+    (tmp_path / "test_timed.py").write_text(
+        "import time\n\ndef test_quick():\n    pass\n\ndef test_measured():\n    time.sleep(0.6)\n")
+    (tmp_path / "test_all_slow.py").write_text(
+        "import pytest\npytestmark = pytest.mark.slow\nraise SystemExit('imported')\n")
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    slow: slow\n")
+    listed = tmp_path / "slow.txt"
+    listed.write_text("# measured\ntest_timed.py::test_measured\n")
+    env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("TORCH_FL_TEST")}
+    env |= {"PYTHONPATH": str(ROOT / "tests"), "TORCH_FL_TEST_FAST_LIMIT": "0.3"}
+
+    def run(*extra: str, **more: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "fast_budget",
+                               "-m", "not slow", *extra], cwd=tmp_path, capture_output=True, text=True,
+                              env=env | more, timeout=300)
+
+    fast = run(TORCH_FL_TEST_SLOW_LIST=str(listed))
+    assert fast.returncode == 0, fast.stdout + fast.stderr  # the slow module was never imported
+    assert "1 passed, 1 deselected" in fast.stdout
+    unlisted = run("-n", "2", "test_timed.py")  # no list: the 0.6 s test is over the budget, seen under xdist
+    assert unlisted.returncode == 1 and "test_timed.py::test_measured" in unlisted.stdout, unlisted.stdout
+    assert run("-n", "2", TORCH_FL_TEST_SLOW_LIST=str(listed)).returncode == 0
