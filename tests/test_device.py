@@ -190,3 +190,34 @@ def test_a_description_names_the_device_it_governs(tmp_path):
     assert governing("mps").name == "mps"          # a description, though this machine has no MPS
     with pytest.raises(DeviceNotFoundError, match=r"describes a 'npu' chip.*use 'emu:npu'"):
         resolve_spec("npu")
+
+
+def test_resolving_is_pure_and_torch_fl_device_is_what_activates():
+    # issue 32: the device layer resolves; the runtime object (routing/current.py) acts
+    from torch_fl.device import resolve, resolve_spec
+    from torch_fl.routing.current import runtime
+
+    assert resolve("acc0") == resolve_spec().device == torch.device("cpu")
+    assert torch_fl.devices() == [torch.device("cpu")] and torch_fl.description().name == "cpu"
+    assert torch_fl.routing.active() is None and not runtime.activated  # nothing above activated
+    assert torch_fl.device() == torch.device("cpu")
+    assert torch_fl.routing.active().description.name == "cpu" and runtime.activated
+    torch_fl.reset()
+    assert torch_fl.routing.active() is None and not runtime.activated
+
+
+def test_the_device_layer_imports_nothing_of_routing_not_even_inside_a_function():
+    import ast
+
+    source = Path(torch_fl.device.__file__).read_text(encoding="utf-8")
+    names = [n.module or "" for n in ast.walk(ast.parse(source)) if isinstance(n, ast.ImportFrom)]
+    names += [a.name for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Import) for a in n.names]
+    assert not [n for n in names if "routing" in n], names
+
+
+def test_the_device_layer_without_its_emulator_port_says_so(monkeypatch):
+    import torch_fl.device as d
+
+    monkeypatch.setattr(d, "_emulator", None)
+    with pytest.raises(torch_fl.TorchFLError, match="emulator port is not set"):
+        d.emulated_devices(create=True)
