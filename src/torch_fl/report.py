@@ -83,12 +83,16 @@ def format_cell(value: Any) -> str:
     return str(value)
 
 
-def render_table(table: Table, max_width: int = 60) -> str:
+def render_table(table: Table, max_width: int | None = 60, *, rule: bool = True) -> str:
+    """The table as aligned columns: a header, a rule of dashes under it (unless `rule` is False), the
+    rows; cells over `max_width` characters are cut with '…' (None: never, for names a reader copies)."""
     cells = [[format_cell(v) for v in row] for row in table.rows]
-    cells = [[c if len(c) <= max_width else c[: max_width - 1] + "…" for c in row] for row in cells]
+    if max_width is not None:
+        cells = [[c if len(c) <= max_width else c[: max_width - 1] + "…" for c in row] for row in cells]
     widths = [max([len(col), *(len(r[i]) for r in cells)]) for i, col in enumerate(table.columns)]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(table.columns, widths, strict=True)).rstrip(),
-             "  ".join("-" * w for w in widths)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(table.columns, widths, strict=True)).rstrip()]
+    if rule:
+        lines.append("  ".join("-" * w for w in widths))
     lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells]
     return "\n".join(([table.title] if table.title else []) + lines)
 

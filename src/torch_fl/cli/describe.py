@@ -32,13 +32,12 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> No
 
 def _list() -> str:
     from ..description import registry
+    from ..report import Table, render_table
 
     rows = [(d.name, d.vendor, d.device_type, d.dispatch_key, "built-in" if d.builtin else d.path)
             for d in sorted(registry.descriptions().values(), key=lambda d: d.name)]
-    header = ("name", "vendor", "device_type", "dispatch_key", "source")
-    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-    return "\n".join("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
-                     for row in [header, *rows]) + "\n"
+    header = ["name", "vendor", "device_type", "dispatch_key", "source"]
+    return render_table(Table(header, [list(row) for row in rows]), None, rule=False) + "\n"
 
 
 def _warn_shadowed() -> None:

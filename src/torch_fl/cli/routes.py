@@ -182,9 +182,9 @@ def render_show(target: Target, dtype: str | None, rows: list[dict[str, str]],
 
 
 def format_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header))]
-    return "\n".join("  ".join(str(cell).ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
-                     for row in [header, *rows]) + "\n"
+    from ..report import Table, render_table
+
+    return render_table(Table(list(header), [list(row) for row in rows]), None, rule=False) + "\n"
 
 
 # routes diff --------------------------------------------------------------------------------------
