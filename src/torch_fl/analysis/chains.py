@@ -71,14 +71,14 @@ class Replay:
                 return out
         route = self.table.route(op, dtype)
         kind = route.kind
-        if kind == "translate":
+        if kind == RouteKind.TRANSLATE:
             return self._translate(mode, func, op, dtype, module, route, args, kwargs)
-        if kind == "kernel" and route.kernel is not None and not guard.in_kernel[op]:
+        if kind == RouteKind.KERNEL and route.kernel is not None and not guard.in_kernel[op]:
             return self._kernel(mode, func, op, dtype, module, route, args, kwargs)
-        if kind == "fallback":
+        if kind == RouteKind.FALLBACK:
             route = self._fallback(op, route)
         out = func(*args, **kwargs)
-        if kind == "native":
+        if kind == RouteKind.NATIVE:
             produced = foreign_output_dtype(func, out, self.dtypes)
             if produced is not None:
                 route = Route(RouteKind.UNSUPPORTED, f"{route.source}; it produces {produced}, which is not in "

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from typing import Any
 
-from .._names import EMULATION_PREFIX, ROUTE_SEVERITY, ROUTES
+from .._names import EMULATION_PREFIX, ROUTE_SEVERITY, ROUTES, RouteKind
 from ..device import ResolvedDevice
 from ..report import Chart, Report, Section, Table, progress, stage
 from ..routing import route_table
@@ -179,7 +179,7 @@ def _data(spec: ModelSpec, device: str, result: TraceResult) -> dict[str, Any]:
     reached = dict.fromkeys(ROUTES, 0)
     for record in records:
         (reached if record.via else per_route)[record.route or "native"] += record.calls
-    native_ops = sum(r.route == "native" for r in top)
+    native_ops = sum(r.route == RouteKind.NATIVE for r in top)
     verdicts = _verdicts(records)
     unsupported_calls = per_route["unsupported"] + reached["unsupported"]
     return {
@@ -261,7 +261,7 @@ def _notes(table: RouteTable, result: TraceResult, kernels: DeviceKernels, devic
     if kernels.emulated:
         from ..routing.reference import host_can_run
 
-        cpu_less = sorted({r.op for r in records if r.route == "native" and r.op.startswith("aten::")
+        cpu_less = sorted({r.op for r in records if r.route == RouteKind.NATIVE and r.op.startswith("aten::")
                            and not host_can_run(r.op)})
         if cpu_less:
             notes.append(f"Native on '{desc.name}', but the host has no kernel or reference math to emulate "

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import _toml
+from .._names import RouteKind
 
 
 @dataclass(frozen=True, eq=False)
@@ -170,7 +171,7 @@ class Description:
         if resolved is None:
             return listed
         table, version, _ = resolved
-        return listed + sorted(table.ops(version, kind)) if kind == "fallback" else listed
+        return listed + sorted(table.ops(version, kind)) if kind == RouteKind.FALLBACK else listed
 
     def op_dtypes(self) -> dict[str, list[str]]:
         """ops.dtypes (op -> the dtypes it is native for), plus the vendor's documented dtype limits

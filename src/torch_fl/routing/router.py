@@ -96,12 +96,12 @@ class Router:
     def _run(self, op: str, ovl: torch._ops.OpOverload, route: Route, dtype: str | None,
              args: tuple, kwargs: dict, native: Native, reenter: Any) -> Any:
         kind = route.kind
-        if kind == "translate":
+        if kind is RouteKind.TRANSLATE:
             return self.translate(op, ovl, route, dtype, args, kwargs, native, reenter)
-        if kind == "fallback":
+        if kind is RouteKind.FALLBACK:
             return self.fallback(op, ovl, route, dtype, args, kwargs, native)
-        if kind == "kernel":
-            stats.record(op, dtype, "kernel", route.source)
+        if kind is RouteKind.KERNEL:
+            stats.record(op, dtype, RouteKind.KERNEL, route.source)
             if guard.in_kernel[op]:
                 # The kernel calls its own op (to wrap or fix up the native result): that inner call
                 # is the native kernel's, or the kernel would recurse forever.

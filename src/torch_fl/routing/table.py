@@ -184,7 +184,7 @@ class RouteTable:
                 _check_listed(desc, kind, ops[kind])
             for op in desc.explicit_ops(kind):  # the list, plus a vendor table's fallback rows
                 key = _route_key(op, where)
-                if kind == "fallback" and op not in listed_fallbacks:
+                if kind == RouteKind.FALLBACK and op not in listed_fallbacks:
                     self._vendor_listed.add(key)
                     self._explicit[key] = (kind, f"{where} ops.table route=fallback: the vendor registers "
                                                  f"its CPU fallback for it (the vendor's CPU-fallback list)")
@@ -252,7 +252,7 @@ class RouteTable:
         explicit = _lookup(self._explicit, op)
         if explicit is not None:
             kind, origin = explicit  # type: ignore[misc]
-            if kind == "fallback" and (op in self._vendor_listed or op.rsplit(".", 1)[0] in self._vendor_listed):
+            if kind == RouteKind.FALLBACK and (op in self._vendor_listed or op.rsplit(".", 1)[0] in self._vendor_listed):
                 return Route(kind, origin, vendor=True)
             return self._forced(op, dtype, kind, origin)
         if self.is_native(op, dtype):
@@ -286,7 +286,7 @@ class RouteTable:
             dispatcher_op_name(op), dispatcher_op_name(through) if through else None), vendor=True)
 
     def _forced(self, op: str, dtype: str | None, kind: str, origin: str) -> Route:
-        if kind == "kernel":
+        if kind == RouteKind.KERNEL:
             kernel = self._kernel(op, dtype)
             if kernel is None:
                 raise ConfigError(f"{origin} routes {op} to 'kernel', but no kernel is registered for it; "
