@@ -45,6 +45,7 @@ CLOCK = re.compile(r"\[(?:\d\d:\d\d:\d\d|\.\.)\]")
 # rows a timed run ranks or adds by load, and bench's alignment line, whose verdict (BELOW TARGET,
 # UNCERTAIN) a loaded machine can move
 TIMED_ROWS = re.compile(r"^(?:aten|prims)::|vary a lot|^alignment ")
+RULE = re.compile(r"-{2,}")  # a table's rule under its header: as wide as the widest cell of the run
 NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?:e[+-]?\d+)?")
 
 
@@ -149,8 +150,9 @@ def differs(block: Block, output: str) -> bool:
                   for lines in (block.body, rendered(block, output)))
     if block.timings:
         # What a timed run shows depends on the machine's load: which ops are the slowest and in what
-        # order, column widths, a noise warning. Its shape is what must not drift.
-        shown, now = ({" ".join(line.split()) for line in lines if not TIMED_ROWS.search(line)}
+        # order, column widths (and so the length of a table's rule of dashes), a noise warning. Its shape is
+        # what must not drift.
+        shown, now = ({RULE.sub("--", " ".join(line.split())) for line in lines if not TIMED_ROWS.search(line)}
                       for lines in (shown, now))
     return shown != now
 
