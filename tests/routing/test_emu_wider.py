@@ -71,8 +71,9 @@ def test_every_cuda_only_dtype_of_opinfo_is_computed_or_explained():
 
 
 # CUDA (OpInfo), XPU (torch-xpu-ops _histc_kernel) and MLU (torch_mlu cnnl_histc) count integers; HF Mixtral's
-# MoE routing stopped on emu:xpu/emu:mlu with the host's "histogram_cpu" not implemented for 'Int' (the zoo judge)
-@pytest.mark.parametrize("chip", ["emu:cuda", "emu:xpu", "emu:mlu"])
+# MoE routing stopped on emu:xpu/emu:mlu with the host's "histogram_cpu" not implemented for 'Int' (the zoo judge);
+# MUSA (torch_musa Histc) too, int64 aside: the vendor's own comment says Long fails on the chip
+@pytest.mark.parametrize("chip", ["emu:cuda", "emu:xpu", "emu:mlu", "emu:musa"])
 def test_integer_histc_on_emulated_chips_equals_the_counts(monkeypatch, chip):
     monkeypatch.setenv("FL_DEVICE", chip)
     torch_fl.reset()
@@ -80,6 +81,10 @@ def test_integer_histc_on_emulated_chips_equals_the_counts(monkeypatch, chip):
     # HF Mixtral's router: torch.histc(selected_experts.int(), bins=num_experts, min=0, max=num_experts - 1)
     experts = torch.tensor([[0, 3], [3, 1], [7, 3], [0, 0]], dtype=torch.int32)
     for dtype in (torch.int32, torch.int64, torch.uint8):
+        if chip == "emu:musa" and dtype == torch.int64:
+            with pytest.raises(RuntimeError, match="not implemented for 'Long'"):
+                torch.histc(experts.to(dtype).to(d), bins=8, min=0, max=7)
+            continue
         got = torch.histc(experts.to(dtype).to(d), bins=8, min=0, max=7)
         expected = torch.histc(experts.double(), bins=8, min=0, max=7).to(dtype)
         assert got.device == d and got.dtype == dtype

@@ -12,7 +12,10 @@ The facts are PyTorch's own: the OpInfo database's ``dtypesIfCUDA`` against its 
 for the chips whose kernels are CUDA's (dispatch key CUDA: cuda, rocm). Other chips' kernels where their
 sources say so: integer ``histc`` on XPU (torch-xpu-ops ``_histc_kernel``, src/ATen/native/xpu/sycl/
 SummaryOpsKernels.cpp: ``AT_DISPATCH_ALL_TYPES``, Half refused) and on MLU (torch_mlu ``cnnl_histc``,
-torch_mlu/csrc/aten/operators/cnnl/histc.cpp: ``AT_DISPATCH_ALL_TYPES``, int64 through int32); npu's
+torch_mlu/csrc/aten/operators/cnnl/histc.cpp: ``AT_DISPATCH_ALL_TYPES``, int64 through int32) and on MUSA
+(torch_musa ``Histc``, torch_musa/csrc/aten/ops/musa/SummaryOps.mu at 8b583b3: ``AT_DISPATCH_ALL_TYPES`` with
+Half and Double refused, and its own comment that Long "would cause MUSA UNKNOWN ERROR": int64 is left to the
+host's refusal, a failure where the chip fails too); npu's
 ``histc`` takes float16/float32 alone (its table row), so the route table refuses integers there first.
 A plugin chip (PrivateUse1) is named by its device type. Only the failure path pays: the host kernel is
 tried first, as for every native op.
@@ -42,6 +45,7 @@ WIDER: dict[str, dict[str, frozenset[str]]] = {
     },
     "XPU": {"aten::histc": INTS},
     "mlu": {"aten::histc": INTS},
+    "musa": {"aten::histc": INTS - {"int64"}},
 }
 
 _WIDE = {torch.float16: torch.float32, torch.bfloat16: torch.float32, torch.complex32: torch.complex64}
