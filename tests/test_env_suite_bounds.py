@@ -12,6 +12,9 @@ import pytest
 from torch_fl import _toml
 
 ROOT = Path(__file__).resolve().parents[1]
+# CPU work of a given length (the budget counts CPU time, not waiting)
+BURN = ("def burn(seconds):\n    began = time.process_time()\n"
+        "    while time.process_time() - began < seconds:\n        pass\n\n")
 
 
 def test_pyproject_sets_a_per_test_timeout_and_the_dev_extra_installs_it():
@@ -32,13 +35,15 @@ def test_a_hanging_test_is_ended(tmp_path):
 
 
 def test_fast_suite_fails_on_a_test_over_its_budget_not_marked_slow(tmp_path):
-    """`make test-fast` sets TORCH_FL_TEST_FAST_LIMIT=4: a not-slow test that passes slower fails the
-    session with its name and the fix; a slow-marked one is exempt; without the variable nothing is timed."""
+    """`make test-fast` sets TORCH_FL_TEST_FAST_LIMIT=4: a not-slow test that takes more CPU time fails the
+    session with its name and the fix; a slow-marked one is exempt; waiting (a loaded machine's wall time) is
+    not work; without the variable nothing is timed."""
     (tmp_path / "test_timed.py").write_text(
-        "import time\nimport pytest\n\n"
+        "import time\nimport pytest\n\n" + BURN +
         "def test_quick():\n    pass\n\n"
-        "def test_sluggish():\n    time.sleep(0.6)\n\n"
-        "@pytest.mark.slow\ndef test_marked():\n    time.sleep(0.6)\n")
+        "def test_sluggish():\n    burn(0.6)\n\n"
+        "def test_waits():\n    time.sleep(0.6)\n\n"
+        "@pytest.mark.slow\ndef test_marked():\n    burn(0.6)\n")
     (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    slow: slow\n")
     env = {**__import__("os").environ, "PYTHONPATH": str(ROOT / "tests")}
 
@@ -53,8 +58,9 @@ def test_fast_suite_fails_on_a_test_over_its_budget_not_marked_slow(tmp_path):
 
     timed = run("0.3")
     assert timed.returncode == 1, timed.stdout + timed.stderr
-    assert "3 passed" in timed.stdout and "test_timed.py::test_sluggish" in timed.stdout
-    assert "test_marked" not in timed.stdout.split("not marked slow")[1]
+    assert "4 passed" in timed.stdout and "test_timed.py::test_sluggish" in timed.stdout
+    over = timed.stdout.split("not marked slow")[1]
+    assert "test_marked" not in over and "test_waits" not in over
     assert "Fix: mark each @pytest.mark.slow" in timed.stdout
     assert run(None).returncode == 0
     bad = run("soon")
@@ -65,7 +71,7 @@ def test_fast_suite_fails_on_a_test_over_its_budget_not_marked_slow(tmp_path):
 @pytest.mark.slow  # three pytest processes, two of them with xdist workers
 def test_measured_slow_tests_and_slow_modules_leave_the_fast_set_and_xdist_keeps_the_budget(tmp_path):
     (tmp_path / "test_timed.py").write_text(
-        "import time\n\ndef test_quick():\n    pass\n\ndef test_measured():\n    time.sleep(0.6)\n")
+        "import time\n\n" + BURN + "def test_quick():\n    pass\n\ndef test_measured():\n    burn(0.6)\n")
     (tmp_path / "test_all_slow.py").write_text(
         "import pytest\npytestmark = pytest.mark.slow\nraise SystemExit('imported')\n")
     (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    slow: slow\n")

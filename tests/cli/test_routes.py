@@ -84,11 +84,11 @@ def test_show_all_lists_every_op(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_show_is_fast_and_activates_nothing() -> None:
-    start = time.perf_counter()
+    start = time.process_time()  # CPU time: a loaded machine stretches wall time, not this
     rows = routes.route_rows(routes.governing("mps"), "float16")
-    elapsed = time.perf_counter() - start
+    elapsed = time.process_time() - start
     assert len(rows) == len(all_aten_ops())
-    assert elapsed < 2.0, f"routes of {len(rows)} ops took {elapsed:.2f} s"
+    assert elapsed < 2.0, f"routes of {len(rows)} ops took {elapsed:.2f} s of CPU time"
     assert torch_fl.routing.active() is None  # no routers installed, no route log armed
 
 

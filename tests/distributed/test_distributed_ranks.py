@@ -141,7 +141,9 @@ def test_a_rank_that_never_starts_is_named_within_the_bound(launch, scenario):
     assert rank0.result["type"] == "RanksMissingError"
     assert rank0.result["error"].startswith("rank 0: " + ARRIVAL)
     assert "Fix: read that rank's log" in rank0.result["error"] and "preflight_timeout=" in rank0.result["error"]
-    assert rank0.seconds < 20  # 3 s bound + interpreter start; it waited 660 s (10 min + grace) before
+    # the 3 s bound, counted from the scenario's start (imports left out: a loaded machine's are slow); it
+    # waited 660 s (10 min + grace) before. The whole launch is bounded by its 30 s timeout besides.
+    assert rank0.result["scenario_seconds"] < 15
 
 
 @pytest.mark.slow
@@ -153,7 +155,7 @@ def test_a_rank_whose_rank_0_never_starts_names_rank_0_within_the_bound(launch):
     assert re.match(r"rank 1: init_process_group gave up after 3 s: it could not reach the rendezvous store at "
                     r"127\.0\.0\.1:\d+, which rank 0 hosts: rank 0 never arrived\.", error), error
     assert "Fix: read rank 0's log" in error
-    assert ranks[0].seconds < 20
+    assert ranks[0].result["scenario_seconds"] < 15
 
 
 @pytest.mark.slow
@@ -177,4 +179,4 @@ def test_a_rank_that_dies_during_the_checked_collectives_is_reported_as_gone(lau
     assert ("rank 1 did not answer (never entered it)" in error
             or "a peer's process ended meanwhile" in error), error
     assert "Fix: read" in error or "read its log" in error
-    assert ranks[0].seconds < 20
+    assert ranks[0].result["scenario_seconds"] < 15
