@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -59,15 +59,17 @@ def test_every_help_is_torch_free_and_answers(tmp_path):
 
 @pytest.mark.parametrize("argv", [["grade", "--help"], ["doctor", "--help"], ["--help"]])
 def test_help_starts_in_under_a_second(argv, tmp_path):
-    # the console script's own start-up, interpreter included (it was 4-10 s: each help imported torch)
+    # the console script's own start-up, interpreter included (it was 4-10 s: each help imported torch), in
+    # the child's CPU time: a loaded machine stretches wall time (issue 43), not the work a help costs
     best = float("inf")
-    for _ in range(3):  # the best of 3: a loaded CI machine must not make the test flaky
-        start = time.perf_counter()
+    for _ in range(3):  # the best of 3
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         done = subprocess.run([sys.executable, str(SRC / "_torch_fl_cli.py"), *argv], cwd=tmp_path, env=_env(),
                               capture_output=True, text=True, timeout=60)
-        best = min(best, time.perf_counter() - start)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        best = min(best, after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
         assert done.returncode == 0 and "usage: torchfl" in done.stdout, done.stderr[-500:]
-    assert best < 1.0, f"{argv}: {best:.2f} s"
+    assert best < 1.0, f"{argv}: {best:.2f} s of CPU time"
 
 
 @pytest.mark.parametrize(("argv", "wanted"), [
