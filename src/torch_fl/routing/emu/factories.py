@@ -13,6 +13,7 @@ from ..._names import RouteKind
 from ..._opnames import canonical_op_name
 from ..router import first_dtype
 from ..table import Route
+from . import rng as _rng
 from . import storage as _storage
 from .copies import _copy_
 from .slot import _no_device, backend_name, state
@@ -26,6 +27,18 @@ def _factory_fallback(ovl: Any, *args: Any, **kwargs: Any) -> Any:
     index = state.current if target is None or target.index is None else target.index
     if index >= state.count:
         raise _no_device(index)
+    random = _random.get(ovl)
+    if random is None:
+        random = _random[ovl] = _rng.seeded(ovl)
+    if random:  # torch.rand(.., device=d) and friends draw from the device's generator (rng.py)
+        return _rng.call(ovl, index, lambda a, k: _make(ovl, index, a, k), args, kwargs)
+    return _make(ovl, index, args, kwargs)
+
+
+_random: dict[Any, bool] = {}
+
+
+def _make(ovl: Any, index: int, args: tuple, kwargs: dict) -> Any:
     cpu_kwargs = dict(kwargs)
     if "device" in cpu_kwargs:
         cpu_kwargs["device"] = torch.device("cpu")

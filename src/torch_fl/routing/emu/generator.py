@@ -43,9 +43,15 @@ class Generator(torch.Generator, metaclass=_GeneratorMeta):
         index = state.current if where.index is None else where.index
         if index >= state.count:
             raise _no_device(index)
-        generator = _EmuGenerator()
-        generator._emu_device = torch.device(backend_name(), index)
-        return generator
+        return device_generator(index)
+
+
+def device_generator(index: int) -> _EmuGenerator:
+    """A new generator of emulated device `index`: a CPU generator (the device's data is on the host, so
+    its draws equal a CPU generator's seeded alike) whose ``device`` is the emulated one."""
+    generator = _EmuGenerator()
+    generator._emu_device = torch.device(backend_name(), index)
+    return generator
 
 
 def _register_generator() -> None:

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from . import memory
+from . import memory, rng
 from .slot import backend_name, state
 
 
@@ -40,46 +40,63 @@ class _BackendModule:
     def _is_in_bad_fork() -> bool:
         return False
 
-    @staticmethod
-    def manual_seed_all(seed: int) -> None:
-        pass  # device randomness is the CPU generator's (seeded by torch.manual_seed)
-
+    # Seeding (rng.py): each emulated device has a default generator of its own, as each real chip has;
+    # torch.manual_seed(s) reaches manual_seed_all through PyTorch's hook for the PrivateUse1 module.
     @staticmethod
     def manual_seed(seed: int) -> None:
-        pass
+        """Seed the current device's generator."""
+        rng.default_generator(state.current).manual_seed(int(seed))
+
+    @staticmethod
+    def manual_seed_all(seed: int) -> None:
+        """Seed every emulated device's generator."""
+        for generator in rng.default_generators():
+            generator.manual_seed(int(seed))
 
     @staticmethod
     def seed() -> None:
-        torch.seed()  # (the CPU generator is the device's)
+        """Seed the current device's generator with a non-deterministic number."""
+        rng.default_generator(state.current).seed()
 
-    seed_all = seed
+    @staticmethod
+    def seed_all() -> None:
+        """Seed every device's generator with one non-deterministic number (as torch.cuda.seed_all)."""
+        generators = rng.default_generators()
+        seed = generators[0].seed()
+        for generator in generators[1:]:
+            generator.manual_seed(seed)
 
     @staticmethod
     def initial_seed() -> int:
-        return torch.initial_seed()
+        """The seed the current device's generator was last seeded with."""
+        return rng.default_generator(state.current).initial_seed()
 
     @staticmethod
     def get_rng_state(device: Any = None) -> torch.Tensor:
-        return torch.get_rng_state()
-
-    @property
-    def default_generators(self) -> tuple[torch.Generator, ...]:
-        """One per emulated device, each the host generator that device's randomness is drawn from
-        (what torch.cuda.default_generators gives under the CUDA alias: Lightning's isolate_rng)."""
-        return (torch.default_generator,) * state.count
+        """The state of `device`'s generator (a CPU uint8 tensor, as torch.cuda.get_rng_state gives)."""
+        return rng.default_generator(rng.index_of(device)).get_state()
 
     @staticmethod
     def set_rng_state(new_state: torch.Tensor, device: Any = None) -> None:
-        torch.set_rng_state(new_state)
+        """Restore `device`'s generator to `new_state` (from get_rng_state)."""
+        if new_state.device.type != "cpu":  # (a state kept on the device is read back first)
+            new_state = new_state.cpu()
+        rng.default_generator(rng.index_of(device)).set_state(new_state)
+
+    @property
+    def default_generators(self) -> tuple[torch.Generator, ...]:
+        """One per emulated device, the generator that device's random ops draw from
+        (what torch.cuda.default_generators gives under the CUDA alias: Lightning's isolate_rng)."""
+        return rng.default_generators()
 
     @staticmethod
     def get_rng_state_all() -> list[torch.Tensor]:
-        return [torch.get_rng_state() for _ in range(max(state.count, 1))]
+        return [generator.get_state() for generator in rng.default_generators()]
 
     @staticmethod
     def set_rng_state_all(new_states: Any) -> None:
-        for new_state in new_states:  # every device draws from the host generator: the last one stands
-            torch.set_rng_state(new_state)
+        for index, new_state in enumerate(new_states):
+            _BackendModule.set_rng_state(new_state, index)
 
     @staticmethod
     def get_amp_supported_dtype() -> list[torch.dtype]:

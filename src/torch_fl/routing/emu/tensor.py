@@ -33,6 +33,7 @@ from ..reference import REFERENCE
 from ..router import first_dtype
 from ..table import Route, dtype_name, foreign_output_dtype
 from . import composites, wider
+from . import rng as _rng
 from . import storage as _storage
 from .memory import _allocated, _nbytes
 from .slot import backend_name, device, state
@@ -437,7 +438,7 @@ class _Plan:
     lookup keyed by the op's id (an OpOverload's own __hash__ is Python code, ~0.5 us a call)."""
 
     __slots__ = ("call", "fast", "func", "inherited", "kernel", "lists", "metadata", "name", "outs", "resizes",
-                 "routes", "routes_of", "special", "view", "written")
+                 "routes", "routes_of", "seeded", "special", "view", "written")
 
     def __init__(self, func: Any) -> None:
         self.func = func  # (holds the op, so its id stays its own)
@@ -461,9 +462,11 @@ class _Plan:
         self.resizes = self.metadata and (func in _RESIZES or not torch._C._dispatch_has_kernel_for_dispatch_key(
             func.name(), "CompositeExplicitAutograd"))
         self.outs = _out_arguments(func) if self.written is None else None
+        # a random op: it draws from its device's generator, never the host's (rng.py)
+        self.seeded = _rng.seeded(func)
         # unwrap-run-wrap (or run and return the argument written) is all this op needs: no handler of
-        # its own, no in-place change of shape
-        self.fast = self.special is None and not self.metadata
+        # its own, no in-place change of shape, no generator to choose
+        self.fast = self.special is None and not self.metadata and not self.seeded
         # an argument that is a list of tensors (cat, stack, index): a list argument is then not ints
         self.lists = any(isinstance(a.type, torch.ListType) and not _int_list(a.type)
                          for a in func._schema.arguments)
@@ -496,6 +499,13 @@ def _dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
     plan = _plans.get(id(func))
     if plan is None:
         plan = _plans[id(func)] = _Plan(func)
+    if plan.seeded:
+        index = _rng.first_index(args, kwargs, EmuTensor)
+        return _rng.call(func, index, lambda a, k: _dispatch_planned(plan, func, a, k), args, kwargs)
+    return _dispatch_planned(plan, func, args, kwargs)
+
+
+def _dispatch_planned(plan: _Plan, func: Any, args: tuple, kwargs: dict) -> Any:
     if plan.special is not None:
         return plan.special(func, args, kwargs)
     index, cargs, ckwargs = _unwrap(func, args, kwargs)
