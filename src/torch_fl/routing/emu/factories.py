@@ -17,7 +17,7 @@ from . import rng as _rng
 from . import storage as _storage
 from .copies import _copy_
 from .slot import _no_device, backend_name, state
-from .tensor import _check_outputs, _first_device_tensor, _wrap
+from .tensor import SPECIAL, _check_outputs, _first_device_tensor, _wrap
 
 aten = torch.ops.aten
 
@@ -91,6 +91,15 @@ def _register_factories() -> None:
     # torch.tensor(data, device=d) copies into the new device tensor with the Python key excluded: the
     # call reaches PrivateUse1 itself, where PyTorch's Python fallback cannot serve it (a per-op kernel can)
     per_op.impl("copy_", _copy_kernel, "PrivateUse1")
+    # With a dispatch mode on the stack (FakeTensorMode under torch.compile), or with an EmuTensor among the
+    # arguments, PyTorch hands a Python kernel's call to the registration of that very op on the key, and a
+    # backend fallback has none: `func != nullptr INTERNAL ASSERT FAILED (python_dispatch.cpp)`.
+    # torch.tensor(data, device=d) makes its tensor with ``empty`` (on d with a mode, via ``_to_copy``) and
+    # reads each 0-dim tensor of `data` with ``_local_scalar_dense``, both with the Python key excluded: so
+    # these reach the key, and have kernels of their own.
+    for name in ("empty.memory_format", "empty_strided"):
+        per_op.impl(name, _factory_kernel(_overload(f"aten::{name}")), "PrivateUse1")
+    per_op.impl("_local_scalar_dense", _item_kernel, "PrivateUse1")
     for name in _composite_factories():
         ovl = _overload(name)
         per_op.impl(name[len("aten::"):], _factory_kernel(ovl), "PrivateUse1")
@@ -120,6 +129,10 @@ def _pinning() -> Any:
 
 def _copy_kernel(*args: Any, **kwargs: Any) -> Any:
     return _copy_(aten.copy_.default, args, kwargs)
+
+
+def _item_kernel(tensor: torch.Tensor) -> Any:
+    return SPECIAL[aten._local_scalar_dense.default](aten._local_scalar_dense.default, (tensor,), {})
 
 
 def _overload(name: str) -> Any:

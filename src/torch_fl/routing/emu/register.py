@@ -15,6 +15,7 @@ from . import (
     compiled,
     composites,
     dist,
+    engine,
     factories,
     generator,
     lazy,
@@ -50,6 +51,7 @@ def ensure(count: int, chip: Any = None) -> None:
             accel_memory.install()  # torch.accelerator.memory_*: the emulator's counts, not a C++ allocator's
             moves.install()  # module.to(emu) of parameters a live host autograd graph still holds
             generator._register_generator()
+            engine.install()  # backward across emulated devices (engine.py: PyTorch's engine knows one)
             lazy.register()
             attention.register()  # scaled_dot_product_attention's fused path where the chip has one
             composites.register()  # silu_backward & co.: the chip's kernel where it has one
