@@ -1,0 +1,132 @@
+"""scripts/vendor_suites.py: the classifier of the vendors' test outcomes and its errors, on synthetic records
+(no network, no vendor checkout, no test run)."""
+
+from __future__ import annotations
+
+import importlib.util
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).parents[2] / "scripts" / "vendor_suites.py"
+_spec = importlib.util.spec_from_file_location("vendor_suites", SCRIPT)
+vs = importlib.util.module_from_spec(_spec)
+sys.modules["vendor_suites"] = vs  # (dataclasses resolve their module by name)
+_spec.loader.exec_module(vs)
+
+
+def _failed(exc_type: str, message: str, **extra) -> dict:
+    return {"kind": "test", "nodeid": "t.py::T::test_x", "outcome": "failed", "exc_type": exc_type,
+            "message": message, "text": "", **extra}
+
+
+def _skipped(reason: str) -> dict:
+    return {"kind": "test", "nodeid": "t.py::T::test_x", "outcome": "skipped", "exc_type": "Skipped",
+            "message": reason}
+
+
+def test_a_signal_exit_is_a_crash_named_by_its_signal():
+    assert vs.classify({"kind": "signal", "rc": -signal.SIGSEGV}) == ("crash", "process killed by SIGSEGV")
+    assert vs.classify({"kind": "signal", "rc": 128 + signal.SIGABRT}) == ("crash", "process killed by SIGABRT")
+    assert vs.classify({"kind": "timeout", "seconds": 60})[0] == "crash"
+
+
+def test_internal_assert_anywhere_is_a_crash_even_in_a_passing_test():
+    text = 'RuntimeError: func != nullptr INTERNAL ASSERT FAILED at "/pytorch/torch/csrc/utils/python_dispatch.cpp":123'
+    category, group = vs.classify(_failed("RuntimeError", text.split(": ", 1)[1], text=text, internal_assert=True))
+    assert (category, group) == ("crash", "PyTorch INTERNAL ASSERT FAILED at python_dispatch.cpp")
+    passed = {"kind": "test", "nodeid": "t.py::test_y", "outcome": "passed", "internal_assert": True, "text": ""}
+    assert vs.classify(passed)[0] == "crash"
+
+
+def test_file_level_events_become_weighted_records():
+    # a segfault after one passing test: the tests the file defines that never reported count as crashed
+    done = [{"kind": "test", "nodeid": "a::test_1", "when": "call", "outcome": "passed"}]
+    out = vs.file_records(done, rc=-11, timed_out=False, seconds=3.0, output="Fatal Python error", static=5)
+    assert [(r["category"], r["weight"]) for r in out] == [("pass", 1), ("crash", 4)]
+    # the assert text only in the process output (printed by C++ outside any test) is found too
+    out = vs.file_records(done, rc=0, timed_out=False, seconds=1.0, static=1,
+                          output="x\nterminate: INTERNAL ASSERT FAILED at engine.cpp\n")
+    assert [r["category"] for r in out] == ["pass", "crash"]
+    out = vs.file_records([], rc=None, timed_out=True, seconds=60.0, output="", static=3)
+    assert [(r["category"], r["weight"]) for r in out] == [("crash", 3)]
+
+
+def test_missing_vendor_names_are_missing_api():
+    cases = [
+        ("AttributeError", "module 'torch.npu' has no attribute 'get_soc_version'"),
+        ("AttributeError", "module 'torch_npu' has no attribute 'npu_fusion_attention_v2'"),
+        ("ModuleNotFoundError", "No module named 'torch_npu._C'"),
+        ("ImportError", "cannot import name '_get_musa_arch' from 'torch_musa.core._utils'"),
+        ("TypeError", "fast_gelu() got an unexpected keyword argument 'input'"),
+    ]
+    for exc_type, message in cases:
+        record = _failed(exc_type, message, crash_path="/x/src/torch_fl/routing/emu/npu_ops.py")
+        assert vs.classify(record) == ("missing_api", f"{exc_type}: {vs.normalize(message)}"), message
+
+
+def test_a_library_missing_from_the_environment_is_not_the_vendor_surface():
+    category, group = vs.classify(_failed("ModuleNotFoundError", "No module named 'torchvision'"))
+    assert category == "other" and group.startswith("environment:")
+    # a TypeError on a keyword of a non-vendor function, raised outside torch-fl, is not missing API either
+    assert vs.classify(_failed("TypeError", "f() got an unexpected keyword argument 'x'",
+                               crash_path="/usr/lib/python3/foo.py"))[0] == "other"
+
+
+def test_value_assertions_are_wrong_numbers_and_unraised_errors_are_not():
+    assert vs.classify(_failed("AssertionError", "Tensor-likes are not close!\n\nMismatched elements: 3 / 8"))[0] == \
+        "wrong"
+    category, group = vs.classify(_failed("AssertionError", "RuntimeError not raised"))
+    assert category == "other" and "not raised" in group
+    assert vs.classify(_failed("RuntimeError", "aten::foo is not supported on the emulated npu")) == \
+        ("other", "RuntimeError: aten::foo is not supported on the emulated npu")
+
+
+def test_skips_fail_as_the_hardware_would_unless_the_chip_hides_its_name():
+    assert vs.classify(_skipped("Only run on ['Ascend910B'], current device is Ascend910P."))[0] == "as_hardware"
+    category, group = vs.classify(_skipped("Only run on ['Ascend910B'], current device is npu (emula."))
+    assert category == "missing_api" and "SoC-gated" in group
+    assert vs.classify(_skipped("requires at least 2 NPUs"))[0] == "as_hardware"
+    assert vs.classify(_skipped("npu test skipped!")) == ("as_hardware", "vendor skip: npu test skipped!")
+    assert vs.classify({"kind": "test", "outcome": "xfailed", "message": ""})[0] == "as_hardware"
+
+
+def test_groups_mask_numbers_and_keep_the_cause_of_a_colon_line():
+    assert vs.normalize("shape [3, 4] != [3, 5] at 0x7f00aa") == "shape [N, N] != [N, N] at 0x…"
+    assert vs.normalize("backend='inductor' raised:\nRuntimeError: no") == "backend='inductor' raised: RuntimeError: no"
+
+
+def test_one_outcome_per_test_the_first_that_is_not_a_pass():
+    records = [{"kind": "test", "nodeid": "a", "when": "call", "outcome": "passed"},
+               {"kind": "test", "nodeid": "a", "when": "teardown", "outcome": "failed", "exc_type": "RuntimeError",
+                "message": "boom"},
+               {"kind": "test", "nodeid": "b", "when": "setup", "outcome": "skipped", "message": "x"}]
+    merged = {r["nodeid"]: r["outcome"] for r in vs.merge_tests(records)}
+    assert merged == {"a": "failed", "b": "skipped"}
+
+
+def test_op_plugin_files_are_the_tests_of_the_emulated_fused_ops():
+    ops = vs.fused_ops()
+    assert "npu_rms_norm" in ops and "npu_fusion_attention" in ops
+    call = "torch_npu.npu_rms_norm(x, g)"
+    assert vs.op_test_matches("test/test_custom_ops/test_npu_rms_norm_backward.py", call, ops) == ["npu_rms_norm"]
+    assert not vs.op_test_matches("test/test_custom_ops/test_npu_rms_norm_quant.py", call, ops)
+    assert vs.op_test_matches("test/x/test_npu_flash_attention_grad.py",
+                              "torch_npu.npu_fusion_attention_grad(q)", ops) == ["npu_fusion_attention_grad"]
+    assert vs.excluded_reason("test/distributed/test_x.py", "") == "multi-card (distributed)"
+    assert vs.spread(["a/1.py", "a/2.py", "b/1.py"])[:2] in (["a/1.py", "b/1.py"], ["a/2.py", "b/1.py"])
+
+
+def test_an_absent_checkout_says_how_to_get_it(tmp_path):
+    with pytest.raises(vs.JudgeError, match=r"(?s)no checkout of Ascend/pytorch.*git clone --bare "
+                                            r"https://github.com/Ascend/pytorch"):
+        vs.find_checkout("Ascend/pytorch", str(tmp_path), {})
+    done = subprocess.run([sys.executable, str(SCRIPT), "--suite", "mlu", "--mirrors", str(tmp_path),
+                           "--work-dir", str(tmp_path / "work"), "--list"], capture_output=True, text=True,
+                          timeout=60, env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    assert done.returncode == 2, done.stderr
+    assert "no checkout of Cambricon/torch_mlu" in done.stderr and "--checkout" in done.stderr
+    assert "Traceback" not in done.stderr
