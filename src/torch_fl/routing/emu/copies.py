@@ -10,6 +10,7 @@ from ..._names import RouteKind
 from ..table import Route, dtype_name
 from .memory import _nbytes
 from .slot import _no_device, backend_name, state
+from .storage import host_tensor
 from .tensor import SPECIAL, EmuTensor, _logical, _wrap
 
 aten = torch.ops.aten
@@ -21,17 +22,38 @@ def _copy_(func: Any, args: tuple, kwargs: dict) -> Any:
     if isinstance(dst, EmuTensor):
         if isinstance(src, EmuTensor):
             dst._data.copy_(src._data, *rest, **kwargs)
+        elif _plain_device(src):
+            dst._data.copy_(host_tensor(src), *rest, **kwargs)
         else:
             if src.device.type == "cpu" and src.dim() != 0:
                 state.h2d_bytes += _nbytes(src)
                 state.h2d_calls += 1
             dst._data.copy_(src, *rest, **kwargs)
         return dst
-    # a host (or other device) tensor receives device data
-    state.d2h_bytes += _nbytes(src._data)
+    if _plain_device(dst):
+        # a plain device tensor PyTorch's C++ made over a device storage (legacy torch.load's
+        # _set_from_file, storage.copy_ of such storages): its memory is host memory, written in place
+        if isinstance(src, EmuTensor):
+            host_tensor(dst).copy_(_logical(src), *rest, **kwargs)
+        elif _plain_device(src):
+            host_tensor(dst).copy_(host_tensor(src), *rest, **kwargs)
+        else:
+            state.h2d_bytes += _nbytes(src)
+            state.h2d_calls += 1
+            host_tensor(dst).copy_(src, *rest, **kwargs)
+        return dst
+    # a host (or other device) tensor receives device data (an EmuTensor's, or a plain device tensor's:
+    # legacy torch.save and pickling a storage copy one to the host with at::from_blob(...).to(cpu))
+    data = _logical(src) if isinstance(src, EmuTensor) else host_tensor(src)
+    state.d2h_bytes += _nbytes(data)
     state.d2h_calls += 1
-    dst.copy_(_logical(src), *rest, **kwargs)
+    dst.copy_(data, *rest, **kwargs)
     return dst
+
+
+def _plain_device(tensor: torch.Tensor) -> bool:
+    """A tensor on the emulated device that is no EmuTensor (made by PyTorch's C++ over a device storage)."""
+    return not isinstance(tensor, EmuTensor) and tensor.device.type == backend_name()
 
 
 def _to_copy(func: Any, args: tuple, kwargs: dict) -> Any:

@@ -96,9 +96,64 @@ class _replaying:
         return self.fn(tensor)
 
 
+# ``x.data = x.data.to(device)`` ---------------------------------------------------------------------------
+# PyTorch's ``.data`` setter (``variable.set_data``) moves a tensor between two devices in place when both
+# TensorImpls are plain dense ones (CPU <-> CUDA, CPU <-> npu on torch_npu). A host tensor and an EmuTensor
+# are not (the latter is a Python wrapper subclass), and PyTorch refuses ("incompatible tensor type"). No
+# kernel or dispatch rule sees that call, so the setter itself is answered: for a host tensor given device
+# data (the one case PyTorch refuses that a real device allows), the tensor object takes the device data by
+# torch.utils.swap_tensors, keeping its identity, requires_grad, Parameter-ness and attributes, as set_data
+# keeps them. Every other assignment is PyTorch's own setter.
+_TENSOR_DATA = torch._C.TensorBase.data
+
+
+def _get_data(self: torch.Tensor) -> torch.Tensor:
+    return _TENSOR_DATA.__get__(self)
+
+
+def _set_data(self: torch.Tensor, value: torch.Tensor) -> None:
+    if not is_traceable_wrapper_subclass(value) or is_traceable_wrapper_subclass(self) or \
+            not isinstance(value, torch.Tensor) or type(self) not in (torch.Tensor, torch.nn.Parameter):
+        _TENSOR_DATA.__set__(self, value)
+        return
+    if value.device.type == self.device.type == "cpu":  # (another wrapper subclass on the host)
+        _TENSOR_DATA.__set__(self, value)
+        return
+    set_data(self, value)
+
+
+def set_data(self: torch.Tensor, value: torch.Tensor) -> None:
+    """``self.data = value`` across tensor types (host tensor <- device data): `self` keeps its identity,
+    requires_grad, Parameter-ness, attributes and gradient, and shares `value`'s data."""
+    with torch.no_grad():
+        replacement = value.detach()
+    if isinstance(self, torch.nn.Parameter):
+        replacement = torch.nn.Parameter(replacement, requires_grad=self.requires_grad)
+    else:
+        replacement.requires_grad_(self.requires_grad)
+    grad = self.grad
+    attributes = dict(self.__dict__)
+    try:
+        torch.utils.swap_tensors(self, replacement)
+    except RuntimeError as exc:
+        raise RuntimeError(
+            f"tensor.data = <{value.device} tensor>: the tensor on {replacement.device} could not take the "
+            f"device data in place ({exc}). On the emulated device a host tensor becomes a device tensor by "
+            f"swapping, which PyTorch refuses while an autograd graph or a weak reference holds the tensor. "
+            f"Fix: move it before the forward pass, or make a new tensor: x = x.to('{value.device}')") from exc
+    for key, item in attributes.items():
+        self.__dict__.setdefault(key, item)
+    if grad is not None:
+        # set_data leaves the gradient where it was; PyTorch's Python grad setter refuses one on another
+        # device than its tensor, so it moves along (code that moves .grad.data next then finds it there)
+        self.grad = grad.to(value.device) if grad.device != value.device else grad
+
+
 def install() -> None:
     """Once per process (PyTorch's own _apply runs unchanged for every move that swaps cleanly)."""
     global _original_apply
     if _original_apply is None:
         _original_apply = torch.nn.Module._apply
         torch.nn.Module._apply = _apply  # type: ignore[method-assign]
+        # (torch.Tensor, not TensorBase: EmuTensor defines its own .data, and C++ code never reads this)
+        torch.Tensor.data = property(_get_data, _set_data)  # type: ignore[method-assign,assignment]

@@ -29,6 +29,32 @@ def _register_serialization() -> None:
         return None
 
     serialization.register_package(19, tag, restore)
+    _register_storage_kernels()
+
+
+_libraries: list[Any] = []
+
+
+def _register_storage_kernels() -> None:
+    """``set_`` with a storage as PrivateUse1 kernels. ``torch.tensor(<device storage>)`` builds
+    ``at::empty({0}, storage.device()).set_(storage)`` in C++ with the Python key excluded, so the call
+    reaches PrivateUse1 itself rather than ``EmuTensor.__torch_dispatch__`` (PyTorch's Python fallback
+    then stops in its ``func != nullptr`` internal assert); these kernels run the emulator's own ``set_``.
+    Every other call of these ops on the device takes the Python key first and never reaches them."""
+    library = torch.library.Library("aten", "IMPL")
+    for op in (aten.set_.source_Storage, aten.set_.source_Storage_storage_offset, aten.set_.source_Tensor,
+               aten.set_.source_Tensor_storage_offset):
+        library.impl(op.__name__, _kernel(op), "PrivateUse1")
+    _libraries.append(library)
+
+
+def _kernel(op: Any) -> Any:
+    def kernel(*args: Any, **kwargs: Any) -> Any:
+        if not isinstance(args[0], EmuTensor):
+            raise RuntimeError(f"{op}: a tensor on {args[0].device} that the emulator did not make cannot "
+                               f"take a storage; make it with torch.empty(0, device='{args[0].device}')")
+        return _set_storage(op, args, kwargs)
+    return kernel
 
 
 def _device_storage(host: Any, where: torch.device) -> Any:

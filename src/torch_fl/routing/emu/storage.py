@@ -64,6 +64,20 @@ def host_of(storage: Any) -> torch.UntypedStorage | None:
     return getattr(storage, "_host", None)
 
 
+def host_tensor(tensor: torch.Tensor) -> torch.Tensor:
+    """The CPU tensor over the memory of `tensor`, a plain tensor on the emulated device (no EmuTensor:
+    one PyTorch's C++ made over a device storage, as ``storage._write_file`` (legacy torch.save, pickling a
+    storage), ``storage._set_from_file`` (legacy torch.load) and dlpack do). Its memory is host memory;
+    the CPU tensor is valid while `tensor` lives."""
+    storage = tensor.untyped_storage()
+    host = host_of(storage)
+    if host is None:
+        # (a storage C++ made over device memory without this module: a view of the same host memory)
+        host = torch._C._construct_storage_from_data_pointer(storage.data_ptr(), torch.device("cpu"),
+                                                            storage.nbytes())
+    return torch.empty(0, dtype=tensor.dtype).set_(host, tensor.storage_offset(), tensor.size(), tensor.stride())
+
+
 def sync(tensor: Any, storage: Any = None) -> Any:
     """Give the wrapper `tensor` the device storage of its data (or `storage`, that device storage) and
     its data's sizes, strides and offset (after the data changed shape or storage in place, or to expose
@@ -150,7 +164,77 @@ def _new_storage(cls: Any, *args: Any, device: Any = None, **kwargs: Any) -> Any
     return _plain_new(cls, *args, **kwargs)
 
 
+# Storage methods PyTorch implements in C++ for every device --------------------------------------------
+# (each asks the device's allocator, or makes a storage this module does not know: answered for storages
+# of the emulated device, and passed to PyTorch's own method for every other storage)
+_plain_getitem = torch.UntypedStorage.__getitem__
+_plain_storage_new = torch._C.StorageBase.new
+_plain_resize = torch._C.StorageBase.resize_
+
+
+def _emulated(storage: Any) -> bool:
+    return storage.device.type == backend_name()
+
+
+def _storage_new(self: Any) -> Any:
+    """``storage.new()``: an empty storage on the same device. PyTorch's C++ asks the device's allocator,
+    which PrivateUse1 has none of under a Python backend (a segfault)."""
+    if _emulated(self):
+        return torch.UntypedStorage(0, device=self.device)
+    return _plain_storage_new(self)
+
+
+def _storage_getitem(self: Any, *args: Any, **kwargs: Any) -> Any:
+    """``storage[i:j]``: a device storage over the slice of the host memory (PyTorch's C++ makes one
+    this module would not know the host storage of: ``set_`` and copies of it would fail)."""
+    if _emulated(self) and args and isinstance(args[0], slice):
+        host = host_of(self)
+        if host is not None:
+            return device_storage(_plain_getitem(host, *args, **kwargs), self.device)
+    return _plain_getitem(self, *args, **kwargs)
+
+
+def _storage_resize(self: Any, size: int) -> Any:
+    """``storage.resize_(n)`` on the emulated device (FSDP2 frees and regrows parameter storages so).
+    PyTorch would ask PrivateUse1's hooks for ``resizePrivateUse1Bytes``, which Python hooks cannot
+    provide (torch 2.13): the host storage is resized in place (every tensor of that data sees it, as every
+    tensor of one device storage does), and this storage takes the host's new memory."""
+    host = host_of(self) if _emulated(self) else None
+    if host is None:
+        return _plain_resize(self, size)
+    if not isinstance(size, int) or size < 0:
+        raise RuntimeError(f"resize_: expected a non-negative number of bytes, got {size!r}")
+    _plain_resize(host, size)  # (raises as PyTorch does for a storage that is not resizable)
+    # the device StorageImpl must describe the new memory in place (tensors and PyTorch hold it, not this
+    # Python object): swap its data pointer and size with a storage over the new host memory, through an
+    # empty one (PyTorch swaps only storages of one size, or with an empty one)
+    empty = torch._C._construct_storage_from_data_pointer(0, self.device, 0)
+    self._swap_data_ptr_(empty)
+    fresh = torch._C._construct_storage_from_data_pointer(host.data_ptr(), self.device, host.nbytes())
+    self._swap_data_ptr_(fresh)
+    adopt(self, host)
+    return self
+
+
+def _generate_storage_methods() -> None:
+    """``storage.npu()`` / ``.mlu()`` / ``.emu()`` and ``is_npu``: what the vendor's plugin adds to storages
+    (as ``storage.cuda()`` exists for CUDA); PyTorch's generator of them, which a Python backend does not
+    run (it leaves storages out by default)."""
+    from torch.utils.backend_registration import _generate_storage_methods_for_privateuse1_backend
+
+    name = backend_name()
+    if not hasattr(torch.storage._StorageBase, name):
+        _generate_storage_methods_for_privateuse1_backend(name)
+
+
 def install() -> None:
     """Storages made on the emulated device by PyTorch's own storage code (once per process)."""
     if torch.UntypedStorage.__dict__.get("__new__") is None:
         torch.UntypedStorage.__new__ = _new_storage  # type: ignore[method-assign]
+        torch.UntypedStorage.new = _storage_new  # type: ignore[method-assign]
+        torch.UntypedStorage.__getitem__ = _storage_getitem  # type: ignore[method-assign]
+        torch.UntypedStorage.resize_ = _storage_resize  # type: ignore[method-assign]
+        _generate_storage_methods()
+        from . import dlpack
+
+        dlpack.install()
