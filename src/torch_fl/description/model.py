@@ -49,6 +49,17 @@ class Description:
     def visible_devices_env(self) -> str:
         return self.data["visible_devices_env"]
 
+    @property
+    def device_name(self) -> str:
+        """What the vendor's runtime calls one device of this chip (identity.device_name), else
+        '<vendor> <device_type>'."""
+        return self.data["identity"]["device_name"] or f"{self.vendor} {self.device_type}".strip()
+
+    @property
+    def soc_version(self) -> int:
+        """The vendor's SoC number (identity.soc_version; -1 where the vendor reports none)."""
+        return self.data["identity"]["soc_version"]
+
     def section(self, name: str) -> dict[str, Any]:
         """A copy-free view of one [section] (do not mutate)."""
         return self.data[name]

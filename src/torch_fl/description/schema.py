@@ -166,10 +166,24 @@ SCHEMA: dict[str | None, dict[str, Key]] = {
         "vendor_fallback_message": Key("str", "", "The vendor's warning when it falls back, '{op}' standing for "
                                        "the operator (quoted in routes' reasons and FallbackWarning)."),
     },
+    "identity": {
+        "device_name": Key("str", "", "The name the vendor's runtime reports for one device of this chip (its "
+                           "get_device_name() and get_device_properties().name: Ascend910B1, MLU370-X8, MTT S4000, "
+                           "NVIDIA A100-SXM4-80GB); the emulated chip reports it, so vendor code and tests gated on "
+                           "the name take the chip's path ('' = '<vendor> <device_type>')."),
+        "soc_version": Key("int", -1, "The vendor's SoC number where its plugin reports one (torch_npu's "
+                           "torch_npu.npu.utils.get_soc_version(): Ascend910A 102, Ascend310P3 202, Ascend910B1 "
+                           "220, Ascend910_9391 250; -1 = none, as torch_npu says for an unknown SoC).",
+                           bounds=(-1, 100000)),
+    },
     "emulation": {
         "plugin_migration": Key("list[str]", [], "Submodules of the plugin whose import turns on the vendor's "
                                 "CUDA-to-chip migration (torch_npu's contrib.transfer_to_npu); in the emulated "
                                 "plugin they turn on torch-fl's CUDA alias."),
+        "plugin_native": Key("str", "_C", "The plugin's C-extension module (torch_npu._C, torch_mlu._MLUC): the "
+                             "emulated plugin offers it as a module of the device calls vendor code and tests "
+                             "import from it (_npu_setDevice, _npu_hasPrimaryContext, ...).",
+                             pattern=r"[A-Za-z_][A-Za-z0-9_]*", form="a Python identifier (_C, _MLUC)"),
         "plugin_ops": Key("str", "", "The emulator's module (torch_fl.routing.emu.NAME) computing the plugin's "
                           "own fused ops (torch_npu.npu_rms_norm, ...) that the emulated plugin offers."),
     },

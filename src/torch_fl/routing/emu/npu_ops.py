@@ -92,6 +92,11 @@ GELU_APPROXIMATIONS = ("none", "tanh")
 _NO_LIMIT = 2147483647
 
 
+class VendorOpError(RuntimeError, ValueError):
+    """A fused op refused its inputs. A RuntimeError, as the vendor's kernels raise from C++ (its tests expect
+    RuntimeError), and a ValueError, as the wrong value it is (code written against torch-fl catches that)."""
+
+
 class Format(IntEnum):
     """``torch_npu.Format``: the chip's storage formats (ACL format ids, torch_npu/npu/_format.py)."""
 
@@ -130,7 +135,7 @@ def _did_you_mean(value: str, choices: tuple[str, ...]) -> str:
 
 def _choice(op: str, name: str, value: Any, choices: tuple[str, ...]) -> None:
     if value not in choices:
-        raise ValueError(f"{op}: {name} '{value}' is not one of {', '.join(choices)}"
+        raise VendorOpError(f"{op}: {name} '{value}' is not one of {', '.join(choices)}"
                          f"{_did_you_mean(value, choices)}")
 
 
@@ -165,22 +170,22 @@ class _Geometry:
 
 def _cumulative(op: str, name: str, lengths: Any, total: int) -> list[int]:
     if lengths is None:
-        raise ValueError(f"{op}: input_layout 'TND' (varlen) needs {name}, the cumulative sequence lengths "
+        raise VendorOpError(f"{op}: input_layout 'TND' (varlen) needs {name}, the cumulative sequence lengths "
                          f"(for sequences of 2, 3 and 4 tokens: [2, 5, 9])")
     values = [int(x) for x in (lengths.tolist() if isinstance(lengths, torch.Tensor) else lengths)]
     if not values:
-        raise ValueError(f"{op}: {name} is empty")
+        raise VendorOpError(f"{op}: {name} is empty")
     ends, last = [], 0
     for value in values:
         if value < last:
             if value != 0:
-                raise ValueError(f"{op}: {name} {values} is not cumulative (non-decreasing, trailing zeros "
+                raise VendorOpError(f"{op}: {name} {values} is not cumulative (non-decreasing, trailing zeros "
                                  f"for batches that take no part)")
             continue  # trailing batches left out ([2, 5, 9, 0, 0])
         ends.append(value)
         last = value
     if last > total:
-        raise ValueError(f"{op}: {name} ends at {last}, beyond the {total} tokens of the tensor")
+        raise VendorOpError(f"{op}: {name} ends at {last}, beyond the {total} tokens of the tensor")
     return ends
 
 
@@ -191,26 +196,26 @@ def _geometry(op: str, query: torch.Tensor, key: torch.Tensor, value: torch.Tens
     rank = 3 if input_layout in ("BSH", "SBH", "TND") else 4
     for name, t in (("query", query), ("key", key), ("value", value)):
         if t.dim() != rank:
-            raise ValueError(f"{op}: input_layout '{input_layout}' takes {rank}-d tensors, but {name} has shape "
+            raise VendorOpError(f"{op}: input_layout '{input_layout}' takes {rank}-d tensors, but {name} has shape "
                              f"{tuple(t.shape)}")
     if query.dtype != key.dtype or query.dtype != value.dtype:
-        raise ValueError(f"{op}: query, key and value must have one dtype (the vendor's kernel requires it), "
+        raise VendorOpError(f"{op}: query, key and value must have one dtype (the vendor's kernel requires it), "
                          f"got {query.dtype}, {key.dtype}, {value.dtype}")
     if head_num <= 0:
-        raise ValueError(f"{op}: head_num must be positive, got {head_num}")
+        raise VendorOpError(f"{op}: head_num must be positive, got {head_num}")
     if input_layout in ("BSH", "SBH"):
         b_axis, s_axis = (0, 1) if input_layout == "BSH" else (1, 0)
         hidden = query.shape[2]
         if hidden % head_num:
-            raise ValueError(f"{op}: head_num={head_num} does not divide the hidden size {hidden} of query "
+            raise VendorOpError(f"{op}: head_num={head_num} does not divide the hidden size {hidden} of query "
                              f"(input_layout '{input_layout}': H = head_num * D)")
         d = hidden // head_num
         if d == 0 or key.shape[2] % d:
-            raise ValueError(f"{op}: key's hidden size {key.shape[2]} is not a multiple of the head size {d} "
+            raise VendorOpError(f"{op}: key's hidden size {key.shape[2]} is not a multiple of the head size {d} "
                              f"(query's {hidden} / head_num {head_num})")
         nkv = key.shape[2] // d
         if nkv == 0 or value.shape[2] % nkv:
-            raise ValueError(f"{op}: value's hidden size {value.shape[2]} does not split into key's {nkv} heads")
+            raise VendorOpError(f"{op}: value's hidden size {value.shape[2]} does not split into key's {nkv} heads")
         dv = value.shape[2] // nkv
         batch, sq, skv = query.shape[b_axis], query.shape[s_axis], key.shape[s_axis]
         kv_batch, v_seq = key.shape[b_axis], value.shape[s_axis]
@@ -219,30 +224,30 @@ def _geometry(op: str, query: torch.Tensor, key: torch.Tensor, value: torch.Tens
         n_axis, s_axis = {"BSND": (2, 1), "BNSD": (1, 2), "TND": (1, 0)}[input_layout]
         heads, nkv = query.shape[n_axis], key.shape[n_axis]
         if heads != head_num:
-            raise ValueError(f"{op}: head_num={head_num}, but query has {heads} heads (axis N of "
+            raise VendorOpError(f"{op}: head_num={head_num}, but query has {heads} heads (axis N of "
                              f"'{input_layout}', shape {tuple(query.shape)})")
         d, dv = query.shape[-1], value.shape[-1]
         if key.shape[-1] != d:
-            raise ValueError(f"{op}: query and key must have one head size D, got {d} and {key.shape[-1]}")
+            raise VendorOpError(f"{op}: query and key must have one head size D, got {d} and {key.shape[-1]}")
         if value.shape[n_axis] != nkv:
-            raise ValueError(f"{op}: key and value must have one number of heads, got {nkv} and "
+            raise VendorOpError(f"{op}: key and value must have one number of heads, got {nkv} and "
                              f"{value.shape[n_axis]}")
         batch = 1 if input_layout == "TND" else query.shape[0]
         kv_batch = 1 if input_layout == "TND" else key.shape[0]
         sq, skv, v_seq = query.shape[s_axis], key.shape[s_axis], value.shape[s_axis]
     if nkv == 0 or heads % nkv:
-        raise ValueError(f"{op}: query's {heads} heads are not a multiple of key/value's {nkv} heads "
+        raise VendorOpError(f"{op}: query's {heads} heads are not a multiple of key/value's {nkv} heads "
                          f"(grouped-query attention needs Nq / Nkv to be a whole number)")
     if kv_batch != batch:
-        raise ValueError(f"{op}: query and key must have one batch size, got {batch} and {kv_batch}")
+        raise VendorOpError(f"{op}: query and key must have one batch size, got {batch} and {kv_batch}")
     if v_seq != skv:
-        raise ValueError(f"{op}: key and value must have one sequence length, got {skv} and {v_seq}")
+        raise VendorOpError(f"{op}: key and value must have one sequence length, got {skv} and {v_seq}")
     segments: tuple[tuple[int, int, int, int], ...] = ()
     if input_layout == "TND":
         q_ends = _cumulative(op, "actual_seq_qlen", actual_seq_qlen, sq)
         kv_ends = _cumulative(op, "actual_seq_kvlen", actual_seq_kvlen, skv)
         if len(q_ends) != len(kv_ends):
-            raise ValueError(f"{op}: actual_seq_qlen and actual_seq_kvlen name {len(q_ends)} and {len(kv_ends)} "
+            raise VendorOpError(f"{op}: actual_seq_qlen and actual_seq_kvlen name {len(q_ends)} and {len(kv_ends)} "
                              f"sequences; they must name the same batches")
         segments = tuple((q0, q1, k0, k1) for q0, q1, k0, k1 in
                          zip([0, *q_ends[:-1]], q_ends, [0, *kv_ends[:-1]], kv_ends, strict=True))
@@ -276,9 +281,9 @@ def _check_sparse(op: str, g: _Geometry, atten_mask: torch.Tensor | None, sparse
         raise NotImplementedError(f"{op}: padding_mask is not supported (the vendor's kernel does not take it "
                                   f"either); express padding with atten_mask (True = masked out)")
     if not 0.0 < keep_prob <= 1.0:
-        raise ValueError(f"{op}: keep_prob must be in (0, 1] (the probability to keep), got {keep_prob}")
+        raise VendorOpError(f"{op}: keep_prob must be in (0, 1] (the probability to keep), got {keep_prob}")
     if sparse_mode not in range(9):
-        raise ValueError(f"{op}: sparse_mode must be 0..8, got {sparse_mode}")
+        raise VendorOpError(f"{op}: sparse_mode must be 0..8, got {sparse_mode}")
     if sparse_mode > 4:
         raise NotImplementedError(f"{op}: sparse_mode={sparse_mode} (prefix / varlen split) is not emulated by "
                                   f"torch-fl; modes 0 (mask as given), 1 (all-mask), 2 (top-left causal), "
@@ -287,19 +292,19 @@ def _check_sparse(op: str, g: _Geometry, atten_mask: torch.Tensor | None, sparse
         raise NotImplementedError(f"{op}: pse with input_layout 'TND' is not emulated by torch-fl")
     if atten_mask is not None and sparse_mode in (0, 1):
         if atten_mask.dim() not in (2, 4):
-            raise ValueError(f"{op}: atten_mask must be SS, 11SS, B1SS or BNSS (True/1 = masked out), got shape "
+            raise VendorOpError(f"{op}: atten_mask must be SS, 11SS, B1SS or BNSS (True/1 = masked out), got shape "
                              f"{tuple(atten_mask.shape)}")
         sq = max((s[1] - s[0] for s in g.segments), default=0) if g.layout == "TND" else g.sq
         skv = max((s[3] - s[2] for s in g.segments), default=0) if g.layout == "TND" else g.skv
         tail = tuple(atten_mask.shape[-2:])
         if (g.layout == "TND" and (tail[0] < sq or tail[1] < skv)) or (g.layout != "TND" and tail != (sq, skv)):
-            raise ValueError(f"{op}: atten_mask of shape {tuple(atten_mask.shape)} does not end in (Sq, Skv) = "
+            raise VendorOpError(f"{op}: atten_mask of shape {tuple(atten_mask.shape)} does not end in (Sq, Skv) = "
                              f"({sq}, {skv}); with sparse_mode {sparse_mode} the mask is taken as given (the "
                              f"compressed 2048x2048 causal mask goes with sparse_mode 2, 3 or 4)")
         if atten_mask.dim() == 4 and g.layout != "TND":
             lead = tuple(atten_mask.shape[:2])
             if lead[0] not in (1, g.batch) or lead[1] not in (1, g.heads):
-                raise ValueError(f"{op}: atten_mask of shape {tuple(atten_mask.shape)} is none of SS, 11SS, B1SS, "
+                raise VendorOpError(f"{op}: atten_mask of shape {tuple(atten_mask.shape)} is none of SS, 11SS, B1SS, "
                                  f"BNSS for B={g.batch}, N={g.heads}")
 
 
@@ -409,13 +414,20 @@ def _fusion_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
                       pre_tockens: int = _NO_LIMIT, next_tockens: int = _NO_LIMIT, inner_precise: int = 0,
                       prefix: list[int] | None = None, actual_seq_qlen: list[int] | None = None,
                       actual_seq_kvlen: list[int] | None = None, sparse_mode: int = 0,
-                      gen_mask_parallel: bool = True, sync: bool = False, softmax_layout: str = "") -> tuple:
+                      gen_mask_parallel: bool = True, sync: bool = False, softmax_layout: str = "",
+                      sink: torch.Tensor | None = None, dropout_mask: torch.Tensor | None = None, seed: int = 0,
+                      offset: int = 0) -> tuple:
     op = "npu_fusion_attention"
     g = _geometry(op, query, key, value, head_num, input_layout, actual_seq_qlen, actual_seq_kvlen)
     _check_sparse(op, g, atten_mask, sparse_mode, pse, padding_mask, keep_prob)
+    _check_newer(op, sink, dropout_mask, keep_prob)
     ct = _compute_dtype(query)
-    seed = int(torch.randint(1, 2**31 - 1, (1,)).item()) if keep_prob < 1.0 else 0
-    dropout = _Dropout(keep_prob, seed, 0)
+    # the vendor: seed 0 draws a seed, another is used as given (with offset) to generate the mask
+    if keep_prob < 1.0 and seed == 0:
+        seed = int(torch.randint(1, 2**31 - 1, (1,)).item())
+    elif keep_prob >= 1.0:
+        seed, offset = 0, 0
+    dropout = _Dropout(keep_prob, seed, offset)
     outs, maxes, sums, numels = [], [], [], 0
     for q, k, v in _blocks(g, query, key, value):
         sq, skv = q.shape[2], k.shape[2]
@@ -439,7 +451,20 @@ def _fusion_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
         out = _from_bnsd(outs[0], g.layout)
         softmax_max, softmax_sum = maxes[0].contiguous(), sums[0].contiguous()
     softmax_out = query.new_empty((0,))
-    return out, softmax_max, softmax_sum, softmax_out, seed, 0, numels
+    return out, softmax_max, softmax_sum, softmax_out, seed, offset, numels
+
+
+def _check_newer(op: str, sink: torch.Tensor | None, dropout_mask: torch.Tensor | None, keep_prob: float) -> None:
+    """The arguments torch_npu 7.3 added, where the emulated kernel cannot honour them: refused, not ignored."""
+    if sink is not None:
+        raise NotImplementedError(f"{op}: sink (a per-head attention sink bias, torch_npu 7.3) is not emulated by "
+                                  f"torch-fl; call it without sink on the emulated chip, or on the real NPU")
+    if dropout_mask is not None and keep_prob < 1.0:
+        raise NotImplementedError(
+            f"{op}: dropout_mask with keep_prob={keep_prob} is not emulated by torch-fl: the mask is the chip's "
+            f"bit-packed Philox draw (_npu_dropout_gen_mask), which the CPU does not reproduce. Pass seed= and "
+            f"offset= without dropout_mask (the emulated chip regenerates its own mask from them, forward and "
+            f"backward alike), or keep_prob=1.0")
 
 
 def _fusion_attention_fake(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, head_num: int,
@@ -449,10 +474,12 @@ def _fusion_attention_fake(query: torch.Tensor, key: torch.Tensor, value: torch.
                            next_tockens: int = _NO_LIMIT, inner_precise: int = 0, prefix: list[int] | None = None,
                            actual_seq_qlen: list[int] | None = None, actual_seq_kvlen: list[int] | None = None,
                            sparse_mode: int = 0, gen_mask_parallel: bool = True, sync: bool = False,
-                           softmax_layout: str = "") -> tuple:
+                           softmax_layout: str = "", sink: torch.Tensor | None = None,
+                           dropout_mask: torch.Tensor | None = None, seed: int = 0, offset: int = 0) -> tuple:
     op = "npu_fusion_attention"
     g = _geometry(op, query, key, value, head_num, input_layout, actual_seq_qlen, actual_seq_kvlen)
     _check_sparse(op, g, atten_mask, sparse_mode, pse, padding_mask, keep_prob)
+    _check_newer(op, sink, dropout_mask, keep_prob)
     stats = torch.float64 if query.dtype == torch.float64 else torch.float32
     if g.layout == "TND":
         shape: tuple[int, ...] = (query.shape[0], g.heads, g.value_dim)
@@ -465,7 +492,8 @@ def _fusion_attention_fake(query: torch.Tensor, key: torch.Tensor, value: torch.
         softmax = (g.batch, g.heads, g.sq, 8)
         numels = g.batch * g.heads * g.sq * g.skv
     return (query.new_empty(shape), query.new_empty(softmax, dtype=stats), query.new_empty(softmax, dtype=stats),
-            query.new_empty((0,)), 0, 0, numels if keep_prob < 1.0 else 0)
+            query.new_empty((0,)), seed if keep_prob < 1.0 else 0, offset if keep_prob < 1.0 else 0,
+            numels if keep_prob < 1.0 else 0)
 
 
 def _softmax_block(t: torch.Tensor | None, g: _Geometry, index: int) -> torch.Tensor | None:
@@ -488,16 +516,17 @@ def _fusion_attention_grad(query: torch.Tensor, key: torch.Tensor, value: torch.
                            numels: int = 0, prefix: list[int] | None = None,
                            actual_seq_qlen: list[int] | None = None, actual_seq_kvlen: list[int] | None = None,
                            sparse_mode: int = 0, gen_mask_parallel: bool = True, sync: bool = False,
-                           softmax_layout: str = "") -> tuple:
-    """dq, dk, dv, dpse. With softmax_max/softmax_sum (and attention_in) of the forward, the probabilities
+                           softmax_layout: str = "", sink: torch.Tensor | None = None) -> tuple:
+    """dq, dk, dv, dpse, dsink (empty without pse / sink). With softmax_max/softmax_sum (and attention_in) of the forward, the probabilities
     are rebuilt from them, as the chip's kernel does (ring attention merges blocks through them)."""
     op = "npu_fusion_attention_grad"
     g = _geometry(op, query, key, value, head_num, input_layout, actual_seq_qlen, actual_seq_kvlen)
     _check_sparse(op, g, atten_mask, sparse_mode, pse, padding_mask, keep_prob)
+    _check_newer(op, sink, None, keep_prob)
     if tuple(dy.shape) != tuple(_fusion_attention_fake(query, key, value, head_num, input_layout,
                                                        actual_seq_qlen=actual_seq_qlen,
                                                        actual_seq_kvlen=actual_seq_kvlen)[0].shape):
-        raise ValueError(f"{op}: dy of shape {tuple(dy.shape)} is not shaped as the attention output")
+        raise VendorOpError(f"{op}: dy of shape {tuple(dy.shape)} is not shaped as the attention output")
     ct = _compute_dtype(query)
     dropout = _Dropout(keep_prob, seed, offset)
     dqs, dks, dvs, dpse = [], [], [], None
@@ -533,7 +562,7 @@ def _fusion_attention_grad(query: torch.Tensor, key: torch.Tensor, value: torch.
         dv = _assemble(dvs, value.shape[0], kv_used, g.kv_heads, g.value_dim, value)
     else:
         dq, dk, dv = (_from_bnsd(t[0], g.layout) for t in (dqs, dks, dvs))
-    return dq, dk, dv, (dpse if dpse is not None else query.new_empty((0,)))
+    return dq, dk, dv, (dpse if dpse is not None else query.new_empty((0,))), query.new_empty((0,))
 
 
 def _fusion_attention_grad_fake(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, dy: torch.Tensor,
@@ -542,12 +571,13 @@ def _fusion_attention_grad_fake(query: torch.Tensor, key: torch.Tensor, value: t
               kwargs.get("actual_seq_qlen"), kwargs.get("actual_seq_kvlen"))
     pse = kwargs.get("pse")
     return (query.new_empty(query.shape), key.new_empty(key.shape), value.new_empty(value.shape),
-            pse.new_empty(pse.shape) if pse is not None else query.new_empty((0,)))
+            pse.new_empty(pse.shape) if pse is not None else query.new_empty((0,)), query.new_empty((0,)))
 
 
 _FA_ARGS = ("query", "key", "value", "head_num", "input_layout", "pse", "padding_mask", "atten_mask", "scale",
             "keep_prob", "pre_tockens", "next_tockens", "inner_precise", "prefix", "actual_seq_qlen",
-            "actual_seq_kvlen", "sparse_mode", "gen_mask_parallel", "sync", "softmax_layout")
+            "actual_seq_kvlen", "sparse_mode", "gen_mask_parallel", "sync", "softmax_layout", "sink", "dropout_mask",
+            "seed", "offset")
 
 
 def _fa_setup(ctx: Any, inputs: tuple, output: tuple) -> None:
@@ -563,7 +593,7 @@ def _fa_setup(ctx: Any, inputs: tuple, output: tuple) -> None:
 def _fa_backward(ctx: Any, grad_out: torch.Tensor, *_: Any) -> tuple:
     q, k, v, pse, mask, out, smax, ssum = ctx.saved_tensors
     a = ctx.args
-    dq, dk, dv, dpse = torch.ops.npu.npu_fusion_attention_grad(
+    dq, dk, dv, dpse, _ = torch.ops.npu.npu_fusion_attention_grad(
         q, k, v, grad_out, a["head_num"], a["input_layout"], pse=pse, atten_mask=mask, softmax_max=smax,
         softmax_sum=ssum, attention_in=out, scale_value=a["scale"], keep_prob=a["keep_prob"],
         pre_tockens=a["pre_tockens"], next_tockens=a["next_tockens"], inner_precise=a["inner_precise"],
@@ -578,7 +608,7 @@ def _fa_backward(ctx: Any, grad_out: torch.Tensor, *_: Any) -> tuple:
 # --- norms, rotary, activations ---------------------------------------------------------------------------
 def _norm_dims(op: str, x: torch.Tensor, gamma: torch.Tensor) -> tuple[int, ...]:
     if gamma.dim() == 0 or gamma.dim() > x.dim() or tuple(x.shape[x.dim() - gamma.dim():]) != tuple(gamma.shape):
-        raise ValueError(f"{op}: gamma of shape {tuple(gamma.shape)} must be the trailing dimensions of the "
+        raise VendorOpError(f"{op}: gamma of shape {tuple(gamma.shape)} must be the trailing dimensions of the "
                          f"input's shape {tuple(x.shape)}")
     return tuple(range(x.dim() - gamma.dim(), x.dim()))
 
@@ -632,7 +662,7 @@ def _add_rms_norm(x1: torch.Tensor, x2: torch.Tensor, gamma: torch.Tensor, epsil
 
 def _add_rms_norm_fake(x1: torch.Tensor, x2: torch.Tensor, gamma: torch.Tensor, epsilon: float = 1e-6) -> tuple:
     if tuple(x1.shape) != tuple(x2.shape):
-        raise ValueError(f"npu_add_rms_norm: x1 {tuple(x1.shape)} and x2 {tuple(x2.shape)} must have one shape")
+        raise VendorOpError(f"npu_add_rms_norm: x1 {tuple(x1.shape)} and x2 {tuple(x2.shape)} must have one shape")
     y, rstd = _rms_norm_fake(x1, gamma, epsilon)
     return y, rstd, x1.new_empty(x1.shape)
 
@@ -671,17 +701,17 @@ def _check_rotary(op: str, x: torch.Tensor, r1: torch.Tensor, r2: torch.Tensor, 
                   rotate: torch.Tensor | None = None) -> None:
     _choice(op, "rotary_mode", rotary_mode, ROTARY_MODES)
     if x.dim() == 0 or x.shape[-1] % 2:
-        raise ValueError(f"{op}: the last dimension of the input (D = {x.shape[-1] if x.dim() else 0}) must be "
+        raise VendorOpError(f"{op}: the last dimension of the input (D = {x.shape[-1] if x.dim() else 0}) must be "
                          f"even (the rotation pairs its elements)")
     for name, r in (("r1", r1), ("r2", r2)):
         try:
             if tuple(torch.broadcast_shapes(x.shape, r.shape)) != tuple(x.shape):
                 raise RuntimeError
         except RuntimeError:
-            raise ValueError(f"{op}: {name} of shape {tuple(r.shape)} does not broadcast to the input's "
+            raise VendorOpError(f"{op}: {name} of shape {tuple(r.shape)} does not broadcast to the input's "
                              f"{tuple(x.shape)} (for BSND x, cos/sin are 1S1D, BS1D or BSND)") from None
     if rotate is not None and tuple(rotate.shape) != (x.shape[-1], x.shape[-1]):
-        raise ValueError(f"{op}: rotate must be a (D, D) = ({x.shape[-1]}, {x.shape[-1]}) matrix, got "
+        raise VendorOpError(f"{op}: rotate must be a (D, D) = ({x.shape[-1]}, {x.shape[-1]}) matrix, got "
                          f"{tuple(rotate.shape)}")
 
 
@@ -729,9 +759,9 @@ def _rotary_backward(ctx: Any, grad: torch.Tensor) -> tuple:
 
 def _check_swiglu(op: str, x: torch.Tensor, dim: int) -> int:
     if x.dim() == 0 or not -x.dim() <= dim < x.dim():
-        raise ValueError(f"{op}: dim={dim} is out of range for an input of shape {tuple(x.shape)}")
+        raise VendorOpError(f"{op}: dim={dim} is out of range for an input of shape {tuple(x.shape)}")
     if x.shape[dim] % 2:
-        raise ValueError(f"{op}: the input's size {x.shape[dim]} along dim={dim} must be even (it splits into "
+        raise VendorOpError(f"{op}: the input's size {x.shape[dim]} along dim={dim} must be even (it splits into "
                          f"the gate a and the value b: silu(a) * b)")
     return dim
 
@@ -776,13 +806,13 @@ def _swiglu_autograd(ctx: Any, grad: torch.Tensor) -> tuple:
 
 def _softmax_mask(op: str, x: torch.Tensor, mask: torch.Tensor, fixed_triu_mask: bool) -> torch.Tensor:
     if x.dim() < 2:
-        raise ValueError(f"{op}: x must have at least 2 dimensions, got shape {tuple(x.shape)}")
+        raise VendorOpError(f"{op}: x must have at least 2 dimensions, got shape {tuple(x.shape)}")
     if fixed_triu_mask:  # the upper triangle masked, the mask given left aside (the vendor's reference)
         return torch.ones(x.shape[-2:], dtype=torch.bool, device=x.device).triu(1)
     try:
         torch.broadcast_shapes(mask.shape, x.shape)
     except RuntimeError:
-        raise ValueError(f"{op}: mask of shape {tuple(mask.shape)} does not broadcast to x's "
+        raise VendorOpError(f"{op}: mask of shape {tuple(mask.shape)} does not broadcast to x's "
                          f"{tuple(x.shape)}") from None
     return mask if mask.dtype == torch.bool else mask != 0
 
@@ -828,14 +858,14 @@ def _sms_backward(ctx: Any, grad: torch.Tensor) -> tuple:
 
 def _check_perm(op: str, perm: list[int], rank: int) -> None:
     if sorted(int(p) % max(rank, 1) for p in perm) != list(range(rank)) or len(perm) != rank:
-        raise ValueError(f"{op}: perm {list(perm)} is not a permutation of the {rank} dimensions it applies to")
+        raise VendorOpError(f"{op}: perm {list(perm)} is not a permutation of the {rank} dimensions it applies to")
 
 
 def _confusion_transpose(x: torch.Tensor, perm: list[int], shape: list[int], transpose_first: bool) -> torch.Tensor:
     """transpose_first: x.permute(perm).reshape(shape); else x.reshape(shape).permute(perm)."""
     op = "npu_confusion_transpose"
     if math.prod(shape) != x.numel():
-        raise ValueError(f"{op}: shape {list(shape)} does not hold the input's {x.numel()} elements "
+        raise VendorOpError(f"{op}: shape {list(shape)} does not hold the input's {x.numel()} elements "
                          f"(shape {tuple(x.shape)})")
     if transpose_first:
         _check_perm(op, perm, x.dim())
@@ -848,7 +878,7 @@ def _confusion_transpose_fake(x: torch.Tensor, perm: list[int], shape: list[int]
                               transpose_first: bool) -> torch.Tensor:
     op = "npu_confusion_transpose"
     if math.prod(shape) != x.numel():
-        raise ValueError(f"{op}: shape {list(shape)} does not hold the input's {x.numel()} elements")
+        raise VendorOpError(f"{op}: shape {list(shape)} does not hold the input's {x.numel()} elements")
     if transpose_first:
         _check_perm(op, perm, x.dim())
         return x.new_empty(shape)
@@ -952,7 +982,7 @@ def _apply_adam_w_out(beta1_power: float, beta2_power: float, lr: float, weight_
     kernel multiplies them by beta1/beta2 itself; with amsgrad, max_grad_norm holds the running max of v."""
     for name, t in (("var", var), ("m", m), ("v", v)):
         if tuple(t.shape) != tuple(grad.shape):
-            raise ValueError(f"npu_apply_adam_w: {name} of shape {tuple(t.shape)} is not shaped as grad "
+            raise VendorOpError(f"npu_apply_adam_w: {name} of shape {tuple(t.shape)} is not shaped as grad "
                              f"{tuple(grad.shape)}")
     g = -grad if maximize else grad
     m.mul_(beta1).add_(g, alpha=1 - beta1)
@@ -972,7 +1002,7 @@ def _apply_adam_w_out_fake(*args: Any, var: torch.Tensor, m: torch.Tensor, v: to
 def _format_cast(x: torch.Tensor, acl_format: int, *, customize_dtype: int | None = None,
                  input_dtype: int | None = None) -> torch.Tensor:
     if int(acl_format) not in Format._value2member_map_:
-        raise ValueError(f"npu_format_cast: {acl_format} is not a torch_npu.Format value "
+        raise VendorOpError(f"npu_format_cast: {acl_format} is not a torch_npu.Format value "
                          f"({', '.join(f'{f.name}={f.value}' for f in Format)})")
     return x.clone()
 
@@ -1012,8 +1042,8 @@ _FA_SCHEMA = ("npu_fusion_attention(Tensor query, Tensor key, Tensor value, int 
               "Tensor? pse=None, Tensor? padding_mask=None, Tensor? atten_mask=None, float scale=1., "
               "float keep_prob=1., int pre_tockens=2147483647, int next_tockens=2147483647, int inner_precise=0, "
               "int[]? prefix=None, int[]? actual_seq_qlen=None, int[]? actual_seq_kvlen=None, int sparse_mode=0, "
-              "bool gen_mask_parallel=True, bool sync=False, str softmax_layout=\"\") "
-              "-> (Tensor, Tensor, Tensor, Tensor, int, int, int)")
+              "bool gen_mask_parallel=True, bool sync=False, str softmax_layout=\"\", Tensor? sink=None, "
+              "Tensor? dropout_mask=None, int seed=0, int offset=0) -> (Tensor, Tensor, Tensor, Tensor, int, int, int)")
 _FA_GRAD_SCHEMA = ("npu_fusion_attention_grad(Tensor query, Tensor key, Tensor value, Tensor dy, int head_num, "
                    "str input_layout, *, Tensor? pse=None, Tensor? padding_mask=None, Tensor? atten_mask=None, "
                    "Tensor? softmax_max=None, Tensor? softmax_sum=None, Tensor? softmax_in=None, "
@@ -1021,7 +1051,7 @@ _FA_GRAD_SCHEMA = ("npu_fusion_attention_grad(Tensor query, Tensor key, Tensor v
                    "int pre_tockens=2147483647, int next_tockens=2147483647, int inner_precise=0, int seed=0, "
                    "int offset=0, int numels=0, int[]? prefix=None, int[]? actual_seq_qlen=None, "
                    "int[]? actual_seq_kvlen=None, int sparse_mode=0, bool gen_mask_parallel=True, bool sync=False, "
-                   "str softmax_layout=\"\") -> (Tensor, Tensor, Tensor, Tensor)")
+                   "str softmax_layout=\"\", Tensor? sink=None) -> (Tensor, Tensor, Tensor, Tensor, Tensor)")
 
 OPS: tuple[_Op, ...] = (
     _Op(_FA_SCHEMA, _fusion_attention, _fusion_attention_fake, _fa_backward, _fa_setup),
@@ -1167,19 +1197,23 @@ def npu_fusion_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Te
                          pre_tockens: int = _NO_LIMIT, next_tockens: int = _NO_LIMIT, inner_precise: int = 0,
                          prefix: Any = None, actual_seq_qlen: Any = None, actual_seq_kvlen: Any = None,
                          sparse_mode: int = 0, gen_mask_parallel: bool = True, sync: bool = False,
-                         softmax_layout: str = "") -> tuple:
+                         softmax_layout: str = "", sink: torch.Tensor | None = None,
+                         dropout_mask: torch.Tensor | None = None, seed: int = 0, offset: int = 0) -> tuple:
     """Dropout(Softmax(Mask(scale * (pse + query @ key^T), atten_mask)), keep_prob) @ value.
 
     atten_mask: True/1 = masked out (SS, 11SS, B1SS, BNSS); sparse_mode 0 takes it as given (with the
     pre/next token band), 1 as given, 2/3 are causal from the top-left/bottom-right corner and 4 a band
     (pre_tockens before, next_tockens after the diagonal from the bottom-right), their mask being the
     compressed 2048x2048 triu; without atten_mask every query sees every key.
+    seed/offset: 0 draws a seed; others seed the dropout mask (the backward regenerates it from them).
+    sink and a dropout_mask with dropout are refused (not emulated).
     Returns (attention_out, softmax_max, softmax_sum, softmax_out, seed, offset, numels)."""
     register()
     return torch.ops.npu.npu_fusion_attention(
         query, key, value, int(head_num), input_layout, pse, padding_mask, atten_mask, float(scale), float(keep_prob),
         int(pre_tockens), int(next_tockens), int(inner_precise), _ints(prefix), _ints(actual_seq_qlen),
-        _ints(actual_seq_kvlen), int(sparse_mode), bool(gen_mask_parallel), bool(sync), softmax_layout)
+        _ints(actual_seq_kvlen), int(sparse_mode), bool(gen_mask_parallel), bool(sync), softmax_layout, sink,
+        dropout_mask, int(seed), int(offset))
 
 
 def npu_fusion_attention_grad(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, dy: torch.Tensor,
@@ -1191,8 +1225,9 @@ def npu_fusion_attention_grad(query: torch.Tensor, key: torch.Tensor, value: tor
                               next_tockens: int = _NO_LIMIT, inner_precise: int = 0, seed: int = 0, offset: int = 0,
                               numels: int = 0, prefix: Any = None, actual_seq_qlen: Any = None,
                               actual_seq_kvlen: Any = None, sparse_mode: int = 0, gen_mask_parallel: bool = True,
-                              sync: bool = False, softmax_layout: str = "") -> tuple:
-    """The backward of npu_fusion_attention: (dq, dk, dv, dpse)."""
+                              sync: bool = False, softmax_layout: str = "",
+                              sink: torch.Tensor | None = None) -> tuple:
+    """The backward of npu_fusion_attention: (dq, dk, dv, dpse, dsink)."""
     register()
     return torch.ops.npu.npu_fusion_attention_grad(
         query, key, value, dy, int(head_num), input_layout, pse=pse, padding_mask=padding_mask,
@@ -1202,13 +1237,13 @@ def npu_fusion_attention_grad(query: torch.Tensor, key: torch.Tensor, value: tor
         seed=int(seed), offset=int(offset), numels=int(numels), prefix=_ints(prefix),
         actual_seq_qlen=_ints(actual_seq_qlen), actual_seq_kvlen=_ints(actual_seq_kvlen),
         sparse_mode=int(sparse_mode), gen_mask_parallel=bool(gen_mask_parallel), sync=bool(sync),
-        softmax_layout=softmax_layout)
+        softmax_layout=softmax_layout, sink=sink)
 
 
-def npu_rms_norm(self: torch.Tensor, gamma: torch.Tensor, epsilon: float = 1e-6) -> tuple:
+def npu_rms_norm(input: torch.Tensor, gamma: torch.Tensor, epsilon: float = 1e-6) -> tuple:
     """(x * rsqrt(mean(x^2 over gamma's dims) + epsilon) * gamma, rstd); rstd is float32, keepdim."""
     register()
-    return torch.ops.npu.npu_rms_norm(self, gamma, float(epsilon))
+    return torch.ops.npu.npu_rms_norm(input, gamma, float(epsilon))
 
 
 def npu_add_rms_norm(x1: torch.Tensor, x2: torch.Tensor, gamma: torch.Tensor, epsilon: float = 1e-6) -> tuple:
@@ -1239,14 +1274,14 @@ def npu_scaled_masked_softmax(x: torch.Tensor, mask: torch.Tensor, scale: float 
     return torch.ops.npu.npu_scaled_masked_softmax(x, mask, scale, bool(fixed_triu_mask))
 
 
-def npu_confusion_transpose(self: torch.Tensor, perm: Any, shape: Any, transpose_first: bool) -> torch.Tensor:
-    """transpose_first: self.permute(perm).reshape(shape); else self.reshape(shape).permute(perm)."""
+def npu_confusion_transpose(input: torch.Tensor, perm: Any, shape: Any, transpose_first: bool) -> torch.Tensor:
+    """transpose_first: input.permute(perm).reshape(shape); else input.reshape(shape).permute(perm)."""
     register()
-    return torch.ops.npu.npu_confusion_transpose(self, [int(p) for p in perm], [int(s) for s in shape],
+    return torch.ops.npu.npu_confusion_transpose(input, [int(p) for p in perm], [int(s) for s in shape],
                                                  bool(transpose_first))
 
 
-def npu_gelu(input: torch.Tensor, approximate: str = "none") -> torch.Tensor:
+def npu_gelu(input: torch.Tensor, *, approximate: str = "none") -> torch.Tensor:
     register()
     return torch.ops.npu.npu_gelu(input, approximate=approximate)
 
@@ -1257,10 +1292,10 @@ def npu_fast_gelu(input: torch.Tensor) -> torch.Tensor:
     return torch.ops.npu.npu_fast_gelu(input)
 
 
-def fast_gelu(self: torch.Tensor) -> torch.Tensor:
+def fast_gelu(input: torch.Tensor) -> torch.Tensor:
     """torch_npu.fast_gelu: npu_fast_gelu's older name."""
     register()
-    return torch.ops.npu.fast_gelu(self)
+    return torch.ops.npu.fast_gelu(input)
 
 
 def npu_apply_adam_w(beta1_power: float, beta2_power: float, lr: float, weight_decay: float, beta1: float,
@@ -1284,20 +1319,32 @@ def _format_id(acl_format: Any) -> int:
     return int(acl_format)
 
 
-def npu_format_cast(input: torch.Tensor, acl_format: Any, customize_dtype: int | None = None) -> torch.Tensor:
+def _format_argument(op: str, acl_format: Any, other: Any, other_name: str) -> Any:
+    """The format given positionally or under either of the vendor's overloads' names (acl_format: an int;
+    dst / src: a tensor whose format to take)."""
+    if (acl_format is None) == (other is None):
+        raise TypeError(f"{op}() takes the target format once: as acl_format (an int or torch_npu.Format) or as "
+                        f"{other_name} (a tensor whose format to take)")
+    return acl_format if acl_format is not None else other
+
+
+def npu_format_cast(input: torch.Tensor, acl_format: Any = None, *, dst: torch.Tensor | None = None,
+                    customize_dtype: int | None = None, input_dtype: int | None = None) -> torch.Tensor:
     """A copy of `input` in storage format `acl_format` (int, torch_npu.Format, or a tensor whose format to
-    take). The emulated chip has one layout: the data is unchanged, and get_npu_format reports the format."""
+    take: the vendor's dst overload). The emulated chip has one layout: the data is unchanged, and
+    get_npu_format reports the format."""
     register()
-    target = _format_id(acl_format)
-    out = torch.ops.npu.npu_format_cast(input, target, customize_dtype=customize_dtype)
+    target = _format_id(_format_argument("npu_format_cast", acl_format, dst, "dst"))
+    out = torch.ops.npu.npu_format_cast(input, target, customize_dtype=customize_dtype, input_dtype=input_dtype)
     out._npu_format = target
     return out
 
 
-def npu_format_cast_(input: torch.Tensor, src: Any, customize_dtype: int | None = None) -> torch.Tensor:
+def npu_format_cast_(input: torch.Tensor, src: Any = None, *, acl_format: Any = None,
+                     customize_dtype: int | None = None, input_dtype: int | None = None) -> torch.Tensor:
     """In place: `input` itself, now reporting format `src` (int, torch_npu.Format or a tensor)."""
     register()
-    target = _format_id(src)
+    target = _format_id(_format_argument("npu_format_cast_", src, acl_format, "acl_format"))
     _format_cast(input, target)  # (the same check of the format id)
     input._npu_format = target
     return input
@@ -1315,7 +1362,18 @@ def get_npu_format(input: torch.Tensor) -> Format:
 # Submodules of the emulated torch_npu beyond its top level: name under torch_npu -> the module that is it
 # (plugin.py imports one when it is imported): the vendor's fused optimizers, as its docs import them.
 PLUGIN_SUBMODULES = {"optim": "torch_fl.routing.emu.npu_optim",
-                     "optim.npu_fused_optim_base": "torch_fl.routing.emu.npu_optim"}
+                     "optim.npu_fused_optim_base": "torch_fl.routing.emu.npu_optim",
+                     "npu.utils": "torch_fl.routing.emu.npu_utils"}
+
+
+def native_calls() -> dict[str, Any]:
+    """The bindings of torch_npu._C beyond the device calls every plugin has (plugin.py), that the vendor's tests
+    and Python code call: the SoC number, the inf/nan mode, the CANN version and the properties type."""
+    from . import identity, npu_utils
+
+    return {"_npu_get_soc_version": npu_utils.get_soc_version, "_npu_is_support_inf_nan": npu_utils.is_support_inf_nan,
+            "_get_cann_version": npu_utils.get_cann_version, "_is_gte_cann_version": npu_utils._is_gte_cann_version,
+            "_NPUDeviceProperties": identity.DeviceProperties}
 
 FUSED_OPS: dict[str, Callable[..., Any]] = {
     "npu_fusion_attention": npu_fusion_attention,

@@ -55,6 +55,10 @@ class EmulatedPlugin:
                                         f"{self.name}.{device_type}.amp": lambda: getattr(torch, device_type).amp}
         for sub, target in self._ops_submodules().items():
             self.objects[f"{self.name}.{sub}"] = functools.partial(_reexport, f"{self.name}.{sub}", target)
+        # the C extension (torch_npu._C, torch_mlu._MLUC): a module, so `import torch_npu._C` and `from
+        # torch_npu._C import _npu_getDevice` work as with the plugin
+        self.native = f"{self.name}.{section.get('plugin_native', '_C')}"
+        self.objects[self.native] = self._native_module
         self.packages = {self.name} | {name.rsplit(".", 1)[0] for name in (*self.migration, *self.objects)}
         for name in list(self.packages):  # every parent of a migration module is a package too
             while "." in name:
@@ -101,7 +105,7 @@ class EmulatedPlugin:
         module.__version__ = plugin_version(self.desc)
         module.__path__ = []
         setattr(module, self.device_type, getattr(torch, self.device_type))
-        module._C = _native_calls(self.device_type)
+        setattr(module, self.native.rsplit(".", 1)[1], importlib.import_module(self.native))
         if self.ops_module:
             # the vendor's fused ops (torch_npu.npu_rms_norm, ...) and the Tensor methods the plugin adds
             # (x.npu_format_cast(...)), as importing the real plugin gives them
@@ -110,6 +114,19 @@ class EmulatedPlugin:
             for name, method in getattr(ops, "TENSOR_METHODS", {}).items():
                 if not hasattr(torch.Tensor, name):
                     setattr(torch.Tensor, name, method)
+            # the plugin imports its submodules with itself (torch_npu.npu.utils, torch_npu.optim are attributes
+            # after `import torch_npu` alone, and the vendor's tests use them so)
+            for sub in self._ops_submodules():
+                importlib.import_module(f"{self.name}.{sub}")
+
+    def _native_module(self) -> types.ModuleType:
+        module = types.ModuleType(self.native, f"torch-fl's emulation of {self.native}: the device calls")
+        module.__file__ = __file__
+        module.__dict__.update(_native_calls(self.device_type))
+        if self.ops_module:
+            ops = importlib.import_module(f"{__package__}.{self.ops_module}")
+            module.__dict__.update(getattr(ops, "native_calls", dict)())
+        return module
 
 
 
@@ -122,16 +139,34 @@ def _reexport(name: str, target: str) -> types.ModuleType:
     return module
 
 
-def _native_calls(kind: str) -> types.SimpleNamespace:
-    """``torch_npu._C``: the plugin's C bindings that Python code reaches for directly (ditorch's CUDA
-    mocks call ``torch_npu._C._npu_setDevice`` and ``_npu_setStream``), as the device module's calls."""
+def _native_calls(kind: str) -> dict[str, Any]:
+    """The plugin's C bindings that Python code reaches for directly (ditorch's CUDA mocks call
+    ``torch_npu._C._npu_setDevice`` and ``_npu_setStream``; the vendors' tests ``_npu_hasPrimaryContext``,
+    ``_mlu_getCurrentRawStream``), as the device module's calls. Named ``_<device type>_<call>`` by every
+    PrivateUse1 plugin (torch_npu, torch_mlu, torch_musa)."""
     module = getattr(torch, kind)
-    return types.SimpleNamespace(**{
+
+    def exchange(index: int) -> int:
+        previous = module.current_device()
+        module.set_device(index)
+        return previous
+
+    return {
         f"_{kind}_setDevice": module.set_device, f"_{kind}_getDevice": module.current_device,
+        f"_{kind}_getDeviceWithoutSet": module.current_device, f"_{kind}_maybeExchangeDevice": exchange,
+        f"_{kind}_exchangeDevice": exchange,
         f"_{kind}_getDeviceCount": module.device_count, f"_{kind}_synchronize": module.synchronize,
         f"_{kind}_setStream": lambda *args, **kwargs: None,  # (one host stream: nothing to switch)
         f"_{kind}_init": module.init,
-    })
+        # (an emulated device is initialized with the process: its context exists once it does)
+        f"_{kind}_hasPrimaryContext": lambda index: 0 <= int(index) < module.device_count(),
+        f"_{kind}_is_bf16_supported": module.is_bf16_supported,
+        f"_{kind}_getCurrentRawStream": lambda device=None: 0,  # (the host's one stream has no handle)
+        f"_{kind}_isHistoryEnabled": lambda: False,  # (no allocator history is recorded)
+        # thread-to-core binding makes the chip's host threads faster; there is nothing to bind
+        f"_{kind}_set_thread_affinity": lambda *args, **kwargs: None,
+        f"_{kind}_reset_thread_affinity": lambda *args, **kwargs: None,
+    }
 
 
 def plugin_version(desc: Any) -> str:

@@ -43,13 +43,20 @@ def emulated_name(desc: Any) -> str:
 
 
 def announce(desc: Any, name: str) -> None:
-    """Log, once at registration, under which name chip `desc` is emulated and why."""
+    """Log, once at registration, under which name and identity chip `desc` is emulated and why; the device
+    reports `desc`'s identity from now on (identity.py)."""
+    from . import identity
+
+    identity.remember(desc)
     reason = why_emu(desc)
     if reason:
         _log.info("%s; its tensors are on emu:N", reason)
     elif desc is not None:
         _log.info("'%s' is emulated under its own name: tensors on %s:N, torch.%s, Tensor.%s() (the PrivateUse1 "
                   "slot is renamed to '%s' for this process)", desc.name, name, name, name, name)
+    if desc is not None:
+        _log.info("the emulated device reports itself as the chip does: get_device_name() = '%s'%s (emulated by %s)",
+                  desc.device_name, f", SoC {desc.soc_version}" if desc.soc_version >= 0 else "", identity.emulated_by())
 
 
 def why_emu(desc: Any) -> str:
@@ -66,9 +73,10 @@ def backend_module(name: str) -> Any:
     """The object registered as ``torch.<name>``: the emulator's backend module, with the vendor's
     device-module surface when the slot carries a vendor's name."""
     from .module import Stream, _BackendModule
+    from .vendor_module import chip_identity_class, vendor_module_class
 
     if name == EMU:
-        return _BackendModule()
-    from .vendor_module import vendor_module_class
+        # (torch.emu: a built-in type's chip, emulated as 'emu', still says which chip it is)
+        return chip_identity_class(_BackendModule)()
 
     return vendor_module_class(_BackendModule, name, Stream)()

@@ -20,7 +20,8 @@ from typing import Any
 
 import torch
 
-from . import memory
+from . import identity, memory
+from .identity import DeviceProperties
 from .slot import backend_name, state
 
 
@@ -121,27 +122,31 @@ _TENSOR_TYPES = {"FloatTensor": torch.float32, "DoubleTensor": torch.float64, "H
                  "BoolTensor": torch.bool}
 
 
-class DeviceProperties:
-    """What ``torch.<chip>.get_device_properties(i)`` gives: name, total memory, and the counts the
-    vendor reports (zero here: there are no cores to count)."""
+def chip_identity_class(base: type) -> type:
+    """`base` (a backend module class) answering the chip's identity (identity.py): its name, properties and
+    bfloat16 support, as the vendor's runtime reports them."""
 
-    def __init__(self, name: str, total_memory: int) -> None:
-        self.name = name
-        self.total_memory = total_memory
-        self.multi_processor_count = 0
-        self.major = self.minor = 0
+    class ChipIdentity(base):  # type: ignore[misc, valid-type]
+        @staticmethod
+        def get_device_name(device: Any = None) -> str:
+            device_index(device)  # (a wrong device is refused, as the vendor's call refuses it)
+            return identity.device_name()
 
-    def __repr__(self) -> str:
-        return f"_DeviceProperties(name='{self.name}', total_memory={self.total_memory // 2**20}MB)"
+        def get_device_properties(self, device: Any = None) -> DeviceProperties:
+            return DeviceProperties(identity.device_name(), self.mem_get_info(device_index(device))[1])
+
+        @staticmethod
+        def is_bf16_supported(including_emulation: bool = True) -> bool:
+            # (including_emulation: CUDA's software bfloat16 on pre-Ampere GPUs; an NPU has none)
+            return identity.is_bf16_supported()
+
+    return ChipIdentity
 
 
 def vendor_module_class(base: type, name: str, stream_type: type) -> type:
     """The class of ``torch.<name>``: the emulator's backend module `base` plus the vendor's calls."""
 
-    def _chip() -> str:
-        return getattr(state.description, "name", name)
-
-    class VendorModule(base):  # type: ignore[misc, valid-type]
+    class VendorModule(chip_identity_class(base)):  # type: ignore[misc]
         """``torch.<chip>`` of an emulated plugin chip: the plugin's device-module calls."""
 
         Stream = stream_type  # streams, events, memory and seeding calls are the emulator's own (base)
@@ -169,20 +174,8 @@ def vendor_module_class(base: type, name: str, stream_type: type) -> type:
             callback()  # the device is initialized already
 
         @staticmethod
-        def get_device_name(device: Any = None) -> str:
-            return f"{_chip()} (emulated by torch-fl on the CPU)"
-
-        @staticmethod
-        def get_device_properties(device: Any = None) -> DeviceProperties:
-            return DeviceProperties(VendorModule.get_device_name(device), VendorModule.mem_get_info(device)[1])
-
-        @staticmethod
         def get_device_capability(device: Any = None) -> None:
             return None  # (torch_npu returns None: the chip has no CUDA compute capability)
-
-        @staticmethod
-        def is_bf16_supported(including_emulation: bool = True) -> bool:
-            return state.description is None or "bfloat16" in state.description.dtypes
 
         @staticmethod
         def set_compile_mode(jit_compile: bool = True) -> None:
