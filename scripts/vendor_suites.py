@@ -436,7 +436,7 @@ def classify(record: dict[str, Any]) -> tuple[str, str]:
     outcome = record.get("outcome", "failed")
     if outcome in ("passed", "xpassed"):
         return "pass", ""
-    exc_type, message = record.get("exc_type", ""), record.get("message", "")
+    exc_type, message = _exception(record)
     if outcome == "xfailed":
         return "as_hardware", "expected failure (the vendor marks it xfail)"
     if outcome == "skipped":
@@ -458,6 +458,22 @@ def classify(record: dict[str, Any]) -> tuple[str, str]:
             return "other", f"expected vendor error/warning not raised: {key}"
         return "wrong", key
     return "other", key
+
+
+_RAISED = re.compile(r"^(?:E\s+)?([A-Za-z_][\w.]*(?:Error|Exception|Failed|Exit|Interrupt)):\s*(.*)$", re.M)
+
+
+def _exception(record: dict[str, Any]) -> tuple[str, str]:
+    """(exception type, message) of a failure; a collection error has no crash line, so its last 'E   X: msg'
+    line says it."""
+    exc_type, message = record.get("exc_type", ""), record.get("message", "")
+    if exc_type:
+        return exc_type, message
+    found = _RAISED.findall(record.get("text", "") or message)
+    if found:
+        name, rest = found[-1]
+        return name.rsplit(".", 1)[-1], rest
+    return "", message
 
 
 def _classify_skip(reason: str) -> tuple[str, str]:
@@ -668,7 +684,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", help="write every outcome and the tables to this file")
     parser.add_argument("--top", type=int, default=10, help="failure groups to print per suite (default 10)")
     parser.add_argument("--list", action="store_true", help="print the selected files and exit")
+    parser.add_argument("--report", nargs="+", metavar="JSON",
+                        help="run nothing: classify the outcomes of earlier --json files again and print their tables")
     args = parser.parse_args(argv)
+    if args.report:
+        try:
+            report(reclassify(args.report), args.top, args.json, 0.0)
+        except JudgeError as exc:
+            print(f"vendor_suites: {exc}", file=sys.stderr)
+            return 2
+        return 0
 
     checkouts = {}
     for item in args.checkout:
@@ -713,22 +738,45 @@ def main(argv: list[str] | None = None) -> int:
                                "counts": tally(files), "files": files, "excluded": setup.excluded,
                                "not_run": not_run, "groups": groups(files)}
 
+    report(results, args.top, args.json, time.monotonic() - started)
+    return 0
+
+
+def reclassify(paths: list[str]) -> dict[str, dict[str, Any]]:
+    """The suites of earlier --json files, every outcome classified again (by this version of the rules)."""
+    results: dict[str, dict[str, Any]] = {}
+    for path in paths:
+        try:
+            data = json.loads(Path(path).read_text())
+        except (OSError, ValueError) as exc:
+            raise JudgeError(f"--report {path}: not a JSON file this script wrote ({exc})") from exc
+        for name, res in data.get("suites", {}).items():
+            for f in res["files"]:
+                for t in f["tests"]:
+                    t["category"], t["group"] = classify(t)
+            res["counts"], res["groups"] = tally(res["files"]), groups(res["files"])
+            res["torch_fl_commit"] = data.get("torch_fl_commit", "")
+            results[name] = res  # (a later file's run of a suite replaces an earlier one)
+    return results
+
+
+def report(results: dict[str, dict[str, Any]], top: int, json_path: str | None, seconds: float) -> None:
+    """The table per suite, the top failure groups, and the JSON file."""
     print()
     print_table(results)
     for name, res in results.items():
         if res["not_run"]:
             print(f"\n{name}: {len(res['not_run'])} files not run (--max-minutes)")
         print(f"\n{name}: top failure groups (tests, files, category, group; example)")
-        for g in res["groups"][:args.top]:
+        for g in res["groups"][:top]:
             print(f"  {g['tests']:>4} {g['files']:>3}  {g['category']:<11} {g['group']}\n{'':>22}e.g. {g['example']}")
-    if args.json:
+    if json_path:
         fl_commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True,
                                    text=True).stdout.strip()
-        Path(args.json).write_text(json.dumps({
-            "torch_fl_commit": fl_commit, "minutes": round((time.monotonic() - started) / 60, 1),
+        Path(json_path).write_text(json.dumps({
+            "torch_fl_commit": fl_commit, "minutes": round(seconds / 60, 1),
             "argv": sys.argv[1:], "goal": GOAL, "suites": results}, indent=1))
-        print(f"\nwrote {args.json}")
-    return 0
+        print(f"\nwrote {json_path}")
 
 
 if __name__ == "__main__":

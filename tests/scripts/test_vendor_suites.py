@@ -130,3 +130,10 @@ def test_an_absent_checkout_says_how_to_get_it(tmp_path):
     assert done.returncode == 2, done.stderr
     assert "no checkout of Cambricon/torch_mlu" in done.stderr and "--checkout" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_collection_error_is_read_from_its_last_raised_line():
+    text = ("ImportError while importing test module 't.py'.\nt.py:3: in <module>\n    from torch_musa import testing\n"
+            "E   ModuleNotFoundError: No module named 'torch_musa.core'")
+    record = {"kind": "collect", "outcome": "failed", "exc_type": "", "message": text.splitlines()[-1], "text": text}
+    assert vs.classify(record) == ("missing_api", "ModuleNotFoundError: No module named 'torch_musa.core'")
