@@ -661,6 +661,25 @@ def print_table(results: dict[str, dict[str, Any]]) -> None:
               + f" {ok:>7.0%}")
 
 
+def markdown(results: dict[str, dict[str, Any]], top: int) -> str:
+    """The tables for docs/vendor-ops.md: one row per suite, then the largest failure groups of all suites."""
+    rows = ["| suite | commit | chip | files | tests | " + " | ".join(CATEGORIES) + " | judge ok |",
+            "|---" * (len(CATEGORIES) + 6) + "|"]
+    for name, res in results.items():
+        c = res["counts"]
+        total = sum(c.values())
+        ok = (c["pass"] + c["as_hardware"]) / total if total else 0.0
+        rows.append(f"| {name} | {res['repo']}@{res['commit'][:12]} | {res['device']} | {len(res['files'])} | "
+                    f"{total} | " + " | ".join(str(c[k]) for k in CATEGORIES) + f" | {ok:.0%} |")
+    rows += ["", "| tests | files | suite | category | group (exception: first line) |", "|---|---|---|---|---|"]
+    merged = sorted(((g, name) for name, res in results.items() for g in res["groups"]),
+                    key=lambda item: (-item[0]["tests"], item[0]["group"]))
+    for g, name in merged[:top]:
+        group = g["group"].replace("|", "\\|")
+        rows.append(f"| {g['tests']} | {g['files']} | {name} | {g['category']} | {group} |")
+    return "\n".join(rows)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -686,10 +705,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--list", action="store_true", help="print the selected files and exit")
     parser.add_argument("--report", nargs="+", metavar="JSON",
                         help="run nothing: classify the outcomes of earlier --json files again and print their tables")
+    parser.add_argument("--markdown", action="store_true", help="with --report: print the tables as Markdown")
     args = parser.parse_args(argv)
     if args.report:
         try:
-            report(reclassify(args.report), args.top, args.json, 0.0)
+            results = reclassify(args.report)
+            if args.markdown:
+                print(markdown(results, args.top))
+                return 0
+            report(results, args.top, args.json, 0.0)
         except JudgeError as exc:
             print(f"vendor_suites: {exc}", file=sys.stderr)
             return 2
