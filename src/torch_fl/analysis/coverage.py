@@ -65,7 +65,7 @@ def coverage(spec: ModelSpec, device: str | ResolvedDevice, train: bool = False,
     desc = table.description
     kernels = device_kernels(desc, emulated=emulated)
     what = "a training step (forward, loss, backward, AdamW step)" if train else "a forward pass"
-    device_tensors = trace_device(kernels, amp)
+    device_tensors = trace_device(kernels, amp, desc)
     with stage(f"tracing {what} of {spec.name} on fake tensors with the routes of '{desc.name}'"
                + (f" under autocast({desc.autocast_dtype})" if amp else ""), unit="op calls") as traced_calls:
         result = trace_step(spec, train=train, amp=amp, amp_dtype=desc.autocast_dtype, table=table,
@@ -135,27 +135,58 @@ def _emulated(device: str) -> bool:
         return False
 
 
-def trace_device(kernels: DeviceKernels, amp: bool) -> str:
-    """Where the trace puts the model's tensors: the host's CPU; the emulated backend itself for an
-    emulated chip (so that PyTorch makes its kernel choices, autocast's included, exactly as under
-    emulation) and for AMP on a backend with CUDA's autocast lists (which the emulated backend
+def trace_device(kernels: DeviceKernels, amp: bool, desc: Any = None) -> str:
+    """Where the trace puts the model's tensors: the host's CPU; for a plugin chip (npu, mlu, musa) the
+    emulated backend under the chip's own device type, emulated or not, so that code which branches on
+    ``x.device.type == "npu"`` (a vendor's fused op, transformers' npu paths) takes the chip's branch and
+    PyTorch makes a PrivateUse1 backend's kernel choices, as the plugin's are; the emulated backend
+    itself for another emulated chip (PyTorch makes its kernel choices, autocast's included, exactly as
+    under emulation) and for AMP on a backend with CUDA's autocast lists (which the emulated backend
     registers); else meta (a device apart from the host, its choices steered by fidelity.py). Autocast
     has no meta backend, so any other AMP trace stays on the CPU, its device tensors tracked."""
     if kernels.host:
         return "cpu"
+    own = _own_type_device(desc)
+    if own:
+        return own
     if kernels.emulated or (amp and kernels.backend in CUDA_AUTOCAST_BACKENDS):
-        emulated = _emulated_device()
+        emulated = _emulated_device(desc)
         if emulated:
             return emulated
     return "cpu" if amp else "meta"
 
 
-def _emulated_device() -> str | None:
+def _own_type_device(desc: Any) -> str | None:
+    """A device of the emulated backend named as plugin chip `desc` ('npu:0'), or None: `desc` is not a
+    plugin chip, its real plugin is installed (its slot, not ours to name), or this process's PrivateUse1
+    slot already has another name (it is named once per process; `own_type_missed` says so)."""
+    from ..routing.emu import vendor
+
+    if desc is None or vendor.emulated_name(desc) == vendor.EMU:
+        return None
+    from ..device import _plugin_installed
+
+    if desc.plugin and _plugin_installed(desc.plugin):
+        return None
+    device = _emulated_device(desc)
+    return device if device and device.split(":")[0] == desc.device_type else None
+
+
+def own_type_missed(desc: Any, device_tensors: str) -> bool:
+    """Whether plugin chip `desc` was traced on tensors of another device type than its own."""
+    from ..routing.emu import vendor
+
+    return (desc is not None and vendor.emulated_name(desc) != vendor.EMU
+            and device_tensors.split(":")[0] not in (desc.device_type, "cpu"))
+
+
+def _emulated_device(desc: Any = None) -> str | None:
     try:
         from ..device import emulated_devices
     except ImportError:  # a torch-fl without the emulated backend
         return None
-    devices = emulated_devices(create=True)
+    # (the first registration of the process names the slot after the chip: npu:0 for npu)
+    devices = emulated_devices(create=True, chip=desc)
     return str(devices[0]) if devices else None
 
 
@@ -266,7 +297,19 @@ def _notes(table: RouteTable, result: TraceResult, kernels: DeviceKernels, devic
         if cpu_less:
             notes.append(f"Native on '{desc.name}', but the host has no kernel or reference math to emulate "
                          f"them with: {', '.join(cpu_less)}. The chip runs them; an emulated run stops there.")
-    if on_emu and kernels.emulated:
+    if own_type_missed(desc, device_tensors):
+        notes.append(f"'{desc.name}' is a plugin chip (device type '{desc.device_type}'), but this process's "
+                     f"PrivateUse1 slot already has another name ('{backend_name()}') or {desc.plugin} is "
+                     f"installed, so the trace ran on {device_tensors.split(':')[0]} tensors: code that "
+                     f"branches on x.device.type == '{desc.device_type}' took its other branch. `torchfl "
+                     f"coverage` in a fresh process (or FL_DEVICE=emu:{desc.name}) traces on the chip's own type.")
+    own_type = on_emu and desc.device_type == backend_name() and not kernels.emulated
+    if own_type:
+        notes.append(f"The model's tensors were tensors of the device type '{desc.device_type}' (the emulated "
+                     f"backend under the chip's own name, no data), so code that branches on the device type "
+                     f"takes the chip's branch and PyTorch made a PrivateUse1 backend's kernel choices, as "
+                     f"for {desc.plugin}; attention and dropout were steered to '{desc.name}''s kernels.")
+    elif on_emu and kernels.emulated:
         notes.append(f"The model's tensors were tensors of the emulated backend ({device_tensors}), so "
                      f"PyTorch made that backend's kernel choices (fused dropout and LSTM cells, no "
                      f"oneDNN or *_for_cpu kernels) exactly as under emulation; SDPA was recorded as the "
