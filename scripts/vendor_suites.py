@@ -298,6 +298,7 @@ PLUGIN_NAME = "torchfl_vendor_judge"
 PLUGIN_SOURCE = '''"""Written by torch-fl scripts/vendor_suites.py: records each test's outcome, lets the vendor's test
 framework be found beside the emulated plugin package."""
 import importlib
+import importlib.util
 import json
 import os
 import sys
@@ -312,27 +313,40 @@ def _write(record):
     _OUT.flush()  # a crash later in the file keeps this line
 
 
-def _extend_paths():
+def _extend(package, directory):
     # the emulated plugin package has an empty __path__: the vendor's framework directory joins it, so its
-    # submodules the emulation does not answer (torch_npu.testing) are found by the path finder
-    for package, dirs in json.loads(os.environ.get("TORCHFL_JUDGE_PATHS", "{}")).items():
-        try:
-            module = importlib.import_module(package)
-        except Exception as exc:
-            _write({"kind": "plugin", "exc_type": type(exc).__name__, "message": str(exc)[:2000],
-                    "text": traceback.format_exc()[-4000:]})
-            continue
-        path = getattr(module, "__path__", None)
-        if path is None:
-            _write({"kind": "plugin", "exc_type": "AttributeError",
-                    "message": f"module '{package}' has no attribute '__path__' (not a package)", "text": ""})
-            continue
-        for d in dirs:
-            if d not in path:
-                path.append(d)
+    # submodules the emulation does not answer (torch_npu.testing) are found by the path finder, while the
+    # names it answers keep coming from the emulation (its finder runs first)
+    try:
+        module = importlib.import_module(package)
+    except Exception as exc:
+        _write({"kind": "plugin", "exc_type": type(exc).__name__, "message": str(exc)[:2000],
+                "text": traceback.format_exc()[-4000:]})
+        return
+    path = getattr(module, "__path__", None)
+    if path is None:
+        _write({"kind": "plugin", "exc_type": "AttributeError", "text": "",
+                "message": f"module '{package}' has no attribute '__path__' (the emulation made it a module)"})
+        return
+    if directory not in path:
+        path.append(directory)
+    # a subpackage the emulation answers itself (torch_npu.utils, one day) gets the framework's files too
+    for sub in sorted(os.listdir(directory)):
+        inner = os.path.join(directory, sub)
+        if os.path.isdir(inner) and sub.isidentifier():
+            try:
+                spec = importlib.util.find_spec(f"{package}.{sub}")
+            except Exception:
+                spec = None
+            locations = list(getattr(spec, "submodule_search_locations", None) or [])
+            if spec is not None and spec.loader is not None and inner not in locations \
+                    and not (spec.origin or "").startswith(directory):
+                _extend(f"{package}.{sub}", inner)
 
 
-_extend_paths()
+for _package, _dirs in json.loads(os.environ.get("TORCHFL_JUDGE_PATHS", "{}")).items():
+    for _dir in _dirs:
+        _extend(_package, _dir)
 # the framework's own PyPI dependencies, installed apart: last on sys.path, so they never shadow the venv's
 sys.path.extend(p for p in os.environ.get("TORCHFL_JUDGE_DEPS", "").split(os.pathsep) if p)
 
@@ -394,6 +408,7 @@ KEYWORD_ERROR = re.compile(r"unexpected keyword argument|positional argument|req
                            r"|takes (no|\d+) (positional |keyword )?arguments?")
 NOT_RAISED = re.compile(r"not raised|Regex didn't match|does not match|warning not triggered|"
                         r"(was|were) not (raised|triggered)|did not raise", re.I)
+VALUE_CHECK = re.compile(r"expect\w*:.*result\w*:|^(result|shape|dtype) error", re.I)
 MULTI_CARD = re.compile(r"multi|at least \d|\b[2-9]\d* ?(npu|mlu|musa|gpu|device|card)s?\b|device_count|"
                         r"world[_ ]size|lt_x_gpu|more than one", re.I)
 SOC_GATE = re.compile(r"current device is (?P<device>.*?)\.?$", re.I)
@@ -453,6 +468,8 @@ def classify(record: dict[str, Any]) -> tuple[str, str]:
     if exc_type == "TypeError" and KEYWORD_ERROR.search(message) and (
             VENDOR_TOKEN.search(message) or "torch_fl" in record.get("crash_path", "")):
         return "missing_api", key
+    if exc_type != "AssertionError" and VALUE_CHECK.search(message):
+        return "wrong", key  # the vendor's own value check, raised as another exception type
     if exc_type == "AssertionError":
         if NOT_RAISED.search(message):
             return "other", f"expected vendor error/warning not raised: {key}"
