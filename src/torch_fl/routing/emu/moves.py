@@ -156,4 +156,4 @@ def install() -> None:
         _original_apply = torch.nn.Module._apply
         torch.nn.Module._apply = _apply  # type: ignore[method-assign]
         # (torch.Tensor, not TensorBase: EmuTensor defines its own .data, and C++ code never reads this)
-        torch.Tensor.data = property(_get_data, _set_data)  # type: ignore[method-assign,assignment]
+        torch.Tensor.data = property(_get_data, _set_data, doc=_TENSOR_DATA.__doc__)  # type: ignore[method-assign,assignment]
