@@ -12,7 +12,7 @@ import inspect
 import pytest
 import torch
 
-from torch_fl.routing.emu import npu_ops
+from torch_fl.routing.emu import npu_composed, npu_ops
 
 SCHEMAS = {op.name: torch._C.parse_schema(op.schema) for op in npu_ops.OPS}
 # the Python function -> the overload whose binding it is
@@ -24,10 +24,15 @@ def _python_name(name: str) -> str:
     return "input" if name == "self" else name  # (torchgen's Python signatures rename self)
 
 
-@pytest.mark.parametrize("name", sorted(BOUND))
+FUNCTIONS = {**{name: (SCHEMAS[op], npu_ops.FUSED_OPS[name]) for name, op in BOUND.items()},
+             **{name: (torch._C.parse_schema(text), npu_composed.COMPOSED_OPS[name])
+                for name, text in npu_composed.SCHEMAS.items()}}
+
+
+@pytest.mark.parametrize("name", sorted(FUNCTIONS))
 def test_the_python_function_takes_the_vendors_arguments(name):
-    schema = SCHEMAS[BOUND[name]]
-    params = inspect.signature(npu_ops.FUSED_OPS[name]).parameters
+    schema, function = FUNCTIONS[name]
+    params = inspect.signature(function).parameters
     expected = [_python_name(a.name) for a in schema.arguments]
     assert list(params)[:len(expected)] == expected
     for arg in schema.arguments:
@@ -92,3 +97,25 @@ def test_refused_inputs_are_runtime_errors_as_the_vendors_kernels_raise():
     # still a ValueError too, for code written against torch-fl
     with pytest.raises(ValueError, match="must be even"):
         npu_ops.npu_swiglu(torch.randn(3, 5))
+
+
+def test_the_aten_composed_ops_compute_what_the_vendors_tests_compare_them_with():
+    # (Ascend/pytorch test/custom_ops/test_npu_max.py, test_npu_one_hot.py,
+    # test_npu_softmax_cross_entropy_with_logits.py, test_npu_slice.py, in our words)
+    x = torch.randn(2, 3, 4)
+    values, indices = npu_composed.npu_max(x, 2)
+    expected = torch.max(x, 2)
+    assert torch.equal(values, expected.values) and indices.dtype == torch.int32
+    assert torch.equal(indices, expected.indices.int())
+    hot = npu_composed.npu_one_hot(torch.tensor([[1, 3], [2, 0]]), -1, 5, 7, -1)
+    assert hot.shape == (2, 2, 5) and hot[0, 1].tolist() == [-1, -1, -1, 7, -1]
+    assert npu_composed.npu_one_hot(torch.tensor([3]), -1, 2).tolist() == [[0.0, 0.0]]  # cut to depth
+    logits, labels = torch.randn(4, 10), torch.rand(4, 10)
+    torch.testing.assert_close(npu_composed.npu_softmax_cross_entropy_with_logits(logits, labels),
+                               torch.sum(-labels * torch.log(torch.softmax(logits, 1)), 1))
+    assert torch.equal(npu_composed.npu_slice(x, [0, 1, 2], [2, 2, 2]), x[:, 1:3, 2:4])
+    with pytest.raises(RuntimeError, match="must name each of the input's 3 dimensions"):
+        npu_composed.npu_slice(x, [0], [1])
+    with pytest.raises(NotImplementedError, match="can_refresh=True"):
+        npu_composed.npu_reshape(x, [6, 4], can_refresh=True)
+    assert npu_composed.get_storage_size(x[:1]) == 24

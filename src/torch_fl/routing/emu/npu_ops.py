@@ -1403,9 +1403,12 @@ TENSOR_METHODS: dict[str, Callable[..., Any]] = {
 
 
 def attach(module: Any) -> Any:
-    """Register the ops and put FUSED_OPS and Format on `module` (an emulated ``torch_npu``); returns it."""
+    """Register the ops and put FUSED_OPS, the aten-composed ops (npu_composed.py) and Format on `module` (an
+    emulated ``torch_npu``); returns it."""
+    from .npu_composed import COMPOSED_OPS
+
     register()
-    for name, fn in FUSED_OPS.items():
+    for name, fn in {**COMPOSED_OPS, **FUSED_OPS}.items():
         setattr(module, name, fn)
     module.Format = Format
     return module
