@@ -240,12 +240,14 @@ def excluded_reason(rel: str, text: str) -> str:
     return ""
 
 
-def spread(files: list[str]) -> list[str]:
-    """Round-robin over the directories, a stable pseudo-random order inside each, so that the first N files
-    of the list are a sample spread over the whole suite."""
+def spread(files: list[str], tests: str = "") -> list[str]:
+    """Round-robin over the top directories of the suite (npu/, nn/, profiler/, ...: not the leaf directories,
+    which would over-sample a deep tree such as profiler/analysis/*), a stable pseudo-random order inside
+    each, so that the first N files of the list are a sample spread over the whole suite."""
     groups: dict[str, list[str]] = collections.defaultdict(list)
     for rel in files:
-        groups[str(Path(rel).parent)].append(rel)
+        parts = Path(rel).relative_to(tests).parts if tests else Path(rel).parts
+        groups[parts[0] if len(parts) > 1 else "."].append(rel)
     for items in groups.values():
         items.sort(key=lambda r: hashlib.sha1(r.encode()).hexdigest())
     order, queues = [], [groups[k] for k in sorted(groups)]
@@ -281,7 +283,7 @@ def select(suite: Suite, root: Path, files: list[str] | None, limit: int | None)
             excluded.append({"file": rel, "reason": reason})
         else:
             chosen.append(rel)
-    chosen = spread(chosen)
+    chosen = spread(chosen, suite.tests)
     return (chosen[:limit] if limit else chosen), excluded
 
 
