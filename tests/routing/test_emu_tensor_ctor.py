@@ -55,3 +55,11 @@ def test_tensor_on_the_device_inside_a_compiled_function(d, backend):
     assert got.device == d
     assert torch.equal(got.cpu(), _cache(x, step))
     assert not isinstance(got, FakeTensor)
+
+
+def test_tensor_of_a_device_storage_reads_it_as_the_cpu_reads_a_host_storage(d):
+    expected = torch.tensor(torch.arange(3.0).untyped_storage())  # (PyTorch reads the bytes as int64)
+    storage = torch.arange(3.0, device=d).untyped_storage()
+    assert torch.equal(torch.tensor(storage), expected)
+    on_device = torch.tensor(storage, device=d)
+    assert on_device.device == d and torch.equal(on_device.cpu(), expected)
