@@ -69,8 +69,13 @@ def test_missing_vendor_names_are_missing_api():
 
 
 def test_a_library_missing_from_the_environment_is_not_the_vendor_surface():
-    category, group = vs.classify(_failed("ModuleNotFoundError", "No module named 'torchvision'"))
-    assert category == "other" and group.startswith("environment:")
+    assert vs.classify(_failed("ModuleNotFoundError", "No module named 'torchvision'")) == \
+        ("environment", "ModuleNotFoundError: No module named 'torchvision'")
+    assert vs.classify(_failed("FileNotFoundError", "[Errno 2] No such file: 'x/torch_npu/_inductor/a.py'"))[0] == \
+        "environment"
+    # the share leaves out what this harness cannot run
+    counts = dict.fromkeys(vs.CATEGORIES, 0) | {"pass": 6, "as_hardware": 3, "other": 1, "environment": 90}
+    assert vs.judged(counts) == 0.9
     # a TypeError on a keyword of a non-vendor function, raised outside torch-fl, is not missing API either
     assert vs.classify(_failed("TypeError", "f() got an unexpected keyword argument 'x'",
                                crash_path="/usr/lib/python3/foo.py"))[0] == "other"
