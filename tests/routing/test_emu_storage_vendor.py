@@ -138,12 +138,17 @@ def test_new_slices_and_resize_of_device_storages(d):
     part.fill_(9)                                   # a slice is a view of the same memory
     assert storage.tolist() == [1, 2, 9, 9, 9, 6, 7, 8]
 
+    from torch_fl.routing.emu import memory_allocated
+
+    before = memory_allocated(d.index)
     x = torch.arange(4, dtype=torch.uint8, device=d)
     data = x.untyped_storage()
     assert data.resize_(6) is data and data.nbytes() == 6 and data.tolist()[:4] == [0, 1, 2, 3]
+    assert memory_allocated(d.index) - before == 6
     data.resize_(0)                                 # FSDP2 frees a parameter so and regrows it before use
-    assert x.untyped_storage().nbytes() == 0
+    assert x.untyped_storage().nbytes() == 0 and memory_allocated(d.index) == before
     data.resize_(4)
+    assert memory_allocated(d.index) - before == 4
     x.copy_(torch.tensor([5, 6, 7, 8], dtype=torch.uint8))
     assert data.tolist() == [5, 6, 7, 8] and x.cpu().tolist() == [5, 6, 7, 8]
 

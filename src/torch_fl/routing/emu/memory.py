@@ -37,6 +37,28 @@ def _allocated(data: torch.Tensor, index: int) -> None:
         state.peak[index] = live[index]
 
 
+def resized(storage: torch.UntypedStorage, old_key: int, old_size: int, index: int) -> None:
+    """Count `storage` (a host storage resized in place from `old_size` bytes at `old_key`) at its new size:
+    ``storage.resize_(0)`` frees device memory, as FSDP2 expects of ``memory_allocated()``."""
+    ref = _tracked.get(old_key)
+    if ref is not None and ref() is storage:
+        # dropping the weak reference drops its callback, which would subtract the old size at the free
+        del _tracked[old_key]
+        state.live[index] -= old_size
+    size, key = storage.nbytes(), storage.data_ptr()
+    if not size or key in _tracked:
+        return
+
+    def freed(_ref: Any) -> None:
+        _tracked.pop(key, None)
+        state.live[index] -= size
+
+    _tracked[key] = weakref.ref(storage, freed)
+    state.live[index] += size
+    if state.live[index] > state.peak[index]:
+        state.peak[index] = state.live[index]
+
+
 def memory_allocated(index: int) -> int:
     """Bytes of live tensor storage on emu:`index`."""
     return state.live[index] if index < len(state.live) else 0

@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from . import memory
 from .slot import _no_device, backend_name, state
 
 # set_(storage, offset, size, stride) of PyTorch's CPU kernel: it only checks that storage and tensor are
@@ -204,7 +205,9 @@ def _storage_resize(self: Any, size: int) -> Any:
         return _plain_resize(self, size)
     if not isinstance(size, int) or size < 0:
         raise RuntimeError(f"resize_: expected a non-negative number of bytes, got {size!r}")
+    old_key, old_size = host.data_ptr(), host.nbytes()
     _plain_resize(host, size)  # (raises as PyTorch does for a storage that is not resizable)
+    memory.resized(host, old_key, old_size, self.device.index or 0)
     # the device StorageImpl must describe the new memory in place (tensors and PyTorch hold it, not this
     # Python object): swap its data pointer and size with a storage over the new host memory, through an
     # empty one (PyTorch swaps only storages of one size, or with an empty one)
