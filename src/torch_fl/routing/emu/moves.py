@@ -21,6 +21,8 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
+from .slot import state
+
 _original_apply: Any = None
 _local = threading.local()  # the move in progress: old parameter id -> (old, replacement, moved value)
 
@@ -112,14 +114,12 @@ def _get_data(self: torch.Tensor) -> torch.Tensor:
 
 
 def _set_data(self: torch.Tensor, value: torch.Tensor) -> None:
-    if not is_traceable_wrapper_subclass(value) or is_traceable_wrapper_subclass(self) or \
-            not isinstance(value, torch.Tensor) or type(self) not in (torch.Tensor, torch.nn.Parameter):
+    # (only device data given to a host tensor or Parameter: other subclasses keep PyTorch's answer)
+    if type(self) in (torch.Tensor, torch.nn.Parameter) and state.tensor_type is not None and \
+            isinstance(value, state.tensor_type):
+        set_data(self, value)
+    else:
         _TENSOR_DATA.__set__(self, value)
-        return
-    if value.device.type == self.device.type == "cpu":  # (another wrapper subclass on the host)
-        _TENSOR_DATA.__set__(self, value)
-        return
-    set_data(self, value)
 
 
 def set_data(self: torch.Tensor, value: torch.Tensor) -> None:
