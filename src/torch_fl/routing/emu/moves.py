@@ -10,6 +10,9 @@ every module that holds it (so tied weights stay tied), by a fresh Parameter ove
 then swapped as usual; the old object stays on the host with the graph that holds it.
 
 Nothing changes for a module no other reference holds, or for a conversion that stays on the host.
+
+``x.data = x.data.to(device)`` of a host tensor or Parameter (PyTorch's ``set_data`` refuses a wrapper
+subclass) is answered here too, by the same swap (``set_data`` below).
 """
 
 from __future__ import annotations
