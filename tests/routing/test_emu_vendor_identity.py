@@ -63,10 +63,21 @@ def test_a_bad_soc_version_names_the_key_and_bounds():
 
 
 def test_unsupported_cuda_fields_read_as_none_as_on_the_npu():
-    props = identity.DeviceProperties("Ascend910B1", 1)
-    assert props.major is None and props.warp_size is None and props.cube_core_num == 0
-    with pytest.raises(AttributeError, match="no attribute 'nonsense'"):
-        _ = props.nonsense
+    with torch_fl.emulate("npu"):
+        props = identity.DeviceProperties("Ascend910B1", 1)
+        assert props.major is None and props.warp_size is None and props.cube_core_num == 0
+        assert getattr(torch, backend_name()).get_device_capability() is None
+        with pytest.raises(AttributeError, match="no attribute 'nonsense'"):
+            _ = props.nonsense
+
+
+@pytest.mark.parametrize(("chip", "capability"), [("cuda", (9, 0)), ("musa", (2, 2))])
+def test_a_chip_with_a_compute_capability_reports_it(chip, capability):
+    with torch_fl.emulate(chip):
+        module = getattr(torch, backend_name())
+        assert module.get_device_capability() == capability
+        props = module.get_device_properties(0)
+        assert (props.major, props.minor) == capability
 
 
 def _run(code: str, **env: str) -> dict:
@@ -123,15 +134,72 @@ def test_torch_npu_identity_and_utils_as_the_vendors_tests_use_them():
     assert old["bf16"] is False and old["inf_nan"] is False and old["flag"] == "no error"
 
 
+# what Cambricon/torch_mlu test/ imports: _MLUC, torch_mlu.optimizers, torch.backends.mlu
 MLU_SURFACE = r'''
 import json, torch, torch_mlu
 from torch_mlu._MLUC import _mlu_hasPrimaryContext
-print(json.dumps({"name": torch.mlu.get_device_name(), "primary": _mlu_hasPrimaryContext(0),
-                  "native": torch_mlu._MLUC.__name__, "no_C": hasattr(torch_mlu, "_C")}))
+from torch_mlu.optimizers import FusedAdam, FusedSGD, FusedLAMB
+out = {"name": torch.mlu.get_device_name(), "primary": _mlu_hasPrimaryContext(0),
+       "native": torch_mlu._MLUC.__name__, "tf32": torch.backends.mlu.matmul.allow_tf32,
+       "plans": torch.backends.mlu.cnfft_plan_cache.max_size}
+def train(make, device):
+    torch.manual_seed(0)
+    m = torch.nn.Linear(4, 3).to(device)
+    opt = make(m.parameters())
+    for _ in range(3):
+        opt.zero_grad(); m(torch.ones(2, 4, device=device)).pow(2).sum().backward(); opt.step()
+    return m.weight.detach().cpu()
+out["adam"] = [torch.equal(train(lambda p: FusedAdam(p, lr=0.1, weight_decay=0.1, adam_w_mode=w), "mlu"),
+                           train(lambda p: (torch.optim.AdamW if w else torch.optim.Adam)(p, lr=0.1, weight_decay=0.1),
+                                 "cpu")) for w in (True, False)]
+out["sgd"] = torch.equal(train(lambda p: FusedSGD(p, lr=0.1, momentum=0.9), "mlu"),
+                         train(lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9), "cpu"))
+try:
+    FusedLAMB(torch.nn.Linear(1, 1).parameters())
+except NotImplementedError as exc:
+    out["lamb"] = str(exc)
+print(json.dumps(out))
 '''
 
 
 @pytest.mark.slow  # a fresh process: ~5 s
-def test_torch_mlu_reports_its_name_and_offers_mluc():
+def test_torch_mlu_offers_what_its_tests_import():
     out = _run(MLU_SURFACE, FL_DEVICE="emu:mlu")
-    assert out == {"name": "MLU590", "primary": True, "native": "torch_mlu._MLUC", "no_C": False}
+    assert out["name"] == "MLU590" and out["primary"] is True and out["native"] == "torch_mlu._MLUC"
+    assert out["tf32"] is False and out["plans"] > 0
+    assert out["adam"] == [True, True] and out["sgd"] is True
+    assert out["lamb"].startswith("torch_mlu.optimizers.FusedLAMB is not emulated by torch-fl")
+
+
+# torch_musa is torch.musa: its test framework calls torch_musa.is_available(), torch_musa.Event, torch_musa._sleep
+MUSA_SURFACE = r'''
+import json, torch, torch_musa
+from torch_musa.optim import FusedAdam, FusedAdamW
+out = {"same": torch_musa.set_device == torch.musa.set_device, "available": torch_musa.is_available(),
+       "count": torch_musa.device_count(), "name": torch_musa.get_device_name(),
+       "capability": list(torch_musa.get_device_capability()), "event": hasattr(torch_musa.Event, "record"),
+       "tensor": torch_musa.FloatTensor(2).device.type, "listed": "current_device" in dir(torch_musa)}
+def train(make, device):
+    torch.manual_seed(0)
+    m = torch.nn.Linear(4, 3).to(device)
+    opt = make(m.parameters())
+    for _ in range(3):
+        opt.zero_grad(); m(torch.ones(2, 4, device=device)).pow(2).sum().backward(); opt.step()
+    return m.weight.detach().cpu()
+out["adamw"] = torch.equal(train(lambda p: FusedAdamW(p, lr=0.1), "musa"), train(lambda p: torch.optim.AdamW(p, lr=0.1), "cpu"))
+out["adam"] = torch.equal(train(lambda p: FusedAdam(p, lr=0.1), "musa"), train(lambda p: torch.optim.Adam(p, lr=0.1), "cpu"))
+try:
+    torch_musa.no_such_name
+except AttributeError as exc:
+    out["missing"] = str(exc)
+print(json.dumps(out))
+'''
+
+
+@pytest.mark.slow  # a fresh process: ~5 s
+def test_torch_musa_is_its_device_module_with_fused_optimizers():
+    out = _run(MUSA_SURFACE, FL_DEVICE="emu:musa")
+    assert out["same"] and out["available"] and out["count"] >= 1 and out["name"] == "MTT S4000"
+    assert out["capability"] == [2, 2] and out["event"] and out["tensor"] == "musa" and out["listed"]
+    assert out["adamw"] and out["adam"]
+    assert out["missing"].startswith("module 'torch_musa' has no attribute 'no_such_name'")

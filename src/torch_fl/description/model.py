@@ -60,6 +60,15 @@ class Description:
         """The vendor's SoC number (identity.soc_version; -1 where the vendor reports none)."""
         return self.data["identity"]["soc_version"]
 
+    @property
+    def capability(self) -> tuple[int, int] | None:
+        """(major, minor) of identity.capability; None where the chip reports none."""
+        text = self.data["identity"]["capability"]
+        if not text:
+            return None
+        major, minor = text.split(".")
+        return int(major), int(minor)
+
     def section(self, name: str) -> dict[str, Any]:
         """A copy-free view of one [section] (do not mutate)."""
         return self.data[name]

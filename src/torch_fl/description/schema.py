@@ -175,6 +175,10 @@ SCHEMA: dict[str | None, dict[str, Key]] = {
                            "torch_npu.npu.utils.get_soc_version(): Ascend910A 102, Ascend310P3 202, Ascend910B1 "
                            "220, Ascend910_9391 250; -1 = none, as torch_npu says for an unknown SoC).",
                            bounds=(-1, 100000)),
+        "capability": Key("str", "", "The compute capability the vendor's get_device_capability() reports, as "
+                          "'MAJOR.MINOR' (9.0 for an H100, 2.2 for an MTT S4000: torch_musa's arch 22); '' = none "
+                          "(torch_npu reports None, and properties.major/minor are None).",
+                          pattern=r"[0-9]+\.[0-9]+", form="MAJOR.MINOR (9.0)"),
     },
     "emulation": {
         "plugin_migration": Key("list[str]", [], "Submodules of the plugin whose import turns on the vendor's "
@@ -184,6 +188,10 @@ SCHEMA: dict[str | None, dict[str, Key]] = {
                              "emulated plugin offers it as a module of the device calls vendor code and tests "
                              "import from it (_npu_setDevice, _npu_hasPrimaryContext, ...).",
                              pattern=r"[A-Za-z_][A-Za-z0-9_]*", form="a Python identifier (_C, _MLUC)"),
+        "plugin_is_device_module": Key("bool", False, "Whether the plugin package is itself the device module "
+                                       "(torch_musa: `torch.musa` is `torch_musa`, so torch_musa.set_device, "
+                                       "torch_musa.Event ... exist): the emulated package then offers the device "
+                                       "module's names at its top level."),
         "plugin_ops": Key("str", "", "The emulator's module (torch_fl.routing.emu.NAME) computing the plugin's "
                           "own fused ops (torch_npu.npu_rms_norm, ...) that the emulated plugin offers."),
     },

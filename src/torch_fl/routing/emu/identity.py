@@ -42,6 +42,12 @@ def soc_version() -> int:
     return desc.soc_version if desc is not None else -1
 
 
+def capability() -> tuple[int, int] | None:
+    """The chip's (major, minor) compute capability (identity.capability); None where it reports none."""
+    desc = chip()
+    return desc.capability if desc is not None else None
+
+
 def is_bf16_supported() -> bool:
     """Whether the chip computes bfloat16: its precision.dtypes list it (npu-910 and npu-310p do not)."""
     desc = chip()
@@ -72,6 +78,9 @@ class DeviceProperties:
         # (torch_npu's own fields, which its tests read as ints)
         self.cube_core_num = self.vector_core_num = self.L2_cache_size = 0
         self.emulated_by = emulated_by()
+        found = capability()
+        if found is not None:  # (else None, below: the chip has no compute capability)
+            self.major, self.minor = found
 
     def __getattr__(self, name: str) -> None:
         # CUDA's fields a plugin chip has no value for read as None, as torch_npu's properties give them (its
@@ -85,5 +94,5 @@ class DeviceProperties:
                 f"emulated_by='{self.emulated_by}')")
 
 
-__all__ = ["DeviceProperties", "chip", "device_name", "emulated_by", "is_bf16_supported", "remember",
+__all__ = ["DeviceProperties", "capability", "chip", "device_name", "emulated_by", "is_bf16_supported", "remember",
            "soc_version"]

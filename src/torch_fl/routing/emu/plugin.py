@@ -105,6 +105,8 @@ class EmulatedPlugin:
         module.__version__ = plugin_version(self.desc)
         module.__path__ = []
         setattr(module, self.device_type, getattr(torch, self.device_type))
+        if self.desc.section("emulation").get("plugin_is_device_module", False):
+            _delegate(module, getattr(torch, self.device_type))
         setattr(module, self.native.rsplit(".", 1)[1], importlib.import_module(self.native))
         if self.ops_module:
             # the vendor's fused ops (torch_npu.npu_rms_norm, ...) and the Tensor methods the plugin adds
@@ -128,6 +130,27 @@ class EmulatedPlugin:
             module.__dict__.update(getattr(ops, "native_calls", dict)())
         return module
 
+
+
+def _delegate(module: types.ModuleType, device_module: Any) -> None:
+    """Names `module` lacks are the device module's (PEP 562 module __getattr__): torch_musa.set_device is
+    torch.musa.set_device, as the plugin package is the device module."""
+
+    def __getattr__(name: str) -> Any:
+        if name.startswith("__"):  # (import machinery probes; the package answers those itself)
+            raise AttributeError(name)
+        try:
+            return getattr(device_module, name)
+        except AttributeError:
+            raise AttributeError(f"module '{module.__name__}' has no attribute '{name}' (torch-fl's emulation of "
+                                 f"the plugin offers the device module's calls and the names in "
+                                 f"docs/vendor-ops.md)") from None
+
+    def __dir__() -> list[str]:
+        return sorted(set(module.__dict__) | {n for n in dir(device_module) if not n.startswith("__")})
+
+    module.__getattr__ = __getattr__  # type: ignore[method-assign]
+    module.__dir__ = __dir__  # type: ignore[method-assign]
 
 
 def _reexport(name: str, target: str) -> types.ModuleType:

@@ -140,6 +140,11 @@ def chip_identity_class(base: type) -> type:
             # (including_emulation: CUDA's software bfloat16 on pre-Ampere GPUs; an NPU has none)
             return identity.is_bf16_supported()
 
+        @staticmethod
+        def get_device_capability(device: Any = None) -> tuple[int, int] | None:
+            # (None where the chip has none, as torch_npu answers for any argument, a device name included)
+            return identity.capability()
+
     return ChipIdentity
 
 
@@ -173,9 +178,6 @@ def vendor_module_class(base: type, name: str, stream_type: type) -> type:
         def _lazy_call(callback: Callable[[], Any], **_: Any) -> None:
             callback()  # the device is initialized already
 
-        @staticmethod
-        def get_device_capability(device: Any = None) -> None:
-            return None  # (torch_npu returns None: the chip has no CUDA compute capability)
 
         @staticmethod
         def set_compile_mode(jit_compile: bool = True) -> None:

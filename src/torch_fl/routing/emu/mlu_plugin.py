@@ -1,0 +1,101 @@
+"""What the emulated ``torch_mlu`` adds beyond the device module (description ``emulation.plugin_ops = "mlu_plugin"``):
+its fused optimizers (``torch_mlu.optimizers``) and ``torch.backends.mlu``, which Cambricon's own tests import.
+
+torch_mlu's FusedAdam and FusedSGD are apex's: "a drop-in replacement for torch.optim.Adam" (Cambricon/torch_mlu
+torch_mlu/optimizers/fused_adam.py), AdamW's decoupled decay with ``adam_w_mode=True`` (the default), Adam's L2
+decay without; FusedSGD is torch.optim.SGD. Fusion changes speed, not values, so each is PyTorch's optimizer with
+the vendor's signature. The settings that change the update itself (``bias_correction=False``,
+``wd_after_momentum=True``) and FusedLAMB are refused with an error saying so.
+
+``torch.backends.mlu``: the TF32 switches (``matmul.allow_tf32``, ``custom.allow_tf32``) and the CNFFT plan cache
+(``cnfft_plan_cache.max_size``, ``size``, ``clear()``), recorded: they change the chip's speed and rounding, and the
+emulated chip computes in the host's float32.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+from typing import Any
+
+import torch
+
+PLUGIN_SUBMODULES = {"optimizers": "torch_fl.routing.emu.mlu_plugin"}
+
+
+class FusedAdam(torch.optim.Adam):
+    """``torch_mlu.optimizers.FusedAdam``: torch.optim.Adam with AdamW's decoupled decay (adam_w_mode=True) or
+    Adam's L2 decay (False)."""
+
+    def __init__(self, params: Any, lr: float = 1e-3, bias_correction: bool = True,
+                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, adam_w_mode: bool = True,
+                 weight_decay: float = 0.0, amsgrad: bool = False, set_grad_none: bool = True) -> None:
+        if amsgrad:
+            raise RuntimeError("FusedAdam does not support the AMSGrad variant.")
+        if not bias_correction:
+            raise NotImplementedError("torch_mlu.optimizers.FusedAdam(bias_correction=False) is not emulated by "
+                                      "torch-fl (torch.optim has no Adam without bias correction); use the default")
+        super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
+                         decoupled_weight_decay=bool(adam_w_mode))
+
+
+class FusedSGD(torch.optim.SGD):
+    """``torch_mlu.optimizers.FusedSGD``: torch.optim.SGD."""
+
+    def __init__(self, params: Any, lr: float = 1e-3, momentum: float = 0, dampening: float = 0,
+                 weight_decay: float = 0, nesterov: bool = False, wd_after_momentum: bool = False,
+                 materialize_master_grads: bool = True, set_grad_none: bool = False) -> None:
+        if wd_after_momentum:
+            raise NotImplementedError("torch_mlu.optimizers.FusedSGD(wd_after_momentum=True) is not emulated by "
+                                      "torch-fl (torch.optim.SGD applies weight decay before momentum); use False")
+        super().__init__(params, lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay,
+                         nesterov=nesterov)
+
+
+class FusedLAMB(torch.optim.Optimizer):
+    """``torch_mlu.optimizers.FusedLAMB``: not emulated (its update is the vendor's own)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise NotImplementedError(
+            "torch_mlu.optimizers.FusedLAMB is not emulated by torch-fl: LAMB's update is not torch.optim's, and an "
+            "approximation would train differently from the MLU. Use a LAMB implementation in Python (e.g. "
+            "torch_optimizer.Lamb) on the emulated chip, or check this optimizer on the real MLU")
+
+
+FusedLAMBAMP = FusedLAMB
+
+
+class _Switches:
+    def __init__(self, **values: Any) -> None:
+        self.__dict__.update(values)
+
+
+class _PlanCache:
+    """``torch.backends.mlu.cnfft_plan_cache``: there are no FFT plans to cache on the host (size 0)."""
+
+    def __init__(self) -> None:
+        self.max_size = 4096
+        self.size = 0
+
+    def clear(self) -> None:
+        self.size = 0
+
+
+def _backends_mlu() -> types.ModuleType:
+    module = types.ModuleType("torch.backends.mlu", "torch-fl's emulation of torch_mlu's torch.backends.mlu")
+    module.matmul = _Switches(allow_tf32=False)  # type: ignore[attr-defined]
+    module.custom = _Switches(allow_tf32=False)  # type: ignore[attr-defined]
+    module.cnfft_plan_cache = _PlanCache()  # type: ignore[attr-defined]
+    return module
+
+
+def attach(module: Any) -> Any:
+    """``import torch_mlu`` registers ``torch.backends.mlu``, as the plugin does."""
+    if not hasattr(torch.backends, "mlu"):
+        backends = _backends_mlu()
+        torch.backends.mlu = backends  # type: ignore[attr-defined]
+        sys.modules["torch.backends.mlu"] = backends
+    return module
+
+
+__all__ = ["FusedAdam", "FusedLAMB", "FusedLAMBAMP", "FusedSGD"]

@@ -1,0 +1,53 @@
+"""What the emulated ``torch_musa`` adds beyond the device module (description ``emulation.plugin_ops = "musa_plugin"``):
+its fused optimizers, ``torch_musa.optim``.
+
+torch_musa documents FusedAdam and FusedAdamW as "the same functionality as torch.optim.Adam(fused=True)"
+(MooreThreads/torch_musa torch_musa/optim/fused_adam.py, fused_adamw.py): fusion batches the elementwise updates into
+fewer kernel launches, which changes speed, not values. So each is PyTorch's optimizer with the vendor's signature
+and defaults (FusedAdamW's weight_decay=1e-2). FusedLAMB's update is its own: not emulated, with an error saying so.
+The package's top level is the device module itself (``torch.musa`` is ``torch_musa``: description
+``emulation.plugin_is_device_module``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+# submodules of the emulated torch_musa: name under torch_musa -> the module that is it (plugin.py)
+PLUGIN_SUBMODULES = {"optim": "torch_fl.routing.emu.musa_plugin"}
+
+
+def _fused(base: type, name: str, weight_decay: float) -> type:
+    def __init__(self: Any, params: Any, lr: float | torch.Tensor = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-8, weight_decay: float = weight_decay, amsgrad: bool = False, *,
+                 maximize: bool = False, capturable: bool = False, differentiable: bool = False) -> None:
+        base.__init__(self, params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, amsgrad=amsgrad,
+                      maximize=maximize, capturable=capturable, differentiable=differentiable)
+
+    return type(name, (base,), {"__init__": __init__, "__module__": __name__,
+                                "__doc__": f"``torch_musa.optim.{name}``: torch.optim.{base.__name__} (the vendor "
+                                           f"documents it as the same functionality)."})
+
+
+FusedAdam = _fused(torch.optim.Adam, "FusedAdam", 0.0)
+FusedAdamW = _fused(torch.optim.AdamW, "FusedAdamW", 1e-2)
+
+
+class FusedLAMB(torch.optim.Optimizer):
+    """``torch_musa.optim.FusedLAMB``: not emulated (its update is the vendor's own)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise NotImplementedError(
+            "torch_musa.optim.FusedLAMB is not emulated by torch-fl: LAMB's update is not torch.optim's, and an "
+            "approximation would train differently from the MUSA GPU. Use a LAMB implementation in Python (e.g. "
+            "torch_optimizer.Lamb) on the emulated chip, or check this optimizer on the real GPU")
+
+
+def attach(module: Any) -> Any:
+    """Nothing beyond the submodules: torch_musa's ops are aten ops on the device."""
+    return module
+
+
+__all__ = ["FusedAdam", "FusedAdamW", "FusedLAMB"]
