@@ -86,6 +86,11 @@ def test_value_assertions_are_wrong_numbers_and_unraised_errors_are_not():
         "wrong"
     # the vendor's own value checks raise RuntimeError (op-plugin test_format_cast.py)
     assert vs.classify(_failed("RuntimeError", "expectValue: 29,  resultValue: 2"))[0] == "wrong"
+    # an assert raised inside library code is not the test's value check
+    assert vs.classify(_failed("AssertionError", "Torch not compiled with CUDA enabled",
+                               crash_path="/v/lib/python3.11/site-packages/torch/cuda/__init__.py"))[0] == "other"
+    assert vs.classify(_failed("AssertionError", "tensor(0.0740) not less than or equal to 0.03",
+                               crash_path="/usr/lib/python3.11/unittest/case.py"))[0] == "wrong"
     category, group = vs.classify(_failed("AssertionError", "RuntimeError not raised"))
     assert category == "other" and "not raised" in group
     assert vs.classify(_failed("RuntimeError", "aten::foo is not supported on the emulated npu")) == \
