@@ -119,6 +119,10 @@ def test_get_and_set_rng_state_restore_the_device_stream(d):
     again = _host(_draw_all(d))
     assert all(torch.equal(first[name], again[name]) for name in DRAWS)
     torch.emu.set_rng_state_all(torch.emu.get_rng_state_all())
+    with pytest.raises(RuntimeError, match="emu:7 does not exist"):
+        torch.emu.get_rng_state(7)
+    with pytest.raises(ValueError, match="cpu is not an emulated device"):
+        torch.emu.get_rng_state("cpu")
     assert torch.equal(torch.emu.random.get_rng_state(d), torch.emu.get_rng_state(0))
 
 
@@ -153,6 +157,26 @@ def test_dropout_in_a_training_model_drops_what_the_cpu_drops(d):
     torch.randn(100)  # host draws after seeding: the device's stream is its own
     got = device_model(x.to(d))
     torch.testing.assert_close(got.cpu(), expected)
+
+
+def _random_block(t: torch.Tensor) -> torch.Tensor:
+    noise = torch.randn_like(t) + torch.rand(t.shape, device=t.device) + torch.empty_like(t).uniform_()
+    return F.dropout(t + noise, 0.4) * torch.empty_like(t).bernoulli_(0.6)
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_compiled_random_ops_draw_from_the_device_generator(d, backend):
+    # AOTAutograd flattens the device tensor into its host data, so the graph's random ops carry the
+    # device's generator as an argument (else they would draw from the host's)
+    torch._dynamo.reset()
+    x = torch.arange(12.0).view(3, 4).to(d)
+    compiled = torch.compile(_random_block, backend=backend)
+    compiled(x)  # (compiles; the draws below are the calls' own)
+    torch.emu.manual_seed(8)
+    expected = _random_block(x).cpu()
+    torch.emu.manual_seed(8)
+    torch.rand(7)  # host draws in between
+    assert torch.equal(compiled(x).cpu(), expected)
 
 
 def test_two_devices_have_independent_generators(monkeypatch):

@@ -31,14 +31,18 @@ def _factory_fallback(ovl: Any, *args: Any, **kwargs: Any) -> Any:
     if random is None:
         random = _random[ovl] = _rng.seeded(ovl)
     if random:  # torch.rand(.., device=d) and friends draw from the device's generator (rng.py)
-        return _rng.call(ovl, index, lambda a, k: _make(ovl, index, a, k), args, kwargs)
+        return _rng.call(ovl, index, lambda kernel, a, k: _make(ovl, index, a, k, kernel), args, kwargs)
     return _make(ovl, index, args, kwargs)
 
 
 _random: dict[Any, bool] = {}
 
 
-def _make(ovl: Any, index: int, args: tuple, kwargs: dict) -> Any:
+def _make(ovl: Any, index: int, args: tuple, kwargs: dict, kernel: Any = None) -> Any:
+    """The device tensor factory `ovl` makes; `kernel`: what computes it instead of `ovl` (a random
+    factory's sibling that takes the device's generator: rng.py)."""
+    if kernel is None:
+        kernel = ovl
     cpu_kwargs = dict(kwargs)
     if "device" in cpu_kwargs:
         cpu_kwargs["device"] = torch.device("cpu")
@@ -50,7 +54,7 @@ def _make(ovl: Any, index: int, args: tuple, kwargs: dict) -> Any:
     if router is None or _empty(ovl, args):
         # unchecked, or a placeholder of no elements (batch_norm's uint8 reserve of size 0): no chip
         # needs a kernel or a dtype for it
-        return _wrap(ovl(*args, **cpu_kwargs), index)
+        return _wrap(kernel(*args, **cpu_kwargs), index)
     dtype = first_dtype(args, cpu_kwargs)
     op = state.names.get(ovl)
     if op is None:
@@ -63,11 +67,11 @@ def _make(ovl: Any, index: int, args: tuple, kwargs: dict) -> Any:
     if route is None:
         route = state.routes[(ovl, dtype)] = state.table.route(op, dtype)
     if route.kind is RouteKind.NATIVE:
-        out = ovl(*args, **cpu_kwargs)
+        out = kernel(*args, **cpu_kwargs)
         _check_outputs(ovl, route, args, kwargs, out)
         return _wrap(out, index)
     return router.call(op, ovl, route, dtype, args, kwargs,
-                       native=lambda a, k: _wrap(ovl(*args, **cpu_kwargs), index))
+                       native=lambda a, k: _wrap(kernel(*args, **cpu_kwargs), index))
 
 
 def _empty(ovl: Any, args: tuple) -> bool:

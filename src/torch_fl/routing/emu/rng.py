@@ -15,6 +15,7 @@ taken back afterwards (`device_stream`).
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -22,11 +23,11 @@ from typing import Any
 import torch
 
 from .generator import _EmuGenerator, device_generator
-from .slot import backend_name, state
+from .slot import _no_device, backend_name, state
 
 _generators: list[_EmuGenerator] = []
 _lock = threading.RLock()
-_local = threading.local()  # .depth: how many device_stream() blocks this thread is inside
+_local = threading.local()  # .depth: 1 while this thread runs inside device_stream()
 
 
 def default_generator(index: int) -> torch.Generator:
@@ -50,13 +51,16 @@ def index_of(where: Any) -> int:
     if where is None:
         return state.current
     if isinstance(where, int):
-        return where
+        where = torch.device(backend_name(), where)
     where = torch.device(where)
     if where.type != backend_name():
         raise ValueError(f"{where} is not an emulated device: the generators here are those of "
                          f"{backend_name()}:0..{backend_name()}:{max(state.count, 1) - 1} (pass one of them, "
                          f"or use torch.get_rng_state() for the host's)")
-    return state.current if where.index is None else where.index
+    index = state.current if where.index is None else where.index
+    if not 0 <= index < max(state.count, 1):
+        raise _no_device(index)
+    return index
 
 
 def seeded(func: Any) -> bool:
@@ -70,27 +74,69 @@ def inside_stream() -> bool:
     return getattr(_local, "depth", 0) > 0
 
 
-def call(func: Any, index: int, run: Callable[[tuple, dict], Any], args: tuple, kwargs: dict) -> Any:
-    """``run(args, kwargs)``, the random op `func` on device `index`, drawing from the device's generator:
-    passed as ``generator=`` where `func` takes one and the call gave none (an explicit generator wins,
-    as on every device), else by `device_stream`."""
+def call(func: Any, index: int, run: Callable[[Any, tuple, dict], Any], args: tuple, kwargs: dict, *,
+         own_kernel: bool = True) -> Any:
+    """``run(kernel, args, kwargs)``, the random op `func` on device `index`, drawing from the device's
+    generator. `kernel` is None (the op's own) or the kernel that computes `func` with the device's
+    generator, where `func` has no generator argument but a sibling that has (``rand`` -> ``rand.generator``,
+    ``native_dropout``'s CPU math); `own_kernel`: whether the caller computes `func` with its own kernel (a
+    replacement then may stand in for it). The generator goes in as an argument wherever it can: a graph
+    that torch.compile traces through the device then keeps it (the graph computes with the host data, and
+    would otherwise draw from the host's generator). Otherwise (an op no kernel here takes a generator for)
+    `device_stream`. An explicit ``generator=`` of the call wins, as on every device."""
     if inside_stream():
-        return run(args, kwargs)
+        return run(None, args, kwargs)
     where = _generator_arguments.get(func, False)
     if where is False:
         where = _generator_arguments[func] = _generator_argument(func)
     if where is None:
+        with_generator = _KERNELS.get(func) if own_kernel else None
+        if with_generator is not None:
+            return run(functools.partial(with_generator, generator=default_generator(index)), args, kwargs)
         with device_stream(index):
-            return run(args, kwargs)
+            return run(None, args, kwargs)
     position, name, kwarg_only = where
     generator = default_generator(index)
     if not kwarg_only and position < len(args):
         if args[position] is not None:
-            return run(args, kwargs)
-        return run((*args[:position], generator, *args[position + 1:]), kwargs)
+            return run(None, args, kwargs)
+        return run(None, (*args[:position], generator, *args[position + 1:]), kwargs)
     if kwargs.get(name) is not None:
-        return run(args, kwargs)
-    return run(args, {**kwargs, name: generator})
+        return run(None, args, kwargs)
+    return run(None, args, {**kwargs, name: generator})
+
+
+def _native_dropout(input: torch.Tensor, p: float, train: bool | None, *, generator: torch.Generator) -> tuple:
+    """``native_dropout`` as the CPU computes it (a bool keep-mask drawn with bernoulli_(1 - p), the input
+    scaled by 1 / (1 - p)), drawing from `generator`."""
+    if input.numel() == 0:
+        return input, torch.empty_like(input)
+    if train is False:
+        return input.clone(), torch.ones_like(input, dtype=torch.bool)
+    keep = 1.0 - p
+    mask = torch.empty_like(input, dtype=torch.bool).bernoulli_(keep, generator=generator)
+    return input.mul(mask).mul_(0.0 if keep == 0 else 1.0 / keep), mask
+
+
+def _siblings() -> dict[Any, Callable[..., Any]]:
+    """Each random aten overload without a generator argument whose overload packet has the same one with
+    it (``rand`` -> ``rand.generator``, ``randint.low`` -> ``randint.low_generator``, the ``*_like`` and out=
+    forms): the same numbers from a given generator."""
+    aten = torch.ops.aten
+    found: dict[Any, Callable[..., Any]] = {aten.native_dropout.default: _native_dropout}
+    for name in ("rand", "randn", "randint", "randperm", "rand_like", "randn_like", "randint_like"):
+        packet = getattr(aten, name)
+        overloads = [getattr(packet, o) for o in packet.overloads()]
+        for ovl in overloads:
+            if _generator_argument(ovl) is not None:
+                continue
+            plain = [(a.name, str(a.type)) for a in ovl._schema.arguments]
+            for other in overloads:
+                if _generator_argument(other) is not None and \
+                        [(a.name, str(a.type)) for a in other._schema.arguments if a.name != "generator"] == plain:
+                    found[ovl] = other
+    return found
+
 
 
 _generator_arguments: dict[Any, tuple[int, str, bool] | None] = {}
@@ -137,3 +183,6 @@ def first_index(args: tuple, kwargs: dict, tensor_type: type) -> int:
                 if isinstance(one, tensor_type):
                     return one._index
     return state.current
+
+
+_KERNELS = _siblings()  # (after _generator_argument, which it calls)

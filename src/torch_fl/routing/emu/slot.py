@@ -231,5 +231,6 @@ class DeviceEmulation:
 
 def _no_device(index: int) -> RuntimeError:
     return RuntimeError(
-        f"emu:{index} does not exist: {state.count} emulated device(s) (emu:0..emu:{state.count - 1}). "
+        f"{backend_name()}:{index} does not exist: {state.count} emulated device(s) ({backend_name()}:0.."
+        f"{backend_name()}:{state.count - 1}). "
         f"Set FL_EMU_DEVICES={index + 1} for more.")

@@ -501,17 +501,22 @@ def _dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
         plan = _plans[id(func)] = _Plan(func)
     if plan.seeded:
         index = _rng.first_index(args, kwargs, EmuTensor)
-        return _rng.call(func, index, lambda a, k: _dispatch_planned(plan, func, a, k), args, kwargs)
+        return _rng.call(func, index, lambda kernel, a, k: _dispatch_planned(plan, func, a, k, kernel), args, kwargs,
+                         own_kernel=plan.kernel is func and plan.special is None)
     return _dispatch_planned(plan, func, args, kwargs)
 
 
-def _dispatch_planned(plan: _Plan, func: Any, args: tuple, kwargs: dict) -> Any:
+def _dispatch_planned(plan: _Plan, func: Any, args: tuple, kwargs: dict, kernel: Any = None) -> Any:
+    """The dispatch of `func` once planned; `kernel`: what computes it instead of the plan's own (a random
+    op's kernel that takes the device's generator: rng.py)."""
+    if kernel is None:
+        kernel = plan.kernel
     if plan.special is not None:
         return plan.special(func, args, kwargs)
     index, cargs, ckwargs = _unwrap(func, args, kwargs)
     router = state.router
     if router is None or plan.inherited:
-        return _finish(plan, args, kwargs, plan.kernel(*cargs, **ckwargs), index)
+        return _finish(plan, args, kwargs, kernel(*cargs, **ckwargs), index)
     first = args[0] if args else None
     dtype = dtype_name(first.dtype) if type(first) is EmuTensor else first_dtype(cargs, ckwargs)
     key = (id(func), dtype)
@@ -519,12 +524,12 @@ def _dispatch_planned(plan: _Plan, func: Any, args: tuple, kwargs: dict) -> Any:
     if route is None:
         route = state.routes[key] = state.table.route(plan.name, dtype)
     if route.kind is NATIVE_KIND:
-        out = plan.kernel(*cargs, **ckwargs)
+        out = kernel(*cargs, **ckwargs)
         _check_outputs(func, route, args, kwargs, out)
         return _finish(plan, args, kwargs, out, index)
 
     def native(_a: tuple, _k: dict) -> Any:
-        return _finish(plan, args, kwargs, plan.kernel(*cargs, **ckwargs), index)
+        return _finish(plan, args, kwargs, kernel(*cargs, **ckwargs), index)
 
     return router.call(plan.name, func, route, dtype, args, kwargs, native=native)
 
