@@ -225,15 +225,15 @@ def prepare_npu(framework_root: Path, skips_yaml: str) -> str:
 # --------------------------------------------------------------------------------------------------------
 # selection
 # --------------------------------------------------------------------------------------------------------
-def fused_ops() -> list[str]:
+def fused_ops(npu_ops: Path = NPU_OPS) -> list[str]:
     """The vendor fused ops torch-fl emulates: the keys of npu_ops.FUSED_OPS (read with ast: no torch import)."""
-    tree = ast.parse(NPU_OPS.read_text())
+    tree = ast.parse(npu_ops.read_text())
     for node in ast.walk(tree):
         target = getattr(node, "target", None)
         if isinstance(node, ast.AnnAssign) and isinstance(target, ast.Name) and target.id == "FUSED_OPS":
             assert isinstance(node.value, ast.Dict)
             return [k.value for k in node.value.keys if isinstance(k, ast.Constant)]
-    raise JudgeError(f"FUSED_OPS not found in {NPU_OPS}")
+    raise JudgeError(f"FUSED_OPS not found in {npu_ops}")
 
 
 def op_test_matches(path: str, text: str, ops: Iterable[str]) -> list[str]:
@@ -281,7 +281,8 @@ def spread(files: list[str], tests: str = "") -> list[str]:
     return order
 
 
-def select(suite: Suite, root: Path, files: list[str] | None, limit: int | None) -> tuple[list[str], list[dict]]:
+def select(suite: Suite, root: Path, files: list[str] | None, limit: int | None,
+           fl_src: Path | None = None) -> tuple[list[str], list[dict]]:
     """The test files to run (paths relative to the extracted repository) and those left out, with why."""
     tests_dir = root / suite.tests
     all_files = sorted(str(p.relative_to(root)) for p in tests_dir.rglob("test_*.py"))
@@ -295,7 +296,8 @@ def select(suite: Suite, root: Path, files: list[str] | None, limit: int | None)
                                  f"(paths are relative to the repository, e.g. {all_files[0] if all_files else '?'})")
             chosen += [h for h in hits if h not in chosen]
         return chosen[:limit] if limit else chosen, []
-    ops = fused_ops() if suite.name == "op-plugin" else []
+    npu_ops = (fl_src / NPU_OPS.relative_to(ROOT / "src")) if fl_src else NPU_OPS
+    ops = fused_ops(npu_ops) if suite.name == "op-plugin" else []
     chosen, excluded = [], []
     for rel in all_files:
         text = (root / rel).read_text(errors="replace")
@@ -382,6 +384,9 @@ def _failure(report):
     text = str(longrepr) if longrepr is not None else ""
     sections = "\\n".join(content for _, content in getattr(report, "sections", []))
     record = {"text": text[-4000:], "internal_assert": _MARK in text or _MARK in sections}
+    chain = getattr(longrepr, "chain", None) or []
+    if len(chain) > 1 and chain[0][1] is not None:  # the first exception of a chain: the cause
+        record["cause"] = (chain[0][1].message or "")[:2000]
     if crash is not None:
         message = crash.message or ""
         exc_type, _, rest = message.partition(":")
@@ -450,13 +455,14 @@ UNAVAILABLE = re.compile(r"(npu|mlu|musa)\w* (is )?not available|no (npu|mlu|mus
 EMULATED_NAME = re.compile(r"emulated|torch-fl|^(npu|mlu|musa)\b|^$", re.I)
 
 
-def normalize(message: str, width: int = 110) -> str:
+def normalize(message: str, width: int = 140) -> str:
     """The first line of a message with its numbers, addresses and tensor contents masked: the group key."""
     lines = [part.strip() for part in message.strip().splitlines() if part.strip()]
     line = lines[0] if lines else ""
     if line.endswith(":") and len(lines) > 1:  # ("backend='inductor' raised:" says nothing without its cause)
         line = f"{line} {lines[1]}"
     line = re.sub(r"0x[0-9a-fA-F]+", "0x…", line)
+    line = re.sub(r"aten::[\w.]+", "aten::<op>", line)  # (one group per cause, not per op)
     line = re.sub(r"tensor\(\[.*", "tensor(…)", line)
     line = re.sub(r"(?<![\w.])\d+(\.\d+)?(e-?\d+)?(?!x…)", "N", line)
     return line[:width]
@@ -516,6 +522,7 @@ def classify(record: dict[str, Any]) -> tuple[str, str]:
     return "other", key
 
 
+WRAPPER = re.compile(r"^Error testing |Caused by sample input")
 _RAISED = re.compile(r"^(?:E\s+)?([A-Za-z_][\w.]*(?:Error|Exception|Failed|Exit|Interrupt)):\s*(.*)$", re.M)
 
 
@@ -523,6 +530,12 @@ def _exception(record: dict[str, Any]) -> tuple[str, str]:
     """(exception type, message) of a failure; a collection error has no crash line, so its last 'E   X: msg'
     line says it."""
     exc_type, message = record.get("exc_type", ""), record.get("message", "")
+    cause = record.get("cause", "")
+    if cause and WRAPPER.search(message):
+        # PyTorch's OpInfo tests wrap the failure ('Error testing addmm function variant'): group by its cause
+        name, _, rest = cause.partition(":")
+        if rest and " " not in name.strip():
+            return name.strip().rsplit(".", 1)[-1], rest.strip()
     if exc_type:
         return exc_type, message
     found = _RAISED.findall(record.get("text", "") or message)
@@ -598,6 +611,7 @@ class Setup:
     paths: dict[str, list[str]]  # package -> framework directories to add to its __path__
     work: Path
     deps: Path | None
+    fl_src: Path | None = None  # torch-fl's src/ at the measured commit (--at), else the installed one
     files: list[str] = field(default_factory=list)
     excluded: list[dict] = field(default_factory=list)
 
@@ -612,7 +626,7 @@ def run_file(setup: Setup, rel: str, timeout: float) -> dict[str, Any]:
     out_path.unlink(missing_ok=True)
     ini = setup.work / "pytest.ini"  # an empty ini of ours: no project's pytest settings apply
     ini.write_text("[pytest]\n")
-    pythonpath = [str(setup.work / "plugin")]
+    pythonpath = [str(setup.work / "plugin")] + ([str(setup.fl_src)] if setup.fl_src else [])
     env = {**os.environ, "FL_DEVICE": suite.device, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
            "PYTHONFAULTHANDLER": "1", "TORCHFL_JUDGE_OUT": str(out_path),
            "TORCHFL_JUDGE_PATHS": json.dumps(setup.paths), "TORCHFL_JUDGE_DEPS": str(setup.deps or ""),
@@ -783,6 +797,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--list", action="store_true", help="print the selected files and exit")
     parser.add_argument("--report", nargs="+", metavar="JSON",
                         help="run nothing: classify the outcomes of earlier --json files again and print their tables")
+    parser.add_argument("--at", metavar="REV",
+                        help="measure torch-fl at this commit (its src/ extracted and put first on PYTHONPATH), "
+                             "not the working tree (which may hold others' unfinished edits)")
     parser.add_argument("--markdown", action="store_true", help="with --report: print the tables as Markdown")
     args = parser.parse_args(argv)
     if args.report:
@@ -805,10 +822,12 @@ def main(argv: list[str] | None = None) -> int:
         checkouts[repo] = path
     names = list(SUITES) if args.suite == "all" else [args.suite]
     try:
+        fl_src, fl_commit = torch_fl_at(args.at, Path(args.work_dir))
         setups = []
         for name in names:
             setup = prepare(SUITES[name], args, checkouts)
-            setup.files, setup.excluded = select(setup.suite, setup.root, args.files, args.limit)
+            setup.fl_src = fl_src
+            setup.files, setup.excluded = select(setup.suite, setup.root, args.files, args.limit, fl_src)
             setups.append(setup)
     except JudgeError as exc:
         print(f"vendor_suites: {exc}", file=sys.stderr)
@@ -840,8 +859,26 @@ def main(argv: list[str] | None = None) -> int:
                                "counts": tally(files), "files": files, "excluded": setup.excluded,
                                "not_run": not_run, "groups": groups(files)}
 
+    for res in results.values():
+        res["torch_fl_commit"] = fl_commit
     report(results, args.top, args.json, time.monotonic() - started)
     return 0
+
+
+def torch_fl_at(rev: str | None, work: Path) -> tuple[Path | None, str]:
+    """torch-fl's src/ at `rev`, extracted (None: the installed working tree), and the commit measured
+    ('+dirty' when the working tree's src/ differs from HEAD: other work in progress is measured too)."""
+    def git(*cmd: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["git", "-C", str(ROOT), *cmd], capture_output=True, text=True)
+
+    if rev is None:
+        head = git("rev-parse", "HEAD").stdout.strip()
+        return None, head + ("+dirty" if git("status", "--porcelain", "--", "src").stdout.strip() else "")
+    found = git("rev-parse", "--verify", f"{rev}^{{commit}}")
+    if found.returncode != 0:
+        raise JudgeError(f"--at {rev}: not a commit of {ROOT} ({found.stderr.strip()})")
+    commit = found.stdout.strip()
+    return extract(ROOT, "torch-fl", commit, ["src"], work / "torch-fl") / "src", commit
 
 
 def reclassify(paths: list[str]) -> dict[str, dict[str, Any]]:
@@ -875,8 +912,9 @@ def report(results: dict[str, dict[str, Any]], top: int, json_path: str | None, 
     if json_path:
         fl_commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True,
                                    text=True).stdout.strip()
+        commits = {res.get("torch_fl_commit") for res in results.values()} - {None, ""}
         Path(json_path).write_text(json.dumps({
-            "torch_fl_commit": fl_commit, "minutes": round(seconds / 60, 1),
+            "torch_fl_commit": ", ".join(sorted(commits)) or fl_commit, "minutes": round(seconds / 60, 1),
             "argv": sys.argv[1:], "goal": GOAL, "suites": results}, indent=1))
         print(f"\nwrote {json_path}")
 

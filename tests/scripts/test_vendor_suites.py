@@ -94,7 +94,7 @@ def test_value_assertions_are_wrong_numbers_and_unraised_errors_are_not():
     category, group = vs.classify(_failed("AssertionError", "RuntimeError not raised"))
     assert category == "other" and "not raised" in group
     assert vs.classify(_failed("RuntimeError", "aten::foo is not supported on the emulated npu")) == \
-        ("other", "RuntimeError: aten::foo is not supported on the emulated npu")
+        ("other", "RuntimeError: aten::<op> is not supported on the emulated npu")
 
 
 def test_skips_fail_as_the_hardware_would_unless_the_chip_hides_its_name():
@@ -109,6 +109,12 @@ def test_skips_fail_as_the_hardware_would_unless_the_chip_hides_its_name():
 def test_groups_mask_numbers_and_keep_the_cause_of_a_colon_line():
     assert vs.normalize("shape [3, 4] != [3, 5] at 0x7f00aa") == "shape [N, N] != [N, N] at 0x…"
     assert vs.normalize("backend='inductor' raised:\nRuntimeError: no") == "backend='inductor' raised: RuntimeError: no"
+
+
+def test_a_wrapped_opinfo_failure_is_grouped_by_its_cause():
+    record = _failed("Exception", "Error testing addmm function variant",
+                     cause="torch_fl.errors.UnsupportedOperatorError: aten::addmm.default is not supported: complex64")
+    assert vs.classify(record) == ("other", "UnsupportedOperatorError: aten::<op> is not supported: complex64")
 
 
 def test_one_outcome_per_test_the_first_that_is_not_a_pass():
