@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -54,6 +55,20 @@ class _Amp:
     @property
     def GradScaler(self) -> type:
         return _chip_grad_scaler()
+
+    # the plugin's amp submodules, which code and tests reach through the package (torch_npu.npu.amp.autocast_mode,
+    # and torch.cuda.amp.autocast_mode after transfer_to_npu): each holds what its name says, on the chip
+    @functools.cached_property
+    def autocast_mode(self) -> types.SimpleNamespace:
+        return types.SimpleNamespace(autocast=_chip_autocast(), custom_fwd=self.custom_fwd, custom_bwd=self.custom_bwd)
+
+    @functools.cached_property
+    def grad_scaler(self) -> types.SimpleNamespace:
+        return types.SimpleNamespace(GradScaler=_chip_grad_scaler())
+
+    @functools.cached_property
+    def common(self) -> types.SimpleNamespace:
+        return types.SimpleNamespace(amp_definitely_not_available=lambda: False)
 
     @staticmethod
     def custom_fwd(fwd: Callable | None = None, **kwargs: Any) -> Any:
