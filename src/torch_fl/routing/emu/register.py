@@ -18,6 +18,7 @@ from . import (
     engine,
     factories,
     generator,
+    hub_kernels,
     lazy,
     module,
     moves,
@@ -57,6 +58,7 @@ def ensure(count: int, chip: Any = None) -> None:
             composites.register()  # silu_backward & co.: the chip's kernel where it has one
             autocast.register(backend_name())
             compiled.register()  # torch.compile: Inductor refused (it would compile for the host)
+            hub_kernels.install(backend_name())  # HF hub kernels: binaries for the real chip, off here
             # the c10d backend of the emulated type (init_process_group(device_id=emu:N)), and under the
             # chip's own name where the chip is emulated as itself (vendor code's "hccl")
             dist.register(chip.collective_backend if state.name != vendor.EMU and chip is not None else None)
