@@ -201,6 +201,22 @@ def test_data_assignment_moves_host_tensors_and_parameters(d):
     assert plain.tolist() == [0.0, 0.0]
 
 
+def test_data_assignment_moves_device_tensors_back_to_the_host(d):
+    # the other way (offloading code: param.data = param.data.cpu()), with identity and gradient kept
+    weight = torch.nn.Parameter(torch.arange(4.0).to(d))
+    weight.grad = torch.ones(4, device=d)
+    held = weight
+    weight.data = weight.data.cpu()
+    assert weight is held and isinstance(weight, torch.nn.Parameter) and weight.requires_grad
+    assert weight.device.type == "cpu" and weight.tolist() == [0.0, 1.0, 2.0, 3.0]
+    assert weight.grad.device.type == "cpu" and weight.grad.tolist() == [1.0] * 4
+    y = torch.arange(3.0).to(d)
+    y.data = y.data.cpu() * 2
+    assert y.device.type == "cpu" and y.tolist() == [0.0, 2.0, 4.0]
+    y.data = y.data.to(d)                           # and back again
+    assert y.device == d and y.cpu().tolist() == [0.0, 2.0, 4.0]
+
+
 # serialisation ---------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("saved_on", ["device", "host"])
 def test_legacy_checkpoints_load_with_every_map_location(d, saved_on):

@@ -124,6 +124,13 @@ class EmuTensor(torch.Tensor):
 
     @data.setter
     def data(self, value: torch.Tensor) -> None:
+        if not isinstance(value, EmuTensor) and isinstance(value, torch.Tensor):
+            # ``y.data = y.data.cpu()``: PyTorch refuses the swap between a wrapper and a plain tensor
+            # ("incompatible tensor type"), a real device allows it: the tensor is swapped (moves.py)
+            from .moves import set_data
+
+            set_data(self, value)
+            return
         _TENSOR_DATA.__set__(self, value)
         if isinstance(value, EmuTensor):
             self._data = value._data
