@@ -15,11 +15,19 @@ The modules, lowest first:
 - ``storage``: device storages over the host data (``untyped_storage()``, ``data_ptr()``, sharing),
   resizing the wrapper with its data, pinned memory;
 - ``serialization``: ``torch.save`` / ``torch.load`` (every map_location form), ``set_``;
-- ``moves``: ``module.to(device)`` of parameters something else still holds;
-- ``generator``: ``torch.Generator(device="emu")``;
+  ``dlpack``: DLPack export/import of device tensors, as torch_npu;
+- ``moves``: ``module.to(device)`` of parameters something else still holds, ``x.data = <device data>``;
+- ``generator``: ``torch.Generator(device="emu")``; ``rng``: each device's own generator, which its random
+  ops draw from (``torch.npu.manual_seed``); ``events``: ``torch.Event(device="emu")``;
+- ``engine``: backward across several emulated devices;
 - ``module``: the backend module ``torch.emu``, the hooks and the device guard;
 - ``autocast``: ``torch.autocast("emu")``; ``dist``: a c10d backend on gloo;
 - ``compiled``: ``torch.compile``'s Inductor refused on the device (it would compile for the host);
+  ``hub_kernels``: Hugging Face hub kernels off (binaries for the real chip);
+- ``wider``: ops the chip's kernel computes in dtypes the host's refuses;
+- ``vendor``, ``identity``, ``vendor_module``, ``plugin`` and its parts (``npu_ops``, ``npu_optim``,
+  ``npu_utils``, ``npu_composed``, ``mlu_plugin``, ``musa_plugin``): a plugin chip under its own name, with
+  the vendor's identity, device module, package and fused ops;
 - ``mode``: the dispatch-mode emulator, used where the device cannot exist.
 
 PrivateUse1 has one owner per process. When a vendor plugin (torch_npu, ...) owns it, ``emu`` cannot

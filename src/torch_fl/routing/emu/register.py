@@ -16,6 +16,7 @@ from . import (
     composites,
     dist,
     engine,
+    events,
     factories,
     generator,
     hub_kernels,
@@ -52,6 +53,7 @@ def ensure(count: int, chip: Any = None) -> None:
             accel_memory.install()  # torch.accelerator.memory_*: the emulator's counts, not a C++ allocator's
             moves.install()  # module.to(emu) of parameters a live host autograd graph still holds
             generator._register_generator()
+            events.register()  # torch.Event(device=emu): the device module's event (a Python guard has none)
             engine.install()  # backward across emulated devices (engine.py: PyTorch's engine knows one)
             lazy.register()
             attention.register()  # scaled_dot_product_attention's fused path where the chip has one
