@@ -50,3 +50,17 @@ def test_memory_info_is_host_memory_less_the_live_tensors(chip):
 
 def test_the_wrapped_entry_points_say_so():
     assert "torch-fl" in (torch._C._accelerator_getDeviceStats.__doc__ or "")
+
+
+def test_the_backend_modules_memory_calls_agree_with_torch_accelerator(chip):
+    # torch.emu (emu:cuda's device module) had no memory_reserved / memory_stats (issue 36)
+    module = getattr(torch, chip.type)
+    x = torch.ones(1024, device=chip)
+    live = torch.accelerator.memory_allocated()
+    assert module.memory_reserved() == live == module.memory_allocated()
+    assert module.max_memory_reserved() == torch.accelerator.max_memory_allocated()
+    stats = module.memory_stats()
+    assert stats == torch.accelerator.memory_stats(chip)  # the same flat layout as CUDA's
+    assert stats["allocated_bytes.all.current"] == live == stats["reserved_bytes.all.current"]
+    assert f"allocated_bytes.all.current: {live}" in module.memory_summary()
+    del x

@@ -45,6 +45,20 @@ def _stats(device_index: Any) -> dict[str, Any]:
             "requested_bytes": counts, "num_alloc_retries": 0, "num_ooms": 0}
 
 
+def stats(index: int) -> dict[str, int]:
+    """``torch.<chip>.memory_stats()``: `_stats` flattened as PyTorch flattens CUDA's
+    ('allocated_bytes.all.current', 'num_ooms', ...)."""
+    flat: dict[str, int] = {}
+    for key, value in _stats(index).items():
+        if isinstance(value, dict):
+            for pool, counts in value.items():
+                for kind, number in counts.items():
+                    flat[f"{key}.{pool}.{kind}"] = number
+        else:
+            flat[key] = value
+    return dict(sorted(flat.items()))
+
+
 def _memory_info(device_index: Any) -> tuple[int, int]:
     from .module import _BackendModule
 

@@ -121,6 +121,26 @@ class _BackendModule:
     def reset_peak_memory_stats(device: Any = None) -> None:
         memory.reset_peak_memory_stats(_index_of(device))
 
+    # nothing is cached beyond live tensors (freed device tensors return their host memory at once), so
+    # reserved is allocated; memory_stats is CUDA's flat layout of the same counts (accel_memory.stats)
+    @staticmethod
+    def memory_reserved(device: Any = None) -> int:
+        return memory.memory_allocated(_index_of(device))
+
+    @staticmethod
+    def max_memory_reserved(device: Any = None) -> int:
+        return memory.max_memory_allocated(_index_of(device))
+
+    @staticmethod
+    def memory_stats(device: Any = None) -> dict[str, int]:
+        from .accel_memory import stats
+
+        return stats(_index_of(device))
+
+    @staticmethod
+    def memory_summary(device: Any = None, abbreviated: bool = False) -> str:
+        return "\n".join(f"{key}: {value}" for key, value in _BackendModule.memory_stats(device).items())
+
     @staticmethod
     def mem_get_info(device: Any = None) -> tuple[int, int]:
         """(free, total): the device's memory is host memory, less what its live tensors hold."""
