@@ -114,6 +114,15 @@ else:
     out["flag"] = "no error"
 utils.set_sync_debug_mode("warn")
 out["sync_mode"] = utils.get_sync_debug_mode()
+errors = []
+for call in (lambda: torch.npu.set_sync_debug_mode(3), lambda: torch.npu.set_sync_debug_mode("loud"),
+             lambda: torch.npu.set_op_timeout_ms(-1), lambda: torch.npu.can_device_access_peer(0, -1)):
+    try:
+        call()
+    except Exception as exc:
+        errors.append(f"{type(exc).__name__}: {exc}")
+out["errors"] = errors
+out["peer"] = torch.npu.can_device_access_peer(0, 0)
 print(json.dumps(out))
 '''
 
@@ -129,6 +138,13 @@ def test_torch_npu_identity_and_utils_as_the_vendors_tests_use_them():
     assert a2["overflow"] == [True, False]
     assert a2["flag"].startswith("Unsupported api when soc_version >= Ascend910B1")
     assert a2["sync_mode"] == 1
+    # torch.npu carries torch_npu.npu.utils' exported names after `import torch_npu`, with the vendor's errors
+    assert a2["errors"] == ["RuntimeError: invalid value of debug_mode, expected one of 0,1,2 (got 3)",
+                            "RuntimeError: invalid value of debug_mode, expected one of `default`, `warn`, `error` "
+                            "(got 'loud')",
+                            "OverflowError: can't convert negative value to unsigned int",
+                            "AssertionError: Invalid peer device id: -1 (1 emulated device(s))"]
+    assert a2["peer"] is False  # (a device is not its own peer)
     old = _run(NPU_SURFACE, FL_DEVICE="emu:npu-910")
     assert old["name"] == "Ascend910A" and old["soc"] == 102
     assert old["bf16"] is False and old["inf_nan"] is False and old["flag"] == "no error"

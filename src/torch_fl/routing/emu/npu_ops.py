@@ -1366,6 +1366,18 @@ PLUGIN_SUBMODULES = {"optim": "torch_fl.routing.emu.npu_optim",
                      "npu.utils": "torch_fl.routing.emu.npu_utils"}
 
 
+def device_module_calls() -> dict[str, Any]:
+    """The names torch_npu.npu (which is torch.npu) re-exports from torch_npu.npu.utils (its __all__): the plugin
+    puts them on the device module when it is imported, as importing the real plugin does."""
+    from . import npu_utils
+
+    exported = ("StreamContext", "check_uce_in_memory", "clear_npu_overflow_flag", "current_blas_handle",
+                "finalize_dump", "get_npu_overflow_flag", "get_sync_debug_mode", "init_dump", "ipc_collect",
+                "obfuscation_calculate", "obfuscation_finalize", "obfuscation_initialize", "set_dump",
+                "set_op_timeout_ms", "set_sync_debug_mode", "stress_detect")
+    return {name: getattr(npu_utils, name) for name in exported}
+
+
 def native_calls() -> dict[str, Any]:
     """The bindings of torch_npu._C beyond the device calls every plugin has (plugin.py), that the vendor's tests
     and Python code call: the SoC number, the inf/nan mode, the CANN version and the properties type."""

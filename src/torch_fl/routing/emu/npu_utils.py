@@ -146,11 +146,14 @@ _SYNC_DEBUG_MODES = {"default": 0, "warn": 1, "error": 2}
 def set_sync_debug_mode(debug_mode: int | str) -> None:
     """Recorded: the chip reports host-device synchronizations in mode 1/'warn' and 2/'error'; the emulated
     device synchronizes with the host on every op, so there is nothing to report."""
+    # (the vendor's messages, which its tests match)
     if isinstance(debug_mode, str):
         if debug_mode not in _SYNC_DEBUG_MODES:
-            raise RuntimeError(f"invalid value of debug_mode '{debug_mode}': expected one of "
-                               f"{', '.join(_SYNC_DEBUG_MODES)}, or 0, 1, 2")
+            raise RuntimeError(f"invalid value of debug_mode, expected one of `default`, `warn`, `error` (got "
+                               f"'{debug_mode}')")
         debug_mode = _SYNC_DEBUG_MODES[debug_mode]
+    if int(debug_mode) not in _SYNC_DEBUG_MODES.values():
+        raise RuntimeError(f"invalid value of debug_mode, expected one of 0,1,2 (got {debug_mode})")
     settings["sync_debug_mode"] = int(debug_mode)
 
 
@@ -194,7 +197,14 @@ def ipc_collect() -> None:
 
 
 def set_op_timeout_ms(timeout: int) -> None:
-    settings["op_timeout_ms"] = int(timeout)
+    """Recorded (an emulated op never times out); the value must fit the chip's unsigned 32-bit setting, with the
+    errors the vendor's binding raises."""
+    timeout = int(timeout)
+    if timeout < 0:
+        raise OverflowError("can't convert negative value to unsigned int")
+    if timeout >= 2**32:
+        raise OverflowError("Overflow when unpacking unsigned int")
+    settings["op_timeout_ms"] = timeout
 
 
 def _not_emulated(name: str) -> Any:

@@ -116,6 +116,10 @@ class EmulatedPlugin:
             for name, method in getattr(ops, "TENSOR_METHODS", {}).items():
                 if not hasattr(torch.Tensor, name):
                     setattr(torch.Tensor, name, method)
+            device_module = getattr(torch, self.device_type)
+            for name, call in getattr(ops, "device_module_calls", dict)().items():
+                if not hasattr(device_module, name):
+                    setattr(device_module, name, call)
             # the plugin imports its submodules with itself (torch_npu.npu.utils, torch_npu.optim are attributes
             # after `import torch_npu` alone, and the vendor's tests use them so)
             for sub in self._ops_submodules():

@@ -195,6 +195,32 @@ def vendor_module_class(base: type, name: str, stream_type: type) -> type:
 
 
         @staticmethod
+        def can_device_access_peer(device: Any, peer_device: Any) -> bool:
+            # two distinct emulated devices share the host's memory, so each reaches the other's data; a device is
+            # not its own peer (the vendor answers False), and ids that do not exist fail as the vendor's asserts do
+            count = max(state.count, 1)
+            for where, what in ((device, "device"), (peer_device, "peer device")):
+                if not 0 <= device_index(where) < count:
+                    raise AssertionError(f"Invalid {what} id: {where!r} ({count} emulated device(s))")
+            return device_index(device) != device_index(peer_device)
+
+        @staticmethod
+        def is_autocast_enabled() -> bool:
+            return torch.is_autocast_enabled(backend_name())
+
+        @staticmethod
+        def set_autocast_enabled(enabled: bool) -> None:
+            torch.set_autocast_enabled(backend_name(), enabled)
+
+        @staticmethod
+        def get_autocast_dtype() -> torch.dtype:
+            return torch.get_autocast_dtype(backend_name())
+
+        @staticmethod
+        def set_autocast_dtype(dtype: torch.dtype) -> None:
+            torch.set_autocast_dtype(backend_name(), dtype)
+
+        @staticmethod
         def set_compile_mode(jit_compile: bool = True) -> None:
             VendorModule.jit_compile = bool(jit_compile)
 
