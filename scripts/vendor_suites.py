@@ -496,9 +496,12 @@ def classify(record: dict[str, Any]) -> tuple[str, str]:
     if kind == "exit":
         return "other", f"pytest stopped with exit status {record.get('rc')} before reporting the file's tests"
     if record.get("internal_assert") or "INTERNAL ASSERT FAILED" in record.get("message", ""):
-        text = record.get("text", "") + "\n" + record.get("message", "")
-        where = re.search(r"INTERNAL ASSERT FAILED at \"?([^\"\s]+)", text)
-        return "crash", "PyTorch INTERNAL ASSERT FAILED" + (f" at {Path(where.group(1)).name}" if where else "")
+        line = record["internal_assert"] if isinstance(record.get("internal_assert"), str) else ""
+        text = "\n".join((line, record.get("text", ""), record.get("message", "")))
+        where = ASSERT_AT.search(text)
+        if not where:
+            return "crash", "PyTorch INTERNAL ASSERT FAILED"
+        return "crash", f"PyTorch INTERNAL ASSERT FAILED: {where.group(1).strip()} ({Path(where.group(2)).name})"
     outcome = record.get("outcome", "failed")
     if outcome in ("passed", "xpassed"):
         return "pass", ""
@@ -534,7 +537,9 @@ def classify(record: dict[str, Any]) -> tuple[str, str]:
     return "other", key
 
 
-WRAPPER = re.compile(r"^Error testing |Caused by sample input")
+# "<condition> INTERNAL ASSERT FAILED at "<file>":<line>": the condition and the file name the group
+ASSERT_AT = re.compile(r"(?:callback: |^|\s)([^\s:][^:\n]*?) INTERNAL ASSERT FAILED at \"?([^\"\s:]+)", re.M)
+WRAPPER = re.compile(r"^Error testing |Caused by sample input|^Comparing")
 _RAISED = re.compile(r"^(?:E\s+)?([A-Za-z_][\w.]*(?:Error|Exception|Failed|Exit|Interrupt)):\s*(.*)$", re.M)
 
 
@@ -604,7 +609,11 @@ def file_records(records: list[dict[str, Any]], rc: int | None, timed_out: bool,
         out.append({"kind": "signal", "rc": rc, "weight": unreported})
     elif not finished and rc not in (None, 0, 1, 5) and not any(r.get("kind") == "collect" for r in out):
         out.append({"kind": "exit", "rc": rc, "weight": unreported})
-    if "INTERNAL ASSERT FAILED" in output and not any(r.get("internal_assert") for r in out):
+    marks = [line for line in output.splitlines() if "INTERNAL ASSERT FAILED" in line]
+    for rec in out:  # (a flag from captured output: the process log names the assert)
+        if rec.get("internal_assert") is True and marks:
+            rec["internal_assert"] = marks[0][:500]
+    if marks and not any(r.get("internal_assert") for r in out):
         where = re.search(r".*INTERNAL ASSERT FAILED.*", output)
         out.append({"kind": "test", "outcome": "failed", "nodeid": "(process output)", "internal_assert": True,
                     "message": where.group(0)[:500] if where else "", "text": "", "weight": 1})
@@ -908,6 +917,12 @@ def reclassify(paths: list[str]) -> dict[str, dict[str, Any]]:
                 res["files"] = [f for f in results[name]["files"] if f["file"] not in later] + res["files"]
                 res["excluded"] = results[name]["excluded"]
             for f in res["files"]:
+                log = Path(f.get("log", ""))
+                flagged = [t for t in f["tests"] if t.get("internal_assert") is True]
+                if flagged and log.is_file():  # (older runs kept only a flag: the kept log names the assert)
+                    marks = [ln for ln in log.read_text(errors="replace").splitlines() if "INTERNAL ASSERT" in ln]
+                    for t in flagged:
+                        t["internal_assert"] = marks[0][:500] if marks else True
                 for t in f["tests"]:
                     t["category"], t["group"] = classify(t)
             res["counts"], res["groups"] = tally(res["files"]), groups(res["files"])

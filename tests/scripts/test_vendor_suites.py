@@ -37,7 +37,7 @@ def test_a_signal_exit_is_a_crash_named_by_its_signal():
 def test_internal_assert_anywhere_is_a_crash_even_in_a_passing_test():
     text = 'RuntimeError: func != nullptr INTERNAL ASSERT FAILED at "/pytorch/torch/csrc/utils/python_dispatch.cpp":123'
     category, group = vs.classify(_failed("RuntimeError", text.split(": ", 1)[1], text=text, internal_assert=True))
-    assert (category, group) == ("crash", "PyTorch INTERNAL ASSERT FAILED at python_dispatch.cpp")
+    assert (category, group) == ("crash", "PyTorch INTERNAL ASSERT FAILED: func != nullptr (python_dispatch.cpp)")
     passed = {"kind": "test", "nodeid": "t.py::test_y", "outcome": "passed", "internal_assert": True, "text": ""}
     assert vs.classify(passed)[0] == "crash"
 
