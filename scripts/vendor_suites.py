@@ -951,4 +951,5 @@ def report(results: dict[str, dict[str, Any]], top: int, json_path: str | None, 
 
 
 if __name__ == "__main__":
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # (`--list | head` ends quietly, as other CLI tools do)
     sys.exit(main())
