@@ -38,6 +38,10 @@ Usage:
     python scripts/vendor_suites.py --mirrors DIR --suite op-plugin              # every emulated fused op
     python scripts/vendor_suites.py --mirrors DIR --suite mlu --files test/torch_ops/test_abs.py
     python scripts/vendor_suites.py --mirrors DIR --suite all --limit 20 --list  # the selection only
+    python scripts/vendor_suites.py --mirrors DIR --suite musa --at HEAD         # torch-fl's last commit
+    python scripts/vendor_suites.py --report a.json b.json --markdown            # tables of saved runs
+
+Figures and what they mean for torch-fl: docs/vendor-ops.md, "Vendor test suites as the judge".
 """
 
 from __future__ import annotations
