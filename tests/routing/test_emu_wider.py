@@ -128,3 +128,35 @@ def test_half_kernels_cuda_has_and_the_cpu_lacks(monkeypatch, dtype):
         assert loss.dtype == dtype and x.grad.dtype == dtype
         torch.testing.assert_close(loss.cpu(), expected.to(dtype))
         torch.testing.assert_close(x.grad.cpu(), ref.grad.to(dtype))
+
+
+# A vendor's fused kernel rounds once: torch_npu's own BCE-with-logits test compares the chip's float16 result
+# with the CPU's float32 result cast to float16 (1e-3); the host's composite rounds after each of its ops
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_a_vendor_kernel_of_a_host_composite_rounds_half_results_once(monkeypatch, dtype):
+    import torch.nn.functional as F
+
+    torch.manual_seed(0)
+    x, target, weight = torch.rand(10, 64) * 10, torch.randint(0, 2, (10, 64)).float(), torch.rand(10, 64) * 10
+    half = [t.to(dtype) for t in (x, target, weight)]
+
+    def bce(a, t, w):
+        return F.binary_cross_entropy_with_logits(a, t, weight=w, pos_weight=w, reduction="none")
+
+    once = bce(*(t.float() for t in half)).to(dtype)  # the chip's kernel: float32 inside, one rounding
+    composite = bce(*half)                            # the host's composite: a rounding per op
+    assert not torch.equal(once, composite)
+    for chip, expected in (("emu:npu", once), ("emu:cuda", composite)):  # CUDA runs PyTorch's composite too
+        monkeypatch.setenv("FL_DEVICE", chip)
+        torch_fl.reset()
+        d = torch_fl.device()
+        got = bce(*(t.to(d) for t in half))
+        assert got.dtype == dtype and torch.equal(got.cpu(), expected), chip
+    # views stay views, an asked result dtype is kept, float32 is untouched
+    monkeypatch.setenv("FL_DEVICE", "emu:npu")
+    torch_fl.reset()
+    d = torch_fl.device()
+    y = half[0].to(d)
+    assert y.t().untyped_storage().data_ptr() == y.untyped_storage().data_ptr()
+    assert y.sum(dtype=torch.float32).dtype == torch.float32 and y.mean().dtype == dtype
+    assert torch.equal(bce(x.to(d), target.to(d), weight.to(d)).cpu(), bce(x, target, weight))

@@ -215,6 +215,9 @@ class EmuTensor(torch.Tensor):
                         if plan.routes_of is not routes:
                             plan.routes_of = routes
                             plan.routes = {}
+                            if plan.fused:  # (another chip: its own kernel, or PyTorch's composite)
+                                kernel = _chip_kernel(plan)
+                                plan.call = kernel._op if type(kernel) is torch._ops.OpOverload else kernel
                         route = plan.routes.get(first.dtype)
                         if route is None:
                             dtype = dtype_name(first.dtype)
@@ -444,8 +447,8 @@ class _Plan:
     """What the dispatch needs to know about one op, found once: the hot path then makes a single dict
     lookup keyed by the op's id (an OpOverload's own __hash__ is Python code, ~0.5 us a call)."""
 
-    __slots__ = ("call", "fast", "func", "inherited", "kernel", "lists", "metadata", "name", "outs", "resizes",
-                 "routes", "routes_of", "seeded", "special", "view", "written")
+    __slots__ = ("call", "fast", "func", "fused", "fused_for", "inherited", "kernel", "lists", "metadata", "name",
+                 "outs", "resizes", "routes", "routes_of", "seeded", "special", "view", "written")
 
     def __init__(self, func: Any) -> None:
         self.func = func  # (holds the op, so its id stays its own)
@@ -481,6 +484,22 @@ class _Plan:
         # replaces it, and so drops these)
         self.routes: dict[torch.dtype, Route] = {}
         self.routes_of: dict | None = None
+        # computed by PyTorch's composite on the host: a chip whose vendor has a kernel of its own rounds
+        # half results once (wider.py); the kernel for the chip of `fused_for` (its route table)
+        self.fused = self.special is None and self.kernel is func and wider.host_composite(func)
+        self.fused_for: tuple[Any, Any] | None = None
+
+
+def _chip_kernel(plan: _Plan) -> Any:
+    """`plan`'s kernel on the emulated chip: its vendor's fused kernel (half inputs computed in float32,
+    rounded once) where the chip registers one for an op the host composes, else the host's."""
+    routes = state.routes
+    cached = plan.fused_for
+    if cached is not None and cached[0] is routes:
+        return cached[1]
+    kernel = wider.rounding_once(plan.kernel) if wider.vendor_fused(state.description, plan.name) else plan.kernel
+    plan.fused_for = (routes, kernel)
+    return kernel
 
 
 _plans: dict[int, _Plan] = {}
@@ -517,7 +536,7 @@ def _dispatch_planned(plan: _Plan, func: Any, args: tuple, kwargs: dict, kernel:
     """The dispatch of `func` once planned; `kernel`: what computes it instead of the plan's own (a random
     op's kernel that takes the device's generator: rng.py)."""
     if kernel is None:
-        kernel = plan.kernel
+        kernel = plan.kernel if not plan.fused else _chip_kernel(plan)
     if plan.special is not None:
         return plan.special(func, args, kwargs)
     index, cargs, ckwargs = _unwrap(func, args, kwargs)

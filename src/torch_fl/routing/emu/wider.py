@@ -92,3 +92,64 @@ def compute(dispatch_key: str, op: str, func: Any, args: tuple, kwargs: dict) ->
         return value.to(first) if value.dtype == torch.float64 else value  # integer histc: counts in its dtype
 
     return tree_map(back, out)
+
+
+# A vendor's fused kernel rounds once ----------------------------------------------------------------------
+# Ops the host computes as a composite (no CPU kernel; PyTorch's CompositeExplicitAutograd kernel runs several
+# ops, each rounding float16/bfloat16 on its own) but a plugin chip's vendor registers a kernel of its own: the
+# vendor's kernel computes half inputs in float32 and rounds the result once, which is what the vendors' own
+# tests check (torch_npu's test/npu/test_binary_cross_entropy_with_logits.py compares the chip's float16 result
+# with the CPU's float32 result cast to float16, within 1e-3; the host's composite missed it by 6.6e-3 with
+# reduction='none'). On such a chip the emulator computes those ops so: half tensor arguments widened to
+# float32, the results returned in their half dtype. Chips whose kernels are PyTorch's own (cuda, xpu: their
+# tables come from native_functions.yaml) run the same composite as the host and keep its roundings.
+
+
+def host_composite(func: Any) -> bool:
+    """Whether the host computes `func` with PyTorch's composite kernel (several ops) rather than a kernel
+    of its own, and it returns tensors (a candidate for a chip's fused kernel)."""
+    name = func.name()
+    return (not func._schema.is_mutable  # (in-place and out= ops write their arguments: left as they are)
+            and not any(r.alias_info is not None for r in func._schema.returns)  # (views: t, alias)
+            and not torch._C._dispatch_has_kernel_for_dispatch_key(name, "CPU")
+            and torch._C._dispatch_has_kernel_for_dispatch_key(name, "CompositeExplicitAutograd")
+            and any(isinstance(r.type, torch.TensorType) for r in func._schema.returns))
+
+
+def vendor_fused(desc: Any, op: str) -> bool:
+    """Whether chip `desc`'s vendor registers a kernel of its own for `op` (its vendor op table lists it in
+    the chosen release line), rather than running PyTorch's composite."""
+    resolved = desc.native_table() if desc is not None and desc.dispatch_key == "PrivateUse1" else None
+    if resolved is None:
+        return False
+    table, version, _ = resolved
+    return op in table.ops(version)
+
+
+def rounding_once(kernel: Any) -> Any:
+    """`kernel` computing float16/bfloat16 tensor arguments in float32 and returning its float32 results
+    in the first half argument's dtype (other dtypes pass through as they are)."""
+
+    def fused(*args: Any, **kwargs: Any) -> Any:
+        half: list[torch.dtype] = []
+
+        def widen(value: Any) -> Any:
+            if isinstance(value, torch.Tensor) and value.dtype in _HALF:
+                half.append(value.dtype)
+                return value.float()
+            return value
+
+        if any(isinstance(v, torch.dtype) for v in (*args, *kwargs.values())):
+            return kernel(*args, **kwargs)  # a result dtype asked for (sum(x, dtype=...)): the kernel's own
+        wide_args, wide_kwargs = tree_map(widen, args), tree_map(widen, kwargs)
+        if not half:
+            return kernel(*args, **kwargs)
+        out = kernel(*wide_args, **wide_kwargs)
+        return tree_map(lambda v: v.to(half[0]) if isinstance(v, torch.Tensor) and v.dtype == torch.float32
+                        else v, out)
+
+    return fused
+
+
+_HALF = (torch.float16, torch.bfloat16)
+
