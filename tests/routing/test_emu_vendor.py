@@ -57,6 +57,12 @@ try:
 except RuntimeError as exc:
     out["mismatch"] = str(exc)
 from torch_fl.routing import emu
+import pickle
+scaler = pickle.loads(pickle.dumps(torch.npu.amp.GradScaler(init_scale=1024.0)))  # checkpoints pickle it
+out["scaler"] = [type(scaler).__name__, scaler.get_scale()]
+stats = torch.npu.memory_stats()
+out["memory"] = [torch.npu.memory_cached() == torch.npu.memory_allocated() == stats["allocated_bytes.all.current"],
+                 stats["reserved_bytes.all.peak"] == torch.npu.max_memory_reserved()]
 out["status"] = emu.status()["detail"]
 print(json.dumps(out))
 '''
@@ -94,6 +100,7 @@ def test_torch_npu_style_code_runs_unmodified_on_emu_npu():
     assert out["timing"] and out["step_equal"] and out["param_device"] == "npu:0"
     assert "npu:0 and cpu" in out["mismatch"] or "cpu and npu:0" in out["mismatch"]
     assert "borrowed as 'npu'" in out["status"]
+    assert out["scaler"] == ["GradScaler", 1024.0] and out["memory"] == [True, True]
 
 
 @pytest.mark.slow  # a fresh process: ~5 s

@@ -102,6 +102,9 @@ def _chip_grad_scaler() -> type:
             super().__init__(backend_name(), init_scale=init_scale, growth_factor=growth_factor,
                              backoff_factor=backoff_factor, growth_interval=growth_interval, enabled=enabled)
 
+    # picklable by name, as the vendor's class is (checkpoints pickle the scaler; a local class is not found)
+    GradScaler.__qualname__ = "GradScaler"
+    globals()["GradScaler"] = GradScaler
     return GradScaler
 
 
@@ -234,33 +237,15 @@ def vendor_module_class(base: type, name: str, stream_type: type) -> type:
                 raise TypeError(f"set_option takes a dict of option names to values, not {type(option).__name__}")
             VendorModule.options.update(option)
 
-        @staticmethod
-        def memory_reserved(device: Any = None) -> int:
-            return memory.memory_allocated(device_index(device))  # nothing is cached beyond live tensors
-
-        @staticmethod
-        def max_memory_reserved(device: Any = None) -> int:
-            return memory.max_memory_allocated(device_index(device))
-
-        memory_cached, max_memory_cached = memory_reserved, max_memory_reserved
+        # (memory_reserved, max_memory_reserved, memory_stats, memory_summary: the emulator's own, in base)
+        memory_cached = staticmethod(base.memory_reserved)
+        max_memory_cached = staticmethod(base.max_memory_reserved)
 
         @staticmethod
         def reset_max_memory_allocated(device: Any = None) -> None:
             memory.reset_peak_memory_stats(device_index(device))
 
         reset_max_memory_cached = reset_max_memory_allocated
-
-        @staticmethod
-        def memory_stats(device: Any = None) -> dict[str, int]:
-            index = device_index(device)
-            live, peak = memory.memory_allocated(index), memory.max_memory_allocated(index)
-            return {"allocated_bytes.all.current": live, "allocated_bytes.all.peak": peak,
-                    "reserved_bytes.all.current": live, "reserved_bytes.all.peak": peak}
-
-        @staticmethod
-        def memory_summary(device: Any = None, abbreviated: bool = False) -> str:
-            stats = VendorModule.memory_stats(device)
-            return "\n".join(f"{key}: {value}" for key, value in stats.items())
 
         @staticmethod
         def device_of(obj: Any) -> Any:
