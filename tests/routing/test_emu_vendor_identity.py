@@ -208,6 +208,12 @@ try:
     torch_musa.no_such_name
 except AttributeError as exc:
     out["missing"] = str(exc)
+# the vendor's test framework (torch_musa/testing/common_utils.py) starts with this import
+from torch_musa.core._utils import _get_musa_arch, _get_musa_device_index
+import os
+out["arch"] = [_get_musa_arch(), _get_musa_device_index("musa:0")]
+os.environ["TORCH_MUSA_ARCH"] = "31"
+out["arch"].append(_get_musa_arch())
 print(json.dumps(out))
 '''
 
@@ -219,3 +225,4 @@ def test_torch_musa_is_its_device_module_with_fused_optimizers():
     assert out["capability"] == [2, 2] and out["event"] and out["tensor"] == "musa" and out["listed"]
     assert out["adamw"] and out["adam"]
     assert out["missing"].startswith("module 'torch_musa' has no attribute 'no_such_name'")
+    assert out["arch"] == [22, 0, 31]  # QY2 (capability 2.2), as the vendor computes it; TORCH_MUSA_ARCH wins

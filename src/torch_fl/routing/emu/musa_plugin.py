@@ -1,5 +1,5 @@
 """What the emulated ``torch_musa`` adds beyond the device module (description ``emulation.plugin_ops = "musa_plugin"``):
-its fused optimizers, ``torch_musa.optim``.
+its fused optimizers, ``torch_musa.optim``, and ``torch_musa.core._utils`` (musa_core.py).
 
 torch_musa documents FusedAdam and FusedAdamW as "the same functionality as torch.optim.Adam(fused=True)"
 (MooreThreads/torch_musa torch_musa/optim/fused_adam.py, fused_adamw.py): fusion batches the elementwise updates into
@@ -16,7 +16,8 @@ from typing import Any
 import torch
 
 # submodules of the emulated torch_musa: name under torch_musa -> the module that is it (plugin.py)
-PLUGIN_SUBMODULES = {"optim": "torch_fl.routing.emu.musa_plugin"}
+PLUGIN_SUBMODULES = {"optim": "torch_fl.routing.emu.musa_plugin",
+                     "core._utils": "torch_fl.routing.emu.musa_core"}  # (the vendor's test framework imports it)
 
 
 def _fused(base: type, name: str, weight_decay: float) -> type:
