@@ -24,6 +24,7 @@ from . import (
     module,
     moves,
     plugin,
+    profiling,
     serialization,
     storage,
     vendor,
@@ -61,6 +62,7 @@ def ensure(count: int, chip: Any = None) -> None:
             autocast.register(backend_name())
             compiled.register()  # torch.compile: Inductor refused (it would compile for the host)
             hub_kernels.install(backend_name())  # HF hub kernels: binaries for the real chip, off here
+            profiling.install()  # profile(use_device=emu): Kineto's trace (no C++ event stubs to time with)
             # the c10d backend of the emulated type (init_process_group(device_id=emu:N)), and under the
             # chip's own name where the chip is emulated as itself (vendor code's "hccl")
             dist.register(chip.collective_backend if state.name != vendor.EMU and chip is not None else None)
