@@ -19,7 +19,7 @@ The modules, lowest first:
 - ``moves``: ``module.to(device)`` of parameters something else still holds, ``x.data = <device data>``;
 - ``generator``: ``torch.Generator(device="emu")``; ``rng``: each device's own generator, which its random
   ops draw from (``torch.npu.manual_seed``); ``events``: ``torch.Event(device="emu")``;
-- ``engine``: backward across several emulated devices;
+- ``engine``: backward across several emulated devices; ``profiling``: ``profile(use_device=...)`` on it;
 - ``module``: the backend module ``torch.emu``, the hooks and the device guard;
 - ``autocast``: ``torch.autocast("emu")``; ``dist``: a c10d backend on gloo;
 - ``compiled``: ``torch.compile``'s Inductor refused on the device (it would compile for the host);
