@@ -50,6 +50,7 @@ from .errors import (
     TraceError,
     UnknownDescriptionError,
     UnsupportedOperatorError,
+    VendorOpError,
 )
 from .routing.current import runtime as _runtime
 from .routing.current import use_device
@@ -184,7 +185,7 @@ __all__ = [
     "DeviceNotFoundError", "DistributedError", "FallbackWarning", "ModelSpecError", "PluginImportError",
     "PreflightError", "RanksMissingError", "RouteLogError", "RuntimeUnsupportedError", "ScanConfigError", "TorchFLError",
     "TorchVersionError", "TraceError", "UnknownDescriptionError", "UnsupportedOperatorError",
-    "__version__", "backend", "description", "descriptions", "device",
+    "VendorOpError", "__version__", "backend", "description", "descriptions", "device",
     "device_type", "devices", "is_accelerator", "reset", *sorted(_LAZY),
 ]
 

@@ -57,6 +57,11 @@ class RuntimeUnsupportedError(TorchFLError, NotImplementedError):
     """The device's torch module offers nothing that implements a runtime call (torch.fl.synchronize, ...)."""
 
 
+class VendorOpError(TorchFLError, RuntimeError, ValueError):
+    """An emulated vendor fused op (torch_npu.npu_*) refused its inputs. A RuntimeError, as the vendor's kernels
+    raise from C++ (its tests expect RuntimeError), and a ValueError, as the wrong value it is."""
+
+
 class FallbackWarning(UserWarning):
     """An operator ran on the CPU because the device has no kernel for it (warned once per op)."""
 

@@ -36,27 +36,7 @@ def _index(device_index: Any) -> int:
 
 
 def _stats(device_index: Any) -> dict[str, Any]:
-    """CUDA's statistics layout (memory_stats flattens it to 'allocated_bytes.all.current' and so on):
-    nothing is cached on the emulated device, so reserved equals allocated."""
-    index = _index(device_index)
-    live, peak = memory.memory_allocated(index), memory.max_memory_allocated(index)
-    counts = {"all": {"current": live, "peak": peak}}
-    return {"allocated_bytes": counts, "reserved_bytes": counts, "active_bytes": counts,
-            "requested_bytes": counts, "num_alloc_retries": 0, "num_ooms": 0}
-
-
-def stats(index: int) -> dict[str, int]:
-    """``torch.<chip>.memory_stats()``: `_stats` flattened as PyTorch flattens CUDA's
-    ('allocated_bytes.all.current', 'num_ooms', ...)."""
-    flat: dict[str, int] = {}
-    for key, value in _stats(index).items():
-        if isinstance(value, dict):
-            for pool, counts in value.items():
-                for kind, number in counts.items():
-                    flat[f"{key}.{pool}.{kind}"] = number
-        else:
-            flat[key] = value
-    return dict(sorted(flat.items()))
+    return memory.stats(_index(device_index))
 
 
 def _memory_info(device_index: Any) -> tuple[int, int]:

@@ -73,6 +73,28 @@ def reset_peak_memory_stats(index: int) -> None:
         state.peak[index] = state.live[index]
 
 
+def stats(index: int) -> dict[str, Any]:
+    """CUDA's statistics layout of device `index`'s counts (torch.accelerator.memory_stats flattens it to
+    'allocated_bytes.all.current' and so on): nothing is cached on the emulated device, so reserved equals
+    allocated."""
+    counts = {"all": {"current": memory_allocated(index), "peak": max_memory_allocated(index)}}
+    return {"allocated_bytes": counts, "reserved_bytes": counts, "active_bytes": counts,
+            "requested_bytes": counts, "num_alloc_retries": 0, "num_ooms": 0}
+
+
+def flat_stats(index: int) -> dict[str, int]:
+    """``torch.<chip>.memory_stats()``: `stats` flattened as PyTorch flattens CUDA's."""
+    flat: dict[str, int] = {}
+    for key, value in stats(index).items():
+        if isinstance(value, dict):
+            for pool, counts in value.items():
+                for kind, number in counts.items():
+                    flat[f"{key}.{pool}.{kind}"] = number
+        else:
+            flat[key] = value
+    return dict(sorted(flat.items()))
+
+
 def transfers() -> dict[str, int]:
     """Host-device copies and syncs so far on the emulated devices."""
     return {"h2d_bytes": state.h2d_bytes, "h2d_calls": state.h2d_calls, "d2h_bytes": state.d2h_bytes,

@@ -122,7 +122,7 @@ class _BackendModule:
         memory.reset_peak_memory_stats(_index_of(device))
 
     # nothing is cached beyond live tensors (freed device tensors return their host memory at once), so
-    # reserved is allocated; memory_stats is CUDA's flat layout of the same counts (accel_memory.stats)
+    # reserved is allocated; memory_stats is CUDA's flat layout of the same counts (memory.flat_stats)
     @staticmethod
     def memory_reserved(device: Any = None) -> int:
         return memory.memory_allocated(_index_of(device))
@@ -133,9 +133,7 @@ class _BackendModule:
 
     @staticmethod
     def memory_stats(device: Any = None) -> dict[str, int]:
-        from .accel_memory import stats
-
-        return stats(_index_of(device))
+        return memory.flat_stats(_index_of(device))
 
     @staticmethod
     def memory_summary(device: Any = None, abbreviated: bool = False) -> str:

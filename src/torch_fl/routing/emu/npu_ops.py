@@ -82,6 +82,7 @@ from typing import Any
 import torch
 
 from ..._names import RouteKind
+from ...errors import VendorOpError
 
 NAMESPACE = "npu"
 KERNEL_SOURCE = ("the vendor's fused kernel (torch_npu), computed by torch-fl's reference math in aten ops "
@@ -90,11 +91,6 @@ LAYOUTS = ("BSH", "SBH", "BSND", "BNSD", "TND")
 ROTARY_MODES = ("half", "interleave")
 GELU_APPROXIMATIONS = ("none", "tanh")
 _NO_LIMIT = 2147483647
-
-
-class VendorOpError(RuntimeError, ValueError):
-    """A fused op refused its inputs. A RuntimeError, as the vendor's kernels raise from C++ (its tests expect
-    RuntimeError), and a ValueError, as the wrong value it is (code written against torch-fl catches that)."""
 
 
 class Format(IntEnum):

@@ -15,6 +15,7 @@ from . import (
     compiled,
     composites,
     dist,
+    dlpack,
     engine,
     events,
     factories,
@@ -51,6 +52,7 @@ def ensure(count: int, chip: Any = None) -> None:
             factories._register_factories()
             serialization._register_serialization()
             storage.install()  # torch.UntypedStorage(n, device=emu): host memory, not PrivateUse1's allocator
+            dlpack.install()  # to_dlpack/from_dlpack of device tensors, as torch_npu replaces them
             accel_memory.install()  # torch.accelerator.memory_*: the emulator's counts, not a C++ allocator's
             moves.install()  # module.to(emu) of parameters a live host autograd graph still holds
             generator._register_generator()

@@ -238,6 +238,3 @@ def install() -> None:
         torch.UntypedStorage.__getitem__ = _storage_getitem  # type: ignore[method-assign]
         torch.UntypedStorage.resize_ = _storage_resize  # type: ignore[method-assign]
         _generate_storage_methods()
-        from . import dlpack
-
-        dlpack.install()
