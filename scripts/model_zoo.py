@@ -412,8 +412,23 @@ def _trainer_data(name: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
 
 
 def _trainer_model(name: str) -> torch.nn.Module:
-    model = _unwrapped(MODELS[name]()[0])
+    model = _without_dropout(_unwrapped(MODELS[name]()[0]))
     return _LossOf(model) if name == "autoencoder_kl" else model
+
+
+def _without_dropout(model: torch.nn.Module) -> torch.nn.Module:
+    """`model` with every dropout probability 0 (nn.Dropout modules and HF's float `*dropout*` attributes).
+
+    The chip draws its dropout masks from its own generator, as a real one does (routing/emu/rng.py), and the
+    Trainer's sampler draws from the host's between seeding and the first step, so the CPU run's masks and the
+    chip's cannot be the same stream; the step check (a) seeds both generators alike instead."""
+    for module in model.modules():
+        if isinstance(module, torch.nn.modules.dropout._DropoutNd):
+            module.p = 0.0
+        for key, value in vars(module).items():
+            if "dropout" in key and isinstance(value, float):
+                setattr(module, key, 0.0)
+    return model
 
 
 def trainer_resume(name: str, device: torch.device, workdir: Path) -> dict[str, Any]:
