@@ -695,7 +695,10 @@ def _rotate_transposed(u: torch.Tensor, rotary_mode: str) -> torch.Tensor:
 
 def _check_rotary(op: str, x: torch.Tensor, r1: torch.Tensor, r2: torch.Tensor, rotary_mode: str,
                   rotate: torch.Tensor | None = None) -> None:
-    _choice(op, "rotary_mode", rotary_mode, ROTARY_MODES)
+    if rotary_mode not in ROTARY_MODES:
+        # the vendor's own message (op_plugin RotaryMulKernelNpuOpApi.cpp), which its tests match
+        raise VendorOpError(f"The rotary_mode of {op} should be half or interleave, but got {rotary_mode}"
+                            f"{_did_you_mean(rotary_mode, ROTARY_MODES)}")
     if x.dim() == 0 or x.shape[-1] % 2:
         raise VendorOpError(f"{op}: the last dimension of the input (D = {x.shape[-1] if x.dim() else 0}) must be "
                          f"even (the rotation pairs its elements)")
