@@ -158,6 +158,10 @@ from torch_mlu.optimizers import FusedAdam, FusedSGD, FusedLAMB
 out = {"name": torch.mlu.get_device_name(), "primary": _mlu_hasPrimaryContext(0),
        "native": torch_mlu._MLUC.__name__, "tf32": torch.backends.mlu.matmul.allow_tf32,
        "plans": torch.backends.mlu.cnfft_plan_cache.max_size}
+torch.set_float32_matmul_precision("high")  # torch_mlu's tests: the matmul TF32 switch follows it
+out["tf32"] = [out["tf32"], torch.backends.mlu.matmul.allow_tf32]
+torch.backends.mlu.matmul.allow_tf32 = False
+out["tf32"].append(torch.get_float32_matmul_precision())
 def train(make, device):
     torch.manual_seed(0)
     m = torch.nn.Linear(4, 3).to(device)
@@ -182,7 +186,7 @@ print(json.dumps(out))
 def test_torch_mlu_offers_what_its_tests_import():
     out = _run(MLU_SURFACE, FL_DEVICE="emu:mlu")
     assert out["name"] == "MLU590" and out["primary"] is True and out["native"] == "torch_mlu._MLUC"
-    assert out["tf32"] is False and out["plans"] > 0
+    assert out["tf32"] == [False, True, "highest"] and out["plans"] > 0
     assert out["adam"] == [True, True] and out["sgd"] is True
     assert out["lamb"].startswith("torch_mlu.optimizers.FusedLAMB is not emulated by torch-fl")
 

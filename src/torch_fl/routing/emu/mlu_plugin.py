@@ -70,6 +70,22 @@ class _Switches:
         self.__dict__.update(values)
 
 
+class _MatmulTF32:
+    """``torch.backends.mlu.matmul``: ``allow_tf32`` is PyTorch's float32 matmul precision, as
+    ``torch.backends.cuda.matmul.allow_tf32`` is (torch_mlu's CnnlMatmulTF32Controller; its tests expect
+    ``set_float32_matmul_precision("high")`` to turn it on). The host computes float32 either way."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "allow_tf32":
+            return torch.get_float32_matmul_precision() != "highest"
+        raise AssertionError("Unknown attribute " + name)  # (the vendor's own error)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name != "allow_tf32":
+            raise AssertionError("Unknown attribute " + name)
+        torch.set_float32_matmul_precision("high" if value else "highest")
+
+
 class _PlanCache:
     """``torch.backends.mlu.cnfft_plan_cache``: there are no FFT plans to cache on the host (size 0)."""
 
@@ -83,7 +99,7 @@ class _PlanCache:
 
 def _backends_mlu() -> types.ModuleType:
     module = types.ModuleType("torch.backends.mlu", "torch-fl's emulation of torch_mlu's torch.backends.mlu")
-    module.matmul = _Switches(allow_tf32=False)  # type: ignore[attr-defined]
+    module.matmul = _MatmulTF32()  # type: ignore[attr-defined]
     module.custom = _Switches(allow_tf32=False)  # type: ignore[attr-defined]
     module.cnfft_plan_cache = _PlanCache()  # type: ignore[attr-defined]
     return module
