@@ -38,7 +38,7 @@ def test_device_generic_events_time_and_sync_on_the_emulated_device(d):
 
 
 def test_an_event_of_a_device_that_does_not_exist_is_refused(d):
-    with pytest.raises(RuntimeError, match="does not exist.*FL_EMU_DEVICES"):
+    with pytest.raises(RuntimeError, match=r"does not exist.*FL_EMU_DEVICES"):
         torch.Event(device=torch.device(d.type, 7))
 
 
