@@ -10,14 +10,6 @@ import textwrap
 import pytest
 import torch
 
-import torch_fl
-
-
-@pytest.fixture
-def d():
-    with torch_fl.emulate("cuda") as activation:
-        yield activation.device
-
 
 def test_device_generic_events_time_and_sync_on_the_emulated_device(d):
     start, end = torch.Event(device=d, enable_timing=True), torch.Event(enable_timing=True)  # (current accelerator)

@@ -14,14 +14,6 @@ from torch import nn
 import torch_fl
 
 
-@pytest.fixture
-def d():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", torch_fl.errors.FallbackWarning)
-        with torch_fl.emulate("cuda") as activation:
-            yield activation.device
-
-
 # out= resizing ----------------------------------------------------------------------------------------------
 def test_out_is_resized_as_on_a_device(d):
     x = torch.randn(3, 4)

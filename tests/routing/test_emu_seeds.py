@@ -9,7 +9,6 @@ import json
 import os
 import subprocess
 import sys
-import warnings
 from pathlib import Path
 
 import pytest
@@ -44,14 +43,6 @@ DRAWS = {
     "poisson": lambda d: torch.poisson(torch.full((4,), 3.0, device=d)),
     "rrelu": lambda d: F.rrelu(torch.full((6,), -1.0, device=d), training=True),
 }
-
-
-@pytest.fixture
-def d():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", torch_fl.errors.FallbackWarning)
-        with torch_fl.emulate("cuda") as activation:
-            yield activation.device
 
 
 def _host(values: dict) -> dict:

@@ -15,17 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-import torch_fl
-
 REPO = Path(__file__).parents[2]
-
-
-@pytest.fixture
-def d():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", torch_fl.errors.FallbackWarning)
-        with torch_fl.emulate("cuda") as activation:
-            yield activation.device
 
 
 def _tied(device):

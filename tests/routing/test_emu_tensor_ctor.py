@@ -3,21 +3,9 @@ device (routing/emu/factories.py): what CUDA gives, never PyTorch's `func != nul
 
 from __future__ import annotations
 
-import warnings
-
 import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
-
-import torch_fl
-
-
-@pytest.fixture
-def d():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", torch_fl.errors.FallbackWarning)
-        with torch_fl.emulate("cuda") as activation:
-            yield activation.device
 
 
 def test_a_list_of_0dim_device_tensors_reads_their_values(d):

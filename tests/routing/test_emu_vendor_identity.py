@@ -150,6 +150,18 @@ def test_torch_npu_identity_and_utils_as_the_vendors_tests_use_them():
     assert old["bf16"] is False and old["inf_nan"] is False and old["flag"] == "no error"
 
 
+# three steps of an optimizer on `device`, the weights after (the fused optimizers against torch.optim's)
+TRAIN = r'''
+def train(make, device):
+    torch.manual_seed(0)
+    m = torch.nn.Linear(4, 3).to(device)
+    opt = make(m.parameters())
+    for _ in range(3):
+        opt.zero_grad(); m(torch.ones(2, 4, device=device)).pow(2).sum().backward(); opt.step()
+    return m.weight.detach().cpu()
+'''
+
+
 # what Cambricon/torch_mlu test/ imports: _MLUC, torch_mlu.optimizers, torch.backends.mlu
 MLU_SURFACE = r'''
 import json, torch, torch_mlu
@@ -162,13 +174,7 @@ torch.set_float32_matmul_precision("high")  # torch_mlu's tests: the matmul TF32
 out["tf32"] = [out["tf32"], torch.backends.mlu.matmul.allow_tf32]
 torch.backends.mlu.matmul.allow_tf32 = False
 out["tf32"].append(torch.get_float32_matmul_precision())
-def train(make, device):
-    torch.manual_seed(0)
-    m = torch.nn.Linear(4, 3).to(device)
-    opt = make(m.parameters())
-    for _ in range(3):
-        opt.zero_grad(); m(torch.ones(2, 4, device=device)).pow(2).sum().backward(); opt.step()
-    return m.weight.detach().cpu()
+''' + TRAIN + r'''
 out["adam"] = [torch.equal(train(lambda p: FusedAdam(p, lr=0.1, weight_decay=0.1, adam_w_mode=w), "mlu"),
                            train(lambda p: (torch.optim.AdamW if w else torch.optim.Adam)(p, lr=0.1, weight_decay=0.1),
                                  "cpu")) for w in (True, False)]
@@ -199,13 +205,7 @@ out = {"same": torch_musa.set_device == torch.musa.set_device, "available": torc
        "count": torch_musa.device_count(), "name": torch_musa.get_device_name(),
        "capability": list(torch_musa.get_device_capability()), "event": hasattr(torch_musa.Event, "record"),
        "tensor": torch_musa.FloatTensor(2).device.type, "listed": "current_device" in dir(torch_musa)}
-def train(make, device):
-    torch.manual_seed(0)
-    m = torch.nn.Linear(4, 3).to(device)
-    opt = make(m.parameters())
-    for _ in range(3):
-        opt.zero_grad(); m(torch.ones(2, 4, device=device)).pow(2).sum().backward(); opt.step()
-    return m.weight.detach().cpu()
+''' + TRAIN + r'''
 out["adamw"] = torch.equal(train(lambda p: FusedAdamW(p, lr=0.1), "musa"), train(lambda p: torch.optim.AdamW(p, lr=0.1), "cpu"))
 out["adam"] = torch.equal(train(lambda p: FusedAdam(p, lr=0.1), "musa"), train(lambda p: torch.optim.Adam(p, lr=0.1), "cpu"))
 try:

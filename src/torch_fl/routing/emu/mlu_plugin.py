@@ -20,6 +20,8 @@ from typing import Any
 
 import torch
 
+from .npu_optim import LAMB_INSTEAD, not_emulated
+
 PLUGIN_SUBMODULES = {"optimizers": "torch_fl.routing.emu.mlu_plugin"}
 
 
@@ -52,14 +54,7 @@ class FusedSGD(torch.optim.SGD):
                          nesterov=nesterov)
 
 
-class FusedLAMB(torch.optim.Optimizer):
-    """``torch_mlu.optimizers.FusedLAMB``: not emulated (its update is the vendor's own)."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        raise NotImplementedError(
-            "torch_mlu.optimizers.FusedLAMB is not emulated by torch-fl: LAMB's update is not torch.optim's, and an "
-            "approximation would train differently from the MLU. Use a LAMB implementation in Python (e.g. "
-            "torch_optimizer.Lamb) on the emulated chip, or check this optimizer on the real MLU")
+FusedLAMB = not_emulated("torch_mlu.optimizers.FusedLAMB", LAMB_INSTEAD, "MLU", module=__name__)
 
 
 FusedLAMBAMP = FusedLAMB

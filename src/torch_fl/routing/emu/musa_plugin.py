@@ -15,6 +15,8 @@ from typing import Any
 
 import torch
 
+from .npu_optim import LAMB_INSTEAD, not_emulated
+
 # submodules of the emulated torch_musa: name under torch_musa -> the module that is it (plugin.py)
 PLUGIN_SUBMODULES = {"optim": "torch_fl.routing.emu.musa_plugin",
                      "core._utils": "torch_fl.routing.emu.musa_core"}  # (the vendor's test framework imports it)
@@ -36,14 +38,7 @@ FusedAdam = _fused(torch.optim.Adam, "FusedAdam", 0.0)
 FusedAdamW = _fused(torch.optim.AdamW, "FusedAdamW", 1e-2)
 
 
-class FusedLAMB(torch.optim.Optimizer):
-    """``torch_musa.optim.FusedLAMB``: not emulated (its update is the vendor's own)."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        raise NotImplementedError(
-            "torch_musa.optim.FusedLAMB is not emulated by torch-fl: LAMB's update is not torch.optim's, and an "
-            "approximation would train differently from the MUSA GPU. Use a LAMB implementation in Python (e.g. "
-            "torch_optimizer.Lamb) on the emulated chip, or check this optimizer on the real GPU")
+FusedLAMB = not_emulated("torch_musa.optim.FusedLAMB", LAMB_INSTEAD, "MUSA GPU", module=__name__)
 
 
 def attach(module: Any) -> Any:

@@ -43,17 +43,29 @@ NpuFusedAdamW = _compatible(torch.optim.AdamW, "NpuFusedAdamW")
 NpuFusedRMSprop = _compatible(torch.optim.RMSprop, "NpuFusedRMSprop")
 
 
-def _not_emulated(name: str, instead: str) -> type:
+def not_emulated(qualified: str, instead: str, chip: str, base: type = torch.optim.Optimizer,
+                 module: str = __name__) -> type:
+    """A vendor optimizer class whose update is the vendor's own (every plugin's LAMB, ...): constructing it
+    raises, naming `qualified` ('torch_npu.optim.NpuFusedLamb'), the replacement `instead` and the real `chip`."""
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         raise NotImplementedError(
-            f"torch_npu.optim.{name} is not emulated by torch-fl: its update is the vendor's own (not "
-            f"torch.optim's), and an approximation would train differently from the NPU. Use {instead} to run "
-            f"on the emulated chip, or check this optimizer on the real NPU")
+            f"{qualified} is not emulated by torch-fl: its update is the vendor's own (not torch.optim's), and an "
+            f"approximation would train differently from the {chip}. Use {instead} to run on the emulated chip, or "
+            f"check this optimizer on the real {chip}")
 
-    return type(name, (NpuFusedOptimizerBase,), {"__init__": __init__, "__module__": __name__})
+    name = qualified.rsplit(".", 1)[1]
+    return type(name, (base,), {"__init__": __init__, "__module__": module,
+                                "__doc__": f"``{qualified}``: not emulated (its update is the vendor's own)."})
 
 
-NpuFusedLamb = _not_emulated("NpuFusedLamb", "a LAMB implementation in Python (e.g. torch_optimizer.Lamb)")
+LAMB_INSTEAD = "a LAMB implementation in Python (e.g. torch_optimizer.Lamb)"  # (every plugin has a fused LAMB)
+
+
+def _not_emulated(name: str, instead: str) -> type:
+    return not_emulated(f"torch_npu.optim.{name}", instead, "NPU", NpuFusedOptimizerBase)
+
+
+NpuFusedLamb = _not_emulated("NpuFusedLamb", LAMB_INSTEAD)
 NpuFusedBertAdam = _not_emulated("NpuFusedBertAdam", "torch.optim.AdamW with a warmup schedule")
 NpuFusedRMSpropTF = _not_emulated("NpuFusedRMSpropTF", "torch.optim.RMSprop (eps outside the square root)")
 NpuFusedAdamP = _not_emulated("NpuFusedAdamP", "torch.optim.AdamW")
