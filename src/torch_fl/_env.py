@@ -155,10 +155,13 @@ def _text(var: EnvVar, text: str, origin: str) -> str:
     return text
 
 
+_LONG_NUMBER = re.compile(r"\d{10,}")
+
+
 def _device(var: EnvVar, text: str, origin: str) -> str:
     """A device spec (acc0, cuda:1, emu:NAME); what it names is resolved by torch_fl.device. Absurd
     values stop here: no device index has 10 digits."""
-    if len(text) > 200 or re.search(r"\d{10,}", text):
+    if len(text) > 200 or _LONG_NUMBER.search(text):
         raise var.error(text, "not a device (a virtual id such as acc0, a torch device such as cuda:1, or "
                         "emu:NAME)", origin)
     return text
@@ -395,16 +398,41 @@ CONFIG_KEYS: tuple[str, ...] = (*BY_KEY, "scan")
 
 
 # Config files (read by torch_fl.config, checked here) -----------------------------------------------
+# The files last checked and what config_files() made of them.
+_CHECKED: tuple[tuple[Any, Any], tuple[tuple[str, Any], ...]] | None = None
+# Readings pinned by `one_reading` (innermost last; None until the first lookup reads the files).
+_PINNED: list[tuple[tuple[str, Any], ...] | None] = []
+
+
+class one_reading:  # (lower case: used as a context manager, like contextlib's)
+    """Read the config files once for the duration: resolving one device asks for three or four keys,
+    and each lookup would stat the files again (torch.fl.device() is called per step in user code)."""
+
+    def __enter__(self) -> None:
+        _PINNED.append(None)  # read lazily: with FL_DEVICE set, resolving reads no file
+
+    def __exit__(self, *exc: object) -> None:
+        _PINNED.pop()
+
+
 def config_files() -> list[tuple[str, Any]]:
     """[('project config', ConfigFile), ('user config', ConfigFile)], the files that exist, each with its
     keys checked (an unknown key is an error with a did-you-mean, the same in both)."""
+    global _CHECKED
+    if _PINNED and _PINNED[-1] is not None:
+        return list(_PINNED[-1])
     from . import config
 
-    found = []
     user = FL_CONFIG.value()  # (the files are read here with the path it names: config never reads FL_*)
-    for kind, read in (("project config", config.project_config),
-                       ("user config", lambda: config.user_config(user))):
-        file = read()
+    files = (config.project_config(), config.user_config(user))
+    checked = _CHECKED
+    # The reader returns the same ConfigFile while a file is unchanged: its keys were checked already.
+    if checked is not None and checked[0][0] is files[0] and checked[0][1] is files[1]:
+        if _PINNED:
+            _PINNED[-1] = checked[1]
+        return list(checked[1])
+    found = []
+    for kind, file in zip(("project config", "user config"), files, strict=True):
         if file.path is None:
             continue
         for key, value in file.values.items():
@@ -414,6 +442,9 @@ def config_files() -> list[tuple[str, Any]]:
             if key == "scan" and not isinstance(value, dict):
                 raise ConfigError(f"{file.path}: 'scan' must be a table, e.g. [tool.torch_fl.scan]")
         found.append((kind, file))
+    _CHECKED = (files, tuple(found))
+    if _PINNED:
+        _PINNED[-1] = _CHECKED[1]
     return found
 
 

@@ -47,6 +47,7 @@ class ConfigFile(NamedTuple):
         return self.values.get(key)
 
 
+_NO_FILE = ConfigFile(None)
 # Parsed files by (path, table) with their (size, mtime): the settings layer asks for a file on every
 # lookup (torch_fl.emulate() reads pyproject.toml's [tool.torch_fl] four times, ~0.5 ms a parse).
 _CACHE: dict[tuple[str, str | None], tuple[tuple[int, int], ConfigFile]] = {}
@@ -91,23 +92,59 @@ def _regular_file(path: str) -> os.stat_result | None:
     return info if S_ISREG(info.st_mode) else None
 
 
+# The last walk up from the current directory: the directory it started in, the mtime of every folder it
+# looked in and the stamp of every candidate file it saw. A folder's mtime changes when an entry is added,
+# removed or renamed in it (an editor's atomic save included) and a file's stamp when it is written in place,
+# so a repeated lookup re-stats those instead of walking: torch.fl.device() asks four times a call.
+_WALK: tuple[str, tuple[tuple[str, int], ...], tuple[tuple[str, tuple[int, int]], ...], ConfigFile] | None = None
+
+
+def _walk_unchanged(folders: tuple[tuple[str, int], ...], files: tuple[tuple[str, tuple[int, int]], ...]) -> bool:
+    try:
+        for folder, mtime in folders:
+            if os.stat(folder).st_mtime_ns != mtime:
+                return False
+        for path, stamp in files:
+            info = os.stat(path)
+            if (info.st_size, info.st_mtime_ns) != stamp:
+                return False
+    except OSError:
+        return False
+    return True
+
+
 def project_config(start: Path | None = None) -> ConfigFile:
     """The nearest project config above `start` (default: the current directory). String paths and one
-    stat per candidate: every setting looks (four times per torch_fl.emulate() entry), and pathlib's
-    objects cost ~25 us a lookup."""
-    here = os.path.realpath(os.fspath(start) if start is not None else os.getcwd())
+    stat per candidate: every setting looks (four times per torch.fl.device() call), and pathlib's
+    objects cost ~25 us a lookup; from the current directory a repeated lookup only re-stats (_WALK)."""
+    global _WALK
+    cwd = os.getcwd() if start is None else None
+    if cwd is not None and _WALK is not None and _WALK[0] == cwd and _walk_unchanged(_WALK[1], _WALK[2]):
+        return _WALK[3]
+    here = os.path.realpath(os.fspath(start) if start is not None else cwd)
+    folders: list[tuple[str, int]] = []
+    files: list[tuple[str, tuple[int, int]]] = []
+    found = ConfigFile(None)
     while True:
+        try:
+            folders.append((here, os.stat(here).st_mtime_ns))
+        except OSError:
+            folders.append((here, -1))
         for name, table in _PROJECT_FILES:
             candidate = os.path.join(here, name)
             info = _regular_file(candidate)
             if info is not None:
+                files.append((candidate, (info.st_size, info.st_mtime_ns)))
                 found = _read(candidate, table, info)
                 if found.path is not None:
-                    return found
+                    break
         parent = os.path.dirname(here)
-        if parent == here:
-            return ConfigFile(None)
+        if found.path is not None or parent == here:
+            break
         here = parent
+    if cwd is not None:
+        _WALK = (cwd, tuple(folders), tuple(files), found)
+    return found
 
 
 def user_config_path(explicit: Path | None = None) -> Path:
@@ -119,8 +156,9 @@ def user_config_path(explicit: Path | None = None) -> Path:
 def _user_config_file(explicit: Path | None) -> str:
     if explicit is not None:
         return os.fspath(explicit)
-    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
-    return os.path.join(base, "torch_fl", "config.toml")
+    environ = os.environ
+    base = environ.get("XDG_CONFIG_HOME") or (environ.get("HOME") or os.path.expanduser("~")) + "/.config"
+    return base + "/torch_fl/config.toml"  # (string joins: every setting lookup asks, os.path.join costs)
 
 
 def user_config(explicit: Path | None = None) -> ConfigFile:
@@ -135,7 +173,7 @@ def user_config(explicit: Path | None = None) -> ConfigFile:
             if os.path.exists(path) else "does not exist"
         raise ConfigError(f"FL_CONFIG: {path} {why}; it names the user config file. Fix: point FL_CONFIG at a "
                           "TOML file (see `torchfl docs env`), or unset it to use ~/.config/torch_fl/config.toml.")
-    return ConfigFile(None)
+    return _NO_FILE  # (one object: the settings layer skips re-checking files it has seen, by identity)
 
 
 # `torchfl scan` / `torchfl fix` ----------------------------------------------------------------------

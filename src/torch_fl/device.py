@@ -131,9 +131,13 @@ def explicit_map() -> tuple[dict[str, torch.device], str] | None:
 def device_map() -> dict[str, torch.device]:
     """Every virtual device of this machine, in order."""
     explicit = explicit_map()
-    if explicit:
-        return explicit[0]
-    if emulating() is not None:
+    return explicit[0] if explicit else _detected_map()
+
+
+def _detected_map(default: str | None = None) -> dict[str, torch.device]:
+    """The map when none is set: the emulated devices, else the detected backend's (`default`: the
+    default device id when the caller has it already)."""
+    if emulating(default) is not None:
         devices = emulated_devices(create=True)
         if devices:
             return {f"acc{i}": dev for i, dev in enumerate(devices)}
@@ -221,6 +225,11 @@ def resolve_spec(device: str | int | torch.device | None = None) -> ResolvedDevi
     """
     if isinstance(device, torch.device):
         return _from_physical(device, str(device), "physical name", "argument")
+    with _env.one_reading():
+        return _resolve_text(device)
+
+
+def _resolve_text(device: str | int | None) -> ResolvedDevice:
     origin = "argument"
     if device is None:
         device, origin = _default_id()
@@ -233,7 +242,7 @@ def resolve_spec(device: str | int | torch.device | None = None) -> ResolvedDevi
         return _emulated(text, origin)
     if VIRTUAL_ID.match(text):
         explicit = explicit_map()
-        mapping = explicit[0] if explicit else device_map()
+        mapping = explicit[0] if explicit else _detected_map(None if origin == "argument" else text)
         if text not in mapping:
             raise _not_found(text, origin, mapping, "does not exist")
         return _from_physical(mapping[text], text, explicit[1] if explicit else "auto-detected", origin)
@@ -325,13 +334,14 @@ def _emu_count() -> int:
     return int(_env.FL_EMU_DEVICES.value())
 
 
-def emulating() -> Description | None:
+def emulating(default: str | None = None) -> Description | None:
     """The emulated chip this process runs as: the default device's (FL_DEVICE or config emu:NAME), else
-    the active torch.fl.emulate(); None when it runs on real devices."""
+    the active torch.fl.emulate(); None when it runs on real devices. `default`: the default device id,
+    when the caller has read it already."""
     active = _emu().active_chip()
     if active is not None:
         return active
-    text = _default_id()[0].strip()
+    text = (_default_id()[0] if default is None else default).strip()
     if text.startswith(EMULATION_PREFIX) and not text[len(EMULATION_PREFIX):].isdigit():
         return registry.get(text[len(EMULATION_PREFIX):])
     return None

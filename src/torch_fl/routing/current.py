@@ -18,7 +18,9 @@ imports routing: the emulated device registers when a spec names an emulated chi
 
 from __future__ import annotations
 
+import functools
 import threading
+from types import ModuleType
 
 import torch
 
@@ -32,34 +34,32 @@ class _EmulatorPort:
     """What the device layer asks the emulator (device.Emulator), answered from routing/emu: loaded only
     when a spec names an emulated chip, so real devices never import it."""
 
+    @functools.cached_property
+    def _emu(self) -> ModuleType:
+        # imported once, then an attribute: a function-level import costs three calls every time, and
+        # torch.fl.device() asks the port four times a call
+        from . import emu
+
+        return emu
+
     def active_chip(self) -> Description | None:
         current = activation.active()
         return current.description if current is not None and current.emulated else None
 
     def last_chip(self) -> Description | None:
-        from . import emu
-
-        return emu.chip()
+        return self._emu.chip()
 
     def available(self, check: bool) -> bool:
-        from . import emu
-
-        return emu.available(check)
+        return self._emu.available(check)
 
     def unavailable_reason(self) -> str:
-        from . import emu
-
-        return emu.unavailable_reason()
+        return self._emu.unavailable_reason()
 
     def ensure(self, count: int, chip: Description | None) -> None:
-        from . import emu
-
-        emu.ensure(count, chip)
+        self._emu.ensure(count, chip)
 
     def devices(self) -> list[torch.device]:
-        from . import emu
-
-        return emu.devices()
+        return self._emu.devices()
 
 
 class Runtime:

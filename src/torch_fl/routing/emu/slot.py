@@ -109,6 +109,8 @@ def check_autograd() -> None:
 def unavailable_reason(check: bool = True) -> str:
     """Why ``emu`` cannot be a device in this process ('' when it can). `check`: run the pending
     autograd check first (False: what is known without a backward, for registration at import)."""
+    if state.count > 0 and state.probed and not state.broken:
+        return ""  # registered and checked: nothing below can change (torch.fl.device() asks every call)
     from torch.utils import backend_registration
 
     if check:
