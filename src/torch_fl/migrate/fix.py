@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import FileChanged, TorchFLError
 from .deep import call_deep
+from .precedence import keep_precedence, needs, parenthesize
 from .rules import HOOKS, Finding
 from .scan import enabled_codes, is_python, targets
 from .scan.detector import parse, scan_text
@@ -125,6 +126,9 @@ class _Target:
     finding: Finding
     start: tuple[int, int]
     end: tuple[int, int]
+    # How tightly the place the finding sits in binds (see _needs): a replacement that binds less
+    # loosely is parenthesised there.
+    need: int = 1
     used: bool = False
 
 
@@ -239,6 +243,7 @@ class _Matching:
         replacement = HOOKS.fixes[target.finding.code][1](self, original, updated, target.finding)
         if replacement is None:  # a shape the rewrite does not handle: left for a human
             return updated
+        replacement = keep_precedence(replacement, target.need)
         target.used = True
         self.applied.append(target)
         return replacement
@@ -511,11 +516,24 @@ def _rewrite(source: str, findings: list[Finding], tree: ast.Module | None = Non
     """Apply the fixes of `findings` to `source` with libcst; returns the new source and the findings
     that were applied. Only the expressions the findings point at (and, where imports change, the
     import block) are parsed with libcst (:func:`_rewrite_segments`); the whole module only where that
-    cannot be done (:func:`_rewrite_module`)."""
+    cannot be done (:func:`_rewrite_module`). Either way a replacement keeps the precedence of the place
+    it is put in (precedence.py): each finding's place is read from the ``ast`` first."""
+    tree = ast.parse(source) if tree is None else tree
+    need = _places(source, findings, tree)
     try:
-        return _rewrite_segments(source, findings, tree)
+        return _rewrite_segments(source, findings, tree, need)
     except _Fallback:
-        return _rewrite_module(source, findings)
+        return _rewrite_module(source, findings, need)
+
+
+def _places(source: str, findings: list[Finding], tree: ast.Module | None = None) -> dict[int, int]:
+    """id(finding) -> how tightly the place it sits in binds (precedence.needs)."""
+    def span(f: Finding) -> tuple[int, int, int, int]:
+        return (f.line, f.col, f.end_line, f.end_col)
+
+    tree = ast.parse(source) if tree is None else tree
+    places = needs(tree, _LINE_BREAK.split(source), (span(f) for f in findings))
+    return {id(f): places.get(span(f), 1) for f in findings}
 
 
 class _Fallback(Exception):
@@ -600,8 +618,8 @@ def _line_starts(source: str) -> list[int]:
     return [0, *(m.end() for m in _LINE_BREAK.finditer(source))]
 
 
-def _rewrite_segments(source: str, findings: list[Finding],
-                      tree: ast.Module | None = None) -> tuple[str, list[Finding]]:
+def _rewrite_segments(source: str, findings: list[Finding], tree: ast.Module | None = None,
+                      need: dict[int, int] | None = None) -> tuple[str, list[Finding]]:
     """The fast path of :func:`_rewrite`: each finding's expression (overlapping ones together) is cut
     out, parsed alone with libcst, fixed by the same rules' fixes and put back; imports are added or
     dropped by parsing only the top-level statements around them. libcst is ~20x slower than ``ast``
@@ -611,6 +629,7 @@ def _rewrite_segments(source: str, findings: list[Finding],
     from libcst.metadata import MetadataWrapper
 
     tree = ast.parse(source) if tree is None else tree
+    need = _places(source, findings, tree) if need is None else need
     names, has_torch_fl = _ast_bindings(tree)
     torch_aliases = [local for local, qual in names.items() if qual == "torch"]
     names.setdefault("torch", "torch")
@@ -651,7 +670,8 @@ def _rewrite_segments(source: str, findings: list[Finding],
             # Source position -> the snippet's (its first line starts at the segment, after our "(").
             return (line - line0 + 1, col - col0 + shift if line == line0 else col)
 
-        targets = [_Target(f, local(f.line, f.col - 1), local(f.end_line, f.end_col - 1)) for f in group]
+        targets = [_Target(f, local(f.line, f.col - 1), local(f.end_line, f.end_col - 1), need[id(f)])
+                   for f in group]
         rewriter = rewriter_cls(targets, names, torch_name, quote)
         root = snippet.body[0].body[0].value  # type: ignore[attr-defined]
         new_module = MetadataWrapper(snippet, unsafe_skip_copy=True).visit(rewriter)
@@ -663,6 +683,9 @@ def _rewrite_segments(source: str, findings: list[Finding],
         expr = new_module.body[0].body[0].value  # type: ignore[attr-defined]
         if wrapped and len(expr.lpar) == len(root.lpar) and expr.lpar:
             expr = expr.with_changes(lpar=expr.lpar[1:], rpar=expr.rpar[:-1])  # our parentheses
+            if (group[0].line, group[0].col - 1) == (line0, col0) and \
+                    offset(group[0].end_line, group[0].end_col - 1) == end:
+                expr = parenthesize(expr, need[id(group[0])])  # where the fix's own were taken for ours
         code = new_module.code_for_node(expr)
         pieces.append(code)
         changed.append((line0, bisect.bisect_right(starts, max(start, end - 1)), text, code))
@@ -846,20 +869,22 @@ def _parse_region(text: str) -> cst.Module:
     return module
 
 
-def _rewrite_module(source: str, findings: list[Finding]) -> tuple[str, list[Finding]]:
+def _rewrite_module(source: str, findings: list[Finding],
+                    need: dict[int, int] | None = None) -> tuple[str, list[Finding]]:
     """:func:`_rewrite` on the whole module at once: the reference the segment path must equal, and
     its fallback."""
     import libcst as cst
     from libcst.metadata import MetadataWrapper
 
     module = cst.parse_module(source)
+    need = _places(source, findings) if need is None else need
     names, has_torch_fl = _bindings(module)
     torch_aliases = [local for local, qual in names.items() if qual == "torch"]
     # As the scanner does, a bare `torch` with no import is torch (snippets, exported notebooks).
     names.setdefault("torch", "torch")
     torch_name = "torch" if "torch" in torch_aliases else (torch_aliases[0] if torch_aliases else "torch")
     # Finding columns are 1-based characters, end exclusive; libcst's are 0-based, end exclusive.
-    targets = [_Target(f, (f.line, f.col - 1), (f.end_line, f.end_col - 1)) for f in findings]
+    targets = [_Target(f, (f.line, f.col - 1), (f.end_line, f.end_col - 1), need[id(f)]) for f in findings]
     wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
     rewriter = _rewriter()(targets, names, torch_name, _quote_style(source))
     new = wrapper.visit(rewriter)

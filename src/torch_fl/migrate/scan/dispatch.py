@@ -257,6 +257,11 @@ class Dispatch:
         # Children: the callee's chain (already resolved) and the arguments.
         if type(func) is ast.Attribute:
             self.visit_Attribute(func, qual, called=True)
+        elif type(func) is ast.Call:
+            # `torch.cuda.amp.autocast()(fn)`: the inner call's result is applied to `fn` as a decorator.
+            self.decorating += 1
+            self.visit(func)
+            self.decorating -= 1
         else:
             self.visit(func)
         for arg in node.args:
