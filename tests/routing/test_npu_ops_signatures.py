@@ -18,6 +18,7 @@ SCHEMAS = {op.name: torch._C.parse_schema(op.schema) for op in npu_ops.OPS}
 # the Python function -> the overload whose binding it is
 OVERLOADED = {"npu_apply_adam_w", "npu_format_cast", "npu_format_cast_"}
 BOUND = {name: name for name in npu_ops.FUSED_OPS if name in SCHEMAS and name not in OVERLOADED}
+BOUND["_npu_dropout_gen_mask"] = "_npu_dropout_gen_mask.Tensor"  # (the vendor's only overload of it)
 
 
 def _python_name(name: str) -> str:
@@ -82,8 +83,11 @@ def test_what_the_emulation_cannot_honour_is_refused_not_ignored():
     x = torch.randn(1, 2, 4, 8)
     with pytest.raises(NotImplementedError, match=r"sink .* is not emulated"):
         npu_ops.npu_fusion_attention(x, x, x, 2, "BNSD", sink=torch.zeros(2))
-    with pytest.raises(NotImplementedError, match=r"dropout_mask with keep_prob=0.5 is not emulated.*seed="):
-        npu_ops.npu_fusion_attention(x, x, x, 2, "BNSD", keep_prob=0.5, dropout_mask=torch.ones(8, dtype=torch.uint8))
+    # a dropout_mask is the bit-packed mask _npu_dropout_gen_mask returns (test_npu_ops_dropout.py): a mask too
+    # short for the attention is refused
+    with pytest.raises(RuntimeError, match=r"dropout_mask holds 64 elements, the attention needs 128"):
+        npu_ops.npu_fusion_attention(torch.randn(1, 2, 8, 8), torch.randn(1, 2, 8, 8), torch.randn(1, 2, 8, 8), 2,
+                                     "BNSD", keep_prob=0.5, dropout_mask=torch.ones(8, dtype=torch.uint8))
     # without dropout the mask has nothing to do, as on the chip
     npu_ops.npu_fusion_attention(x, x, x, 2, "BNSD", dropout_mask=torch.ones(8, dtype=torch.uint8))
 

@@ -83,6 +83,7 @@ import torch
 
 from ..._names import RouteKind
 from ...errors import VendorOpError
+from . import npu_dropout
 
 NAMESPACE = "npu"
 KERNEL_SOURCE = ("the vendor's fused kernel (torch_npu), computed by torch-fl's reference math in aten ops "
@@ -329,20 +330,35 @@ def _masked(atten_mask: torch.Tensor | None, sparse_mode: int, pre_tockens: int,
 
 
 class _Dropout:
-    """The keep masks of one call, drawn in a fixed order from a CPU generator seeded with `seed`, so the
-    backward op regenerates exactly the forward's masks from (seed, offset), as the chip does."""
+    """The keep masks of one call, in the order the blocks consume them: one counter-based mask at (seed, offset)
+    (npu_dropout.py: the backward op regenerates exactly the forward's mask from the two numbers, as the chip
+    does), or the bit-packed `mask` given (``dropout_mask=``, as ``_npu_dropout_gen_mask`` returns it)."""
 
-    def __init__(self, keep_prob: float, seed: int, offset: int) -> None:
+    def __init__(self, keep_prob: float, seed: int, offset: int, mask: torch.Tensor | None = None) -> None:
         self.keep_prob = keep_prob
-        self.generator = None
-        if keep_prob < 1.0:
-            self.generator = torch.Generator()
-            self.generator.manual_seed(seed + offset)
+        self.seed, self.offset, self.mask = seed, offset, mask
+        self.cursor = 0
 
     def next(self, shape: tuple[int, ...], device: torch.device) -> torch.Tensor | None:
-        if self.generator is None:
+        if self.keep_prob >= 1.0:
             return None
-        return (torch.rand(shape, generator=self.generator) < self.keep_prob).to(device)
+        n = math.prod(shape)
+        if self.mask is not None:
+            bits = npu_dropout.unpack(self.mask, self.cursor + n)[self.cursor:]
+        else:
+            bits = npu_dropout.keep(self.seed, self.offset + self.cursor, n, 1.0 - self.keep_prob)
+        self.cursor += n
+        return bits.reshape(shape).to(device)
+
+
+def _device_generator(t: torch.Tensor) -> torch.Generator | None:
+    """The default generator of the (emulated) device `t` is on; None (the host's) for a host tensor."""
+    from . import rng
+    from .slot import backend_name
+
+    if t.device.type != backend_name():
+        return None
+    return rng.default_generator(t.device.index or 0)
 
 
 def _scores(q: torch.Tensor, k: torch.Tensor, masked: torch.Tensor | None, pse: torch.Tensor | None,
@@ -416,14 +432,15 @@ def _fusion_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
     op = "npu_fusion_attention"
     g = _geometry(op, query, key, value, head_num, input_layout, actual_seq_qlen, actual_seq_kvlen)
     _check_sparse(op, g, atten_mask, sparse_mode, pse, padding_mask, keep_prob)
-    _check_newer(op, sink, dropout_mask, keep_prob)
+    _check_newer(op, sink)
     ct = _compute_dtype(query)
-    # the vendor: seed 0 draws a seed, another is used as given (with offset) to generate the mask
-    if keep_prob < 1.0 and seed == 0:
-        seed = int(torch.randint(1, 2**31 - 1, (1,)).item())
+    # the vendor: seed 0 takes the seed and offset of the device's generator, another is used as given (with
+    # offset) to generate the mask; a dropout_mask given is the mask
+    if keep_prob < 1.0 and seed == 0 and dropout_mask is None:
+        seed, offset = npu_dropout.draw(_device_generator(query))
     elif keep_prob >= 1.0:
         seed, offset = 0, 0
-    dropout = _Dropout(keep_prob, seed, offset)
+    dropout = _Dropout(keep_prob, seed, offset, dropout_mask)
     outs, maxes, sums, numels = [], [], [], 0
     for q, k, v in _blocks(g, query, key, value):
         sq, skv = q.shape[2], k.shape[2]
@@ -450,17 +467,11 @@ def _fusion_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
     return out, softmax_max, softmax_sum, softmax_out, seed, offset, numels
 
 
-def _check_newer(op: str, sink: torch.Tensor | None, dropout_mask: torch.Tensor | None, keep_prob: float) -> None:
+def _check_newer(op: str, sink: torch.Tensor | None) -> None:
     """The arguments torch_npu 7.3 added, where the emulated kernel cannot honour them: refused, not ignored."""
     if sink is not None:
         raise NotImplementedError(f"{op}: sink (a per-head attention sink bias, torch_npu 7.3) is not emulated by "
                                   f"torch-fl; call it without sink on the emulated chip, or on the real NPU")
-    if dropout_mask is not None and keep_prob < 1.0:
-        raise NotImplementedError(
-            f"{op}: dropout_mask with keep_prob={keep_prob} is not emulated by torch-fl: the mask is the chip's "
-            f"bit-packed Philox draw (_npu_dropout_gen_mask), which the CPU does not reproduce. Pass seed= and "
-            f"offset= without dropout_mask (the emulated chip regenerates its own mask from them, forward and "
-            f"backward alike), or keep_prob=1.0")
 
 
 def _fusion_attention_fake(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, head_num: int,
@@ -475,7 +486,7 @@ def _fusion_attention_fake(query: torch.Tensor, key: torch.Tensor, value: torch.
     op = "npu_fusion_attention"
     g = _geometry(op, query, key, value, head_num, input_layout, actual_seq_qlen, actual_seq_kvlen)
     _check_sparse(op, g, atten_mask, sparse_mode, pse, padding_mask, keep_prob)
-    _check_newer(op, sink, dropout_mask, keep_prob)
+    _check_newer(op, sink)
     stats = torch.float64 if query.dtype == torch.float64 else torch.float32
     if g.layout == "TND":
         shape: tuple[int, ...] = (query.shape[0], g.heads, g.value_dim)
@@ -512,19 +523,20 @@ def _fusion_attention_grad(query: torch.Tensor, key: torch.Tensor, value: torch.
                            numels: int = 0, prefix: list[int] | None = None,
                            actual_seq_qlen: list[int] | None = None, actual_seq_kvlen: list[int] | None = None,
                            sparse_mode: int = 0, gen_mask_parallel: bool = True, sync: bool = False,
-                           softmax_layout: str = "", sink: torch.Tensor | None = None) -> tuple:
+                           softmax_layout: str = "", sink: torch.Tensor | None = None,
+                           _dropout_mask: torch.Tensor | None = None) -> tuple:
     """dq, dk, dv, dpse, dsink (empty without pse / sink). With softmax_max/softmax_sum (and attention_in) of the forward, the probabilities
     are rebuilt from them, as the chip's kernel does (ring attention merges blocks through them)."""
     op = "npu_fusion_attention_grad"
     g = _geometry(op, query, key, value, head_num, input_layout, actual_seq_qlen, actual_seq_kvlen)
     _check_sparse(op, g, atten_mask, sparse_mode, pse, padding_mask, keep_prob)
-    _check_newer(op, sink, None, keep_prob)
+    _check_newer(op, sink)
     if tuple(dy.shape) != tuple(_fusion_attention_fake(query, key, value, head_num, input_layout,
                                                        actual_seq_qlen=actual_seq_qlen,
                                                        actual_seq_kvlen=actual_seq_kvlen)[0].shape):
         raise VendorOpError(f"{op}: dy of shape {tuple(dy.shape)} is not shaped as the attention output")
     ct = _compute_dtype(query)
-    dropout = _Dropout(keep_prob, seed, offset)
+    dropout = _Dropout(keep_prob, seed, offset, _dropout_mask)
     dqs, dks, dvs, dpse = [], [], [], None
     for i, (q, k, v, d_out, o) in enumerate(_blocks(g, query, key, value, dy, attention_in)):
         sq, skv = q.shape[2], k.shape[2]
@@ -581,6 +593,7 @@ def _fa_setup(ctx: Any, inputs: tuple, output: tuple) -> None:
     ctx.args = {k: v for k, v in args.items() if not isinstance(v, torch.Tensor)}
     ctx.seed, ctx.offset, ctx.numels = output[4], output[5], output[6]
     ctx.pse_needs_grad = args["pse"] is not None and args["pse"].requires_grad
+    ctx.dropout_mask = args["dropout_mask"] if args["keep_prob"] < 1.0 else None
     ctx.save_for_backward(args["query"], args["key"], args["value"], args["pse"], args["atten_mask"],
                           output[0], output[1], output[2])
     ctx.mark_non_differentiable(output[1], output[2], output[3])
@@ -589,16 +602,121 @@ def _fa_setup(ctx: Any, inputs: tuple, output: tuple) -> None:
 def _fa_backward(ctx: Any, grad_out: torch.Tensor, *_: Any) -> tuple:
     q, k, v, pse, mask, out, smax, ssum = ctx.saved_tensors
     a = ctx.args
-    dq, dk, dv, dpse, _ = torch.ops.npu.npu_fusion_attention_grad(
+    kwargs = dict(pse=pse, atten_mask=mask, softmax_max=smax, softmax_sum=ssum, attention_in=out,
+                  scale_value=a["scale"], keep_prob=a["keep_prob"], pre_tockens=a["pre_tockens"],
+                  next_tockens=a["next_tockens"], inner_precise=a["inner_precise"], seed=ctx.seed, offset=ctx.offset,
+                  numels=ctx.numels, prefix=a["prefix"], actual_seq_qlen=a["actual_seq_qlen"],
+                  actual_seq_kvlen=a["actual_seq_kvlen"], sparse_mode=a["sparse_mode"],
+                  gen_mask_parallel=a["gen_mask_parallel"], sync=a["sync"], softmax_layout=a["softmax_layout"])
+    if ctx.dropout_mask is not None:
+        # the forward's own mask (the grad op's schema has no dropout_mask: its kernel is given it here)
+        dq, dk, dv, dpse, _ = _fusion_attention_grad(q, k, v, grad_out, a["head_num"], a["input_layout"],
+                                                     _dropout_mask=ctx.dropout_mask, **kwargs)
+    else:
+        dq, dk, dv, dpse, _ = torch.ops.npu.npu_fusion_attention_grad(q, k, v, grad_out, a["head_num"],
+                                                                      a["input_layout"], **kwargs)
+    grads = [dq, dk, dv, dpse if ctx.pse_needs_grad else None]
+    return (*grads[:3], None, None, grads[3], *([None] * (len(_FA_ARGS) - 6)))
+
+
+# --- npu_fusion_attention_v3: actual sequence lengths, seed and offset as tensors --------------------------
+def _long(value: int, like: torch.Tensor) -> torch.Tensor:
+    return torch.tensor([int(value)], dtype=torch.long).to(like.device)
+
+
+def _int_of(t: torch.Tensor | None) -> int:
+    return 0 if t is None else int(t.reshape(-1)[0].item())
+
+
+def _fusion_attention_v3(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, head_num: int,
+                         input_layout: str, pse: torch.Tensor | None = None, padding_mask: torch.Tensor | None = None,
+                         atten_mask: torch.Tensor | None = None, scale: float = 1.0, keep_prob: float = 1.0,
+                         pre_tockens: int = _NO_LIMIT, next_tockens: int = _NO_LIMIT, inner_precise: int = 0,
+                         prefix: list[int] | None = None, actual_seq_qlen: torch.Tensor | None = None,
+                         actual_seq_kvlen: torch.Tensor | None = None, sparse_mode: int = 0,
+                         gen_mask_parallel: bool = True, sync: bool = False, softmax_layout: str = "",
+                         sink: torch.Tensor | None = None) -> tuple:
+    out, smax, ssum, sout, seed, offset, _ = _fusion_attention(
+        query, key, value, head_num, input_layout, pse, padding_mask, atten_mask, scale, keep_prob, pre_tockens,
+        next_tockens, inner_precise, prefix, _ints(actual_seq_qlen), _ints(actual_seq_kvlen), sparse_mode,
+        gen_mask_parallel, sync, softmax_layout, sink)
+    return out, smax, ssum, sout, _long(seed, query), _long(offset, query)
+
+
+def _fusion_attention_v3_fake(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, head_num: int,
+                              input_layout: str, *args: Any, **kwargs: Any) -> tuple:
+    out, smax, ssum, sout = _fusion_attention_fake(query, key, value, head_num, input_layout)[:4]
+    if input_layout == "TND":  # (the fake of v1 takes the lengths as lists; T x N x 8 whatever they are)
+        smax = ssum = query.new_empty((query.shape[0], query.shape[1], 8), dtype=torch.float32)
+    return (out, smax, ssum, sout, query.new_empty((1,), dtype=torch.long),
+            query.new_empty((1,), dtype=torch.long))
+
+
+def _fusion_attention_grad_v3(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, dy: torch.Tensor,
+                              head_num: int, input_layout: str, *, pse: torch.Tensor | None = None,
+                              padding_mask: torch.Tensor | None = None, atten_mask: torch.Tensor | None = None,
+                              softmax_max: torch.Tensor | None = None, softmax_sum: torch.Tensor | None = None,
+                              softmax_in: torch.Tensor | None = None, attention_in: torch.Tensor | None = None,
+                              scale_value: float = 1.0, keep_prob: float = 1.0, pre_tockens: int = _NO_LIMIT,
+                              next_tockens: int = _NO_LIMIT, inner_precise: int = 0, seed: torch.Tensor | None = None,
+                              offset: torch.Tensor | None = None, prefix: list[int] | None = None,
+                              actual_seq_qlen: torch.Tensor | None = None,
+                              actual_seq_kvlen: torch.Tensor | None = None, sparse_mode: int = 0,
+                              gen_mask_parallel: bool = True, sync: bool = False, softmax_layout: str = "",
+                              sink: torch.Tensor | None = None) -> tuple:
+    return _fusion_attention_grad(
+        query, key, value, dy, head_num, input_layout, pse=pse, padding_mask=padding_mask, atten_mask=atten_mask,
+        softmax_max=softmax_max, softmax_sum=softmax_sum, softmax_in=softmax_in, attention_in=attention_in,
+        scale_value=scale_value, keep_prob=keep_prob, pre_tockens=pre_tockens, next_tockens=next_tockens,
+        inner_precise=inner_precise, seed=_int_of(seed), offset=_int_of(offset), prefix=prefix,
+        actual_seq_qlen=_ints(actual_seq_qlen), actual_seq_kvlen=_ints(actual_seq_kvlen), sparse_mode=sparse_mode,
+        gen_mask_parallel=gen_mask_parallel, sync=sync, softmax_layout=softmax_layout, sink=sink)
+
+
+def _fusion_attention_grad_v3_fake(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, dy: torch.Tensor,
+                                   head_num: int, input_layout: str, **kwargs: Any) -> tuple:
+    pse = kwargs.get("pse")
+    return (query.new_empty(query.shape), key.new_empty(key.shape), value.new_empty(value.shape),
+            pse.new_empty(pse.shape) if pse is not None else query.new_empty((0,)), query.new_empty((0,)))
+
+
+_FA3_ARGS = _FA_ARGS[:_FA_ARGS.index("dropout_mask")]
+
+
+def _fa3_setup(ctx: Any, inputs: tuple, output: tuple) -> None:
+    args = dict(zip(_FA3_ARGS, inputs, strict=True))
+    ctx.args = {k: v for k, v in args.items() if not isinstance(v, torch.Tensor)}
+    ctx.pse_needs_grad = args["pse"] is not None and args["pse"].requires_grad
+    ctx.save_for_backward(args["query"], args["key"], args["value"], args["pse"], args["atten_mask"],
+                          args["actual_seq_qlen"], args["actual_seq_kvlen"], *output[:3], output[4], output[5])
+    ctx.mark_non_differentiable(*output[1:])
+
+
+def _fa3_backward(ctx: Any, grad_out: torch.Tensor, *_: Any) -> tuple:
+    q, k, v, pse, mask, qlen, kvlen, out, smax, ssum, seed, offset = ctx.saved_tensors
+    a = ctx.args
+    dq, dk, dv, dpse, _ = torch.ops.npu.npu_fusion_attention_grad_v3(
         q, k, v, grad_out, a["head_num"], a["input_layout"], pse=pse, atten_mask=mask, softmax_max=smax,
         softmax_sum=ssum, attention_in=out, scale_value=a["scale"], keep_prob=a["keep_prob"],
-        pre_tockens=a["pre_tockens"], next_tockens=a["next_tockens"], inner_precise=a["inner_precise"],
-        seed=ctx.seed, offset=ctx.offset, numels=ctx.numels, prefix=a["prefix"],
-        actual_seq_qlen=a["actual_seq_qlen"], actual_seq_kvlen=a["actual_seq_kvlen"],
+        pre_tockens=a["pre_tockens"], next_tockens=a["next_tockens"], inner_precise=a["inner_precise"], seed=seed,
+        offset=offset, prefix=a["prefix"], actual_seq_qlen=qlen, actual_seq_kvlen=kvlen,
         sparse_mode=a["sparse_mode"], gen_mask_parallel=a["gen_mask_parallel"], sync=a["sync"],
         softmax_layout=a["softmax_layout"])
     grads = [dq, dk, dv, dpse if ctx.pse_needs_grad else None]
-    return (*grads[:3], None, None, grads[3], *([None] * (len(_FA_ARGS) - 6)))
+    return (*grads[:3], None, None, grads[3], *([None] * (len(_FA3_ARGS) - 6)))
+
+
+# --- _npu_dropout_gen_mask ----------------------------------------------------------------------------------
+def _dropout_gen_mask(x: torch.Tensor, size: list[int], p: float, seed: int, offset: int, *,
+                      parallel: bool | None = True, sync: bool | None = None) -> torch.Tensor:
+    if not 0.0 <= float(p) <= 1.0:
+        raise VendorOpError(f"_npu_dropout_gen_mask: p={p} is not a probability in [0, 1]")
+    return npu_dropout.gen_mask(math.prod(size), float(p), int(seed), int(offset)).to(x.device)
+
+
+def _dropout_gen_mask_fake(x: torch.Tensor, size: list[int], p: float, seed: int, offset: int, *,
+                           parallel: bool | None = True, sync: bool | None = None) -> torch.Tensor:
+    return x.new_empty((npu_dropout.padded_bytes(math.prod(size)),), dtype=torch.uint8)
 
 
 # --- norms, rotary, activations ---------------------------------------------------------------------------
@@ -1052,9 +1170,28 @@ _FA_GRAD_SCHEMA = ("npu_fusion_attention_grad(Tensor query, Tensor key, Tensor v
                    "int[]? actual_seq_kvlen=None, int sparse_mode=0, bool gen_mask_parallel=True, bool sync=False, "
                    "str softmax_layout=\"\", Tensor? sink=None) -> (Tensor, Tensor, Tensor, Tensor, Tensor)")
 
+_FA3_SCHEMA = ("npu_fusion_attention_v3(Tensor query, Tensor key, Tensor value, int head_num, str input_layout, "
+               "Tensor? pse=None, Tensor? padding_mask=None, Tensor? atten_mask=None, float scale=1., "
+               "float keep_prob=1., int pre_tockens=2147483647, int next_tockens=2147483647, int inner_precise=0, "
+               "SymInt[]? prefix=None, Tensor? actual_seq_qlen=None, Tensor? actual_seq_kvlen=None, "
+               "int sparse_mode=0, bool gen_mask_parallel=True, bool sync=False, str softmax_layout=\"\", "
+               "Tensor? sink=None) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)")
+_FA3_GRAD_SCHEMA = ("npu_fusion_attention_grad_v3(Tensor query, Tensor key, Tensor value, Tensor dy, int head_num, "
+                    "str input_layout, *, Tensor? pse=None, Tensor? padding_mask=None, Tensor? atten_mask=None, "
+                    "Tensor? softmax_max=None, Tensor? softmax_sum=None, Tensor? softmax_in=None, "
+                    "Tensor? attention_in=None, float scale_value=1., float keep_prob=1., "
+                    "int pre_tockens=2147483647, int next_tockens=2147483647, int inner_precise=0, Tensor? seed=None, "
+                    "Tensor? offset=None, SymInt[]? prefix=None, Tensor? actual_seq_qlen=None, "
+                    "Tensor? actual_seq_kvlen=None, int sparse_mode=0, bool gen_mask_parallel=True, bool sync=False, "
+                    "str softmax_layout=\"\", Tensor? sink=None) -> (Tensor, Tensor, Tensor, Tensor, Tensor)")
+
 OPS: tuple[_Op, ...] = (
     _Op(_FA_SCHEMA, _fusion_attention, _fusion_attention_fake, _fa_backward, _fa_setup),
     _Op(_FA_GRAD_SCHEMA, _fusion_attention_grad, _fusion_attention_grad_fake),
+    _Op(_FA3_SCHEMA, _fusion_attention_v3, _fusion_attention_v3_fake, _fa3_backward, _fa3_setup),
+    _Op(_FA3_GRAD_SCHEMA, _fusion_attention_grad_v3, _fusion_attention_grad_v3_fake),
+    _Op("_npu_dropout_gen_mask.Tensor(Tensor self, int[] size, float p, int seed, int offset, *, bool? parallel=True, "
+        "bool? sync=None) -> Tensor", _dropout_gen_mask, _dropout_gen_mask_fake),
     _Op("npu_rms_norm(Tensor self, Tensor gamma, float epsilon=1e-06) -> (Tensor, Tensor)",
         _rms_norm, _rms_norm_fake, _rms_backward, _rms_setup),
     _Op("npu_rms_norm_backward(Tensor dy, Tensor self, Tensor gamma, Tensor rstd) -> (Tensor, Tensor)",
@@ -1184,6 +1321,13 @@ def _emulated(kernel: Callable[..., Any]) -> Callable[[Any, tuple, dict], Any]:
 
 
 # --- the vendor's Python functions (torch_npu.<name>) --------------------------------------------------------
+def _lengths(values: Any) -> torch.Tensor | None:
+    """A tensor argument of the v3 ops given as a tensor, a sequence or a number: an int64 tensor."""
+    if values is None or isinstance(values, torch.Tensor):
+        return values
+    return torch.tensor(values if isinstance(values, (list, tuple)) else [values], dtype=torch.long)
+
+
 def _ints(values: Any) -> list[int] | None:
     if values is None:
         return None
@@ -1237,6 +1381,58 @@ def npu_fusion_attention_grad(query: torch.Tensor, key: torch.Tensor, value: tor
         actual_seq_qlen=_ints(actual_seq_qlen), actual_seq_kvlen=_ints(actual_seq_kvlen),
         sparse_mode=int(sparse_mode), gen_mask_parallel=bool(gen_mask_parallel), sync=bool(sync),
         softmax_layout=softmax_layout, sink=sink)
+
+
+def npu_fusion_attention_v3(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, head_num: int,
+                            input_layout: str, pse: torch.Tensor | None = None,
+                            padding_mask: torch.Tensor | None = None, atten_mask: torch.Tensor | None = None,
+                            scale: float = 1.0, keep_prob: float = 1.0, pre_tockens: int = _NO_LIMIT,
+                            next_tockens: int = _NO_LIMIT, inner_precise: int = 0, prefix: Any = None,
+                            actual_seq_qlen: Any = None, actual_seq_kvlen: Any = None, sparse_mode: int = 0,
+                            gen_mask_parallel: bool = True, sync: bool = False, softmax_layout: str = "",
+                            sink: torch.Tensor | None = None) -> tuple:
+    """npu_fusion_attention with the cumulative sequence lengths as tensors, returning (attention_out,
+    softmax_max, softmax_sum, softmax_out, seed, offset), seed and offset as 1-element int64 tensors on the
+    device (its backward, npu_fusion_attention_grad_v3, takes them so)."""
+    register()
+    return torch.ops.npu.npu_fusion_attention_v3(
+        query, key, value, int(head_num), input_layout, pse, padding_mask, atten_mask, float(scale), float(keep_prob),
+        int(pre_tockens), int(next_tockens), int(inner_precise), _ints(prefix), _lengths(actual_seq_qlen),
+        _lengths(actual_seq_kvlen), int(sparse_mode), bool(gen_mask_parallel), bool(sync), softmax_layout, sink)
+
+
+def npu_fusion_attention_grad_v3(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, dy: torch.Tensor,
+                                 head_num: int, input_layout: str, *, pse: torch.Tensor | None = None,
+                                 padding_mask: torch.Tensor | None = None, atten_mask: torch.Tensor | None = None,
+                                 softmax_max: torch.Tensor | None = None, softmax_sum: torch.Tensor | None = None,
+                                 softmax_in: torch.Tensor | None = None, attention_in: torch.Tensor | None = None,
+                                 scale_value: float = 1.0, keep_prob: float = 1.0, pre_tockens: int = _NO_LIMIT,
+                                 next_tockens: int = _NO_LIMIT, inner_precise: int = 0,
+                                 seed: torch.Tensor | None = None, offset: torch.Tensor | None = None,
+                                 prefix: Any = None, actual_seq_qlen: Any = None, actual_seq_kvlen: Any = None,
+                                 sparse_mode: int = 0, gen_mask_parallel: bool = True, sync: bool = False,
+                                 softmax_layout: str = "", sink: torch.Tensor | None = None) -> tuple:
+    """The backward of npu_fusion_attention_v3: (dq, dk, dv, dpse, dsink); seed and offset are tensors."""
+    register()
+    return torch.ops.npu.npu_fusion_attention_grad_v3(
+        query, key, value, dy, int(head_num), input_layout, pse=pse, padding_mask=padding_mask,
+        atten_mask=atten_mask, softmax_max=softmax_max, softmax_sum=softmax_sum, softmax_in=softmax_in,
+        attention_in=attention_in, scale_value=float(scale_value), keep_prob=float(keep_prob),
+        pre_tockens=int(pre_tockens), next_tockens=int(next_tockens), inner_precise=int(inner_precise),
+        seed=_lengths(seed), offset=_lengths(offset), prefix=_ints(prefix),
+        actual_seq_qlen=_lengths(actual_seq_qlen), actual_seq_kvlen=_lengths(actual_seq_kvlen),
+        sparse_mode=int(sparse_mode), gen_mask_parallel=bool(gen_mask_parallel), sync=bool(sync),
+        softmax_layout=softmax_layout, sink=sink)
+
+
+def _npu_dropout_gen_mask(input: torch.Tensor, size: Any, p: float, seed: int, offset: int, *,
+                          parallel: bool | None = True, sync: bool | None = None) -> torch.Tensor:
+    """The bit-packed keep mask (uint8, LSB first, 1 = kept, padded to 128 elements) of a dropout with drop
+    probability p over prod(size) elements, drawn at (seed, offset) on input's device: the mask the fused ops
+    draw from the same (seed, offset) (npu_dropout.py)."""
+    register()
+    return torch.ops.npu._npu_dropout_gen_mask.Tensor(input, [int(n) for n in size], float(p), int(seed), int(offset),
+                                                      parallel=parallel, sync=sync)
 
 
 def npu_rms_norm(input: torch.Tensor, gamma: torch.Tensor, epsilon: float = 1e-6) -> tuple:
@@ -1327,13 +1523,22 @@ def _format_argument(op: str, acl_format: Any, other: Any, other_name: str) -> A
     return acl_format if acl_format is not None else other
 
 
+def _cast_target(input: torch.Tensor, target: int) -> int:
+    """The format a cast of `input` to `target` gives: a tensor in NC1HWC0 cast to ND comes back in NCHW, its base
+    format (torch_npu transposes 5HD data back to the 4-D layout it came from; op-plugin test_format_cast.py)."""
+    found = getattr(input, "_npu_format", None)
+    if found == Format.NC1HWC0 and target == Format.ND:
+        return int(Format.NCHW)
+    return target
+
+
 def npu_format_cast(input: torch.Tensor, acl_format: Any = None, *, dst: torch.Tensor | None = None,
                     customize_dtype: int | None = None, input_dtype: int | None = None) -> torch.Tensor:
     """A copy of `input` in storage format `acl_format` (int, torch_npu.Format, or a tensor whose format to
     take: the vendor's dst overload). The emulated chip has one layout: the data is unchanged, and
     get_npu_format reports the format."""
     register()
-    target = _format_id(_format_argument("npu_format_cast", acl_format, dst, "dst"))
+    target = _cast_target(input, _format_id(_format_argument("npu_format_cast", acl_format, dst, "dst")))
     out = torch.ops.npu.npu_format_cast(input, target, customize_dtype=customize_dtype, input_dtype=input_dtype)
     out._npu_format = target
     return out
@@ -1343,7 +1548,7 @@ def npu_format_cast_(input: torch.Tensor, src: Any = None, *, acl_format: Any = 
                      customize_dtype: int | None = None, input_dtype: int | None = None) -> torch.Tensor:
     """In place: `input` itself, now reporting format `src` (int, torch_npu.Format or a tensor)."""
     register()
-    target = _format_id(_format_argument("npu_format_cast_", src, acl_format, "acl_format"))
+    target = _cast_target(input, _format_id(_format_argument("npu_format_cast_", src, acl_format, "acl_format")))
     _format_cast(input, target)  # (the same check of the format id)
     input._npu_format = target
     return input
@@ -1389,6 +1594,9 @@ def native_calls() -> dict[str, Any]:
 FUSED_OPS: dict[str, Callable[..., Any]] = {
     "npu_fusion_attention": npu_fusion_attention,
     "npu_fusion_attention_grad": npu_fusion_attention_grad,
+    "npu_fusion_attention_v3": npu_fusion_attention_v3,
+    "npu_fusion_attention_grad_v3": npu_fusion_attention_grad_v3,
+    "_npu_dropout_gen_mask": _npu_dropout_gen_mask,
     "npu_rms_norm": npu_rms_norm,
     "npu_add_rms_norm": npu_add_rms_norm,
     "npu_rotary_mul": npu_rotary_mul,
