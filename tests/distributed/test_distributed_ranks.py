@@ -75,7 +75,9 @@ def test_a_rank_that_never_joins_a_collective_ends_the_others_with_a_diagnosis(l
     found = re.search(r"rank 0 \(cpu, gloo\): collective #\d+ gloo:all_reduce float\[4\] \(process group "
                       r"default_pg\) has not finished after (\d+\.\d) s \(FL_COLLECTIVE_TIMEOUT=3 s\)", message)
     assert found, message
-    assert 3.0 <= float(found.group(1)) < 4.5
+    # at the timeout, not before; how late the watchdog's report comes depends on the machine's load (the
+    # launch's own 45 s bound catches a watchdog that never fires), so no tight upper bound here (issue 43)
+    assert 3.0 <= float(found.group(1)) < 30
     assert re.search(r"Ranks that have not joined it: rank 1 \(its last collective is #\d+\)", message)
     assert "Likely causes:\n  - a rank did not reach this collective" in message
     assert "sync semantics mismatch" in message and "inconsistent backend initialisation" in message
