@@ -28,6 +28,7 @@ from . import (
     profiling,
     serialization,
     storage,
+    streams,
     vendor,
 )
 from .slot import backend_name, borrowed, state
@@ -57,6 +58,7 @@ def ensure(count: int, chip: Any = None) -> None:
             moves.install()  # module.to(emu) of parameters a live host autograd graph still holds
             generator._register_generator()
             events.register()  # torch.Event(device=emu): the device module's event (a Python guard has none)
+            streams.install()  # streams, events and non-blocking copies in the chip's order (streams.py)
             engine.install()  # backward across emulated devices (engine.py: PyTorch's engine knows one)
             lazy.register()
             attention.register()  # scaled_dot_product_attention's fused path where the chip has one
