@@ -91,3 +91,22 @@ def test_measured_slow_tests_and_slow_modules_leave_the_fast_set_and_xdist_keeps
     unlisted = run("-n", "2", "test_timed.py")  # no list: the 0.6 s test is over the budget, seen under xdist
     assert unlisted.returncode == 1 and "test_timed.py::test_measured" in unlisted.stdout, unlisted.stdout
     assert run("-n", "2", TORCH_FL_TEST_SLOW_LIST=str(listed)).returncode == 0
+
+
+def test_the_measured_slow_list_names_only_tests_that_exist():
+    """tests/slow_measured.txt goes stale when a test is renamed or removed (issue 43): each line must name
+    a file that exists and a test function defined in it (parameters left out)."""
+    import re
+
+    missing = []
+    for line in (ROOT / "tests" / "slow_measured.txt").read_text(encoding="utf-8").splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        path, _, name = line.partition("::")
+        name = name.split("[", 1)[0].split("::")[-1]
+        source = ROOT / path
+        if not source.is_file() or not re.search(rf"^\s*(async )?def {re.escape(name)}\(", source.read_text(
+                encoding="utf-8"), re.MULTILINE):
+            missing.append(line)
+    assert not missing, ("tests/slow_measured.txt names tests that no longer exist (rerun "
+                         "scripts/measure_slow_tests.py on a quiet machine, or delete the lines): " + ", ".join(missing))
