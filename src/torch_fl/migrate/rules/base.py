@@ -73,6 +73,10 @@ class Rule(NamedTuple):
     # is: a flag write, a hint, a comparison. A guard around such code may be rewritten alone; a guard
     # around code that is not (a CUDA-only call without a fix) is rewritten with its body or not at all.
     runs_off_cuda: bool = False
+    # What a finding of this rule is to a CUDA check it meets (issue 37): "comparison" (`x == "cuda"`: in
+    # the check's own test the two are one question, fixed together), "ordinal" (an integer ordinal held
+    # in a name: one the check picks, used with no fix, holds the check back).
+    pairs_as: str = ""
 
     @property
     def summary(self) -> str:
@@ -226,10 +230,11 @@ HOOKS = Hooks()
 
 def rule(code: str, name: str, message: str, fix_title: str, fix: FixSafety, *, what: str, why: str,
          example: str, use_instead: str, level: Level = "error", fix_notes: str = "",
-         category: Category = "coupling", claims_site: bool = True, runs_off_cuda: bool = False) -> Rule:
+         category: Category = "coupling", claims_site: bool = True, runs_off_cuda: bool = False,
+         pairs_as: str = "") -> Rule:
     """Define (and register) a rule. Its module registers the detection and fix hooks next to it."""
     made = Rule(code, name, FAMILIES[code[:3]], message, fix_title, fix, what, why, example.strip("\n"),
-                use_instead.strip("\n"), level, fix_notes, category, claims_site, runs_off_cuda)
+                use_instead.strip("\n"), level, fix_notes, category, claims_site, runs_off_cuda, pairs_as)
     RULE_LIST.append(made)
     return made
 

@@ -91,8 +91,11 @@ if torch.fl.is_accelerator(device_type):
                   "`not torch.fl.is_accelerator(...)`), so a CPU run keeps the CPU branch. Unsafe because on "
                   "a non-CUDA accelerator (MPS included) the accelerator branch now runs, and it may hold "
                   "CUDA-only code (then fix that too). Comparisons with `\"cuda:N\"` and membership in a tuple "
-                  "of device types are reported without a fix.",
-        runs_off_cuda=True,
+                  "of device types are reported without a fix. In one test with a CUDA check "
+                  "(`args.device == \"cuda\" and not torch.cuda.is_available()`) the two are one question: "
+                  "the check's fix is only as safe as the comparison's; asserted (`assert str(x.device) == "
+                  "\"cuda:0\"`) under a check, the comparison holds the check back like CUDA-only code.",
+        runs_off_cuda=True, pairs_as="comparison",
 )
 
 

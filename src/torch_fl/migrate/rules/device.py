@@ -184,7 +184,11 @@ x = x.to(torch.fl.device("acc0"))
 model = DDP(model, device_ids=[torch.fl.current_device()] if torch.fl.is_accelerator() else None)
 """,
         fix_notes="Integer literals become `torch.fl.device(\"accN\")`; names and `device_ids` entries are "
-                  "reported without a fix (the right form depends on whether the module is on the CPU).",
+                  "reported without a fix (the right form depends on whether the module is on the CPU). A "
+                  "name a CUDA check sets (`gpu_index = 0 if cuda_available else -1`, or `gpu_index = 0` under "
+                  "`if cuda_available:`) and used as a device with no fix holds the check back: rewritten "
+                  "alone, the check would hand ordinal 0 (cuda:0) to an NPU host.",
+        pairs_as="ordinal",
 )
 
 

@@ -49,6 +49,8 @@ class Detector(Scopes, Guards, Flow):
         self.strings = {}
         self.check_keys = {}
         self.dropped = set()
+        self.ordinal_binds: list[tuple[str, int, list[int]]] = []  # (name, line, checks of its `... if flag else`)
+        self.asserted: set[int] = set()  # raw findings inside an `assert` (its comparisons must hold)
         self.local_calls = []
         self.project_calls = []
         self.guards: list[tuple[list[int], Any, Any]] = []  # (test findings, start mark, end mark)

@@ -14,6 +14,7 @@ from ..rules.base import (
     alternatives,
     cuda_or_nccl,
     cuda_strings,
+    is_int,
     names_vendors,
     nccl_strings,
     str_value,
@@ -157,6 +158,11 @@ class Flow(Dispatch):
         if type(value) is ast.Constant:
             self.bind_strings(target, value)
         self.source(key, value, ast.unparse(target) if cuda_or_nccl(value) else "")
+        if key is not None and any(is_int(alt) for alt in alternatives(value)):
+            # `gpu_index = 0` (under `if cuda_available:`, or `0 if cuda_available else -1`): an ordinal the
+            # check picks; where it is used as a device with no fix, the check cannot be fixed alone.
+            checks = self.check_findings(value.test, len(self.raw)) if type(value) is ast.IfExp else []  # type: ignore[attr-defined]
+            self.ordinal_binds.append((ast.unparse(target), target.lineno, checks))
         if key is not None:
             for part in _carriers(value):
                 origin = self.key(part)

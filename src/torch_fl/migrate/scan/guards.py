@@ -62,7 +62,10 @@ class Guards(CudaOnlyTests, VendorDispatch, GuardSettling):
 
     def visit_Assert(self, node: ast.Assert) -> None:
         if not self.requires_cuda_library(node):  # `assert torch.cuda.is_available(), "bitsandbytes ..."`
+            start = len(self.raw)
             self.statement(node)
+            # `assert str(x.device) == "cuda:0"`: a comparison runs anywhere, but asserted it fails off CUDA.
+            self.asserted.update(range(start, len(self.raw)))
 
     def visit_If(self, node: ast.If) -> None:
         chain = self.vendor_chain(node)

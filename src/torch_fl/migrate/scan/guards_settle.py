@@ -11,8 +11,8 @@ from ..rules import RULES
 from .dispatch import Dispatch
 
 # A point of the walk: (raw findings, data-flow sources, module-function calls, calls into the project's
-# other modules, "cuda" literals) so far.
-Mark = tuple[int, int, int, int, int]
+# other modules, "cuda" literals, integer ordinals bound to names) so far.
+Mark = tuple[int, int, int, int, int, int]
 # What a guard covers that has a fix safety of its own: (what, line, safety), safety None for no fix.
 Candidate = tuple[str, int, str | None]
 
@@ -37,7 +37,7 @@ class GuardSettling(Dispatch):
         """Where the walk is: how many raw findings, data-flow sources, module-function calls and calls into
         the project's other modules so far. Two marks delimit the code a guard covers."""
         return (len(self.raw), len(self.sources), len(self.local_calls),  # type: ignore[attr-defined]
-                len(self.project_calls), len(self.cuda_literals))  # type: ignore[attr-defined]
+                len(self.project_calls), len(self.cuda_literals), len(self.ordinal_binds))  # type: ignore[attr-defined]
 
     def visit_Constant(self, node: ast.Constant) -> None:
         if not self.quiet and type(node.value) is str and CUDA_DEVICE.fullmatch(node.value):
@@ -52,6 +52,20 @@ class GuardSettling(Dispatch):
             if test and all(i in self.dropped for i in test):
                 continue  # the guard is a skip flag's: left as it is, and so is what it guards
             self.settle_guard(test, start, end)
+        unfixed = self.unfixed_ordinals()
+        for name, line, checks in self.ordinal_binds:  # `index = 0 if cuda_available else -1`
+            checks = [i for i in checks if i not in self.dropped]
+            if checks and name in unfixed:
+                self.weaken_test(checks, None, f"the ordinal `{name}`, line {line}, used as a device on line "
+                                               f"{unfixed[name]} with no fix")
+
+    def unfixed_ordinals(self) -> dict[str, int]:
+        """Names used as a device ordinal with no fix (`device=gpu_index`) -> the first such line."""
+        found: dict[str, int] = {}
+        for i, raw in enumerate(self.raw):
+            if RULES[raw.code].pairs_as == "ordinal" and raw.safety is None and i not in self.dropped:
+                found.setdefault(str(raw.fields.get("text", "")), raw.where[0])
+        return found
 
     def guarded_literals(self, start: Mark, end: Mark) -> list[Candidate]:
         """A "cuda" literal that only a CUDA check reaches (`["cpu"] + (["cuda"] if
@@ -85,9 +99,28 @@ class GuardSettling(Dispatch):
         So the test's fixes get the weakest safety of the guarded findings (code that runs off CUDA, a
         flag write, does not count): all safe, safe; some unsafe, unsafe (fixed together under
         --unsafe-fixes); some with no fix, no fix, with the reason in the message."""
-        weakest, blocker = weakest_fix(self.guarded_candidates(start, end))
+        weakest, blocker = weakest_fix(self.paired_candidates(test) + self.guarded_candidates(start, end))
         if weakest != "safe":
             self.weaken_test(test, weakest, blocker)
+
+    def paired_candidates(self, test: list[int]) -> list[Candidate]:
+        """A CUDA comparison in the check's own test (`args.device == "cuda" and not
+        torch.cuda.is_available()`): the test means "CUDA asked for and not there"; rewriting the check
+        alone makes it "CUDA asked for and an accelerator there", which keeps "cuda" on an NPU. The
+        comparison's fix (unsafe, or none) is the check's too."""
+        # The test's own findings come first and in a run (check_findings); those after it are the checks
+        # of a flag the test reads (`if "cuda" in device_name:` after `device_name = "cuda" if ...`), which
+        # that comparison does not pair with: the flag's fix makes the string "npu" there, not "cuda".
+        own = test[:next((k for k in range(1, len(test)) if test[k] != test[k - 1] + 1), len(test))]
+        pairs = [self.raw[i] for i in own if RULES[self.raw[i].code].pairs_as == "comparison"]
+        if not pairs or len(pairs) == len(own):
+            return []
+        return [(raw.code, raw.where[0], raw.safety) for raw in pairs]
+
+    def runs_here(self, index: int) -> bool:
+        """Whether the raw finding `index` counts for a guard: code that runs off CUDA does not, unless it
+        is asserted (a comparison with "cuda" runs anywhere, and fails there)."""
+        return not RULES[self.raw[index].code].runs_off_cuda or index in self.asserted  # type: ignore[attr-defined]
 
     def guarded_candidates(self, start: Mark, end: Mark) -> list[Candidate]:
         """What the guard between the marks covers, in the order that picks the blocker a message names:
@@ -95,13 +128,16 @@ class GuardSettling(Dispatch):
         and the data-flow sources bound under it."""
         literals = self.guarded_literals(start, end)  # first: its hooks may report findings
         candidates = [(self.raw[i].code, self.raw[i].where[0], self.raw[i].safety) for i in range(start[0], end[0])
-                      if i not in self.dropped and not RULES[self.raw[i].code].runs_off_cuda]
+                      if i not in self.dropped and self.runs_here(i)]
         candidates += literals
         # A function of another module of the project (`from . import dist_util`; `dist_util.dev()`) runs
         # under it too, and this pass cannot see its body: the fix is not known to be safe.
         for line, text in self.project_calls[start[3]:end[3]]:  # type: ignore[attr-defined]
             candidates.append((f"{text}(), defined in another module of this project and not followed here",
                                line, "unsafe"))
+        unfixed = self.unfixed_ordinals() if end[5] > start[5] else {}
+        candidates += [(f"the ordinal `{name}`, used as a device on line {unfixed[name]} with no fix", line, None)
+                       for name, line, _ in self.ordinal_binds[start[5]:end[5]] if name in unfixed]  # type: ignore[attr-defined]
         candidates += self.called_candidates(start, end)
         candidates += self.source_candidates(start, end)
         return candidates
@@ -113,9 +149,13 @@ class GuardSettling(Dispatch):
         found: list[Candidate] = []
         for name in called:
             function = self.functions[name]
+            first, last = function.lineno, function.end_lineno or function.lineno
             found += [(raw.code, raw.where[0], raw.safety) for i, raw in enumerate(self.raw)
-                      if i not in self.dropped and function.lineno <= raw.where[0] <= (function.end_lineno or 0)
-                      and not RULES[raw.code].runs_off_cuda]
+                      if i not in self.dropped and first <= raw.where[0] <= last and self.runs_here(i)]
+            # `def default_device(): return "cuda"` called under the check: no fix of this pass rewrites
+            # that string for the guard (the function may be called from elsewhere), so it stays "cuda".
+            found += [(f'the device string "{node.value}" in {name}()', node.lineno, None)
+                      for node, _ in self.cuda_literals if first <= node.lineno <= last and id(node) not in self.done]
         return found
 
     def source_candidates(self, start: Mark, end: Mark) -> list[Candidate]:
