@@ -14,10 +14,11 @@ from ..._opnames import canonical_op_name
 from ..router import first_dtype
 from ..table import Route
 from . import rng as _rng
+from . import sparse as _sparse
 from . import storage as _storage
 from .copies import _copy_
 from .slot import _no_device, backend_name, state
-from .tensor import SPECIAL, _check_outputs, _first_device_tensor, _wrap
+from .tensor import SPECIAL, _check_outputs, _first_device_tensor, _sparse_chip, _wrap
 
 aten = torch.ops.aten
 
@@ -63,6 +64,15 @@ def _make(ovl: Any, index: int, args: tuple, kwargs: dict, kernel: Any = None) -
         # a tensor the chip cannot hold: fail at its creation, as the chip does
         raise router.error(op, args, kwargs, Route(RouteKind.UNSUPPORTED, "precision.dtypes"),
                            f"it produces {dtype}, which is not in precision.dtypes")
+    layout = kwargs.get("layout")
+    if layout is not None and layout is not torch.strided:
+        chip = _sparse_chip()
+        if chip is not None:
+            # a sparse factory reaches the chip's sparse key, where its plugin's sparse kernels decide
+            key = _sparse.key_of(layout)
+            if not _sparse.registered(chip, key, ovl, op):
+                raise _sparse.refusal(chip, key, op, backend_name())
+            return _wrap(kernel(*args, **cpu_kwargs), index)
     route = state.routes.get((ovl, dtype))
     if route is None:
         route = state.routes[(ovl, dtype)] = state.table.route(op, dtype)
@@ -91,6 +101,9 @@ def _register_factories() -> None:
     backend cannot be unregistered."""
     library = torch.library.Library("_", "IMPL")
     library.fallback(_factory_fallback, "PrivateUse1")
+    # torch.empty(.., layout=torch.sparse_coo, device=d) and the sparse constructors without device tensors
+    # among their arguments dispatch to the device's sparse key
+    library.fallback(_factory_fallback, "SparsePrivateUse1")
     per_op = torch.library.Library("aten", "IMPL")
     # torch.tensor(data, device=d) copies into the new device tensor with the Python key excluded: the
     # call reaches PrivateUse1 itself, where PyTorch's Python fallback cannot serve it (a per-op kernel can)

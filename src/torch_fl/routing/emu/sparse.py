@@ -1,0 +1,161 @@
+"""Sparse tensors on the emulated chip: the ops its plugin registers for the sparse layouts, and its refusal.
+
+A sparse tensor on a real PrivateUse1 chip dispatches to another backend key than a dense one
+(``SparsePrivateUse1`` for COO, ``SparseCsrPrivateUse1`` for CSR/CSC/BSR/BSC), where the plugin registers a
+separate, much shorter op list. The dense route table (builtin/tables) leaves those entries out on purpose
+(another layout), so a call with a sparse argument (or a factory asked for a sparse layout) is decided here:
+it runs the host's sparse kernel when the chip has a kernel for the op on that key, else it fails as the
+chip fails. The values are the CPU's: the host's sparse kernels compute them.
+
+What each plugin registers (facts from its own codegen, against the torch it is built with):
+
+- ``torch_npu`` (Ascend/pytorch torchnpugen/gen_backend_stubs.py ``gen_target_registration`` and
+  torchnpugen/utils.py ``get_target_native_registration`` at 9e73e70): every op whose SparseCPU and SparseCUDA
+  kernels are one function in PyTorch's native_functions.yaml (device-generic kernels: ``_nnz_sparse``,
+  ``new_with_dims_and_tensor_sparse_symint``, ``sparse_to_dense``...), plus op-plugin's ``sparse:`` entries
+  (Ascend/op-plugin op_plugin/config/op_plugin_functions.yaml at 517f2e7: ``add.out``, ``_coalesce``, ``max``,
+  ``mul.out``; kernels in op_plugin/ops/opapi/sparse/). Any other op on SparsePrivateUse1 reaches
+  ``npu_Sparse_fallback`` (torch_npu/csrc/aten/VariableFallbackKernel.cpp), which raises "CAUTION: The
+  operator '...' is not currently supported on the NPU backend." (no CPU fallback for sparse tensors). CSR:
+  the same common-kernel rule, plus ``_sparse_csr_sum.dim_dtype`` / ``_sparse_csr_prod.dim_dtype``
+  (torch_npu/csrc/aten/ops/SparseCsrReductionFallbackKernelNpu.cpp).
+- ``torch_mlu`` (Cambricon/torch_mlu codegen/mlu_functions.yaml at 9e95f97, "Note: [SparsePrivateUse1]"):
+  the same common-kernel rule, plus the entries with ``dispatch: ... SparsePrivateUse1`` (``addmm``,
+  ``addmm_``, ``addmm.out``, ``_coalesce``). No sparse fallback: PyTorch's "Could not run" error.
+- ``torch_musa`` (MooreThreads/torch_musa torch_musa/csrc/aten/ops/musa_functions.yaml at 8b583b3): only the
+  entries that name ``SparsePrivateUse1`` / ``SparseCsrPrivateUse1`` (construction, ``_nnz``, indices and
+  values, coalescing, conversions); no common-kernel rule. PyTorch's "Could not run" error otherwise.
+
+Ops with a CompositeExplicitAutograd kernel run on every backend key, sparse ones included
+(CompositeExplicitAutogradNonFunctional ones on SparseCsr, not on Sparse); the CompositeImplicitAutograd
+ones decompose before they reach the device. Chips not listed here (built-in
+backends: their sparse kernels are PyTorch's) keep the dense route table's answer.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+COO = "Sparse"
+CSR = "SparseCsr"
+_CSR_LAYOUTS = frozenset({torch.sparse_csr, torch.sparse_csc, torch.sparse_bsr, torch.sparse_bsc})
+
+
+@dataclass(frozen=True)
+class SparseKernels:
+    """What one plugin registers on its sparse keys."""
+
+    common: bool                        # PyTorch's device-generic sparse kernels (SparseCPU == SparseCUDA)
+    ops: dict[str, frozenset[str]]      # key (COO, CSR) -> the plugin's own entries ('aten::add.out')
+    refusal: str                        # 'vendor': the plugin's own message (below); 'dispatcher': PyTorch's
+    message: str = ""                   # the plugin's message, '{op}' for the operator name
+    # the plugin's own kernels where the host's sparse kernel differs or is missing: op -> host function
+    reference: dict[str, Callable[..., Any]] = field(default_factory=dict)
+
+
+def _names(*names: str) -> frozenset[str]:
+    return frozenset(f"aten::{n}" if "." in n else f"aten::{n}.default" for n in names)
+
+
+def _max_of_dense(self: torch.Tensor) -> torch.Tensor:
+    """op-plugin's sparse ``max`` (op_plugin/ops/opapi/sparse/SparseMaxKernelNpuOpApi.cpp ``max_sparse``): the
+    maximum of ``self.to_dense()``, implicit zeros included (the host has no sparse ``max``)."""
+    return torch.max(self.to_dense())
+
+
+def _coalesce_in_float32(self: torch.Tensor) -> torch.Tensor:
+    """op-plugin's ``_coalesce_sparse`` (op_plugin/ops/opapi/sparse/SparseCoalesceKernelOpApi.cpp): float16 and
+    bfloat16 values are summed in float32 and rounded once; other dtypes as the host sums them."""
+    values = self._values()
+    if values.dtype not in (torch.float16, torch.bfloat16):
+        return torch.ops.aten._coalesce.default(self)
+    wide = torch.sparse_coo_tensor(self._indices(), values.float(), self.shape, is_coalesced=False)
+    summed = torch.ops.aten._coalesce.default(wide)
+    return torch.sparse_coo_tensor(summed._indices(), summed._values().to(values.dtype), self.shape,
+                                   is_coalesced=True)
+
+
+# the chip (wider.chip_key: a plugin chip's device type) -> its plugin's sparse registrations
+KERNELS: dict[str, SparseKernels] = {
+    "npu": SparseKernels(
+        common=True,
+        ops={COO: _names("add.out", "_coalesce", "max", "mul.out"),
+             CSR: _names("_sparse_csr_sum.dim_dtype", "_sparse_csr_prod.dim_dtype")},
+        refusal="vendor",
+        message="CAUTION: The operator '{op}' is not currently supported on the NPU backend.",
+        reference={"aten::max.default": _max_of_dense, "aten::_coalesce.default": _coalesce_in_float32}),
+    "mlu": SparseKernels(
+        common=True,
+        ops={COO: _names("addmm", "addmm_", "addmm.out", "_coalesce"), CSR: frozenset()},
+        refusal="dispatcher"),
+    "musa": SparseKernels(
+        common=False,
+        ops={COO: _names("_sparse_coo_tensor_with_dims_and_tensors", "_to_sparse.sparse_dim", "_to_sparse",
+                         "_to_sparse_csr", "sparse_dim", "_nnz", "_indices", "_values", "is_coalesced",
+                         "_coalesce", "_coalesced_", "indices", "values"),
+             CSR: _names("_to_sparse.sparse_dim", "_to_sparse", "_nnz", "values", "crow_indices", "col_indices")},
+        refusal="dispatcher"),
+}
+
+
+def kernels(chip: str) -> SparseKernels | None:
+    return KERNELS.get(chip)
+
+
+def key_of(layout: torch.layout) -> str:
+    """The sparse backend key (COO, CSR) a tensor of `layout` dispatches to."""
+    return CSR if layout in _CSR_LAYOUTS else COO
+
+
+def registered(chip: SparseKernels, key: str, func: Any, name: str) -> bool:
+    """Whether the chip has a kernel for `func` (canonical `name`) on sparse key `key`."""
+    if name in chip.ops.get(key, ()):
+        return True
+    if chip.common and name in _common(key):
+        return True
+    # (CompositeExplicitAutogradNonFunctional leaves out the Sparse functionality, not SparseCsr: c10's
+    # non_functional_backend_dispatch_keyset)
+    composites = ("CompositeExplicitAutograd",) if key == COO else \
+        ("CompositeExplicitAutograd", "CompositeExplicitAutogradNonFunctional")
+    return any(torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), k) for k in composites)
+
+
+def refusal(chip: SparseKernels, key: str, name: str, device_type: str) -> Exception:
+    """The error the chip raises for an op it has no sparse kernel for."""
+    op = name.removesuffix(".default")
+    if chip.refusal == "vendor" and key == COO:
+        return RuntimeError(chip.message.format(op=op) + " (emulated by torch-fl: the plugin's sparse "
+                            "fallback refuses every op it has no sparse kernel for)")
+    return NotImplementedError(
+        f"Could not run '{op}' with arguments from the '{key}{device_type}' backend. This could be because the "
+        f"operator doesn't exist for this backend, or was omitted during the selective/custom build process "
+        f"(if using custom build). (emulated by torch-fl: the chip's plugin registers no {key} kernel for it)")
+
+
+@functools.cache
+def _common(key: str) -> frozenset[str]:
+    """The ops whose sparse CPU and CUDA kernels are one device-generic function in the installed torch's
+    native_functions.yaml (what the plugins' codegen reads when it builds against that torch)."""
+    import torchgen
+    import yaml
+
+    path = os.path.join(os.path.dirname(torchgen.__file__), "packaged", "ATen", "native", "native_functions.yaml")
+    with open(path, encoding="utf-8") as file:
+        entries = yaml.load(file, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    cpu, cuda = f"{key}CPU", f"{key}CUDA"
+    found = set()
+    for entry in entries:
+        kernels_by_key: dict[str, str] = {}
+        for keys, kernel in (entry.get("dispatch") or {}).items():
+            for one in keys.split(","):
+                kernels_by_key[one.strip()] = kernel
+        if cpu in kernels_by_key and kernels_by_key[cpu] == kernels_by_key.get(cuda):
+            name = entry["func"].split("(", 1)[0]
+            found.add(f"aten::{name}" if "." in name else f"aten::{name}.default")
+    return frozenset(found)
