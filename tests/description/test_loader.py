@@ -185,6 +185,16 @@ def test_plugin_and_detect_module_must_be_module_names(tmp_path):
     assert err.key == "detect.module" and err.line == 7
 
 
+def test_a_vendor_collective_library_of_its_own_is_accepted_by_its_form(tmp_path):
+    # issue 43: a chip whose collective library is not in torch-fl's list could not be described
+    desc = load(write(tmp_path, MINIMAL + '\n[collectives]\nbackend = "fccl"\n'))
+    assert desc.collective_backend == "fccl"
+    for bad in ("FCCL", "f ccl", "nccl;gloo", "1ccl"):
+        err = error_of(tmp_path, MINIMAL + f'\n[collectives]\nbackend = "{bad}"\n')
+        assert err.key == "collectives.backend" and err.line == 7
+        assert f"'{bad}' is not a torch.distributed backend name" in str(err)
+
+
 @pytest.mark.parametrize("value", [2**63, 1001, -1001])
 def test_priority_is_bounded(tmp_path, value):
     err = error_of(tmp_path, MINIMAL + f"\n[detect]\npriority = {value}\n")

@@ -44,6 +44,10 @@ ENV_NAME_FORM = (r"[A-Za-z_][A-Za-z0-9_]*", "a POSIX environment variable name: 
                  "starting with a digit (ASCEND_RT_VISIBLE_DEVICES)")
 MODULE_FORM = (r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*", "a Python module name: identifiers joined "
                "by '.' (torch_npu, torch.npu)")
+# A c10d backend name as torch.distributed.Backend.register_backend takes it (stored lower-case): checked by
+# form, not against the known list, so that a chip whose collective library is its own can be described.
+COLLECTIVE_FORM = (r"[a-z][a-z0-9_]*", "a torch.distributed backend name: lowercase letters, digits and '_', "
+                   "starting with a letter (nccl, hccl, gloo, or the vendor's own)")
 PRIORITY_BOUNDS = (-1000, 1000)
 
 # The dense backend keys of c10's DispatchKey (torch._C.DispatchKey, between StartOfDenseBackends and
@@ -119,11 +123,18 @@ SCHEMA: dict[str | None, dict[str, Key]] = {
         "events": Key("bool", True, "Whether events with elapsed-time are supported."),
     },
     "collectives": {
-        "backend": Key("str", "gloo", "torch.distributed backend for this device.", COLLECTIVE_BACKENDS),
+        "backend": Key("str", "gloo", "torch.distributed backend for this device: a registered c10d backend "
+                       f"name (known: {', '.join(COLLECTIVE_BACKENDS)}; a vendor's own is accepted by its form).",
+                       pattern=COLLECTIVE_FORM[0], form=COLLECTIVE_FORM[1]),
     },
     "precision": {
         "dtypes": Key("list[str]", list(DTYPE_NAMES), "dtypes the device supports.",
                       item_allowed=DTYPE_NAMES),
+        "tested_dtypes": Key("list[str]", [], "dtypes the vendor's own test suite creates and computes on the chip "
+                             "that precision.dtypes (the vendor's documentation) leaves out. Where the two sources "
+                             "disagree the chip follows its tests: these dtypes count as the device's "
+                             "(Description.dtypes), precision.dtypes stays the documented list.",
+                             item_allowed=DTYPE_NAMES),
         "autocast_dtype": Key("str", "bfloat16", "dtype autocast uses on this device.", DTYPE_NAMES),
         "tolerances": Key("table[tolerance]", {}, "Per-dtype {rtol, atol} overriding the defaults.",
                           item_allowed=DTYPE_NAMES),
@@ -153,6 +164,11 @@ SCHEMA: dict[str | None, dict[str, Key]] = {
                                "false makes SDPA take the math path."),
         "dtypes": Key("table[list[str]]", {}, "Per-op dtype limits: op -> dtypes it is native for.",
                       item_allowed=DTYPE_NAMES),
+        "tested_dtypes": Key("table[list[str]]", {}, "Per-op dtypes the vendor's own test suite runs on the chip "
+                             "beyond its documented limits (ops.dtypes, the table's dtype rows): op -> the dtypes "
+                             "its tests compute. Where the two sources disagree the chip follows its tests: they "
+                             "join the op's limits (Description.op_dtypes), the documented ones stay readable "
+                             "(Description.documented_op_dtypes).", item_allowed=DTYPE_NAMES),
         "kernels": Key("table[str]", {}, "Per-op fast-path kernels: op -> 'pkg.module:function'."),
         "vendor_fallback": Key("str", "error", "What the vendor's stack does with an op that reaches its "
                                "dispatch key with no kernel there (no composite kernel either): 'cpu' (its "
