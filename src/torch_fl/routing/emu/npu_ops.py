@@ -1579,15 +1579,19 @@ def device_module_calls() -> dict[str, Any]:
                 "finalize_dump", "get_npu_overflow_flag", "get_sync_debug_mode", "init_dump", "ipc_collect",
                 "obfuscation_calculate", "obfuscation_finalize", "obfuscation_initialize", "set_dump",
                 "set_op_timeout_ms", "set_sync_debug_mode", "stress_detect")
-    return {name: getattr(npu_utils, name) for name in exported}
+    from .npu_runtime import npurt
+
+    return {**{name: getattr(npu_utils, name) for name in exported}, "npurt": npurt}
 
 
 def native_calls() -> dict[str, Any]:
     """The bindings of torch_npu._C beyond the device calls every plugin has (plugin.py), that the vendor's tests
     and Python code call: the SoC number, the inf/nan mode, the CANN version and the properties type."""
-    from . import identity, npu_utils
+    from . import identity, memory, npu_runtime, npu_utils
 
-    return {"_npu_get_soc_version": npu_utils.get_soc_version, "_npu_is_support_inf_nan": npu_utils.is_support_inf_nan,
+    return {"_npu_npuCachingAllocator_set_allocator_settings": memory.set_allocator_settings,
+            "_npurt": npu_runtime.native_module(),
+            "_npu_get_soc_version": npu_utils.get_soc_version, "_npu_is_support_inf_nan": npu_utils.is_support_inf_nan,
             "_get_cann_version": npu_utils.get_cann_version, "_is_gte_cann_version": npu_utils._is_gte_cann_version,
             "_NPUDeviceProperties": identity.DeviceProperties}
 

@@ -248,6 +248,18 @@ def vendor_module_class(base: type, name: str, stream_type: type) -> type:
         reset_max_memory_cached = reset_max_memory_allocated
 
         @staticmethod
+        def reset_accumulated_memory_stats(device: Any = None) -> None:
+            memory.reset_accumulated_memory_stats(device_index(device))
+
+        @staticmethod
+        def set_per_process_memory_fraction(fraction: float, device: Any = None) -> None:
+            memory.set_per_process_memory_fraction(fraction, device_index(device))
+
+        @staticmethod
+        def get_per_process_memory_fraction(device: Any = None) -> float:
+            return float(memory.allocator_settings["per_process_memory_fraction"])
+
+        @staticmethod
         def device_of(obj: Any) -> Any:
             if isinstance(obj, torch.Tensor) and obj.device.type == backend_name():
                 return base.device(obj.device.index or 0)

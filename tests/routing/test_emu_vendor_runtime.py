@@ -1,0 +1,97 @@
+"""The emulated Ascend chip's runtime surface beyond the device calls: the caching allocator's settings
+(``torch_npu._C._npu_npuCachingAllocator_set_allocator_settings``: throw_on_npumalloc_oom rejects an allocation over
+per_process_memory_fraction, counted in memory_stats) and the ACL runtime calls (``torch_npu.npu.npurt()``), checked
+as Ascend/pytorch's test/allocator/test_throw_on_npumalloc_oom.py and test/npu/test_npurt.py check them, in our
+words. The chip's name is fixed per process, so the checks on the emulated npu run in a fresh one."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from torch_fl.routing.emu import memory, npu_runtime
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def defaults():
+    saved = dict(memory.allocator_settings)
+    yield
+    memory.allocator_settings.clear()
+    memory.allocator_settings.update(saved)
+    memory._limit.clear()
+
+
+def test_allocator_settings_parse_as_the_vendors(defaults):
+    memory.set_allocator_settings("throw_on_npumalloc_oom:True,per_process_memory_fraction:0.25")
+    assert memory.allocator_settings["throw_on_npumalloc_oom"] is True
+    assert memory.allocator_settings["per_process_memory_fraction"] == 0.25 and memory._limit == [0.25]
+    memory.set_allocator_settings("throw_on_npumalloc_oom:False")
+    assert memory._limit == []
+    with pytest.raises(RuntimeError, match="True/False argument for throw_on_npumalloc_oom"):
+        memory.set_allocator_settings("throw_on_npumalloc_oom:maybe")
+    with pytest.raises(RuntimeError, match=r"per_process_memory_fraction is invalid, set it in \[0.0, 1.0\]"):
+        memory.set_allocator_settings("per_process_memory_fraction:1.5")
+    with pytest.raises(RuntimeError, match="Unrecognized key 'no_such_key'"):
+        memory.set_allocator_settings("no_such_key:1")
+    memory.set_allocator_settings("expandable_segments:True,max_split_size_mb:128")  # recorded
+    assert memory.allocator_settings["max_split_size_mb"] == 128
+
+
+def test_npurt_registers_host_memory_and_makes_streams():
+    rt = npu_runtime.npurt()
+    assert rt is npu_runtime.npurt()
+    t = torch.ones(1024)
+    assert rt.npuHostRegister(t.data_ptr(), 4096, npu_runtime.ACL_HOST_REG_PINNED) == 0
+    assert rt.npuHostRegister(t.data_ptr(), 4096, npu_runtime.ACL_HOST_REG_PINNED) != 0  # twice: refused
+    assert rt.npuHostUnregister(t.data_ptr()) == 0
+    assert rt.npuHostUnregister(t.data_ptr()) != 0  # not registered any more
+    assert rt.npuHostRegister(t.data_ptr(), 0, npu_runtime.ACL_HOST_REG_PINNED) != 0  # size 0
+    assert rt.npuHostRegister(0, 4096, npu_runtime.ACL_HOST_REG_MAPPED) != 0
+    stream = ctypes.c_void_p()
+    assert rt.npuStreamCreate(ctypes.addressof(stream)) == 0 and stream.value
+    assert rt.npuStreamDestroy(stream.value) == 0
+    assert rt.npuStreamDestroy(stream.value) != 0 and rt.npuStreamCreate(0) != 0
+
+
+ON_NPU = r'''
+import json, torch, torch_npu
+out = {}
+set_settings = torch_npu._C._npu_npuCachingAllocator_set_allocator_settings
+set_settings("throw_on_npumalloc_oom:False,per_process_memory_fraction:1.0")
+torch_npu.npu.reset_accumulated_memory_stats()
+out["initial"] = torch_npu.npu.memory_stats()["num_oom_rejections"]
+from torch_fl.hostmem import memory_info
+fraction = 32 * 2**20 / memory_info()[1]  # 32 MiB of the emulated device's memory (the host's)
+set_settings(f"throw_on_npumalloc_oom:True,per_process_memory_fraction:{fraction:.10f}")
+try:
+    torch.empty(64, 1024, 1024, dtype=torch.uint8, device="npu")
+    out["big"] = "allocated"
+except torch.OutOfMemoryError as exc:
+    out["big"] = "OutOfMemoryError" if "throw_on_npumalloc_oom" in str(exc) else str(exc)
+out["rejections"] = torch_npu.npu.memory_stats()["num_oom_rejections"]
+out["small"] = str(torch.randn(10, 10, device="npu").device)
+set_settings(f"throw_on_npumalloc_oom:False,per_process_memory_fraction:{fraction:.10f}")
+out["off"] = str(torch.empty(64, 1024, 1024, dtype=torch.uint8, device="npu").device)
+torch_npu.npu.reset_accumulated_memory_stats()
+out["reset"] = torch_npu.npu.memory_stats()["num_oom_rejections"]
+out["npurt"] = [torch_npu.npu.npurt() is torch.npu.npurt(), hasattr(torch_npu._C, "_npurt")]
+print(json.dumps(out))
+'''
+
+
+def test_on_the_emulated_npu():
+    done = subprocess.run([sys.executable, "-c", ON_NPU], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "FL_DEVICE": "emu:npu"}, cwd=REPO, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out == {"initial": 0, "big": "OutOfMemoryError", "rejections": 1, "small": "npu:0", "off": "npu:0",
+                   "reset": 0, "npurt": [True, True]}
