@@ -7,24 +7,22 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .args import add_device, add_quiet
+from .args import add_device, add_model, add_quiet, command_parser
+
+DESCRIPTION = ("Export MODEL with torch.export on its example inputs and compile it ahead of time "
+               "with AOTInductor into a .pt2 package that records the fingerprint of this stack "
+               "(torch, Python, torch-fl, description, plugin, runtime, compiler). "
+               "and the sha256 of every file in it. torch.fl.load_aot(FILE) refuses a package whose "
+               "files were altered, or built on a stack with another fingerprint. With --check FILE, "
+               "check a package's files and compare it with this stack without loading it.")
+EPILOG = ("Examples:\n  torchfl aot examples/gpt.py:factory --out gpt.pt2\n"
+          "  torchfl aot --check gpt.pt2\n  torchfl aot --check gpt.pt2 --sha256 HEX\n"
+          "Docs: torchfl docs compile")
 
 
 def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> None:
-    parser = sub.add_parser(
-        name, help=help_text,
-        description="Export MODEL with torch.export on its example inputs and compile it ahead of time "
-                    "with AOTInductor into a .pt2 package that records the fingerprint of this stack "
-                    "(torch, Python, torch-fl, description, plugin, runtime, compiler). "
-                    "and the sha256 of every file in it. torch.fl.load_aot(FILE) refuses a package whose "
-                    "files were altered, or built on a stack with another fingerprint. With --check FILE, "
-                    "check a package's files and compare it with this stack without loading it.",
-        epilog="Examples:\n  torchfl aot examples/gpt.py:factory --out gpt.pt2\n"
-               "  torchfl aot --check gpt.pt2\n  torchfl aot --check gpt.pt2 --sha256 HEX\n"
-               "Docs: torchfl docs compile",
-        formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("model", metavar="MODEL", nargs="?",
-                        help="model entry point, path/to/file.py:factory or package.module:factory")
+    parser = command_parser(sub, name, help_text, DESCRIPTION, EPILOG)
+    add_model(parser, optional=True)
     parser.add_argument("--out", metavar="FILE", help="the package to write (must end in .pt2)")
     parser.add_argument("--check", metavar="FILE", help="check FILE's files against their recorded sha256 "
                                                         "and its fingerprint against this stack")

@@ -16,12 +16,39 @@ from __future__ import annotations
 
 import argparse
 
-__all__ = ["DEVICES", "STDOUT", "add_device", "add_json", "add_quiet", "add_reference", "add_report_files"]
+__all__ = ["DEVICES", "STDOUT", "add_device", "add_json", "add_model", "add_quiet", "add_reference",
+           "add_report_files", "add_steps", "command_parser"]
 
 STDOUT = "-"  # --json's value for "print the JSON instead of the text"
 
 DEVICES = "acc0, cuda:1, cpu, emu:NAME"  # what --device accepts, in every command's help
 DESCRIPTIONS = "a description name (cuda, npu, ...) or .toml file"  # where a description is enough
+
+
+def command_parser(sub: argparse._SubParsersAction, name: str, help_text: str, description: str,
+                   epilog: str | None = None) -> argparse.ArgumentParser:
+    """The subcommand's parser: its one-line help, description and epilog (examples, exit status, docs),
+    printed as written (line breaks kept)."""
+    return sub.add_parser(name, help=help_text, description=description, epilog=epilog,
+                          formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
+def add_model(parser: argparse.ArgumentParser, *, optional: bool = False) -> None:
+    """MODEL: the model entry point (analysis.model.load_model reads it)."""
+    parser.add_argument("model", metavar="MODEL", nargs="?" if optional else None,
+                        help="model entry point, path/to/file.py:factory or package.module:factory")
+
+
+def add_steps(parser: argparse.ArgumentParser, *, steps: int, warmup: int, what: str = "",
+              steps_help: str = "timed steps per mode", note: str = "") -> None:
+    """--steps N and --warmup W of the commands that time steps (`what` prefixes both helps, 'bench: ';
+    `note` ends the --steps help, after its default)."""
+    from . import non_negative_int, positive_int
+
+    parser.add_argument("--steps", type=positive_int, default=steps, metavar="N",
+                        help=f"{what}{steps_help} (default {steps}{note})")
+    parser.add_argument("--warmup", type=non_negative_int, default=warmup, metavar="W",
+                        help=f"{what}untimed steps per mode before timing (default {warmup})")
 
 
 def add_device(parser: argparse.ArgumentParser, *, required: bool = False, what: str = "device",

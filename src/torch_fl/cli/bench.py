@@ -9,30 +9,24 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import non_negative_int, positive_int
-from .args import add_device, add_quiet, add_report_files
+from .args import add_device, add_model, add_quiet, add_report_files, add_steps, command_parser
+
+DESCRIPTION = ("Time MODEL's training (or inference) steps on a device with torch-fl routing active "
+               "and with routing disabled, in interleaved blocks; report the native alignment ratio "
+               "(routed steps/s / native steps/s, target >= 0.9), the time spent in translate and "
+               "fallback routes, peak memory, and whether memory grows from step to step.")
+EPILOG = ("For an emulated chip (emu:NAME), 'routing disabled' is the plain CPU run.\n"
+          "Examples:\n  torchfl bench examples/gpt.py:factory --device emu:minimal --steps 10\n"
+          "  torchfl bench examples/gpt.py:factory --device acc0 --no-train --json bench.json "
+          "--html bench.html\n"
+          "Exit status: 0 measured, 1 the routed run failed (unsupported operator), 2 usage error.")
 
 
 def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> None:
-    parser = sub.add_parser(
-        name, help=help_text,
-        description="Time MODEL's training (or inference) steps on a device with torch-fl routing active "
-                    "and with routing disabled, in interleaved blocks; report the native alignment ratio "
-                    "(routed steps/s / native steps/s, target >= 0.9), the time spent in translate and "
-                    "fallback routes, peak memory, and whether memory grows from step to step.",
-        epilog="For an emulated chip (emu:NAME), 'routing disabled' is the plain CPU run.\n"
-               "Examples:\n  torchfl bench examples/gpt.py:factory --device emu:minimal --steps 10\n"
-               "  torchfl bench examples/gpt.py:factory --device acc0 --no-train --json bench.json "
-               "--html bench.html\n"
-               "Exit status: 0 measured, 1 the routed run failed (unsupported operator), 2 usage error.",
-        formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("model", metavar="MODEL", help="model entry point, path/to/file.py:factory or "
-                                                       "package.module:factory")
+    parser = command_parser(sub, name, help_text, DESCRIPTION, EPILOG)
+    add_model(parser)
     add_device(parser, required=True)
-    parser.add_argument("--steps", type=positive_int, default=20, metavar="N",
-                        help="timed steps per mode (default 20)")
-    parser.add_argument("--warmup", type=non_negative_int, default=3, metavar="W",
-                        help="untimed steps per mode before timing (default 3)")
+    add_steps(parser, steps=20, warmup=3)
     parser.add_argument("--train", action=argparse.BooleanOptionalAction, default=True,
                         help="time training steps (forward, backward, AdamW update; default) or, with "
                              "--no-train, inference forwards")

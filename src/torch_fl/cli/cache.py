@@ -12,19 +12,18 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .args import STDOUT, add_device, add_report_files
+from .args import STDOUT, add_device, add_report_files, command_parser
 from .output import emit_json
+
+DESCRIPTION = ("Inspect, verify or clear the compile cache: one entry per fingerprint of the "
+               "stack (torch, Python, torch-fl, description, plugin, runtime, compiler) under the "
+               "root FL_CACHE_DIR, else the description's compile.cache_dir.")
+EPILOG = ("Examples:\n  torchfl cache info\n  torchfl cache verify\n  torchfl cache clear --stale\n"
+          "  torchfl cache clear --all\nDocs: torchfl docs compile")
 
 
 def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> None:
-    parser = sub.add_parser(
-        name, help=help_text,
-        description="Inspect, verify or clear the compile cache: one entry per fingerprint of the "
-                    "stack (torch, Python, torch-fl, description, plugin, runtime, compiler) under the "
-                    "root FL_CACHE_DIR, else the description's compile.cache_dir.",
-        epilog="Examples:\n  torchfl cache info\n  torchfl cache verify\n  torchfl cache clear --stale\n"
-               "  torchfl cache clear --all\nDocs: torchfl docs compile",
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = command_parser(sub, name, help_text, DESCRIPTION, EPILOG)
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     info = actions.add_parser("info", help="the root, every entry with its size, and the current "
                                            "fingerprint's components")

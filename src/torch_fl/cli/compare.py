@@ -10,7 +10,7 @@ import argparse
 import math
 import sys
 
-from .args import add_device, add_quiet, add_reference, add_report_files
+from .args import add_device, add_model, add_quiet, add_reference, add_report_files, command_parser
 
 # analysis.compare's DTYPES and DEFAULT_TOLERANCES, for the help: that module imports torch, and `torchfl
 # compare --help` needs none (tests/cli/test_help.py checks the copies are equal).
@@ -19,23 +19,22 @@ DEFAULT_TOLERANCES = {"float64": (1e-7, 1e-7), "float32": (1e-4, 1e-5), "float16
                       "bfloat16": (8e-2, 1e-5)}
 
 
+DESCRIPTION = ("Run MODEL with the same weights and inputs on the reference (routing off) and on "
+               "the device (routing on), compare every module's output, the final output and with "
+               "--train every parameter's gradient, and name the first module outside tolerance.")
+_DEFAULTS = ", ".join(f"{d} {r:g}/{a:g}" for d, (r, a) in DEFAULT_TOLERANCES.items())
+EPILOG = ("Tolerances are normwise: max|device - reference| <= atol + rtol * max|reference| per "
+          f"tensor. Defaults (rtol/atol): {_DEFAULTS}; the device description's "
+          "precision.tolerances and precision.op_tolerances refine them, --rtol/--atol override.\n"
+          "Examples:\n  torchfl compare examples/gpt.py:factory --device emu:minimal\n"
+          "  torchfl compare examples/gpt.py:factory --device acc0 --dtype bfloat16 --train "
+          "--json cmp.json --html cmp.html\n"
+          "Exit status: 0 within tolerance, 1 outside tolerance or the device cannot run the model.")
+
+
 def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> None:
-    defaults = ", ".join(f"{d} {r:g}/{a:g}" for d, (r, a) in DEFAULT_TOLERANCES.items())
-    parser = sub.add_parser(
-        name, help=help_text,
-        description="Run MODEL with the same weights and inputs on the reference (routing off) and on "
-                    "the device (routing on), compare every module's output, the final output and with "
-                    "--train every parameter's gradient, and name the first module outside tolerance.",
-        epilog="Tolerances are normwise: max|device - reference| <= atol + rtol * max|reference| per "
-               f"tensor. Defaults (rtol/atol): {defaults}; the device description's "
-               "precision.tolerances and precision.op_tolerances refine them, --rtol/--atol override.\n"
-               "Examples:\n  torchfl compare examples/gpt.py:factory --device emu:minimal\n"
-               "  torchfl compare examples/gpt.py:factory --device acc0 --dtype bfloat16 --train "
-               "--json cmp.json --html cmp.html\n"
-               "Exit status: 0 within tolerance, 1 outside tolerance or the device cannot run the model.",
-        formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("model", metavar="MODEL", help="model entry point, path/to/file.py:factory or "
-                                                       "package.module:factory")
+    parser = command_parser(sub, name, help_text, DESCRIPTION, EPILOG)
+    add_model(parser)
     add_device(parser, required=True, what="device under test (routing active)")
     add_reference(parser)
     parser.add_argument("--dtype", choices=DTYPES, default="float32",

@@ -7,18 +7,17 @@ import copy
 import sys
 from pathlib import Path
 
-from .args import add_device
+from .args import add_device, command_parser
+
+DESCRIPTION = ("Print a device description as TOML that loads back unchanged (start a vendor "
+               "description from a copy), list known descriptions, or write one for the live "
+               "device from the dispatcher.")
+EPILOG = ("Examples:\n  torchfl describe cuda --as mychip > mychip.toml\n  torchfl describe --list\n"
+          "  torchfl describe --probe -o probed.toml")
 
 
 def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> None:
-    parser = sub.add_parser(
-        name, help=help_text,
-        description="Print a device description as TOML that loads back unchanged (start a vendor "
-                    "description from a copy), list known descriptions, or write one for the live "
-                    "device from the dispatcher.",
-        epilog="Examples:\n  torchfl describe cuda --as mychip > mychip.toml\n  torchfl describe --list\n"
-               "  torchfl describe --probe -o probed.toml",
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = command_parser(sub, name, help_text, DESCRIPTION, EPILOG)
     parser.add_argument("name", nargs="?", help="description name or path (default: the one in use)")
     parser.add_argument("--list", action="store_true", help="list every known description and its file")
     parser.add_argument("--probe", action="store_true",

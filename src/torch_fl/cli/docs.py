@@ -12,21 +12,23 @@ import argparse
 import sys
 from pathlib import Path
 
+from .args import command_parser
+
 OK, NOT_SHIPPED, BAD_TOPIC = 0, 1, 2
 DISTRIBUTION = "torch-fl"
 # The package metadata's Project-URL labels (pyproject.toml [project.urls]) that lead to the docs, best first.
 URL_LABELS = ("documentation", "docs", "homepage", "home", "source", "repository")
 
 
+DESCRIPTION = ("Print where torch-fl's documentation is: the folder of pages shipped with this copy "
+               "(a wheel's torch_fl/docs, a checkout's docs/) and one line per page; with TOPIC, the "
+               "path of that page (e.g. cli, analysis, errors); with --show, the page itself.")
+EPILOG = ("Examples:\n  torchfl docs\n  torchfl docs cli\n  torchfl docs analysis --show | less\n"
+          "Exit status: 0 found, 1 no pages shipped with this copy, 2 no such TOPIC.")
+
+
 def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> None:
-    parser = sub.add_parser(
-        name, help=help_text,
-        description="Print where torch-fl's documentation is: the folder of pages shipped with this copy "
-                    "(a wheel's torch_fl/docs, a checkout's docs/) and one line per page; with TOPIC, the "
-                    "path of that page (e.g. cli, analysis, errors); with --show, the page itself.",
-        epilog="Examples:\n  torchfl docs\n  torchfl docs cli\n  torchfl docs analysis --show | less\n"
-               "Exit status: 0 found, 1 no pages shipped with this copy, 2 no such TOPIC.",
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = command_parser(sub, name, help_text, DESCRIPTION, EPILOG)
     parser.add_argument("topic", nargs="?", metavar="TOPIC",
                         help="a page: its name without .md (cli, analysis, compile, errors, ...)")
     parser.add_argument("--show", action="store_true", help="print the page's text instead of its path")

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from . import non_negative_int, positive_int
-from .args import add_device, add_quiet, add_reference, add_report_files
+from .args import add_device, add_model, add_quiet, add_reference, add_report_files, add_steps, command_parser
 
 USAGE = 2
 # analysis.grade's defaults, for the help: that package imports torch, and `torchfl grade --help` needs none
@@ -18,35 +17,32 @@ USAGE = 2
 DEFAULT_STEPS, DEFAULT_WARMUP = 30, 3
 
 
+DESCRIPTION = ("Grade MODEL on a device at L0 (runs), L1 (deployable) or L2 (production) from measurements: "
+               "torch.fl.distributed's preflight in two processes, a real training step, coverage of "
+               "a traced training step, compare against a reference, a step under autocast, a "
+               "second input shape, optionally torch.compile, and bench (alignment, memory over "
+               "steps). Each criterion is PASS, FAIL, INCONCLUSIVE (a noisy measurement whose confidence "
+               "interval contains the threshold, with the command that settles it) or NOT MEASURED, "
+               "with its evidence; INCONCLUSIVE and NOT MEASURED never count as PASS.")
+EPILOG = ("Thresholds: native calls >= 80%, alignment >= 0.9, 4-device scaling >= "
+          "3.2x, precision within the dtype's rtol/atol, memory flat over the run.\n"
+          "On an emulated chip (emu:NAME) alignment is not measured: it would time the emulation.\n"
+          "Examples:\n  torchfl grade examples/gpt.py:factory --device cpu\n"
+          "  torchfl grade examples/unusual.py:factory --device emu:minimal --steps 4\n"
+          "  torchfl grade examples/gpt.py:factory --device acc0 --compile --json g.json --html g.html\n"
+          "Exit status: 0 graded (any level), 2 usage error or bad input (entry point, device), 1 the "
+          "model's code raised or the device failed.\n"
+          "Docs: torchfl docs analysis")
+
+
 def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> None:
-    parser = sub.add_parser(
-        name, help=help_text,
-        description="Grade MODEL on a device at L0 (runs), L1 (deployable) or L2 (production) from measurements: "
-                    "torch.fl.distributed's preflight in two processes, a real training step, coverage of "
-                    "a traced training step, compare against a reference, a step under autocast, a "
-                    "second input shape, optionally torch.compile, and bench (alignment, memory over "
-                    "steps). Each criterion is PASS, FAIL, INCONCLUSIVE (a noisy measurement whose confidence "
-                    "interval contains the threshold, with the command that settles it) or NOT MEASURED, "
-                    "with its evidence; INCONCLUSIVE and NOT MEASURED never count as PASS.",
-        epilog="Thresholds: native calls >= 80%, alignment >= 0.9, 4-device scaling >= "
-               "3.2x, precision within the dtype's rtol/atol, memory flat over the run.\n"
-               "On an emulated chip (emu:NAME) alignment is not measured: it would time the emulation.\n"
-               "Examples:\n  torchfl grade examples/gpt.py:factory --device cpu\n"
-               "  torchfl grade examples/unusual.py:factory --device emu:minimal --steps 4\n"
-               "  torchfl grade examples/gpt.py:factory --device acc0 --compile --json g.json --html g.html\n"
-               "Exit status: 0 graded (any level), 2 usage error or bad input (entry point, device), 1 the "
-               "model's code raised or the device failed.\n"
-               "Docs: torchfl docs analysis",
-        formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("model", metavar="MODEL", help="model entry point, path/to/file.py:factory or "
-                                                       "package.module:factory")
+    parser = command_parser(sub, name, help_text, DESCRIPTION, EPILOG)
+    add_model(parser)
     add_device(parser, required=True, what="device to grade")
     add_reference(parser)
-    parser.add_argument("--steps", type=positive_int, default=DEFAULT_STEPS, metavar="N",
-                        help=f"bench: timed training steps per mode, for alignment and the memory run "
-                             f"(default {DEFAULT_STEPS}; 4 or more for a memory verdict)")
-    parser.add_argument("--warmup", type=non_negative_int, default=DEFAULT_WARMUP, metavar="W",
-                        help=f"bench: untimed steps per mode first (default {DEFAULT_WARMUP})")
+    add_steps(parser, steps=DEFAULT_STEPS, warmup=DEFAULT_WARMUP, what="bench: ",
+              steps_help="timed training steps per mode, for alignment and the memory run",
+              note="; 4 or more for a memory verdict")
     parser.add_argument("--compile", action="store_true",
                         help="measure torch.compile with the description's backend (a cold compile takes "
                              "tens of seconds); without it the compile criterion is NOT MEASURED")

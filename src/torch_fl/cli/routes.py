@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .._names import ROUTES
-from .args import STDOUT, add_device, add_json
+from .args import STDOUT, add_device, add_json, command_parser
 
 if TYPE_CHECKING:  # torch_fl.routing imports torch: `torchfl routes --help` needs none
     from ..routing.stats import RouteLog
@@ -24,18 +24,18 @@ SAME, DIFFERENT, BAD_INPUT = 0, 1, 2
 
 
 # Parser -------------------------------------------------------------------------------------------
+DESCRIPTION = ("Show the route every aten operator takes on a device (native, translate, "
+               "fallback, kernel, unsupported) and which setting decided it, or compare two "
+               "route logs (FL_ROUTE_LOG) taken before and after an upgrade.")
+EPILOG = ("Examples:\n  torchfl routes show\n  torchfl routes show --device emu:minimal --route translate\n"
+          "  torchfl routes show --device mps --dtype float64 --op matmul\n"
+          "  FL_ROUTE_LOG=before.json python train.py; ...upgrade...; "
+          "FL_ROUTE_LOG=after.json python train.py\n"
+          "  torchfl routes diff before.json after.json")
+
+
 def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> None:
-    parser = sub.add_parser(
-        name, help=help_text,
-        description="Show the route every aten operator takes on a device (native, translate, "
-                    "fallback, kernel, unsupported) and which setting decided it, or compare two "
-                    "route logs (FL_ROUTE_LOG) taken before and after an upgrade.",
-        epilog="Examples:\n  torchfl routes show\n  torchfl routes show --device emu:minimal --route translate\n"
-               "  torchfl routes show --device mps --dtype float64 --op matmul\n"
-               "  FL_ROUTE_LOG=before.json python train.py; ...upgrade...; "
-               "FL_ROUTE_LOG=after.json python train.py\n"
-               "  torchfl routes diff before.json after.json",
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = command_parser(sub, name, help_text, DESCRIPTION, EPILOG)
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     _add_show(actions, ROUTES)
     _add_diff(actions)
