@@ -75,25 +75,25 @@ class _Timeline:
         for ptr in [ptr for ptr, f in self.in_flight.items() if self.covered(f.key, f.seq)]:
             del self.in_flight[ptr]
 
-    def sync_stream(self, key: StreamKey) -> None:
+    def sync_stream(self, key: StreamKey, what: str = "") -> None:
         with self.lock:
             self.syncs.all_streams_wait_for_stream(key)
-            if self.listener is not None:
-                self.listener.synchronized()
+            if self.listener is not None and what:
+                self.listener.synchronized(what)
             self.settle()
 
-    def sync_event(self, event: Event) -> None:
+    def sync_event(self, event: Event, what: str = "") -> None:
         with self.lock:
             self.syncs.all_streams_wait_for_event(event._eid)
-            if self.listener is not None:
-                self.listener.synchronized()
+            if self.listener is not None and what:
+                self.listener.synchronized(what)
             self.settle()
 
-    def sync_device(self) -> None:
+    def sync_device(self, what: str = "") -> None:
         with self.lock:
             self.syncs.sync_all_streams()
-            if self.listener is not None:
-                self.listener.synchronized()
+            if self.listener is not None and what:
+                self.listener.synchronized(what)
             self.settle()
 
     def outstanding(self, clock: dict[StreamKey, int]) -> list[_Pending]:
@@ -218,7 +218,7 @@ class Stream(_HostStream):
     def synchronize(self) -> None:
         """Wait for this stream's work: its non-blocking copies land in host memory."""
         state.syncs += 1
-        timeline.sync_stream(self._key)
+        timeline.sync_stream(self._key, "Stream.synchronize()")
 
     def wait_event(self, event: Any) -> None:
         """Work issued on this stream from now on is ordered after `event`'s recorded work."""
@@ -320,7 +320,7 @@ def stream(stream: Any) -> StreamContext:
 def synchronize(device: Any = None) -> None:
     """The device's synchronize: every stream's work, every deferred copy, lands."""
     state.syncs += 1
-    timeline.sync_device()
+    timeline.sync_device("synchronize()")
 
 
 # Events ---------------------------------------------------------------------------------------------------
@@ -392,7 +392,7 @@ class Event(_HostEvent):
     def synchronize(self) -> None:
         """Wait for the recorded work: deferred copies before it land."""
         state.syncs += 1
-        timeline.sync_event(self)
+        timeline.sync_event(self, "Event.synchronize()")
 
     def wait(self, stream: Any = None) -> None:
         """Order `stream`'s later work (the current stream's when None) after the recorded work."""
@@ -487,7 +487,7 @@ def _wrap_copy(original: Any) -> Any:
         if isinstance(src, device) and _host(dst):  # device -> host
             key = current_stream(src._index)._key
             if not (_non_blocking(args, kwargs, 2) and is_async()):
-                timeline.sync_stream(key)  # a blocking copy waits for its stream
+                timeline.sync_stream(key, "a blocking copy to the host")  # (it waits for its stream)
                 return original(func, args, kwargs)
             out = original(func, args, kwargs)
             _defer(dst, key, "copy_")
@@ -511,7 +511,7 @@ def _wrap_to_copy(original: Any) -> Any:
         if isinstance(src, device) and target is not None and target.type == "cpu":
             key = current_stream(src._index)._key
             if not (kwargs.get("non_blocking") and is_async()):
-                timeline.sync_stream(key)
+                timeline.sync_stream(key, "a blocking copy to the host (.cpu(), .to('cpu'))")
                 return original(func, args, kwargs)
             out = original(func, args, kwargs)
             _mark_pinned(out)  # (a non-blocking copy to the host lands in pinned memory, as on CUDA)
@@ -532,7 +532,8 @@ def _wrap_to_copy(original: Any) -> Any:
 def _wrap_item(original: Any) -> Any:
     def item(func: Any, args: tuple, kwargs: dict) -> Any:
         if isinstance(args[0], state.tensor_type):
-            timeline.sync_stream(current_stream(args[0]._index)._key)  # .item(): a blocking copy
+            timeline.sync_stream(current_stream(args[0]._index)._key)  # .item(): a blocking copy (counted
+            # by the sanitizer as item())
         return original(func, args, kwargs)
 
     return item
@@ -659,10 +660,18 @@ def install() -> None:
             original_set(stream)
 
     acc.set_stream = set_accelerator_stream
+    # `with torch.device(...)` recognises factories by identity, from a set it builds once: built now, from
+    # PyTorch's own functions (which the C++ torch-function call hands it), with the wrappers added
+    from torch.utils._device import _device_constructors
+
+    constructors = _device_constructors()
     for name in _PINNING_FACTORIES:
         original = getattr(torch, name, None)
         if original is not None:
-            setattr(torch, name, _pinning(original))
+            wrapper = _pinning(original)
+            setattr(torch, name, wrapper)
+            if original in constructors:
+                constructors.add(wrapper)
     import os
 
     os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -1,0 +1,341 @@
+"""The stream sanitizer of the emulated device: every race between streams, named with both accesses.
+
+PyTorch's CUDA Stream Sanitizer (``TORCH_CUDA_SANITIZER=1``, torch/cuda/_sanitizer.py) finds kernels of two
+streams touching one tensor with no synchronisation between them, on a real CUDA GPU only. This is the same
+check on every emulated chip, built from CSAN's own parts: its ``ArgumentHandler`` reads which tensors an
+op reads and writes from the op's schema, its ``EventHandler`` keeps the accesses and decides with the
+vector clocks streams.py keeps for the emulated chip (one ``StreamSynchronizations`` shared by both, so
+the copies that streams.py defers and the races found here follow one order).
+
+What it adds to CSAN:
+
+- a report names the op, the stream (and device), the tensor argument names and the *user's* source line
+  of both accesses (frames inside torch and torch-fl left out), and the fix;
+- memory freed while another stream may still use it, without ``record_stream``: on a caching allocator
+  the next allocation on the allocating stream gets that memory while the other stream still reads it;
+- a host read of the destination of an unfinished ``non_blocking=True`` device-to-host copy, and a host
+  write to the source of an unfinished non-blocking host-to-device copy;
+- host synchronisations counted by source line (``.item()``, ``nonzero``, blocking copies to the host,
+  ``synchronize()``): each one serialises a chip that submits asynchronously.
+
+Enabled by ``torch.fl.sanitize()`` (torch_fl/sanitize.py). Off, it costs nothing: nothing of it is on the
+dispatch path.
+"""
+
+from __future__ import annotations
+
+import collections
+import sys
+import traceback
+import weakref
+from typing import Any
+
+import torch
+from torch.cuda._sanitizer import FACTORY_FUNCTION_REGEX, Access, ArgumentHandler, EventHandler
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from . import streams
+from .slot import backend_name, state
+
+aten = torch.ops.aten
+
+# ops after which the host holds a device value: each waits for the device (a host synchronisation)
+_HOST_SYNC_OPS = {aten._local_scalar_dense.default: "item()", aten.nonzero.default: "nonzero (its size)",
+                  aten.is_nonzero.default: "bool(tensor)", aten.equal.default: "torch.equal"}
+
+
+class StreamSanitizerError(RuntimeError):
+    """A race between streams (or between the host and a non-blocking copy) on an emulated chip."""
+
+    def __init__(self, reports: list[str]) -> None:
+        self.reports = reports
+        super().__init__("\n\n".join(reports))
+
+
+class _Accesses(ArgumentHandler):
+    """CSAN's argument reader, for tensors of the emulated device (CSAN's asks ``is_cuda``)."""
+
+    def _handle_argument(self, value: Any, is_write: bool, metadata_only: bool, name: str | None = None,
+                         is_output: bool = False) -> None:
+        if type(value) is not state.tensor_type:
+            return
+        data_ptr = value._data.data_ptr() or id(value)
+        if is_write:
+            self.dataptrs_written.add(data_ptr)
+        elif not metadata_only:
+            self.dataptrs_read.add(data_ptr)
+        self.tensor_aliases.setdefault(data_ptr, [])
+        if name is not None:
+            self.tensor_aliases[data_ptr].append(name)
+        if is_output:
+            self.outputs.add(data_ptr)
+
+
+def _user_frame(stack: traceback.StackSummary | list[traceback.FrameSummary]) -> str:
+    """The innermost frame of the user's code (outside torch, torch-fl and the test runner)."""
+    for frame in reversed(list(stack)):
+        path = frame.filename.replace("\\", "/")
+        if any(part in path for part in ("/torch/", "/torch_fl/", "/_pytest/", "/pluggy/", "<frozen")):
+            continue
+        line = (frame.line or "").strip()
+        return f"{frame.filename}:{frame.lineno} in {frame.name}" + (f": {line}" if line else "")
+    return "(no frame outside torch and torch-fl)"
+
+
+def stream_name(key: Any) -> str:
+    if not isinstance(key, tuple):
+        return f"stream {key}"
+    index, sid = key
+    where = f"{backend_name()}:{index}"
+    return f"the default stream of {where}" if sid == 0 else f"stream {sid} of {where}"
+
+
+def _describe(access: Access) -> str:
+    what = str(access.type)
+    if access.aliases:
+        what += " argument " + ", ".join(repr(a) for a in access.aliases)
+        if access.is_output:
+            what += " and"
+    if access.is_output:
+        what += " its output"
+    op = access.operator.name if hasattr(access.operator, "name") else str(access.operator)
+    return f"{op} on {stream_name(access.stream)}, {what}\n        at {_user_frame(access.stack_trace)}"
+
+
+class Sanitizer:
+    """The live check: a dispatch mode over every op, and the bookkeeping streams.py reports to."""
+
+    def __init__(self, raise_errors: bool = True) -> None:
+        self.raise_errors = raise_errors
+        self.reports: list[str] = []
+        self.handler = EventHandler()
+        self.handler.syncs = streams.timeline.syncs  # (one order for the deferred copies and the check)
+        self.recorded: dict[int, set[Any]] = collections.defaultdict(set)  # data_ptr -> streams of record_stream
+        self.deferred: list[str] = []  # found where no exception can be raised (a free): raised at the next op
+        self.host_sync_sites: collections.Counter[tuple[str, str]] = collections.Counter()
+        self.mode = _Mode(self)
+        self.active = False
+
+    # what streams.py asks
+    def stack(self) -> traceback.StackSummary:
+        return traceback.extract_stack(sys._getframe(2), limit=40)
+
+    def synchronized(self, what: str) -> None:
+        self.note_host_sync(what)
+
+    def record_stream(self, tensor: Any, stream: Any) -> None:
+        self.recorded[tensor._data.data_ptr() or id(tensor)].add(stream._key)
+
+    # reports
+    def report(self, text: str, *, now: bool = True) -> None:
+        print(text, file=sys.stderr)
+        self.reports.append(text)
+        if not self.raise_errors:
+            return
+        if now:
+            raise StreamSanitizerError([text])
+        self.deferred.append(text)
+
+    def raise_deferred(self) -> None:
+        if self.deferred:
+            found, self.deferred = self.deferred, []
+            raise StreamSanitizerError(found)
+
+    def note_host_sync(self, what: str) -> None:
+        self.host_sync_sites[(what, _user_frame(traceback.extract_stack(sys._getframe(1), limit=40)))] += 1
+
+    def host_syncs(self) -> list[dict[str, Any]]:
+        """Host synchronisations seen so far, by source line, most frequent first."""
+        return [{"what": what, "where": where, "count": count}
+                for (what, where), count in self.host_sync_sites.most_common()]
+
+    # the check
+    def launch(self, func: Any, index: int, accesses: _Accesses, fresh: set[int], outputs: Any) -> None:
+        timeline = streams.timeline
+        key = streams.current_stream(index)._key
+        with timeline.lock:
+            for ptr in fresh:
+                self.handler._handle_memory_allocation(ptr)
+            self.handler.seq_num = timeline.seq
+            errors = self.handler._handle_kernel_launch(
+                key, accesses.dataptrs_read - accesses.dataptrs_written, accesses.dataptrs_written,
+                accesses.outputs, func._schema, accesses.tensor_aliases)
+            timeline.seq = self.handler.seq_num
+        for ptr in fresh:
+            self._watch_free(outputs, ptr, key)
+        for error in errors:
+            self.report(
+                f"torch-fl stream sanitizer: a data race on a tensor of {backend_name()}:{index}\n"
+                f"  now:    {_describe(error.current_access)}\n"
+                f"  before: {_describe(error.previous_access)}\n"
+                f"  Nothing orders the second access after the first: the two streams may run them at the same "
+                f"time on the chip.\n"
+                f"  Fix: make {stream_name(error.current_access.stream)} wait for the other "
+                f"(current.wait_stream(other), or event = other.record_event() then current.wait_event(event)), "
+                f"or synchronize the other stream before.")
+
+    def _watch_free(self, outputs: Any, ptr: int, key: Any) -> None:
+        for tensor in _tensors(outputs):
+            if (tensor._data.data_ptr() or id(tensor)) != ptr:
+                continue
+            try:
+                storage = tensor._data.untyped_storage()
+            except RuntimeError:
+                return
+            weakref.finalize(storage, _freed, weakref.ref(self), ptr, key)
+            return
+
+    def freed(self, ptr: int, key: Any) -> None:
+        info = self.handler.tensors_accessed.accesses.pop(ptr, None)
+        recorded = self.recorded.pop(ptr, set())
+        if info is None:
+            return
+        syncs = self.handler.syncs
+        for access in [info.write, *info.reads]:
+            if access is None or access.stream == key or access.stream in recorded:
+                continue
+            if syncs.is_ordered_after(key, access.seq_num, access.stream):
+                continue
+            self.report(
+                f"torch-fl stream sanitizer: memory of {backend_name()}:{key[0]} freed while another stream may "
+                f"still use it\n"
+                f"  allocated on {stream_name(key)}; last used by {_describe(access)}\n"
+                f"  On the chip the caching allocator gives this memory to the next allocation on "
+                f"{stream_name(key)} at once, while {stream_name(access.stream)} may still be reading or "
+                f"writing it.\n"
+                f"  Fix: tensor.record_stream(that stream) after using it there, or make {stream_name(key)} "
+                f"wait for it (wait_stream / wait_event) before the tensor is freed.", now=False)
+            return
+
+    def check_host(self, func: Any, args: tuple, kwargs: dict) -> None:
+        """A host op: does it read or write a host buffer an unfinished non-blocking copy uses?"""
+        in_flight = streams.timeline.in_flight
+        schema = func._schema
+        for argument, value in _zip(schema, args, kwargs):
+            if not isinstance(value, torch.Tensor) or value.device.type != "cpu":
+                continue
+            try:
+                ptr = value.untyped_storage().data_ptr()
+            except RuntimeError:
+                continue
+            flight = in_flight.get(ptr)
+            if flight is None:
+                continue
+            writes = argument.alias_info is not None and argument.alias_info.is_write
+            if flight.kind == "source" and not writes:
+                continue  # (reading the source of a host-to-device copy is fine)
+            action = "writes" if writes else "reads"
+            copy = ("device-to-host copy into it" if flight.kind == "destination" else
+                    "host-to-device copy from it")
+            self.report(
+                f"torch-fl stream sanitizer: the host {action} a tensor while a non_blocking=True {copy} may "
+                f"still be running\n"
+                f"  host:   {func._schema.name} {action} argument {argument.name!r}\n"
+                f"        at {_user_frame(traceback.extract_stack(limit=40))}\n"
+                f"  copy:   aten::{flight.op} (non_blocking=True) on {stream_name(flight.key)}\n"
+                f"        at {_user_frame(flight.stack)}\n"
+                f"  On the chip the host {'sees garbage' if flight.kind == 'destination' else 'changes the data the copy sends'}"
+                f" until the copy finishes.\n"
+                f"  Fix: synchronize before touching it on the host (synchronize() of {stream_name(flight.key)}, "
+                f"an event recorded after the copy and event.synchronize(), or the device's synchronize()).")
+            return
+
+
+def _freed(owner: Any, ptr: int, key: Any) -> None:
+    sanitizer = owner()
+    if sanitizer is not None and sanitizer.active:
+        sanitizer.freed(ptr, key)
+
+
+def _zip(schema: Any, args: tuple, kwargs: dict) -> Any:
+    yield from zip(schema.arguments[: len(args)], args, strict=False)
+    named = {a.name: a for a in schema.arguments[len(args):]}
+    for name, value in kwargs.items():
+        if name in named:
+            yield named[name], value
+
+
+def _tensors(value: Any) -> list[Any]:
+    device = state.tensor_type
+    if type(value) is device:
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [v for v in value if type(v) is device]
+    return []
+
+
+def _device_index(args: tuple, kwargs: dict) -> int | None:
+    device = state.tensor_type
+    for value in (*args, *kwargs.values()):
+        if type(value) is device:
+            return value._index
+        if isinstance(value, (list, tuple)):
+            for item in value:
+                if type(item) is device:
+                    return item._index
+    where = kwargs.get("device")
+    if isinstance(where, torch.device) and where.type == backend_name():
+        return state.current if where.index is None else where.index
+    return None
+
+
+class _Mode(TorchDispatchMode):
+    def __init__(self, sanitizer: Sanitizer) -> None:
+        super().__init__()
+        self.sanitizer = sanitizer
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        sanitizer = self.sanitizer
+        sanitizer.raise_deferred()
+        if func is aten.record_stream.default:
+            return func(*args, **kwargs)
+        index = _device_index(args, kwargs)
+        if index is None:
+            if streams.timeline.in_flight:
+                sanitizer.check_host(func, args, kwargs)
+            return func(*args, **kwargs)
+        sync = _HOST_SYNC_OPS.get(func)
+        if sync is not None:
+            sanitizer.note_host_sync(sync)
+        is_factory = bool(FACTORY_FUNCTION_REGEX.match(func._schema.name))
+        accesses = _Accesses()
+        accesses.parse_inputs(func._schema, args, kwargs, is_factory=is_factory)
+        inputs = set(accesses.tensor_aliases)
+        outputs = func(*args, **kwargs)
+        accesses.parse_outputs(func._schema, outputs, is_factory=is_factory)
+        sanitizer.launch(func, index, accesses, accesses.outputs - inputs, outputs)
+        return outputs
+
+
+_active: Sanitizer | None = None
+
+
+def enable(raise_errors: bool = True) -> Sanitizer:
+    """Start checking (on this thread's ops, as CSAN does); one sanitizer per process."""
+    global _active
+    if _active is not None:
+        _active.raise_errors = raise_errors
+        return _active
+    sanitizer = Sanitizer(raise_errors)
+    sanitizer.mode.__enter__()
+    sanitizer.active = True
+    streams.timeline.listener = sanitizer
+    _active = sanitizer
+    return sanitizer
+
+
+def disable() -> None:
+    """Stop checking (the reports found stay on the object enable() returned)."""
+    global _active
+    sanitizer, _active = _active, None
+    if sanitizer is None:
+        return
+    sanitizer.active = False
+    streams.timeline.listener = None
+    streams.timeline.in_flight.clear()
+    sanitizer.mode.__exit__(None, None, None)
+
+
+def active() -> Sanitizer | None:
+    return _active
