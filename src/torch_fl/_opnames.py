@@ -76,7 +76,20 @@ def overloads_named(op_key: str) -> tuple[str, ...]:
     if "." in rest:
         return (op_key,)
     schemas = torch._C._jit_get_schemas_for_operator(op_key)
-    return tuple(dict.fromkeys(f"{namespace}::{rest}.{s.overload_name or 'default'}" for s in schemas))
+    return tuple(dict.fromkeys(f"{namespace}::{rest}.{s.overload_name or 'default'}" for s in schemas
+                               if _in_dispatcher(op_key, s.overload_name)))
+
+
+def _in_dispatcher(name: str, overload_name: str) -> bool:
+    """Whether the dispatcher has the overload: TorchScript registers operators of its own under the aten
+    namespace (aten::tanh.float, aten::tanh.Scalar) that no kernel can be registered for (issue 41)."""
+    import torch
+
+    try:
+        torch._C._dispatch_find_schema_or_throw(name, overload_name)
+    except RuntimeError:
+        return False
+    return True
 
 
 __all__ = ["canonical_op_name", "dispatcher_op_name", "overloads_named"]

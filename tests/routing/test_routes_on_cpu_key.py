@@ -143,6 +143,21 @@ def test_a_kernel_handle_installs_and_removes_its_op_alone():
     assert installation.fallback is fallback
 
 
+def test_a_bare_op_name_covers_its_dispatcher_overloads_only():
+    """TorchScript registers aten::tanh.float / .Scalar beside the dispatcher's overloads; a kernel for the
+    bare name 'aten::tanh', registered while routing is active, used to stop at 'operator aten::tanh.float
+    does not exist' (issue 41)."""
+    torch_fl.activate()
+    torch.tanh(torch.ones(2))
+    handle = torch_fl.register_kernel("aten::tanh", lambda x: x * 0 + 3, device_type="cpu")
+    try:
+        assert torch.tanh(torch.ones(2)).eq(3).all()
+        assert calls("aten::tanh.default", "kernel") == 1
+    finally:
+        handle.remove()
+    assert torch.tanh(torch.zeros(2)).eq(0).all()
+
+
 def test_kernel_for_another_device_type_is_ignored():
     torch_fl.activate()
     handle = torch_fl.register_kernel("aten::gelu", lambda x, approximate="none": x * 0, device_type="npu")
