@@ -65,7 +65,9 @@ def test_bfloat16_matmuls_per_generation(name, bf16):
 
 
 def test_the_aclnn_rows_replace_the_api_pages_rows_on_a2_only():
-    a2, first = torch_fl.description("npu").op_dtypes(), torch_fl.description("npu-910").op_dtypes()
+    # (the documented rows: the tests' dtypes join them on every generation, test below)
+    a2 = torch_fl.description("npu").documented_op_dtypes()
+    first = torch_fl.description("npu-910").documented_op_dtypes()
     for op in ("aten::mm", "aten::bmm", "aten::addmm", "aten::matmul", "aten::silu", "aten::cumsum"):
         assert "bfloat16" in a2[op] and "bfloat16" not in first[op], op
         assert set(a2[op]) - {"bfloat16"} == set(first[op]), op  # the page's row plus bfloat16, nothing else
@@ -79,9 +81,35 @@ def test_a_bfloat16_refusal_names_the_generation_and_the_fix():
     assert "use --device npu (FL_BACKEND=npu; FL_DEVICE=emu:npu emulates it)" in route.source
     assert "here compute in float32 or float16" in route.source
     # a refusal by an op's own dtype limit says so, with the generation
-    route = RouteTable(torch_fl.description("npu")).route("aten::mm.default", "float64")
+    route = RouteTable(torch_fl.description("npu")).route("aten::gather.default", "float64")
     assert route.kind == "unsupported"
-    assert "ops.dtypes: aten::mm takes bfloat16, float16, float32 on Atlas A2 training series" in route.source
+    assert "ops.dtypes: aten::gather takes bfloat16, bool, float16, float32, int16, int32, int64 on Atlas A2 " \
+           "training series" in route.source
+
+
+@pytest.mark.parametrize("name", ["npu", "npu-a3", "npu-910", "npu-310p"])
+def test_where_the_docs_and_the_vendors_tests_disagree_the_chip_follows_the_tests(name):
+    # aclnnMm's page lists no float64, but torch_npu's own tests compute float64 mm on the chip (gradcheck in
+    # test/npu/test_gradcheck.py, float64 models in test/optim/test_optim.py): both sources are recorded, and
+    # the emulated chip runs what the tests run
+    desc = torch_fl.description(name)
+    assert "float64" not in desc.documented_op_dtypes()["aten::mm"]
+    assert desc.dtype_sources("aten::mm.default", "float64") == {"documentation": False, "tests": True}
+    assert desc.takes("aten::mm.default", "float64")
+    assert RouteTable(desc).route("aten::mm.default", "float64").kind == "native"
+    # complex128: not in the documented precision.dtypes, created and computed by torch_npu's test_sparse.py
+    assert "complex128" not in desc.documented_dtypes and "complex128" in desc.dtypes
+    assert desc.dtype_sources(None, "complex128") == {"documentation": False, "tests": True}
+    # where both say yes, both are recorded; where neither does, the chip refuses
+    assert desc.dtype_sources("aten::mm.default", "float32") == {"documentation": True, "tests": False}
+    assert not desc.takes("aten::silu.default", "float64")
+    assert ("bfloat16" in desc.dtypes) is (name in ("npu", "npu-a3"))  # the tests add no bfloat16
+
+
+def test_mlu_follows_its_tests_on_complex128():
+    desc = torch_fl.description("mlu")
+    assert "complex128" in desc.dtypes and "complex128" not in desc.documented_dtypes
+    assert desc.dtype_sources(None, "complex128") == {"documentation": False, "tests": True}
 
 
 def test_routes_show_bfloat16_mm(capsys):
@@ -122,7 +150,8 @@ def test_a_site_description_extends_a_builtin(tmp_path, monkeypatch, fresh_regis
            'generation = "Atlas A2 (910B4)"\n[detect]\npriority = 61\n[ops.dtypes]\n"aten::mm" = ["float16"]\n')
     monkeypatch.setenv("FL_DESCRIPTION_PATH", str(tmp_path / "site"))
     desc = torch_fl.description("ascend-910b4")
-    assert desc.op_dtypes()["aten::mm"] == ["float16"]
+    assert desc.documented_op_dtypes()["aten::mm"] == ["float16"]
+    assert desc.op_dtypes()["aten::mm"] == ["complex64", "float16", "float64"]  # npu's tested dtypes join it
     assert "bfloat16" in desc.op_dtypes()["aten::bmm"]  # npu's own entry, kept
     assert Path(desc.section("ops")["table"]).is_absolute() and "aten::mm.default" in desc.native_ops()
     assert desc.generation == "Atlas A2 (910B4)" and desc.name in [d.name for d in generations(desc)]

@@ -75,7 +75,28 @@ class Description:
 
     @property
     def dtypes(self) -> tuple[str, ...]:
+        """The dtypes the device computes: precision.dtypes (the vendor's documentation) and those its own tests
+        use beyond them (precision.tested_dtypes): where the two disagree the chip follows its tests."""
+        documented = self.data["precision"]["dtypes"]
+        return tuple(documented) + tuple(d for d in self.data["precision"]["tested_dtypes"] if d not in documented)
+
+    @property
+    def documented_dtypes(self) -> tuple[str, ...]:
+        """precision.dtypes alone: the dtypes the vendor's documentation lists."""
         return tuple(self.data["precision"]["dtypes"])
+
+    def dtype_sources(self, op: str | None, dtype: str) -> dict[str, bool]:
+        """Which sources say the device computes `dtype` (in `op`, a canonical or bare aten name; None: at all):
+        {'documentation': ..., 'tests': ...}. The device follows the tests where they disagree."""
+        documented = dtype in self.documented_dtypes
+        tested = dtype in self.data["precision"]["tested_dtypes"]
+        if op is not None:
+            limits = self.documented_op_dtypes()
+            found = _op_entry(limits, op)
+            documented = documented and (found is None or dtype in found)
+            extra = _op_entry(self.data["ops"]["tested_dtypes"], op)
+            tested = extra is not None and dtype in extra
+        return {"documentation": documented, "tests": tested}
 
     @property
     def autocast_dtype(self) -> str:
@@ -194,6 +215,15 @@ class Description:
         return listed + sorted(table.ops(version, kind)) if kind == RouteKind.FALLBACK else listed
 
     def op_dtypes(self) -> dict[str, list[str]]:
+        """The per-op dtype limits the device follows: the documented ones (documented_op_dtypes), each widened
+        by the dtypes the vendor's own tests run that op in (ops.tested_dtypes)."""
+        limits = self.documented_op_dtypes()
+        for op, extra in self.data["ops"]["tested_dtypes"].items():
+            for name in [n for n in limits if n == op or n.rsplit(".", 1)[0] == op]:
+                limits[name] = sorted(set(limits[name]) | set(extra))
+        return limits
+
+    def documented_op_dtypes(self) -> dict[str, list[str]]:
         """ops.dtypes (op -> the dtypes it is native for), plus the vendor's documented dtype limits
         from the table when the table answers; the description's own entries win."""
         limits = dict(self.data["ops"]["dtypes"])
@@ -270,3 +300,9 @@ def _installed_version(table: Any, plugin: str) -> tuple[str | None, str]:
 
         return torch.__version__, f"{plugin} {installed} installed, built for torch {torch.__version__}"
     return installed, f"{plugin} {installed} installed"
+
+
+def _op_entry(table: dict[str, Any], op: str) -> Any:
+    """`op`'s entry in a per-op table, by its canonical name or its bare one ('aten::mm.default', 'aten::mm')."""
+    found = table.get(op)
+    return found if found is not None else table.get(op.rsplit(".", 1)[0])
