@@ -23,3 +23,11 @@ def test_one_answer_to_is_this_a_description_file():
     assert [registry.is_path(t) for t in ("./chip.toml", "chip.toml", "vendor/chip", "npu", "emu:npu")] == \
         [True, True, True, False, False]
     assert names_description("vendor/chip") and names_description("npu") and not names_description("nope")
+
+
+def test_a_route_prints_as_its_word_in_a_stats_row():
+    from torch_fl._names import RouteKind
+
+    row = {"op": "aten::tanh.default", "route": RouteKind.KERNEL}
+    assert str(row) == "{'op': 'aten::tanh.default', 'route': 'kernel'}"
+    assert RouteKind.KERNEL == "kernel" and f"{RouteKind.KERNEL}" == "kernel"

@@ -31,6 +31,10 @@ class RouteKind(str, enum.Enum):
 
     __format__ = str.__format__  # (f"{kind}" is its word on every Python, as str() is)
 
+    def __repr__(self) -> str:
+        # a printed route_stats() row reads {'route': 'kernel'}, not <RouteKind.KERNEL: 'kernel'> (issue 42)
+        return repr(self.value)
+
 
 ROUTES = tuple(kind.value for kind in RouteKind)  # the words, for messages and settings
 # The same routes, worst first: a model's verdict is its worst route (coverage, grade).
