@@ -49,7 +49,8 @@ class Detector(Scopes, Guards, Flow):
         self.strings = {}
         self.check_keys = {}
         self.dropped = set()
-        self.ordinal_binds: list[tuple[str, int, list[int]]] = []  # (name, line, checks of its `... if flag else`)
+        # integer ordinals bound to names: (name, line, checks of its `... if flag else`, named/valued as one)
+        self.ordinal_binds: list[tuple[str, int, list[int], bool]] = []
         self.asserted: set[int] = set()  # raw findings inside an `assert` (its comparisons must hold)
         self.local_calls = []
         self.project_calls = []

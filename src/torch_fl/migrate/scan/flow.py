@@ -162,7 +162,7 @@ class Flow(Dispatch):
             # `gpu_index = 0` (under `if cuda_available:`, or `0 if cuda_available else -1`): an ordinal the
             # check picks; where it is used as a device with no fix, the check cannot be fixed alone.
             checks = self.check_findings(value.test, len(self.raw)) if type(value) is ast.IfExp else []  # type: ignore[attr-defined]
-            self.ordinal_binds.append((ast.unparse(target), target.lineno, checks))
+            self.ordinal_binds.append((ast.unparse(target), target.lineno, checks, _ordinal_like(target, value)))
         if key is not None:
             for part in _carriers(value):
                 origin = self.key(part)
@@ -310,3 +310,16 @@ def cross_module(facts: dict[str, ModuleFacts], new_detector: Any) -> list[tuple
                 if detector.raw:
                     out.append((exporter, facts[exporter], detector.raw))
     return out
+
+
+_ORDINAL_WORDS = ("device", "gpu", "cuda", "index", "idx", "ordinal", "rank", "dev_id", "device_id")
+
+
+def _ordinal_like(target: ast.expr, value: ast.expr) -> bool:
+    """Whether an integer bound to `target` is a device ordinal whatever its later use: the name says so
+    (`gpu_index`, `device_id`) or the other choice is -1, the CPU in pipelines' and many tools' terms
+    (`0 if cuda_available else -1`). `batch = 64 if ... else 8` is not."""
+    name = (terminal_name(target) or "").lower()
+    minus_one = any(type(alt) is ast.UnaryOp and type(alt.op) is ast.USub and is_int(alt.operand)
+                    for alt in alternatives(value))
+    return minus_one or any(word in name for word in _ORDINAL_WORDS)

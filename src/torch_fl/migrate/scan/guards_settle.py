@@ -17,6 +17,12 @@ Mark = tuple[int, int, int, int, int, int]
 Candidate = tuple[str, int, str | None]
 
 
+def _ordinal_blocker(name: str, line: int, unfixed: dict[str, int]) -> str:
+    if name in unfixed:
+        return f"the ordinal `{name}` used as a device on line {unfixed[name]} with no fix, line {line}"
+    return f"the device ordinal `{name}` (0 is cuda:0 wherever it goes), line {line}"
+
+
 def weakest_fix(candidates: list[Candidate]) -> tuple[str | None, str]:
     """The weakest safety among a guard's candidates ("safe", "unsafe", None for no fix) and the first
     candidate that made it so ("FL201, line 17"): the first without a fix decides at once."""
@@ -53,11 +59,10 @@ class GuardSettling(Dispatch):
                 continue  # the guard is a skip flag's: left as it is, and so is what it guards
             self.settle_guard(test, start, end)
         unfixed = self.unfixed_ordinals()
-        for name, line, checks in self.ordinal_binds:  # `index = 0 if cuda_available else -1`
+        for name, line, checks, like in self.ordinal_binds:  # `index = 0 if cuda_available else -1`
             checks = [i for i in checks if i not in self.dropped]
-            if checks and name in unfixed:
-                self.weaken_test(checks, None, f"the ordinal `{name}`, line {line}, used as a device on line "
-                                               f"{unfixed[name]} with no fix")
+            if checks and (like or name in unfixed):
+                self.weaken_test(checks, None, _ordinal_blocker(name, line, unfixed))
 
     def unfixed_ordinals(self) -> dict[str, int]:
         """Names used as a device ordinal with no fix (`device=gpu_index`) -> the first such line."""
@@ -136,8 +141,9 @@ class GuardSettling(Dispatch):
             candidates.append((f"{text}(), defined in another module of this project and not followed here",
                                line, "unsafe"))
         unfixed = self.unfixed_ordinals() if end[5] > start[5] else {}
-        candidates += [(f"the ordinal `{name}`, used as a device on line {unfixed[name]} with no fix", line, None)
-                       for name, line, _ in self.ordinal_binds[start[5]:end[5]] if name in unfixed]  # type: ignore[attr-defined]
+        candidates += [(_ordinal_blocker(name, line, unfixed).rsplit(", line", 1)[0], line, None)
+                       for name, line, _, like in self.ordinal_binds[start[5]:end[5]]  # type: ignore[attr-defined]
+                       if like or name in unfixed]
         candidates += self.called_candidates(start, end)
         candidates += self.source_candidates(start, end)
         return candidates
