@@ -26,6 +26,19 @@ def test_a_usage_error_exits_2(capsys):
     assert info.value.code == 2 and "unrecognized arguments: --bogus" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(("argv", "usage"), [
+    (["cache", "verify", "nosuch"], "usage: torchfl cache verify"),
+    (["doctor", "--format", "json"], "usage: torchfl doctor"),
+    (["routes", "show", "--bogus"], "usage: torchfl routes show"),
+])
+def test_an_unknown_argument_gets_the_commands_own_usage(argv, usage, capsys):
+    """Not the top level's `usage: torchfl [-h] ... COMMAND` (issue 42)."""
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and usage in err and f"{usage.removeprefix('usage: ')}: error: unrecognized" in err
+
+
 def test_a_description_that_does_not_load_exits_2(tmp_path, capsys):
     chip = tmp_path / "chip.toml"
     chip.write_text('schema = 1\nname = "chip"\ndevice_type = "chip"\ndispatch_key = "Nonsense"\n')

@@ -80,6 +80,16 @@ def _point_to_docs(parser: argparse.ArgumentParser, topic: str) -> None:
         parser.epilog = f"{epilog}\n{line}" if epilog else line
 
 
+def _innermost(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The (sub)parser of the deepest command `args` chose: `torchfl cache verify` -> verify's."""
+    while True:
+        action = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+        chosen = getattr(args, action.dest, None) if action is not None else None
+        if chosen is None or chosen not in action.choices:
+            return parser
+        parser = action.choices[chosen]
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
@@ -87,7 +97,10 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:
         wanted = next((a for a in argv if not a.startswith("-")), "")
         return report_error(f"torchfl {wanted}".strip(), exc, debug="--debug" in argv)
-    args = parser.parse_args(argv)
+    args, extras = parser.parse_known_args(argv)
+    if extras:
+        # the command's own usage and name (`torchfl cache verify: error: ...`), not the top level's
+        _innermost(parser, args).error(f"unrecognized arguments: {' '.join(extras)}")
     if not args.command:
         parser.print_help()
         return 2
