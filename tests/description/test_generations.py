@@ -238,3 +238,25 @@ def test_coverage_of_a_bfloat16_model(tmp_path, capsys):
     assert report["summary"]["unsupported_calls"] > 0
     addmm = [o for o in report["ops"] if o["op"] == "aten::addmm.default" and o["dtype"] == "bfloat16"]
     assert addmm and "no bfloat16 on Atlas training series" in addmm[0]["source"]
+
+
+FOLLOWS_THE_TESTS = r'''
+import json, torch, torch_npu
+out = {}
+# torch_npu's test/npu/test_gradcheck.py: slow-mode gradcheck in float64 on the chip (mm, sigmoid, max, randn_like)
+x = torch.rand(4, 4, dtype=torch.float64, device="npu", requires_grad=True)
+out["gradcheck"] = torch.autograd.gradcheck(lambda t: (t @ t).sigmoid(), x, fast_mode=False)
+out["batched"] = torch.autograd.gradcheck(lambda t: t.mul(5), x, check_batched_grad=True)
+# torch_npu's test/test_sparse.py creates complex128 on the chip
+z = torch.randn(3, dtype=torch.complex128, device="npu")
+out["complex128"] = str((z * z.conj()).real.dtype)
+print(json.dumps(out))
+'''
+
+
+def test_the_emulated_npu_runs_what_the_vendors_tests_run():
+    done = subprocess.run([sys.executable, "-c", FOLLOWS_THE_TESTS], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "FL_DEVICE": "emu:npu"}, cwd=REPO, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out == {"gradcheck": True, "batched": True, "complex128": "torch.float64"}
