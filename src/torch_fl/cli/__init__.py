@@ -67,6 +67,7 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
         if name == wanted:
             importlib.import_module(f"{__name__}.{module}").add_parser(sub, name, help_text)
             _point_to_docs(sub.choices[name], DOC_PAGES.get(name, "cli"))
+            _add_verbosity(sub.choices[name])
         else:
             sub.add_parser(name, help=help_text, add_help=False)
     return parser
@@ -78,6 +79,21 @@ def _point_to_docs(parser: argparse.ArgumentParser, topic: str) -> None:
     if "torchfl docs" not in epilog:
         line = f"Docs: torchfl docs {topic}" + ("" if topic == "cli" else " (every command: torchfl docs cli)")
         parser.epilog = f"{epilog}\n{line}" if epilog else line
+
+
+def _add_verbosity(parser: argparse.ArgumentParser) -> None:
+    """-q and -v on every command (and every action of `routes`, `cache`), whichever the command declared."""
+    from .args import add_quiet, add_verbose
+
+    action = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+    if action is not None:
+        for child in dict.fromkeys(action.choices.values()):
+            _add_verbosity(child)
+        return
+    if "-q" not in parser._option_string_actions:
+        add_quiet(parser)
+    if "-v" not in parser._option_string_actions:
+        add_verbose(parser)
 
 
 def _innermost(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
@@ -108,6 +124,10 @@ def main(argv: list[str] | None = None) -> int:
         # the bare package of _torch_fl_cli: torch is not installed; help and --version worked above
         print(f"torchfl {args.command}: this command needs torch: pip install torch", file=sys.stderr)
         return 1
+    if getattr(args, "verbose", 0):
+        from .._logging import configure
+
+        configure("INFO" if args.verbose == 1 else "DEBUG")
     quiet, previous = getattr(args, "quiet", False), None
     if quiet:
         from ..report import set_progress

@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 
 __all__ = ["DEVICES", "STDOUT", "add_device", "add_json", "add_model", "add_quiet", "add_reference",
-           "add_report_files", "add_steps", "command_parser"]
+           "add_report_files", "add_steps", "add_verbose", "command_parser"]
 
 STDOUT = "-"  # --json's value for "print the JSON instead of the text"
 
@@ -82,6 +82,13 @@ def add_quiet(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-q", "--quiet", action="store_true",
                         help="print no progress lines on stderr (they are printed only to a terminal: "
                              "never when stderr is piped or redirected)")
+
+
+def add_verbose(parser: argparse.ArgumentParser) -> None:
+    """-v/--verbose: more detail on stderr, torch-fl's own log (FL_LOG's loggers) at INFO, -vv at DEBUG."""
+    parser.add_argument("-v", "--verbose", action="count", default=0,
+                        help="more detail on stderr: torch-fl's log at INFO (-v) or DEBUG (-vv), as FL_LOG=INFO "
+                             "or FL_LOG=DEBUG would set it")
 
 
 def add_report_files(parser: argparse.ArgumentParser, *, html: bool = True,
