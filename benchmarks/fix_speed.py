@@ -1,0 +1,102 @@
+"""CPU time of `torchfl fix` against `torchfl scan` on a small and a large tree (issue 37 item 3: fix <= 1.5x
+scan in CPU time on every tree size, no torch imported, libcst paid only for files rewritten).
+
+Each command runs in a fresh process (--runs times, interleaved so that machine load affects all alike);
+the CPU time is the child's user+system time (resource.getrusage(RUSAGE_CHILDREN)), printed beside the
+wall time; medians are compared. `fix` runs with --diff (nothing written, the same work up to the write).
+
+    fix (shipped)  the `torchfl` console script as installed: `fix` takes the real torch_fl package,
+                   whose __init__ imports torch (src/_torch_fl_cli.py: fix is not in _TORCH_FREE)
+    fix (bare)     the same command with the bare package the console script gives `scan`: what `torchfl
+                   fix` costs once _TORCH_FREE includes "fix" (torch_fl.migrate and fix import no torch)
+
+Trees: the small one is tests/migrate/fixtures (ours); the large one is torch's own Python sources
+(torch/nn, torch/optim, torch/utils, torch/distributed, torch/amp, torch/cuda from the installed wheel,
+read only: fix --diff writes nothing).
+
+    python benchmarks/fix_speed.py [--runs 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RUNNER = (
+    "import sys; sys.path.insert(0, {src!r}); import _torch_fl_cli; {bare}"
+    "from torch_fl.cli import main\n"
+    "try:\n    main(sys.argv[1:])\nexcept SystemExit as exc:\n    code = exc.code\n"
+    "else:\n    code = 0\n"
+    "sys.stderr.write('torch=%s libcst=%s\\n' % ('torch' in sys.modules, 'libcst' in sys.modules))\n"
+)
+
+
+def _command(kind: str, tree: list[str]) -> list[str]:
+    if kind == "scan":
+        args = ["scan", "-q", *tree]
+        bare = "_torch_fl_cli._bare_package(); "
+    elif kind == "fix (shipped)":
+        args = ["fix", "--diff", *tree]
+        bare = ""
+    else:
+        args = ["fix", "--diff", *tree]
+        bare = "_torch_fl_cli._bare_package(); "
+    return [sys.executable, "-c", RUNNER.format(src=str(ROOT / "src"), bare=bare), *args]
+
+
+def _timed(cmd: list[str]) -> tuple[float, float, str]:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    done = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return cpu, wall, done.stderr.strip().splitlines()[-1] if done.stderr.strip() else ""
+
+
+def _lines(tree: list[str]) -> tuple[int, int]:
+    files = [p for t in tree for p in Path(t).rglob("*.py")]
+    return len(files), sum(len(p.read_bytes().splitlines()) for p in files)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args()
+    import importlib.util
+
+    spec = importlib.util.find_spec("torch")
+    assert spec is not None and spec.origin is not None, "needs torch installed (its sources are the large tree)"
+    torch_dir = Path(spec.origin).parent
+    trees = {
+        "small": [str(ROOT / "tests" / "migrate" / "fixtures")],
+        "large": [str(torch_dir / d) for d in ("nn", "optim", "utils", "distributed", "amp", "cuda")],
+    }
+    kinds = ("scan", "fix (shipped)", "fix (bare)")
+    for name, tree in trees.items():
+        files, lines = _lines(tree)
+        print(f"{name} tree: {files} files, {lines} lines")
+        samples: dict[str, list[tuple[float, float]]] = {k: [] for k in kinds}
+        modules: dict[str, str] = {}
+        for _ in range(args.runs):
+            for kind in kinds:
+                cpu, wall, last = _timed(_command(kind, tree))
+                samples[kind].append((cpu, wall))
+                modules[kind] = last
+        scan_cpu = statistics.median(c for c, _ in samples["scan"])
+        for kind in kinds:
+            cpu = statistics.median(c for c, _ in samples[kind])
+            wall = statistics.median(w for _, w in samples[kind])
+            print(f"  {kind:14s} cpu {cpu:6.2f} s  wall {wall:6.2f} s  cpu/scan {cpu / scan_cpu:4.2f}x  "
+                  f"({modules[kind]})")
+
+
+if __name__ == "__main__":
+    main()
