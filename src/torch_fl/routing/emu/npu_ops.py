@@ -1567,7 +1567,8 @@ def get_npu_format(input: torch.Tensor) -> Format:
 # (plugin.py imports one when it is imported): the vendor's fused optimizers, as its docs import them.
 PLUGIN_SUBMODULES = {"optim": "torch_fl.routing.emu.npu_optim",
                      "optim.npu_fused_optim_base": "torch_fl.routing.emu.npu_optim",
-                     "npu.utils": "torch_fl.routing.emu.npu_utils"}
+                     "npu.utils": "torch_fl.routing.emu.npu_utils",
+                     "utils._step": "torch_fl.routing.emu.npu_step"}
 
 
 def device_module_calls() -> dict[str, Any]:
@@ -1634,4 +1635,10 @@ def attach(module: Any) -> Any:
     for name, fn in {**COMPOSED_OPS, **FUSED_OPS}.items():
         setattr(module, name, fn)
     module.Format = Format
+    import os
+
+    if os.environ.get("PERF_DUMP_CONFIG") or os.environ.get("NPU_ASD_CONFIG"):
+        from .npu_step import add_perf_dump_patch
+
+        add_perf_dump_patch()  # (the vendor's import reads them: step time logs, the silent check's settings)
     return module
