@@ -118,13 +118,22 @@ def _shortfall(rows: list[Criterion]) -> str:
     return "; ".join(parts)
 
 
-def claim_check(claimed: str, level: str) -> tuple[bool | None, str]:
-    """Whether the measured level reaches what the description claims (None: nothing claimed)."""
+def claim_check(claimed: str, level: str, rows: list[Criterion] | None = None) -> tuple[bool | None, str]:
+    """Whether the measured level reaches what the description claims (None: nothing claimed, or the
+    claim cannot be decided here: every criterion between the measured level and the claim that did not
+    pass was NOT MEASURED, so the measured level is a lower bound, not a refutation; an emulated chip
+    cannot measure L1's alignment)."""
     if claimed == "none":
         return None, "the description claims no level (level = 'none')"
     reached = level != "none" and LEVELS.index(level) >= LEVELS.index(claimed)
     if reached:
         return True, f"confirmed for this model: claims {claimed}, measured {level}"
+    start = LEVELS.index(level) + 1 if level != "none" else 0
+    between = [c for c in rows or () if c.level in LEVELS[start:LEVELS.index(claimed) + 1]]
+    short = [c for c in between if c.status != PASS]
+    if short and all(c.status == NOT_MEASURED for c in short):
+        return None, (f"not decided here: claims {claimed}; {level} measured is a lower bound, since "
+                      f"{_shortfall(short)} (nothing failed)")
     return False, f"not confirmed for this model: claims {claimed}, measured {level}"
 
 

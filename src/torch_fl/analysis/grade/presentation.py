@@ -45,7 +45,7 @@ def build_report(target: Target, rows: list[Criterion], found: Measurements, *, 
                  tol: Any) -> Report:
     level, why = achieved_level(rows)
     claimed = target.desc.data["level"]
-    confirmed, claim_text = claim_check(claimed, level)
+    confirmed, claim_text = claim_check(claimed, level, rows)
     section = target.desc.section("compile")
     data: dict[str, Any] = {
         "model": target.spec.name, "device": target.device, "reference": target.reference,
