@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import platform
+import shlex
 import sys
 import textwrap
 import time
@@ -52,11 +53,19 @@ _NEXT_STEP = {
 
 
 # Facts --------------------------------------------------------------------------------------------
-def collect(device: str | None = None) -> dict[str, Any]:
-    """Everything doctor reports about `device` (default: torch.fl.device()), as JSON-ready data."""
+def collect(device: str | None = None, *, plugin_timeout: float | None = None) -> dict[str, Any]:
+    """Everything doctor reports about `device` (default: torch.fl.device()), as JSON-ready data.
+
+    Every vendor plugin detection would import is imported in a child process first (plugin_load.py): one
+    that crashes or fails there is reported, and not imported into this process."""
     data = _skeleton()
     _check_env(data)
     _requested(data, device)
+    broken = _load_plugins(data, plugin_timeout)
+    if broken is not None:
+        data["backend"] = {"name": broken.name, "source": "the plugin's import failed in a child process"}
+        _describe(data, broken, None, routes=False)
+        return data
     selected = _selected_backend(data)
     if selected is None:
         return data
@@ -67,6 +76,44 @@ def collect(device: str | None = None) -> dict[str, Any]:
         data["self_check"] = self_check(dev)
     data["emulation"] = _emulation()
     return data
+
+
+def _load_plugins(data: dict[str, Any], timeout: float | None) -> Description | None:
+    """Import, each in a child process, the plugins detection would import here; the description of the
+    first that fails (None when all load, or none is installed)."""
+    from . import plugin_load
+
+    failed = None
+    for desc in _plugin_candidates():
+        result = plugin_load.load(desc.plugin, timeout=timeout or plugin_load.DEFAULT_TIMEOUT)
+        data["plugin_load"].append({"description": desc.name, **result.json()})
+        if not result.ok and failed is None:
+            data["errors"].append({"stage": "plugin", "type": "PluginLoadError", "message": result.problem()})
+            failed = desc
+    return failed
+
+
+def _plugin_candidates() -> list[Description]:
+    """The descriptions whose plugin detection would import and that is installed, not yet imported and
+    not torch-fl's emulation of it."""
+    try:
+        forced = _env.FL_BACKEND.get() or (_env.config_value("backend") or ("", ""))[0]
+        descs = [registry.get(forced)] if forced else [
+            d for d in registry.descriptions().values() if d.section("detect")["priority"] >= 0]
+    except TorchFLError:
+        return []  # reported by the stages that load them
+    found = []
+    for desc in descs:
+        top = desc.plugin.split(".")[0] if desc.plugin else ""
+        if not top or top in sys.modules:
+            continue
+        try:
+            spec = importlib.util.find_spec(top)
+        except (ImportError, ValueError):
+            spec = None
+        if spec is not None and type(spec.loader).__name__ != "EmulatedPlugin":
+            found.append(desc)
+    return found
 
 
 def _emulation() -> dict[str, Any]:
@@ -104,6 +151,7 @@ def _skeleton() -> dict[str, Any]:
         "description": {"name": "", "path": "", "sha256": "", "builtin": False, "level": "",
                         "device_type": "", "torch_build": "", "compat": {}},
         "routes": {}, "route_default": "", "native_source": "",
+        "plugin_load": [],  # each plugin imported in a child process: plugin_load.LoadResult.json()
         "probe_vs_table": None,  # live device with a vendor table: where the dispatcher and table differ
         "cache_dir": "",
         "self_check": {"ok": False, "ran": False, "detail": "not run: no device was resolved",
@@ -485,11 +533,35 @@ def _sections(data: dict[str, Any]) -> list[tuple[str, list[tuple[str, str]]]]:
         ("Settings", [(item["name"], f"{item['value']} (from {item['source']}"
                        f"{'' if item['kind'] == 'environment' else ', ' + item['kind']})")
                       for item in data["settings"]] or [("settings", "(none set: every default)")]),
+        *_plugin_sections(data),
         ("Platform", [("platform", data["platform"]), ("environment", data["environment"]),
                       ("cache dir", data["cache_dir"] or "?")]),
         ("Self-check", [("result", _check_text(data["self_check"])),
                         ("detail", data["self_check"]["detail"])]),
     ]
+
+
+def _plugin_sections(data: dict[str, Any]) -> list[tuple[str, list[tuple[str, str]]]]:
+    from .plugin_load import abi_text
+
+    rows = []
+    for entry in data["plugin_load"]:
+        rows.append((entry["module"], _plugin_load_text(entry)))
+        if entry["status"] != "ok":
+            rows.append(("ABI", abi_text(entry["abi"])))
+    sections = [("Plugin import (child process)", rows)] if rows else []
+    if data.get("bisect"):
+        lines = data["bisect"]["lines"] or [data["bisect"]["verdict"]]
+        sections.append(("Environment bisect", [(f"{i}", line) for i, line in enumerate(lines, start=1)]))
+    return sections
+
+
+def _plugin_load_text(entry: dict[str, Any]) -> str:
+    if entry["status"] == "ok":
+        return f"ok in {entry['seconds']:.1f} s"
+    how = {"signal": f"killed by {entry['signal']}", "timeout": f"no answer in {entry['seconds']:.0f} s",
+           "exit": f"exit status {entry['returncode']}"}.get(entry["status"], entry["error_type"])
+    return how + (f" (in {entry['extension']})" if entry["extension"] else "")
 
 
 def _emulation_text(emulation: dict[str, Any]) -> str:
@@ -589,7 +661,28 @@ class DoctorReport:
         return render_text(self.report())
 
 
-def examine(device: str | None = None) -> DoctorReport:
-    """Collect, diagnose and caution for `device` (default torch.fl.device())."""
-    data = collect(device)
-    return DoctorReport(data, diagnose(data), cautions(data))
+def examine(device: str | None = None, *, plugin_timeout: float | None = None,
+            bisect_env: bool = False) -> DoctorReport:
+    """Collect, diagnose and caution for `device` (default torch.fl.device()); with `bisect_env`, also find
+    the LD_LIBRARY_PATH / PYTHONPATH / LD_PRELOAD entries that break the plugin's import (plugin_load.bisect_env)."""
+    data = collect(device, plugin_timeout=plugin_timeout)
+    problems = diagnose(data)
+    if bisect_env:
+        found = data["bisect"] = _bisect(data, plugin_timeout)
+        if found["culprits"]:
+            fixes = [f"export {var}={shlex.quote(value)}" if value else f"unset {var}"
+                     for var, value in found["minimal"].items()]
+            problems.append(f"{found['verdict']}. Fix: {'; '.join(fixes)}")
+    return DoctorReport(data, problems, cautions(data))
+
+
+def _bisect(data: dict[str, Any], timeout: float | None) -> dict[str, Any]:
+    from . import plugin_load
+
+    failed = [entry for entry in data["plugin_load"] if entry["status"] != "ok"]
+    module = failed[0]["module"] if failed else data["plugin"]
+    if not module:
+        return {"module": "", "verdict": "no plugin to import: the backend is built into torch", "culprits": [],
+                "minimal": {}, "runs": 0, "lines": []}
+    result = plugin_load.bisect_env(module, timeout=timeout or plugin_load.DEFAULT_TIMEOUT)
+    return {**result.json(), "lines": result.lines()}
