@@ -98,7 +98,7 @@ def _thresholds_text(t: dict[str, Any]) -> str:
     return (f"native calls >= {t['native_calls_share']:.0%}, alignment >= {t['alignment']}, "
             f"{t['scaling']['devices']}-device scaling >= {t['scaling']['speedup']}x, precision "
             f"{p['dtype']} rtol {p['rtol']:g} atol {p['atol']:g}, memory flat over {t['memory']['steps']} "
-            f"steps (docs/analysis.md, torchfl grade)")
+            f"steps (torchfl docs analysis, section \"torchfl grade\")")
 
 
 def _level_section(name: str, rows: list[dict[str, Any]]) -> Section:
