@@ -1568,7 +1568,10 @@ def get_npu_format(input: torch.Tensor) -> Format:
 PLUGIN_SUBMODULES = {"optim": "torch_fl.routing.emu.npu_optim",
                      "optim.npu_fused_optim_base": "torch_fl.routing.emu.npu_optim",
                      "npu.utils": "torch_fl.routing.emu.npu_utils",
-                     "utils._step": "torch_fl.routing.emu.npu_step"}
+                     "utils._step": "torch_fl.routing.emu.npu_step",
+                     "onnx": "torch_fl.routing.emu.npu_onnx"}
+# (imported when code imports them, not with the package: torch.onnx is heavy, and only export needs it)
+LAZY_SUBMODULES = frozenset({"onnx"})
 
 
 def device_module_calls() -> dict[str, Any]:

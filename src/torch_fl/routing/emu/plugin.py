@@ -122,8 +122,10 @@ class EmulatedPlugin:
                     setattr(device_module, name, call)
             # the plugin imports its submodules with itself (torch_npu.npu.utils, torch_npu.optim are attributes
             # after `import torch_npu` alone, and the vendor's tests use them so)
+            lazy = getattr(ops, "LAZY_SUBMODULES", frozenset())
             for sub in self._ops_submodules():
-                importlib.import_module(f"{self.name}.{sub}")
+                if sub not in lazy:
+                    importlib.import_module(f"{self.name}.{sub}")
 
     def _native_module(self) -> types.ModuleType:
         module = types.ModuleType(self.native, f"torch-fl's emulation of {self.native}: the device calls")
