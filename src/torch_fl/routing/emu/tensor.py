@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import collections
 import copy
-import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -281,9 +280,10 @@ def _first_device_tensor() -> None:
 
 
 def _on_engine_thread() -> bool:
-    """Inside a backward pass, on one of the autograd engine's device threads (started by C++)."""
-    return torch._C._current_graph_task_id() != -1 and \
-        isinstance(threading.current_thread(), threading._DummyThread)
+    """Inside a backward pass the autograd engine runs: on one of its device threads (started by C++), or on
+    the calling thread (engine.py runs the emulated devices' backward there), where an exception out of a
+    node aborts the process too."""
+    return torch._C._current_graph_task_id() != -1
 
 
 def _deferred(exc: Exception, func: Any, args: tuple, kwargs: dict) -> Any:

@@ -131,6 +131,8 @@ def rounding_once(kernel: Any) -> Any:
     in the first half argument's dtype (other dtypes pass through as they are)."""
 
     def fused(*args: Any, **kwargs: Any) -> Any:
+        if not _any_half(args) and not (kwargs and _any_half(kwargs.values())):
+            return kernel(*args, **kwargs)  # (the common call: nothing to widen, no pytree walk)
         half: list[torch.dtype] = []
 
         def widen(value: Any) -> Any:
@@ -152,4 +154,17 @@ def rounding_once(kernel: Any) -> Any:
 
 
 _HALF = (torch.float16, torch.bfloat16)
+
+
+def _any_half(values: Any) -> bool:
+    """Whether a float16/bfloat16 tensor is among `values` or in a list of them (aten arguments nest no
+    deeper)."""
+    for value in values:
+        kind = type(value)
+        if kind is list or kind is tuple:
+            if any(isinstance(v, torch.Tensor) and v.dtype in _HALF for v in value):
+                return True
+        elif isinstance(value, torch.Tensor) and value.dtype in _HALF:
+            return True
+    return False
 
