@@ -324,8 +324,18 @@ def test_fix_paths_without_libcst_is_a_clear_error(tmp_path: Path, monkeypatch: 
     from torch_fl.errors import TorchFLError
 
     monkeypatch.setitem(sys.modules, "libcst", None)
+    pkg = _project(tmp_path)
+    (pkg / "amp.py").write_text("import torch\n\nwith torch.cuda.amp.autocast():\n    pass\n")  # needs libcst
     with pytest.raises(TorchFLError, match=r"pip install 'torch-fl\[migrate\]'"):
-        fix_paths([_project(tmp_path)])
+        fix_paths([pkg])
+
+
+def test_fixes_edited_in_place_need_no_libcst(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # .cuda() has a fix whose text the scan knows (textfix.py): no libcst needed, none imported.
+    monkeypatch.setitem(sys.modules, "libcst", None)
+    report = fix_paths([_project(tmp_path) / "train.py"])
+    assert report.errors == [] and report.applied == 1
+    assert "model = torch.nn.Linear(2, 2).to(torch.fl.device())" in (tmp_path / "pkg" / "train.py").read_text()
 
 
 def test_file_mode_is_kept(tmp_path: Path) -> None:

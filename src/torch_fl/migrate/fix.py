@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import FileChanged, TorchFLError
+from . import textfix
 from .deep import call_deep
 from .precedence import keep_precedence, needs, parenthesize
 from .rules import HOOKS, Finding
@@ -519,11 +520,31 @@ def _rewrite(source: str, findings: list[Finding], tree: ast.Module | None = Non
     cannot be done (:func:`_rewrite_module`). Either way a replacement keeps the precedence of the place
     it is put in (precedence.py): each finding's place is read from the ``ast`` first."""
     tree = ast.parse(source) if tree is None else tree
+    if TEXT_EDITS:
+        try:
+            return _rewrite_text(source, findings, tree), list(findings)
+        except textfix.Unsure:
+            pass
     need = _places(source, findings, tree)
     try:
         return _rewrite_segments(source, findings, tree, need)
     except _Fallback:
         return _rewrite_module(source, findings, need)
+
+
+# Whether fixes whose text the scanner knows are edited in place without libcst (textfix.py); tests turn it
+# off to compare with the libcst rewrite.
+TEXT_EDITS = True
+
+
+def _rewrite_text(source: str, findings: list[Finding], tree: ast.Module) -> str:
+    """:func:`_rewrite` without libcst, for the fixes textfix.py knows (textfix.Unsure for the others)."""
+    names, has_torch_fl = _ast_bindings(tree)
+    torch_aliases = [local for local, qual in names.items() if qual == "torch"]
+    names.setdefault("torch", "torch")
+    torch_name = "torch" if "torch" in torch_aliases else (torch_aliases[0] if torch_aliases else "torch")
+    return textfix.rewrite(source, findings, tree, names, has_torch_fl, torch_aliases, torch_name,
+                           _quote_style(source), TORCH_FL_IMPORT)
 
 
 def _places(source: str, findings: list[Finding], tree: ast.Module | None = None) -> dict[int, int]:

@@ -78,21 +78,27 @@ def _children(node: ast.AST) -> Iterator[tuple[str, int, ast.AST]]:
 def needs(tree: ast.Module, lines: list[str], spans: Iterable[Span]) -> dict[Span, int]:
     """For each span that is an expression of `tree`, the loosest binding a replacement may have there.
     Only the top-level statements holding a span are walked (the rewrite touches few)."""
+    return {span: need for span, (_, need) in places(tree, lines, spans).items()}
+
+
+def places(tree: ast.Module, lines: list[str], spans: Iterable[Span]) -> dict[Span, tuple[ast.expr, int]]:
+    """For each span that is an expression of `tree`: that expression (the outermost with that span) and
+    the loosest binding a replacement may have there."""
     wanted = set(spans)
     if not wanted:
         return {}
     firsts = [stmt.lineno for stmt in tree.body]
     statements = {bisect.bisect_right(firsts, line) - 1 for line, _, _, _ in wanted}
-    found: dict[Span, int] = {}
+    found: dict[Span, tuple[ast.expr, int]] = {}
     pending: list[tuple[ast.AST, int]] = [(tree.body[i], IFEXP) for i in sorted(statements) if i >= 0]
     while pending:
         node, need = pending.pop()
         if isinstance(node, ast.expr):
-            span = (node.lineno, _char_col(lines, node.lineno, node.col_offset) + 1,
+            span = (node.lineno, char_col(lines, node.lineno, node.col_offset) + 1,
                     node.end_lineno or node.lineno,
-                    _char_col(lines, node.end_lineno or node.lineno, node.end_col_offset or 0) + 1)
+                    char_col(lines, node.end_lineno or node.lineno, node.end_col_offset or 0) + 1)
             if span in wanted and span not in found:
-                found[span] = IFEXP if need > IFEXP and _in_parentheses(lines, span) else need
+                found[span] = (node, IFEXP if need > IFEXP and _in_parentheses(lines, span) else need)
         for field, index, child in _children(node):
             pending.append((child, _child_need(node, field, index)))
     return found
@@ -115,7 +121,7 @@ def _in_parentheses(lines: list[str], span: Span) -> bool:
     return before.endswith("(") and after.startswith(")")
 
 
-def _char_col(lines: list[str], line: int, byte_col: int) -> int:
+def char_col(lines: list[str], line: int, byte_col: int) -> int:
     """ast's columns count UTF-8 bytes; findings count characters."""
     text = lines[line - 1] if 0 < line <= len(lines) else ""
     if text.isascii():
