@@ -25,6 +25,7 @@ completes when issued, events are complete when recorded (its streams are still 
 from __future__ import annotations
 
 import itertools
+import os
 import threading
 import time
 import weakref
@@ -566,28 +567,43 @@ def _mark_pinned(tensor: torch.Tensor) -> None:
         storage._pinned[host._cdata] = StorageWeakRef(host)
 
 
-def _pinning(original: Any) -> Any:
-    def factory(*args: Any, **kwargs: Any) -> Any:
-        if not kwargs.get("pin_memory"):
-            return original(*args, **kwargs)
-        kwargs["pin_memory"] = False
-        out = original(*args, **kwargs)
-        if out.device.type != "cpu":
-            raise RuntimeError(f"Only dense CPU tensors can be pinned (pin_memory=True on {out.device})")
-        _mark_pinned(out)
-        return out
+# The wrapper is compiled under a file name in torch's directory: code that asks who called a factory (the
+# CUDA alias leaves torch-fl's own requests alone, and reports the user's line) must see the caller of the
+# factory, as it does for PyTorch's own function.
+_PINNING_SOURCE = """
+def factory(*args, **kwargs):
+    if not kwargs.get("pin_memory"):
+        return original(*args, **kwargs)
+    kwargs["pin_memory"] = False
+    return pinned(original(*args, **kwargs))
+"""
+_PINNING_FILE = os.path.join(os.path.dirname(torch.__file__), "_torch_fl_pinned_factory.py")
 
+
+def _pinned_result(out: torch.Tensor) -> torch.Tensor:
+    if out.device.type != "cpu":
+        raise RuntimeError(f"Only dense CPU tensors can be pinned (pin_memory=True on {out.device})")
+    _mark_pinned(out)
+    return out
+
+
+def _pinning(original: Any) -> Any:
+    namespace: dict[str, Any] = {"original": original, "pinned": _pinned_result}
+    exec(compile(_PINNING_SOURCE, _PINNING_FILE, "exec"), namespace)  # (a fixed source)
+    factory = namespace["factory"]
     factory.__name__ = factory.__qualname__ = original.__name__
     factory.__doc__ = original.__doc__
-    factory.__wrapped__ = original  # type: ignore[attr-defined]
+    factory.__wrapped__ = original
     return factory
 
 
 # Forked children ----------------------------------------------------------------------------------------
 def _after_fork_in_child() -> None:
-    """A child forked after the device was used cannot use it (CUDA, torch_npu, torch_mlu alike): every
-    device call raises the vendor's error at once, not a hang at the DataLoader's timeout."""
-    if not (any(state.peak) or any(state.live) or state.h2d_calls):
+    """Under the sanitizer, a child forked after the device was used cannot use it (CUDA, torch_npu,
+    torch_mlu alike): every device call raises the vendor's error at once, as on the chip (a DataLoader
+    worker's device work). Without it the child computes on the host as the parent does (the emulator's
+    own tests fork so, as a crash sandbox)."""
+    if timeline.listener is None or not (any(state.peak) or any(state.live) or state.h2d_calls):
         return
     desc = state.description
     kind = (desc.device_type if desc is not None else backend_name()).upper()
@@ -672,6 +688,4 @@ def install() -> None:
             setattr(torch, name, wrapper)
             if original in constructors:
                 constructors.add(wrapper)
-    import os
-
     os.register_at_fork(after_in_child=_after_fork_in_child)
