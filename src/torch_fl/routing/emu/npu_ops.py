@@ -1569,9 +1569,10 @@ PLUGIN_SUBMODULES = {"optim": "torch_fl.routing.emu.npu_optim",
                      "optim.npu_fused_optim_base": "torch_fl.routing.emu.npu_optim",
                      "npu.utils": "torch_fl.routing.emu.npu_utils",
                      "utils._step": "torch_fl.routing.emu.npu_step",
-                     "onnx": "torch_fl.routing.emu.npu_onnx"}
+                     "onnx": "torch_fl.routing.emu.npu_onnx",
+                     "profiler": "torch_fl.routing.emu.npu_profiler"}
 # (imported when code imports them, not with the package: torch.onnx is heavy, and only export needs it)
-LAZY_SUBMODULES = frozenset({"onnx"})
+LAZY_SUBMODULES = frozenset({"onnx", "profiler"})
 
 
 def device_module_calls() -> dict[str, Any]:
