@@ -144,3 +144,12 @@ def test_the_common_kernel_rule_reads_the_installed_torch():
             "aten::_to_dense.default", "aten::neg.default"} <= common
     # CPU and CUDA kernels of their own: a plugin registers these only where it has its own
     assert not {"aten::_coalesce.default", "aten::addmm.default", "aten::index_select.default"} & common
+
+
+@pytest.mark.parametrize("chip", ["emu:musa"], indirect=True)
+def test_compressed_layouts_are_refused_with_the_emulators_reason(chip):
+    # torch_musa converts COO to CSR on the chip (its tests/unittest/sparse/test_csr.py); PyTorch's wrapper
+    # tensors cannot carry a compressed layout, so the emulated device says so instead of failing later
+    s, _ = _pair(chip)
+    with pytest.raises(NotImplementedError, match=r"sparse_csr tensor on .* is not emulated by torch-fl"):
+        s.coalesce().to_sparse_csr()

@@ -66,7 +66,12 @@ class EmuTensor(torch.Tensor):
         where = _devices.get(index)
         if where is None:
             where = _devices[index] = torch.device(backend_name(), index)
-        if data.layout is not torch.strided:  # sparse gradients (nn.Embedding(sparse=True)): no strides
+        if data.layout is not torch.strided:  # sparse COO (sparse.py; sparse gradients): no strides
+            if data.layout is not torch.sparse_coo:
+                raise NotImplementedError(
+                    f"a {data.layout} tensor on {where} is not emulated by torch-fl: PyTorch's wrapper tensors "
+                    f"(the emulated device's) can carry the strided and sparse_coo layouts only; keep "
+                    f"compressed sparse tensors (CSR/CSC/BSR/BSC) on the host, or use sparse_coo")
             out = torch.Tensor._make_wrapper_subclass(cls, data.size(), dtype=data.dtype, layout=data.layout,
                                                       device=where, requires_grad=data.requires_grad)
             out._data = data
