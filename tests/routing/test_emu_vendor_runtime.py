@@ -95,3 +95,51 @@ def test_on_the_emulated_npu():
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert out == {"initial": 0, "big": "OutOfMemoryError", "rejections": 1, "small": "npu:0", "off": "npu:0",
                    "reset": 0, "npurt": [True, True]}
+
+
+ON_MUSA = r'''
+import json, threading, torch, torch_musa
+from torch_musa.utils.musa_extension import MUSA_HOME, MUSAExtension
+out = {"home": MUSA_HOME}
+# MooreThreads/torch_musa tests/unittest/core/test_mempool.py, in our words
+first, second = torch.musa.graph_pool_handle(), torch.musa.MemPool().id
+out["ids"] = [first[0] == second[0], second[1] > first[1]]
+out["none"] = torch.musa.MemPoolContext.active_pool() is None
+pool = torch.musa.MemPool()
+ctx = torch.musa.MemPoolContext(pool)
+out["active"] = torch.musa.MemPoolContext.active_pool() == pool
+del ctx
+out["restored"] = torch.musa.MemPoolContext.active_pool() is None
+seen = []
+def make():
+    mine = torch.musa.MemPool()
+    ctx = torch.musa.MemPoolContext(mine)
+    seen.append((mine.id, torch.musa.MemPoolContext.active_pool().id))
+    del ctx
+threads = [threading.Thread(target=make) for _ in range(4)]
+[t.start() for t in threads]
+[t.join() for t in threads]
+out["threads"] = [len({a for a, _ in seen}), all(a == b for a, b in seen)]
+with torch.musa.use_mem_pool(pool):
+    out["in_pool"] = [str(torch.randn(2, device="musa").device), torch.musa.MemPoolContext.active_pool() == pool]
+torch.musa.memory._set_allocator_settings("expandable_segments:True")
+out["stats"] = torch.musa.memory.memory_stats()["allocated_bytes.all.current"] == torch.musa.memory_allocated()
+for refused in (lambda: MUSAExtension("x", ["x.mu"]),
+                lambda: torch.musa.memory.MUSAPluggableAllocator("a.so", "alloc", "free")):
+    try:
+        refused()
+    except (RuntimeError, NotImplementedError) as exc:
+        out.setdefault("refused", []).append("real" in str(exc))
+print(json.dumps(out))
+'''
+
+
+def test_musa_memory_pools_and_extension_home_on_the_emulated_musa():
+    env = {k: v for k, v in os.environ.items() if k not in ("MUSA_HOME", "MUSA_PATH")}
+    done = subprocess.run([sys.executable, "-c", ON_MUSA], capture_output=True, text=True, timeout=300,
+                          env={**env, "FL_DEVICE": "emu:musa"}, cwd=REPO, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out.pop("home") in (None, "/usr/local/musa")
+    assert out == {"ids": [True, True], "none": True, "active": True, "restored": True, "threads": [4, True],
+                   "in_pool": ["musa:0", True], "stats": True, "refused": [True, True]}

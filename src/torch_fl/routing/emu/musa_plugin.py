@@ -19,7 +19,15 @@ from .npu_optim import LAMB_INSTEAD, not_emulated
 
 # submodules of the emulated torch_musa: name under torch_musa -> the module that is it (plugin.py)
 PLUGIN_SUBMODULES = {"optim": "torch_fl.routing.emu.musa_plugin",
-                     "core._utils": "torch_fl.routing.emu.musa_core"}  # (the vendor's test framework imports it)
+                     "core._utils": "torch_fl.routing.emu.musa_core",  # (the vendor's test framework imports it)
+                     "utils.musa_extension": "torch_fl.routing.emu.musa_memory"}
+
+
+def device_module_calls() -> dict[str, Any]:
+    """torch.musa.memory (with its memory pools), as importing the vendor's plugin adds it (musa_memory.py)."""
+    from .musa_memory import device_module_calls as calls
+
+    return calls()
 
 
 def _fused(base: type, name: str, weight_decay: float) -> type:
