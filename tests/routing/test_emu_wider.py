@@ -160,3 +160,40 @@ def test_a_vendor_kernel_of_a_host_composite_rounds_half_results_once(monkeypatc
     assert y.t().untyped_storage().data_ptr() == y.untyped_storage().data_ptr()
     assert y.sum(dtype=torch.float32).dtype == torch.float32 and y.mean().dtype == dtype
     assert torch.equal(bce(x.to(d), target.to(d), weight.to(d)).cpu(), bce(x, target, weight))
+
+
+@pytest.mark.parametrize("chip", ["emu:mlu", "emu:cuda"])
+def test_half_nll_loss_accumulates_in_float32_as_the_chips_kernel(monkeypatch, chip):
+    # torch_mlu's test/torch_ops/test_nll_loss.py: the chip's float16 loss (and its backward) against the CPU's
+    # float32 loss of the same values, relative MSE <= 3e-2; the host's half kernel sums in float16 and missed it
+    monkeypatch.setenv("FL_DEVICE", chip)
+    torch_fl.reset()
+    d = torch_fl.device()
+    torch.manual_seed(1)
+    x = torch.randn(128, 20, dtype=torch.float16)
+    weight = torch.randn(20, dtype=torch.float16).abs()
+    target = torch.randint(0, 20, (128,))
+    for w in (None, weight):
+        for reduction in ("sum", "mean", "none"):
+            expected = torch.nn.functional.nll_loss(x.float(), target, None if w is None else w.float(),
+                                                    reduction=reduction)
+            xd = x.to(d).requires_grad_()
+            got = torch.nn.functional.nll_loss(xd, target.to(d), None if w is None else w.to(d), reduction=reduction)
+            assert got.dtype == torch.float16
+            assert torch.equal(got.cpu(), expected.half())  # float32 sums, rounded once
+            got.backward(torch.ones_like(got))
+            assert xd.grad.dtype == torch.float16
+    # (why: the host's half kernel sums in float16, 0.0229 where the float32 sum is 0.0066)
+    host = torch.nn.functional.nll_loss(x, target, reduction="sum")
+    assert abs(host.float() - torch.nn.functional.nll_loss(x.float(), target, reduction="sum")) > 1e-2
+
+
+def test_other_chips_keep_the_hosts_half_nll_loss(monkeypatch):
+    monkeypatch.setenv("FL_DEVICE", "emu:npu")
+    torch_fl.reset()
+    d = torch_fl.device()
+    torch.manual_seed(1)
+    x, target = torch.randn(128, 20, dtype=torch.float16), torch.randint(0, 20, (128,))
+    got = torch.nn.functional.nll_loss(x.to(d), target.to(d), reduction="sum")
+    assert torch.equal(got.cpu(), torch.nn.functional.nll_loss(x, target, reduction="sum"))
+    assert not wider.accumulates_in_float(torch_fl.description("npu"), "aten::nll_loss_forward.default")

@@ -499,7 +499,8 @@ class _Plan:
         self.routes_of: dict | None = None
         # computed by PyTorch's composite on the host: a chip whose vendor has a kernel of its own rounds
         # half results once (wider.py); the kernel for the chip of `fused_for` (its route table)
-        self.fused = self.special is None and self.kernel is func and wider.host_composite(func)
+        self.fused = self.special is None and self.kernel is func and \
+            (wider.host_composite(func) or wider.accumulated(self.name))
         self.fused_for: tuple[Any, Any] | None = None
 
 
@@ -510,7 +511,10 @@ def _chip_kernel(plan: _Plan) -> Any:
     cached = plan.fused_for
     if cached is not None and cached[0] is routes:
         return cached[1]
-    kernel = wider.rounding_once(plan.kernel) if wider.vendor_fused(state.description, plan.name) else plan.kernel
+    desc = state.description
+    once = wider.accumulates_in_float(desc, plan.name) if wider.accumulated(plan.name) else \
+        wider.vendor_fused(desc, plan.name)
+    kernel = wider.rounding_once(plan.kernel) if once else plan.kernel
     plan.fused_for = (routes, kernel)
     return kernel
 
