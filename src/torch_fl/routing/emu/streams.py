@@ -33,6 +33,7 @@ from typing import Any
 
 import torch
 from torch.cuda._sanitizer import StreamSynchronizations
+from torch.utils._python_dispatch import _disable_current_modes
 
 from .slot import _no_device, backend_name, state
 
@@ -125,7 +126,8 @@ class _Pending:
         self.ptr = _storage_ptr(dst)
 
     def apply(self) -> None:
-        with torch.no_grad():
+        # (the copy's own landing: no user op, so no dispatch mode (the sanitizer's) sees it)
+        with torch.no_grad(), _disable_current_modes():
             self.dst.copy_(self.values)
         self.values = self.dst = None  # type: ignore[assignment]
 

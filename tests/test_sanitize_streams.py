@@ -1,0 +1,306 @@
+"""torch_fl.sanitize (routing/emu/sanitizer.py) on emu:cuda, emu:npu and emu:mlu.
+
+The event-handler cases of PyTorch's test/test_cuda_sanitizer.py, written again as user code on an emulated
+chip: every "bad" program is reported (with both accesses), every "good" one is silent. Then what the
+sanitizer adds: frees without record_stream, host access to unfinished non-blocking copies, host syncs by
+line, device work in a forked DataLoader worker.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import pytest
+import torch
+
+import torch_fl
+from torch_fl.routing.emu.sanitizer import StreamSanitizerError
+from torch_fl.sanitize import sanitize
+
+
+@pytest.fixture(params=["cuda", "npu", "mlu"])
+def chip(request):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", torch_fl.errors.FallbackWarning)
+        with torch_fl.emulate(request.param) as activation:
+            yield getattr(torch, activation.device.type), activation.device
+
+
+def _reports(program, mod, d) -> list[str]:
+    with sanitize(raise_errors=False) as check:
+        kept = program(mod, d)  # (the program's tensors outlive the check: their frees are not its subject)
+    del kept
+    return check.reports
+
+
+# good programs: ordered accesses --------------------------------------------------------------------------
+def read_after_write_on_one_stream(mod, d):
+    x = torch.ones(4, device=d)
+    x.mul_(2)
+    x.sum()
+    return locals()
+
+
+def write_after_read_on_one_stream(mod, d):
+    x = torch.ones(4, device=d)
+    y = x + 1
+    x.zero_()
+    return locals()
+
+
+def reads_on_two_streams(mod, d):
+    x = torch.ones(4, device=d)
+    side = mod.Stream()
+    side.wait_stream(mod.current_stream())
+    with mod.stream(side):
+        a = x * 2
+    b = x * 3
+    return locals()
+
+
+def read_after_wait_stream(mod, d):
+    x = torch.ones(4, device=d)
+    side = mod.Stream()
+    side.wait_stream(mod.current_stream())
+    with mod.stream(side):
+        x.sum()
+    return locals()
+
+
+def read_after_event_wait(mod, d):
+    x = torch.ones(4, device=d)
+    x.add_(1)
+    done = mod.Event()
+    done.record()
+    side = mod.Stream()
+    side.wait_event(done)
+    with mod.stream(side):
+        x.sum()
+    return locals()
+
+
+def read_after_device_synchronize(mod, d):
+    side = mod.Stream()
+    with mod.stream(side):
+        x = torch.ones(4, device=d)
+    mod.synchronize()
+    x.sum()
+    return locals()
+
+
+def read_after_stream_synchronize(mod, d):
+    side = mod.Stream()
+    with mod.stream(side):
+        x = torch.ones(4, device=d)
+    side.synchronize()
+    x.sum()
+    return locals()
+
+
+def read_after_event_synchronize(mod, d):
+    side = mod.Stream()
+    with mod.stream(side):
+        x = torch.ones(4, device=d)
+        done = side.record_event()
+    done.synchronize()
+    x.sum()
+    return locals()
+
+
+def transitive_waits(mod, d):
+    first, second, third = mod.Stream(), mod.Stream(), mod.Stream()
+    with mod.stream(first):
+        x = torch.ones(4, device=d)
+        e1 = first.record_event()
+    second.wait_event(e1)
+    e2 = second.record_event()
+    third.wait_event(e2)
+    with mod.stream(third):
+        x.sum()
+    third.synchronize()
+    return locals()
+
+
+def freed_after_record_stream(mod, d):
+    side = mod.Stream()
+    x = torch.ones(8, device=d)
+    side.wait_stream(mod.current_stream())
+    with mod.stream(side):
+        x.sum()
+    x.record_stream(side)
+    del x
+    return locals()
+
+
+def host_read_after_sync(mod, d):
+    host = torch.ones(4, device=d).to("cpu", non_blocking=True)
+    mod.current_stream().synchronize()
+    host.sum()
+    return locals()
+
+
+GOOD = [read_after_write_on_one_stream, write_after_read_on_one_stream, reads_on_two_streams,
+        read_after_wait_stream, read_after_event_wait, read_after_device_synchronize, read_after_stream_synchronize,
+        read_after_event_synchronize, transitive_waits, freed_after_record_stream, host_read_after_sync]
+
+
+# bad programs --------------------------------------------------------------------------------------------
+def read_after_write_on_two_streams(mod, d):
+    x = torch.ones(4, device=d)
+    x.add_(1)
+    with mod.stream(mod.Stream()):
+        x.sum()
+    return locals()
+
+
+def write_after_read_on_two_streams(mod, d):
+    x = torch.ones(4, device=d)
+    side = mod.Stream()
+    side.wait_stream(mod.current_stream())
+    with mod.stream(side):
+        x.sum()
+    x.zero_()
+    return locals()
+
+
+def write_after_write_on_two_streams(mod, d):
+    x = torch.ones(4, device=d)
+    side = mod.Stream()
+    side.wait_stream(mod.current_stream())
+    x.fill_(2)
+    with mod.stream(side):
+        x.fill_(3)
+    return locals()
+
+
+def wait_recorded_before_the_write(mod, d):
+    x = torch.ones(4, device=d)
+    early = mod.Event()
+    early.record()
+    x.add_(1)  # after the event: the wait does not cover it
+    side = mod.Stream()
+    side.wait_event(early)
+    with mod.stream(side):
+        x.sum()
+    return locals()
+
+
+def one_of_a_list_unsynchronised(mod, d):
+    side = mod.Stream()
+    a, b = torch.ones(2, device=d), torch.ones(2, device=d)
+    side.wait_stream(mod.current_stream())
+    with mod.stream(side):
+        b.mul_(2)
+    torch.cat([a, b])
+    return locals()
+
+
+BAD = [read_after_write_on_two_streams, write_after_read_on_two_streams, write_after_write_on_two_streams,
+       wait_recorded_before_the_write, one_of_a_list_unsynchronised]
+
+
+@pytest.mark.parametrize("program", GOOD, ids=lambda f: f.__name__)
+def test_good_programs_are_silent(chip, program):
+    assert _reports(program, *chip) == []
+
+
+@pytest.mark.parametrize("program", BAD, ids=lambda f: f.__name__)
+def test_bad_programs_are_reported(chip, program):
+    reports = _reports(program, *chip)
+    assert len(reports) == 1, reports
+    assert "data race" in reports[0] and "now:" in reports[0] and "before:" in reports[0]
+    assert "test_sanitize_streams.py" in reports[0]  # the user's lines, not torch's
+
+
+def test_a_race_names_both_accesses_and_stops_at_the_op(chip):
+    mod, d = chip
+    with sanitize():
+        x = torch.ones(4, device=d)
+        x.add_(1)
+        with mod.stream(mod.Stream()), pytest.raises(StreamSanitizerError) as found:
+            torch.mul(x, 2)
+    text = str(found.value)
+    assert "aten::mul on stream" in text and "reading from argument 'self'" in text
+    assert "aten::add_ on the default stream" in text and "writing to argument 'self'" in text
+    assert "torch.mul(x, 2)" in text and "x.add_(1)" in text  # the two source lines
+    assert "wait_stream" in text  # the fix
+
+
+def test_memory_freed_without_record_stream_is_reported(chip):
+    mod, d = chip
+
+    def program(mod, d):
+        side = mod.Stream()
+        x = torch.ones(8, device=d)
+        side.wait_stream(mod.current_stream())
+        with mod.stream(side):
+            x.sum()
+        del x  # no record_stream, no wait: the allocator may hand it out while `side` still reads it
+
+    reports = _reports(program, mod, d)
+    assert len(reports) == 1 and "freed while another stream may still use it" in reports[0]
+    assert "record_stream" in reports[0]
+
+
+def test_host_access_to_an_unfinished_non_blocking_copy_is_reported(chip):
+    mod, d = chip
+
+    def read_too_early(mod, d):
+        host = torch.ones(4, device=d).to("cpu", non_blocking=True)
+        host.sum()
+
+    def write_source_too_early(mod, d):
+        source = torch.ones(4, pin_memory=True)
+        torch.empty(4, device=d).copy_(source, non_blocking=True)
+        source.fill_(2)
+
+    (read,) = _reports(read_too_early, mod, d)
+    assert "the host reads a tensor while a non_blocking=True device-to-host copy" in read
+    assert "host.sum()" in read and "to(\"cpu\", non_blocking=True)" in read
+    (write,) = _reports(write_source_too_early, mod, d)
+    assert "the host writes a tensor while a non_blocking=True host-to-device copy" in write
+
+
+def test_host_syncs_are_counted_by_line(chip):
+    mod, d = chip
+    with sanitize() as check:
+        x = torch.ones(4, device=d)
+        for _ in range(3):
+            x.sum().item()
+        mod.synchronize()
+    syncs = check.host_syncs()
+    assert syncs[0]["what"] == "item()" and syncs[0]["count"] == 3 and "x.sum().item()" in syncs[0]["where"]
+    assert any(s["what"] == "synchronize()" for s in syncs)
+
+
+def test_an_unknown_kind_is_refused():
+    with pytest.raises(ValueError, match="unknown kind 'memory'"):
+        sanitize("memory")
+
+
+@pytest.mark.slow  # a fresh process: a DataLoader worker forked after the device was used
+@pytest.mark.parametrize(("name", "text"), [("npu", "Cannot re-initialize NPU in forked subprocess"),
+                                            ("mlu", "Cannot re-initialize MLU in forked subprocess")])
+def test_device_work_in_a_forked_worker_raises_the_vendors_error(name, text):
+    code = textwrap.dedent(f"""
+        import torch, torch_fl
+        from torch.utils.data import DataLoader, Dataset
+        torch_fl.sanitize.sanitize()
+
+        class Data(Dataset):
+            def __len__(self):
+                return 2
+
+            def __getitem__(self, i):
+                return torch.ones(2, device="{name}") * i
+
+        torch.ones(1, device="{name}")
+        for batch in DataLoader(Data(), num_workers=1, timeout=60, multiprocessing_context="fork"):
+            pass
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          env={**__import__("os").environ, "FL_DEVICE": f"emu:{name}", "OMP_NUM_THREADS": "1"})
+    assert done.returncode != 0 and text in done.stderr and "'spawn' start method" in done.stderr, done.stderr[-2000:]
