@@ -117,7 +117,8 @@ SCHEMA: dict[str | None, dict[str, Key]] = {
         "stats": Key("bool", True, "Whether the stack reports allocator statistics."),
     },
     "streams": {
-        "submission": Key("str", "async", "Kernel submission: async (like CUDA) or sync.",
+        "submission": Key("str", "async", "Kernel submission: async (like CUDA) or sync. Emulated, async defers "
+                          "what the host sees of non-blocking copies until a sync (docs/streams.md).",
                           ("async", "sync")),
         "streams": Key("bool", True, "Whether multiple streams are supported."),
         "events": Key("bool", True, "Whether events with elapsed-time are supported."),
