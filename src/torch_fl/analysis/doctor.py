@@ -152,6 +152,7 @@ def _skeleton() -> dict[str, Any]:
                         "device_type": "", "torch_build": "", "compat": {}},
         "routes": {}, "route_default": "", "native_source": "",
         "plugin_load": [],  # each plugin imported in a child process: plugin_load.LoadResult.json()
+        "release_compat": None,  # the plugin release against the vendor's facts: compat.CompatResult.json()
         "probe_vs_table": None,  # live device with a vendor table: where the dispatcher and table differ
         "cache_dir": "",
         "self_check": {"ok": False, "ran": False, "detail": "not run: no device was resolved",
@@ -268,7 +269,8 @@ def _describe(data: dict[str, Any], desc: Description, dev: torch.device | None,
         description={"name": desc.name, "path": desc.path, "sha256": desc.sha256, "builtin": desc.builtin,
                      "level": desc.data["level"], "device_type": desc.device_type,
                      "torch_build": desc.section("detect")["torch_build"],
-                     "compat": compat_check(desc, version, runtime)})
+                     "compat": compat_check(desc, version, runtime)},
+        release_compat=release_check(desc, version, runtime))
     if not routes:
         return
     try:
@@ -303,6 +305,18 @@ def compat_check(desc: Description, plugin: str, runtime: str) -> dict[str, dict
     return {key: {"spec": spec, "have": have.get(key, ""),
                   "ok": satisfies(have[key], spec) if have.get(key) else None}
             for key, spec in desc.section("compat").items() if spec}
+
+
+def release_check(desc: Description, plugin: str, runtime: str) -> dict[str, Any] | None:
+    """The installed plugin release, torch and Python against the vendor's release facts (analysis/compat.py);
+    None when torch-fl has no facts for the plugin or it is not installed."""
+    from . import compat
+
+    if not plugin or compat.facts(desc.plugin) is None:
+        return None
+    python = f"{sys.version_info.major}.{sys.version_info.minor}"
+    result = compat.check(desc.plugin, plugin, torch=torch.__version__, python=python, runtime=runtime)
+    return {**result.json(), "problem": result.problem()}
 
 
 def route_counts(desc: Description) -> dict[str, int]:
@@ -361,6 +375,8 @@ def _check(ok: bool, detail: str, start: float) -> dict[str, Any]:
 def diagnose(data: dict[str, Any]) -> list[str]:
     """Problems that make this setup unusable, each ending with a next step (empty when healthy)."""
     problems = [_explain(data, error) for error in data["errors"] if not _covered(data, error)]
+    if data["release_compat"] and data["release_compat"]["problem"]:
+        problems.append(data["release_compat"]["problem"])
     if _no_devices(data):
         problems.append(_no_devices_problem(data))
     check = data["self_check"]
@@ -375,6 +391,7 @@ def cautions(data: dict[str, Any]) -> list[str]:
     return [f"{key} {c['have']} is outside the range {c['spec']} that the '{desc['name']}' description "
             f"({desc['path']}) was written for; if something misbehaves, try a {key} in that range"
             for key, c in desc["compat"].items() if c["ok"] is False] + [
+        *((data["release_compat"] or {}).get("cautions") or []),
         *data["unknown_variables"],
         *(shadowing_warning(name, where) for name, where in data["shadowed_descriptions"].items())]
 
@@ -528,7 +545,8 @@ def _sections(data: dict[str, Any]) -> list[tuple[str, list[tuple[str, str]]]]:
         ("Description", [
             ("name", desc["name"] or "?"), ("path", desc["path"] or "?"), ("sha256", desc["sha256"] or "?"),
             ("level", desc["level"] or "?"),
-            *((f"compat {key}", _compat_text(c)) for key, c in desc["compat"].items())]),
+            *((f"compat {key}", _compat_text(c)) for key, c in desc["compat"].items()),
+            *_release_rows(data["release_compat"])]),
         ("Routes", _route_rows(data)),
         ("Settings", [(item["name"], f"{item['value']} (from {item['source']}"
                        f"{'' if item['kind'] == 'environment' else ', ' + item['kind']})")
@@ -539,6 +557,18 @@ def _sections(data: dict[str, Any]) -> list[tuple[str, list[tuple[str, str]]]]:
         ("Self-check", [("result", _check_text(data["self_check"])),
                         ("detail", data["self_check"]["detail"])]),
     ]
+
+
+def _release_rows(found: dict[str, Any] | None) -> list[tuple[str, str]]:
+    if not found:
+        return []
+    if not found["known"]:
+        return [("release facts", f"{found['plugin']} {found['plugin_version']}: not in {found['facts_path']}")]
+    want = found["expected"]
+    verdict = "ok" if found["ok"] else "MISMATCH"
+    return [("release facts", f"{found['plugin']} {found['plugin_version']} wants torch {want['torch'] or '?'}, "
+             f"Python {', '.join(want['python']) or '?'}, {want['runtime_name']} {want['runtime'] or '?'} "
+             f"({verdict}; {found['facts_path']})")]
 
 
 def _plugin_sections(data: dict[str, Any]) -> list[tuple[str, list[tuple[str, str]]]]:
