@@ -143,3 +143,28 @@ def test_musa_memory_pools_and_extension_home_on_the_emulated_musa():
     assert out.pop("home") in (None, "/usr/local/musa")
     assert out == {"ids": [True, True], "none": True, "active": True, "restored": True, "threads": [4, True],
                    "in_pool": ["musa:0", True], "stats": True, "refused": [True, True]}
+
+
+TYPED_STORAGES = r'''
+import json, warnings, torch, torch_mlu
+warnings.simplefilter("ignore")  # (TypedStorage is deprecated)
+x = torch.FloatStorage([1, 2, 3])
+out = {"isinstance": [isinstance(x.mlu().double(), torch.mlu.DoubleStorage),
+                      isinstance(x.double().mlu(), torch.mlu.DoubleStorage),
+                      isinstance(x.mlu().half(), torch.mlu.HalfStorage), isinstance(x.mlu().bool(), torch.mlu.BoolStorage),
+                      isinstance(x.mlu().float(), torch.mlu.DoubleStorage), isinstance(x.double(), torch.mlu.DoubleStorage)]}
+made = torch.mlu.ComplexDoubleStorage(4)
+out["made"] = [str(made.device), str(made.dtype), made.size()]
+out["values"] = torch.mlu.IntStorage([1, 2, 3]).tolist()
+print(json.dumps(out))
+'''
+
+
+def test_the_legacy_typed_storages_of_the_chip():
+    # Cambricon/torch_mlu test/storage/test_storage.py test_type, in our words
+    done = subprocess.run([sys.executable, "-c", TYPED_STORAGES], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "FL_DEVICE": "emu:mlu"}, cwd=REPO, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out == {"isinstance": [True, True, True, True, False, False], "made": ["mlu:0", "torch.complex128", 4],
+                   "values": [1, 2, 3]}

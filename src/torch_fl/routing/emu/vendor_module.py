@@ -134,6 +134,27 @@ class _TensorType(type):
         return isinstance(value, torch.Tensor) and value.dtype == cls.dtype and value.device.type == backend_name()
 
 
+class _StorageType(type):
+    """``torch.<chip>.FloatStorage`` and friends (the legacy typed storages a plugin defines, as ``torch.cuda``'s):
+    a typed storage of that dtype on the chip, and an isinstance test by dtype and device type."""
+
+    dtype: torch.dtype
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> torch.TypedStorage:
+        device = torch.device(backend_name(), state.current)
+        return torch.TypedStorage(*args, dtype=cls.dtype, device=device, **kwargs)
+
+    def __instancecheck__(cls, value: Any) -> bool:
+        return (isinstance(value, torch.TypedStorage) and value.dtype == cls.dtype
+                and value.device.type == backend_name())
+
+
+_STORAGE_TYPES = {"FloatStorage": torch.float32, "DoubleStorage": torch.float64, "HalfStorage": torch.float16,
+                  "BFloat16Storage": torch.bfloat16, "ByteStorage": torch.uint8, "CharStorage": torch.int8,
+                  "ShortStorage": torch.int16, "IntStorage": torch.int32, "LongStorage": torch.int64,
+                  "BoolStorage": torch.bool, "ComplexFloatStorage": torch.complex64,
+                  "ComplexDoubleStorage": torch.complex128}
+
 _TENSOR_TYPES = {"FloatTensor": torch.float32, "DoubleTensor": torch.float64, "HalfTensor": torch.float16,
                  "BFloat16Tensor": torch.bfloat16, "ByteTensor": torch.uint8, "CharTensor": torch.int8,
                  "ShortTensor": torch.int16, "IntTensor": torch.int32, "LongTensor": torch.int64,
@@ -267,5 +288,7 @@ def vendor_module_class(base: type, name: str, stream_type: type) -> type:
 
     for kind, dtype in _TENSOR_TYPES.items():
         setattr(VendorModule, kind, _TensorType(kind, (), {"dtype": dtype}))
+    for kind, dtype in _STORAGE_TYPES.items():
+        setattr(VendorModule, kind, _StorageType(kind, (), {"dtype": dtype}))
     VendorModule.__name__ = VendorModule.__qualname__ = f"torch.{name} (torch-fl emulation)"
     return VendorModule
