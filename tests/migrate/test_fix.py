@@ -325,7 +325,8 @@ def test_fix_paths_without_libcst_is_a_clear_error(tmp_path: Path, monkeypatch: 
 
     monkeypatch.setitem(sys.modules, "libcst", None)
     pkg = _project(tmp_path)
-    (pkg / "amp.py").write_text("import torch\n\nwith torch.cuda.amp.autocast():\n    pass\n")  # needs libcst
+    # an autocast call over lines: its arguments move, libcst does it
+    (pkg / "amp.py").write_text("import torch\n\nwith torch.cuda.amp.autocast(\n        dtype=torch.float16):\n    pass\n")
     with pytest.raises(TorchFLError, match=r"pip install 'torch-fl\[migrate\]'"):
         fix_paths([pkg])
 

@@ -84,8 +84,8 @@ def _fix_in_subprocess(tree: Path, bare: bool) -> tuple[bool, bool]:
 def test_fix_imports_no_torch_and_libcst_only_when_a_file_needs_it(tmp_path: Path) -> None:
     (tmp_path / "train.py").write_text("import torch\nmodel = torch.nn.Linear(2, 2).cuda()\n")
     assert _fix_in_subprocess(tmp_path, bare=True) == (False, False)  # .cuda(): edited in place
-    (tmp_path / "amp.py").write_text("import torch\nwith torch.autocast('cuda'):\n    pass\n")
-    assert _fix_in_subprocess(tmp_path, bare=True) == (False, True)  # autocast: libcst
+    (tmp_path / "amp.py").write_text("import torch\nwith torch.cuda.amp.autocast(\n        dtype=torch.float16):\n    pass\n")
+    assert _fix_in_subprocess(tmp_path, bare=True) == (False, True)  # a call over lines: libcst
 
 
 @pytest.mark.xfail(strict=True, reason="src/_torch_fl_cli.py gives `fix` the real torch_fl package (its "

@@ -721,7 +721,7 @@ def _rewrite_segments(source: str, findings: list[Finding], tree: ast.Module | N
     cuda_names = {local for local, qual in names.items() if qual == "torch.cuda" or qual.startswith("torch.cuda.")}
     if cuda_names:
         # Only a name a rewritten segment mentioned can have lost its last use.
-        old_text = "".join(old for _, _, old, _ in changed)
+        old_text = "\n".join(old for _, _, old, _ in changed)  # apart: a name must not run into the next
         cuda_names = {n for n in cuda_names if re.search(rf"(?<![\w.]){re.escape(n)}\b", old_text)}
     if cuda_names:
         before = _ast_name_refs(tree, cuda_names)

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .cuda_api import CUDA_DEVICE, lookup
-from .precedence import char_col, places
+from .precedence import IFEXP, char_col, places
 
 
 class Unsure(Exception):
@@ -41,6 +41,7 @@ class TextEdits:
         self.torch = torch_name
         self.quote = quote
         self.lines = source.split("\n")
+        self.modules: set[str] = set()  # modules the fixed code names (`contextlib`)
         self.starts = [0]
         for line in self.lines[:-1]:
             self.starts.append(self.starts[-1] + len(line) + 1)
@@ -167,10 +168,132 @@ def _torch_device(edits: TextEdits, node: ast.Call) -> str:
     return edits.device(_int(kinds["index"]), text)
 
 
-def _edit(edits: TextEdits, finding: Any, node: ast.expr) -> tuple[int, int, str]:
+def _parts(edits: TextEdits, call: ast.Call) -> list[tuple[str | None, str, ast.expr]]:
+    """A one-line call's arguments as (keyword, None for a positional, "**" for `**kwargs`; text; value), in a
+    layout the libcst fix keeps as it is: `f(a, b=1)`, each comma followed by one space, no trailing comma.
+    Unsure for any other layout."""
+    start, end = edits.node_offsets(call)
+    func_end = edits.node_offsets(call.func)[1]
+    parts: list[tuple[int, str | None, str, ast.expr]] = []
+    for arg in call.args:
+        if type(arg) is ast.Starred:
+            raise Unsure
+        a, b = edits.node_offsets(arg)
+        parts.append((a, None, edits.source[a:b], arg))
+    for kw in call.keywords:
+        a, b = edits.node_offsets(kw)  # type: ignore[arg-type]
+        parts.append((a, "**" if kw.arg is None else kw.arg, edits.source[a:b], kw.value))
+    parts.sort(key=lambda p: p[0])
+    if edits.source[start:end] != edits.source[start:func_end] + "(" + ", ".join(p[2] for p in parts) + ")":
+        raise Unsure
+    return [(keyword, text, value) for _, keyword, text, value in parts]
+
+
+_AUTOCAST_POSITIONAL = ("enabled", "dtype", "cache_enabled")
+_SCALER_POSITIONAL = ("init_scale", "growth_factor", "backoff_factor", "growth_interval", "enabled")
+_GATED = {"torch.amp.GradScaler": 5, "torch.amp.grad_scaler.GradScaler": 5}
+_SCOPED = ("torch.autocast", "torch.amp.autocast", "torch.amp.autocast_mode.autocast")
+_PLAIN_ENABLED = (ast.Name, ast.Attribute, ast.Call, ast.Subscript, ast.Compare)
+
+
+def _keywords(parts: list[tuple[str | None, str, ast.expr]], names: tuple[str, ...]) -> list[tuple[str | None, str, ast.expr]]:
+    """Positional arguments named by `names`, in order (rules/amp.py: torch.cuda.amp's order is not torch's)."""
+    out = []
+    positional = 0
+    for keyword, text, value in parts:
+        if keyword is None:
+            if positional >= len(names):
+                raise Unsure
+            keyword, text = names[positional], f"{names[positional]}={text}"
+            positional += 1
+        out.append((keyword, text, value))
+    return out
+
+
+def _gate(edits: TextEdits, parts: list[tuple[str | None, str, ast.expr]], positional_before: int) -> list[str]:
+    """rules/amp.py's _gate: `enabled=torch.fl.is_accelerator()` added, or and-ed into `enabled=`."""
+    if sum(1 for keyword, _, _ in parts if keyword is None) > positional_before or any(
+            keyword == "**" for keyword, _, _ in parts):
+        raise Unsure
+    out = []
+    found = False
+    for keyword, text, value in parts:
+        if keyword == "enabled":
+            found = True
+            if not text.startswith("enabled="):
+                raise Unsure
+            shown = text[len("enabled="):]
+            if shown.startswith("(") or (type(value) is ast.Constant and value.value is False):  # type: ignore[attr-defined]
+                raise Unsure if shown.startswith("(") else _Keep
+            if type(value) is ast.Constant and value.value is True:  # type: ignore[attr-defined]
+                text = f"enabled={edits.fl_call('is_accelerator')}"
+            else:
+                shown = shown if type(value) in _PLAIN_ENABLED else f"({shown})"
+                text = f"enabled={edits.fl_call('is_accelerator')} and {shown}"
+        out.append(text)
+    if not found:
+        out.append(f"enabled={edits.fl_call('is_accelerator')}")
+    return out
+
+
+class _Keep(Exception):
+    """`enabled=False`: the argument stays as it is."""
+
+
+def _gated(edits: TextEdits, parts: list[tuple[str | None, str, ast.expr]], positional_before: int) -> list[str]:
+    try:
+        return _gate(edits, parts, positional_before)
+    except _Keep:
+        return [text for _, text, _ in parts]
+
+
+def _amp(edits: TextEdits, finding: Any, node: ast.Call, need: int) -> str:
+    """FL301 (torch.cuda.amp.autocast / GradScaler), FL302 and FL303 on a call, as rules/amp.py writes them."""
+    if finding.replacement is not None or node.lineno != node.end_lineno:
+        raise Unsure  # the decorator form (unsafe), or a call over lines
+    qual = edits.qual(node.func) or ""
+    parts = _parts(edits, node)
+    device_type = edits.fl_call("device_type")
+    if finding.code == "FL301":
+        if not qual.endswith("autocast"):
+            raise Unsure
+        args = [device_type, *(text for _, text, _ in _keywords(parts, _AUTOCAST_POSITIONAL))]
+        return _scoped(edits, f"{edits.torch}.autocast({', '.join(args)})", need)
+    if finding.code == "FL302":
+        if not qual.endswith("GradScaler"):
+            raise Unsure
+        args = _gated(edits, [(None, device_type, node), *_keywords(parts, _SCALER_POSITIONAL)], 1)
+        return f"{edits.torch}.amp.GradScaler({', '.join(args)})"
+    if qual not in _SCOPED and qual not in _GATED:
+        raise Unsure
+    replaced = []
+    for i, (keyword, text, value) in enumerate(parts):
+        if ((keyword is None and i == 0) or keyword in ("device_type", "device")) and \
+                type(value) is ast.Constant and value.value == "cuda":  # type: ignore[attr-defined]
+            _, literal = _literal(edits, value)
+            text = text[:len(text) - len(literal)] + device_type
+            replaced.append(i)
+        parts[i] = (keyword, text, value)
+    if len(replaced) != 1:
+        raise Unsure
+    func = edits.source[slice(*edits.node_offsets(node.func))]
+    if qual in _SCOPED:
+        return _scoped(edits, f"{func}({', '.join(text for _, text, _ in parts)})", need)
+    return f"{func}({', '.join(_gated(edits, parts, _GATED[qual]))})"
+
+
+def _scoped(edits: TextEdits, call: str, need: int) -> str:
+    edits.modules.add("contextlib")
+    text = f"{call} if {edits.fl_call('is_accelerator')} else contextlib.nullcontext()"
+    return f"({text})" if need > IFEXP else text
+
+
+def _edit(edits: TextEdits, finding: Any, node: ast.expr, need: int) -> tuple[int, int, str]:
     """(start, end, new text) of one finding's fix."""
     code = finding.code
     start, end = edits.node_offsets(node)
+    if code in ("FL301", "FL302", "FL303") and type(node) is ast.Call:
+        return start, end, _amp(edits, finding, node, need)
     if code == "FL102" and type(node) is ast.Call and type(node.func) is ast.Attribute \
             and node.func.attr == "cuda":
         value_end = edits.node_offsets(node.func.value)[1]
@@ -184,15 +307,19 @@ def _edit(edits: TextEdits, finding: Any, node: ast.expr) -> tuple[int, int, str
         if not qual.startswith("torch.cuda."):
             raise Unsure
         if code == "FL202":
-            if qual != "torch.cuda.synchronize" or node.args or node.keywords:
+            if qual != "torch.cuda.synchronize":
                 raise Unsure
             replacement = f"{edits.torch}.fl.synchronize"
+            takes_device = True
         else:
             entry = lookup(qual)
-            if entry is None or finding.replacement is None or entry.short == "get_device_name" or (
-                    entry.takes_device and (node.args or node.keywords)):
+            if entry is None or finding.replacement is None or entry.short == "get_device_name":
                 raise Unsure
             replacement = edits.expr(finding.replacement)
+            takes_device = entry.takes_device
+        device = node.args[0] if node.args else next((kw.value for kw in node.keywords if kw.arg == "device"), None)
+        if takes_device and device is not None and type(device) in (ast.Constant, ast.JoinedStr, ast.Call):
+            raise Unsure  # a CUDA device spelled out becomes its ordinal (runtime.py's _ordinal_argument)
         func_start, func_end = edits.node_offsets(node.func)
         return func_start, func_end, replacement
     if code == "FL201" and type(node) is ast.Attribute:
@@ -212,24 +339,22 @@ def rewrite(source: str, findings: Sequence[Any], tree: ast.Module, names: dict[
     found = places(tree, edits.lines, spans)
     if len(found) != len(spans):
         raise Unsure
-    changes = sorted(_edit(edits, finding, found[span][0]) for span, finding in spans.items())
+    changes = sorted(_edit(edits, finding, *found[span]) for span, finding in spans.items())
     for (_, end, _), (start, _, _) in itertools.pairwise(changes):
         if start < end:
             raise Unsure  # nested or overlapping: libcst applies them inside out
-    cuda_names = [local for local, qual in names.items() if qual == "torch.cuda" or qual.startswith("torch.cuda.")]
-    if cuda_names:
-        old = "".join(source[start:end] for start, end, _ in changes)
-        if any(re.search(rf"(?<![\w.]){re.escape(n)}\b", old) for n in cuda_names):
-            raise Unsure  # an import of a torch.cuda name may lose its last use: libcst drops it
+    dropped, removed = _dead_imports(edits, names, changes)
+    changes += dropped
     new_fl = sum(text.count(f"{torch_name}.fl.") - source[start:end].count(f"{torch_name}.fl.")
                  for start, end, text in changes)
-    imports = []
+    imports = [f"import {module}" for module in sorted(edits.modules) if names.get(module) != module]
     if new_fl > 0 and not torch_aliases:
         imports.append("import torch")
     if new_fl > 0 and not has_torch_fl:
         imports.append(import_line)
     if imports:
-        changes.append((_import_offset(edits), _import_offset(edits), "".join(f"{line}\n" for line in imports)))
+        at = _import_offset(edits, removed)
+        changes.append((at, at, "".join(f"{line}\n" for line in imports)))
         changes.sort(key=lambda c: (c[0], c[1]))
     pieces = []
     cursor = 0
@@ -240,11 +365,66 @@ def rewrite(source: str, findings: Sequence[Any], tree: ast.Module, names: dict[
     return "".join(pieces)
 
 
-def _import_offset(edits: TextEdits) -> int:
-    """Where fix.py's _add_imports puts new imports: the line after the top-of-file imports (after a leading
-    docstring). Unsure where it would do otherwise (a later `import torch` after code, no import at the
-    top) or where the next statement shares the last import's line."""
+def _dead_imports(edits: TextEdits, names: dict[str, str],
+                  changes: list[tuple[int, int, str]]) -> tuple[list[tuple[int, int, str]], set[int]]:
+    """fix.py's _drop_unused_imports as edits: a top-level import of a torch.cuda name the fixes left unused
+    loses that name, or goes with its line (blank lines above it go too; comment lines above it stay).
+    Returns the edits and the indices of the statements that go."""
+    from .fix import _ast_name_refs, _Fallback, _segment_refs
+
+    cuda_names = {local for local, qual in names.items() if qual == "torch.cuda" or qual.startswith("torch.cuda.")}
+    old = "\n".join(edits.source[start:end] for start, end, _ in changes)
+    cuda_names = {n for n in cuda_names if re.search(rf"(?<![\w.]){re.escape(n)}\b", old)}
+    if not cuda_names:
+        return [], set()
+    before = _ast_name_refs(edits.tree, cuda_names)
+    after = dict(before)
+    try:
+        for start, end, text in changes:
+            for name, count in _segment_refs(edits.source[start:end], cuda_names).items():
+                after[name] = after.get(name, 0) - count
+            for name, count in _segment_refs(text, cuda_names).items():
+                after[name] = after.get(name, 0) + count
+    except _Fallback:
+        raise Unsure from None
+    dead = {n for n in cuda_names if before.get(n, 0) > 0 and after.get(n, 0) == 0}
+    out = []
+    removed: set[int] = set()
     body = edits.tree.body
+    for i, stmt in enumerate(body):
+        if type(stmt) not in (ast.Import, ast.ImportFrom):
+            continue
+        aliases = stmt.names  # type: ignore[attr-defined]
+        keep = [a for a in aliases if (a.asname or a.name) not in dead or (type(stmt) is ast.Import and "." in a.name
+                                                                           and a.asname is None)]
+        if len(keep) == len(aliases):
+            continue
+        line = stmt.lineno
+        text = edits.lines[line - 1]
+        if stmt.end_lineno != line or i == 0 or text.strip() != ast.get_source_segment(edits.source, stmt) \
+                or any(a.name == "*" for a in aliases) or body[i - 1].end_lineno == line:
+            raise Unsure  # over lines, sharing its line, or first in the file: libcst does it
+        if keep:
+            shown = [a.name if a.asname is None else f"{a.name} as {a.asname}" for a in aliases]
+            head = text[:len(text) - len(text.lstrip())] + text.strip()[:-len(", ".join(shown))]
+            if not text.strip().endswith(", ".join(shown)):
+                raise Unsure
+            kept = [a.name if a.asname is None else f"{a.name} as {a.asname}" for a in keep]
+            out.append((edits.starts[line - 1], edits.starts[line - 1] + len(text), head + ", ".join(kept)))
+            continue
+        previous_end = body[i - 1].end_lineno or body[i - 1].lineno
+        comments = "".join(edits.lines[n] + "\n" for n in range(previous_end, line - 1)
+                           if edits.lines[n].lstrip().startswith("#"))
+        out.append((edits.starts[previous_end], edits.starts[line], comments))
+        removed.add(i)
+    return out, removed
+
+
+def _import_offset(edits: TextEdits, removed: set[int]) -> int:
+    """Where fix.py's _add_imports puts new imports: the line after the top-of-file imports (after a leading
+    docstring), those that go (`removed`) left out. Unsure where it would do otherwise (a later `import
+    torch` after code, no import at the top) or where the next statement shares the last import's line."""
+    body = [stmt for i, stmt in enumerate(edits.tree.body) if i not in removed]
     index = 0
     while index < len(body) and (type(body[index]) in (ast.Import, ast.ImportFrom) or (
             index == 0 and type(body[index]) is ast.Expr and type(body[index].value) is ast.Constant  # type: ignore[attr-defined]
