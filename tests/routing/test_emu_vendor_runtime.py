@@ -168,3 +168,35 @@ def test_the_legacy_typed_storages_of_the_chip():
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert out == {"isinstance": [True, True, True, True, False, False], "made": ["mlu:0", "torch.complex128", 4],
                    "values": [1, 2, 3]}
+
+
+TF32 = r'''
+import json, warnings, torch, torch_mlu
+out = {"start": [torch.get_float32_matmul_precision(), torch.backends.mlu.matmul.allow_tf32,
+                 torch._C._get_cnmatmul_allow_tf32(), torch.backends.cnnl.allow_tf32]}
+with torch.backends.cnnl.flags(allow_tf32=False):
+    out["cnnl_in_flags"] = torch.backends.cnnl.allow_tf32
+out["cnnl_after"] = torch.backends.cnnl.allow_tf32
+torch.backends.mlu.matmul.allow_tf32 = True
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    torch.backends.cuda.matmul.allow_tf32 = False  # inert once torch_mlu is imported, as the vendor's
+out["cuda_switch"] = [torch.backends.mlu.matmul.allow_tf32, any("cuda API does not take effect" in str(w.message)
+                                                                  for w in caught)]
+torch._C._set_cnmatmul_allow_tf32(False)
+out["off"] = [torch.backends.mlu.matmul.allow_tf32, torch.get_float32_matmul_precision()]
+torch.set_float32_matmul_precision("medium")
+out["medium"] = torch._C._get_cnmatmul_allow_tf32()
+print(json.dumps(out))
+'''
+
+
+def test_mlu_tf32_switches_as_torch_mlu_has_them():
+    # Cambricon/torch_mlu test/mlu/test_tf32_ctrl.py, in our words
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TORCH_ALLOW_TF32")}
+    done = subprocess.run([sys.executable, "-c", TF32], capture_output=True, text=True, timeout=300,
+                          env={**env, "FL_DEVICE": "emu:mlu"}, cwd=REPO, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out == {"start": ["highest", False, False, True], "cnnl_in_flags": False, "cnnl_after": True,
+                   "cuda_switch": [True, True], "off": [False, "highest"], "medium": True}

@@ -14,8 +14,11 @@ emulated chip computes in the host's float32.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import types
+import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -72,13 +75,65 @@ class _MatmulTF32:
 
     def __getattr__(self, name: str) -> Any:
         if name == "allow_tf32":
-            return torch.get_float32_matmul_precision() != "highest"
+            return _get_cnmatmul_allow_tf32()
         raise AssertionError("Unknown attribute " + name)  # (the vendor's own error)
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name != "allow_tf32":
             raise AssertionError("Unknown attribute " + name)
-        torch.set_float32_matmul_precision("high" if value else "highest")
+        _set_cnmatmul_allow_tf32(value)
+
+
+def _get_cnmatmul_allow_tf32() -> bool:
+    """torch_mlu's binding: TF32 in CNNL matmuls is on when the float32 matmul precision is not 'highest' (or
+    TORCH_ALLOW_TF32_CNMATMUL_OVERRIDE / TORCH_ALLOW_TF32_CUBLAS_OVERRIDE is set)."""
+    import os
+
+    override = any(os.environ.get(name, "0") not in ("", "0") for name in
+                   ("TORCH_ALLOW_TF32_CNMATMUL_OVERRIDE", "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE"))
+    return override or torch.get_float32_matmul_precision() != "highest"
+
+
+def _set_cnmatmul_allow_tf32(value: bool) -> None:
+    torch.set_float32_matmul_precision("high" if value else "highest")
+
+
+def _fake_set_cublas_allow_tf32(value: bool) -> None:
+    """What ``import torch_mlu`` puts in place of torch._C._set_cublas_allow_tf32: the float32 matmul precision is
+    device independent, so the CUDA switch must not move the MLU's (it warns and does nothing, as the vendor's)."""
+    if not isinstance(value, bool):
+        raise RuntimeError(f"set_allow_tf32_cublas expects a bool, but got {type(value)}")
+    warnings.warn("When using MLU device, the cuda API does not take effect. Please use "
+                  "torch.backends.mlu.matmul.allow_tf32.", stacklevel=2)
+
+
+class _Cnnl:
+    """``torch.backends.cnnl``: ``allow_tf32`` (TF32 in CNNL convolutions, on by default, as cuDNN's) and the
+    ``flags(...)`` context manager; enabled/benchmark/deterministic have no MLU meaning and warn, as the vendor's."""
+
+    def __init__(self) -> None:
+        self.allow_tf32 = True
+
+    def set_flags(self, _enabled: Any = None, _benchmark: Any = None, _benchmark_limit: Any = None,
+                  _deterministic: Any = None, _allow_tf32: Any = None) -> tuple:
+        previous = (None, None, None, None, self.allow_tf32)
+        for name, value in (("enabled", _enabled), ("benchmark", _benchmark), ("deterministic", _deterministic)):
+            if value is True:
+                warnings.warn(f"torch.backends.cnnl.{name} is not available on MLU device.", stacklevel=3)
+        if _benchmark_limit not in (None, 0):
+            warnings.warn("torch.backends.cnnl.benchmark_limit is not available on MLU device.", stacklevel=3)
+        if _allow_tf32 is not None:
+            self.allow_tf32 = bool(_allow_tf32)
+        return previous
+
+    @contextlib.contextmanager
+    def flags(self, enabled: bool = False, benchmark: bool = False, benchmark_limit: int = 0,
+              deterministic: bool = False, allow_tf32: bool = True) -> Iterator[None]:
+        previous = self.set_flags(enabled, benchmark, benchmark_limit, deterministic, allow_tf32)
+        try:
+            yield
+        finally:
+            self.set_flags(*previous)
 
 
 class _PlanCache:
@@ -106,6 +161,11 @@ def attach(module: Any) -> Any:
         backends = _backends_mlu()
         torch.backends.mlu = backends  # type: ignore[attr-defined]
         sys.modules["torch.backends.mlu"] = backends
+        torch.backends.cnnl = _Cnnl()  # type: ignore[attr-defined]
+        # (as the vendor's import: the CNNL matmul TF32 bindings on torch._C, the CUDA switch made inert)
+        torch._C._get_cnmatmul_allow_tf32 = _get_cnmatmul_allow_tf32  # type: ignore[attr-defined]
+        torch._C._set_cnmatmul_allow_tf32 = _set_cnmatmul_allow_tf32  # type: ignore[attr-defined]
+        torch._C._set_cublas_allow_tf32 = _fake_set_cublas_allow_tf32
     return module
 
 
