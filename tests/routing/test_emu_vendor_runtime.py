@@ -200,3 +200,29 @@ def test_mlu_tf32_switches_as_torch_mlu_has_them():
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert out == {"start": ["highest", False, False, True], "cnnl_in_flags": False, "cnnl_after": True,
                    "cuda_switch": [True, True], "off": [False, "highest"], "medium": True}
+
+
+CNPX = r'''
+import json, torch, torch_mlu
+out = {}
+with torch.profiler.profile() as prof:
+    out["depths"] = [torch.mlu.cnpx.range_push("outer"), torch.mlu.cnpx.range_push("inner")]
+    torch.mlu.cnpx.mark("bar")
+    out["pops"] = [torch.mlu.cnpx.range_pop(), torch.mlu.cnpx.range_pop(), torch.mlu.cnpx.range_pop()]
+    handle = torch.mlu.cnpx.range_start("started")
+    torch.mlu.cnpx.range_end(handle)
+    with torch.mlu.cnpx.range("step {}", 3):
+        torch.ones(2, device="mlu") * 2
+out["names"] = sorted({e.name for e in prof.events()} & {"outer", "inner", "bar", "started", "step 3"})
+print(json.dumps(out))
+'''
+
+
+def test_cnpx_ranges_appear_in_the_emulated_chips_trace():
+    # Cambricon/torch_mlu test/cnpx/test_cnpx.py calls these, in our words; here the ranges are also checked in
+    # the profile
+    done = subprocess.run([sys.executable, "-c", CNPX], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "FL_DEVICE": "emu:mlu"}, cwd=REPO, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out == {"depths": [0, 1], "pops": [1, 0, -1], "names": ["bar", "inner", "outer", "started", "step 3"]}

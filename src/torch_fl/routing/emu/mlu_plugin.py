@@ -155,6 +155,13 @@ def _backends_mlu() -> types.ModuleType:
     return module
 
 
+def device_module_calls() -> dict[str, Any]:
+    """What torch_mlu adds to torch.mlu: cnpx, its profiler annotations (ranges of the host trace here)."""
+    from . import profiler_ranges
+
+    return {"cnpx": profiler_ranges}
+
+
 def attach(module: Any) -> Any:
     """``import torch_mlu`` registers ``torch.backends.mlu``, as the plugin does."""
     if not hasattr(torch.backends, "mlu"):
