@@ -516,6 +516,9 @@ def build_report(data: dict[str, Any], problems: list[str], notes: list[str]) ->
     numbered list of problems, each with a next step); `data` is the report's JSON. torch_fl.report
     renders it, as it renders every command's report."""
     sections = [Section(title, fields=rows) for title, rows in _sections(data)]
+    if data.get("bisect"):
+        sections.append(Section("Environment bisect", text=[f"  {line}" for line in data["bisect"]["lines"]
+                                                            or [data["bisect"]["verdict"]]]))
     if notes:
         sections.append(Section("Warnings", text=_numbered(notes)))
     sections.append(Section("Result", text=_verdict(problems)))
@@ -579,11 +582,7 @@ def _plugin_sections(data: dict[str, Any]) -> list[tuple[str, list[tuple[str, st
         rows.append((entry["module"], _plugin_load_text(entry)))
         if entry["status"] != "ok":
             rows.append(("ABI", abi_text(entry["abi"])))
-    sections = [("Plugin import (child process)", rows)] if rows else []
-    if data.get("bisect"):
-        lines = data["bisect"]["lines"] or [data["bisect"]["verdict"]]
-        sections.append(("Environment bisect", [(f"{i}", line) for i, line in enumerate(lines, start=1)]))
-    return sections
+    return [("Plugin import (child process)", rows)] if rows else []
 
 
 def _plugin_load_text(entry: dict[str, Any]) -> str:

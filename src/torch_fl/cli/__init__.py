@@ -12,6 +12,7 @@ import sys
 COMMANDS: dict[str, tuple[str, str]] = {
     "describe": ("describe", "print a device description as TOML, list them, or probe the live device"),
     "doctor": ("doctor", "diagnose this machine's device, plugin and torch-fl setup"),
+    "env": ("env", "lock the versions that matter on a node, and check every node against the lock"),
     "bugreport": ("bugreport", "print a ready-to-paste issue report (secrets redacted)"),
     "routes": ("routes", "show every op's route on a device, or diff two route logs"),
     "coverage": ("coverage", "which of a model's ops a device runs natively, and how the rest route"),

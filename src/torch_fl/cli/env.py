@@ -1,0 +1,64 @@
+"""``torchfl env lock | check | diff``: the versions that matter on a node (torch, Python, plugins, runtimes,
+description hashes, torch-fl), written to a lock file and every node checked against it
+(torch_fl.analysis.envlock). Exit status: 0 same; 1 a component differs; 2 usage or a file that is not a lock.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from .args import STDOUT, command_parser
+from .output import emit_json
+
+DESCRIPTION = ("Write the versions that decide whether a node can run a job (Python and its ABI, torch and its "
+               "runtime, torch-fl, vendor plugins, key packages, description file hashes, glibc, libstdc++) to a "
+               "lock file, then check every node against it: each component that differs is named with the node "
+               "and the command that fixes it. No vendor plugin is imported.")
+EPILOG = ("Examples:\n  torchfl env lock -o cluster.lock\n  torchfl env check cluster.lock\n"
+          "  srun -N 8 torchfl env check cluster.lock        # every node of a Slurm job\n"
+          "  torchfl env diff node0.lock node1.lock node2.lock\n"
+          "Exit status: 0 same; 1 a component differs; 2 a file that is not a lock.\n"
+          "Docs: torchfl docs cli (the command), torchfl docs env (lock files and what they hold)")
+
+
+def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> None:
+    parser = command_parser(sub, name, help_text, DESCRIPTION, EPILOG)
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    lock = actions.add_parser("lock", help="write this node's versions to a lock file")
+    lock.add_argument("-o", "--output", default="torchfl-env.lock", metavar="FILE",
+                      help="the lock file to write ('-': print it; default torchfl-env.lock)")
+    check = actions.add_parser("check", help="check this node against a lock file; exit 1 naming each "
+                                             "component that differs")
+    check.add_argument("lock", metavar="LOCK", help="a lock file written by `torchfl env lock`")
+    check.add_argument("--json", nargs="?", const=STDOUT, metavar="FILE",
+                       help="the differences as JSON: written to FILE, or printed instead of the text")
+    diff = actions.add_parser("diff", help="compare the lock files of several nodes with the first")
+    diff.add_argument("locks", nargs="+", metavar="LOCK", help="lock files, the reference first")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..analysis import envlock
+
+    if args.action == "lock":
+        lock = envlock.snapshot()
+        if args.output == STDOUT:
+            emit_json(lock, STDOUT)
+        else:
+            envlock.write(args.output, lock)
+            print(f"wrote {args.output}: {len(lock['components'])} components of node {lock['node']}")
+        return 0
+    if args.action == "check":
+        lock, here = envlock.read(args.lock), envlock.snapshot()
+        same, lines = envlock.report(lock, here, args.lock)
+        if args.json:
+            emit_json({"node": here["node"], "lock": args.lock, "same": same,
+                       "differences": [vars(d) | {"fix": d.fix()} for d in envlock.compare(lock, here)]}, args.json)
+            if args.json == STDOUT:
+                return 0 if same else 1
+        print("\n".join(lines))
+        return 0 if same else 1
+    if len(args.locks) < 2:
+        raise SystemExit("torchfl env diff: error: give at least two lock files (the reference first)")
+    same, lines = envlock.diff_nodes([(path, envlock.read(path)) for path in args.locks])
+    print("\n".join(lines))
+    return 0 if same else 1
