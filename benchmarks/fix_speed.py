@@ -10,11 +10,12 @@ wall time; medians are compared. `fix` runs with --diff (nothing written, the sa
     fix (bare)     the same command with the bare package the console script gives `scan`: what `torchfl
                    fix` costs once _TORCH_FREE includes "fix" (torch_fl.migrate and fix import no torch)
 
-Trees: the small one is tests/migrate/fixtures (ours); the large one is torch's own Python sources
-(torch/nn, torch/optim, torch/utils, torch/distributed, torch/amp, torch/cuda from the installed wheel,
-read only: fix --diff writes nothing).
+Trees: "fixtures" is tests/migrate/fixtures (ours: every rule's odd shapes, many rewritten with libcst);
+"13k" is a generated 13k-line training project (benchmarks/scan_speed.py's generator: device strings,
+.cuda(), AMP, NCCL, syncs; 70 files rewritten); "torch" is torch's own Python sources (torch/nn, optim,
+utils, distributed, amp, cuda of the installed wheel; read only: fix --diff writes nothing).
 
-    python benchmarks/fix_speed.py [--runs 3]
+    python benchmarks/fix_speed.py [--runs 3] [--small-lines 13000]
 """
 
 from __future__ import annotations
@@ -69,15 +70,24 @@ def _lines(tree: list[str]) -> tuple[int, int]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--small-lines", type=int, default=13000)
     args = parser.parse_args()
     import importlib.util
+    import tempfile
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from scan_speed import generate
+
+    generated = Path(tempfile.mkdtemp(prefix="fix_speed_"))
+    generate(generated, args.small_lines)
 
     spec = importlib.util.find_spec("torch")
     assert spec is not None and spec.origin is not None, "needs torch installed (its sources are the large tree)"
     torch_dir = Path(spec.origin).parent
     trees = {
-        "small": [str(ROOT / "tests" / "migrate" / "fixtures")],
-        "large": [str(torch_dir / d) for d in ("nn", "optim", "utils", "distributed", "amp", "cuda")],
+        "fixtures": [str(ROOT / "tests" / "migrate" / "fixtures")],
+        f"{args.small_lines // 1000}k": [str(generated)],
+        "torch": [str(torch_dir / d) for d in ("nn", "optim", "utils", "distributed", "amp", "cuda")],
     }
     kinds = ("scan", "fix (shipped)", "fix (bare)")
     for name, tree in trees.items():
