@@ -1,4 +1,4 @@
-"""torch_fl.sanitize (routing/emu/sanitizer.py) on emu:cuda, emu:npu and emu:mlu.
+"""The stream sanitizer (routing/emu/sanitizer.py, torch.fl.sanitize) on emu:cuda, emu:npu and emu:mlu.
 
 The event-handler cases of PyTorch's test/test_cuda_sanitizer.py, written again as user code on an emulated
 chip: every "bad" program is reported (with both accesses), every "good" one is silent. Then what the
@@ -17,8 +17,7 @@ import pytest
 import torch
 
 import torch_fl
-from torch_fl.routing.emu.sanitizer import StreamSanitizerError
-from torch_fl.sanitize import sanitize
+from torch_fl.routing.emu.sanitizer import sanitize
 
 
 @pytest.fixture(params=["cuda", "npu", "mlu"])
@@ -220,7 +219,7 @@ def test_a_race_names_both_accesses_and_stops_at_the_op(chip):
     with sanitize():
         x = torch.ones(4, device=d)
         x.add_(1)
-        with mod.stream(mod.Stream()), pytest.raises(StreamSanitizerError) as found:
+        with mod.stream(mod.Stream()), pytest.raises(RuntimeError, match="torch-fl stream sanitizer") as found:
             torch.mul(x, 2)
     text = str(found.value)
     assert "aten::mul on stream" in text and "reading from argument 'self'" in text
@@ -288,7 +287,7 @@ def test_device_work_in_a_forked_worker_raises_the_vendors_error(name, text):
     code = textwrap.dedent(f"""
         import torch, torch_fl
         from torch.utils.data import DataLoader, Dataset
-        torch_fl.sanitize.sanitize()
+        from torch_fl.routing.emu.sanitizer import sanitize; sanitize()
 
         class Data(Dataset):
             def __len__(self):

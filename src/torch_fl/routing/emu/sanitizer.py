@@ -18,20 +18,34 @@ What it adds to CSAN:
 - host synchronisations counted by source line (``.item()``, ``nonzero``, blocking copies to the host,
   ``synchronize()``): each one serialises a chip that submits asynchronously.
 
-Enabled by ``torch.fl.sanitize()`` (torch_fl/sanitize.py). Off, it costs nothing: nothing of it is on the
-dispatch path.
+Enabled by ``sanitize()`` below (``torch.fl.sanitize()``; ``FL_SANITIZE=streams`` for a whole process):
+
+    with sanitize():                   # or check = sanitize(); ...; check.close()
+        train_step()                   # a race raises a RuntimeError naming both accesses
+
+Off, it costs nothing: nothing of it is on the dispatch path.
 """
 
 from __future__ import annotations
 
 import collections
+import functools
+import linecache
+import os
 import sys
 import traceback
 import weakref
 from typing import Any
 
 import torch
-from torch.cuda._sanitizer import FACTORY_FUNCTION_REGEX, Access, ArgumentHandler, EventHandler
+from torch.cuda._sanitizer import (
+    FACTORY_FUNCTION_REGEX,
+    Access,
+    AccessType,
+    ArgumentHandler,
+    EventHandler,
+    UnsynchronizedAccessError,
+)
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import streams
@@ -44,16 +58,39 @@ _HOST_SYNC_OPS = {aten._local_scalar_dense.default: "item()", aten.nonzero.defau
                   aten.is_nonzero.default: "bool(tensor)", aten.equal.default: "torch.equal"}
 
 
-class StreamSanitizerError(RuntimeError):
-    """A race between streams (or between the host and a non-blocking copy) on an emulated chip."""
-
-    def __init__(self, reports: list[str]) -> None:
-        self.reports = reports
-        super().__init__("\n\n".join(reports))
+def race_error(reports: list[str]) -> RuntimeError:
+    """What a race raises: a RuntimeError (as PyTorch's errors on a chip are) carrying the reports in
+    ``.reports``; starts with ``torch-fl stream sanitizer:``."""
+    error = RuntimeError("\n\n".join(reports))
+    error.reports = reports  # type: ignore[attr-defined]
+    return error
 
 
 class _Accesses(ArgumentHandler):
-    """CSAN's argument reader, for tensors of the emulated device (CSAN's asks ``is_cuda``)."""
+    """CSAN's argument reader, for tensors of the emulated device (CSAN's asks ``is_cuda``), walking the
+    schema's arguments with a loop of its own (CSAN's pytree walk is a third of a sanitized step)."""
+
+    def parse_inputs(self, schema: Any, args: tuple, kwargs: dict, *, is_factory: bool) -> None:
+        device = state.tensor_type
+        for argument, value in _zip(schema, args, kwargs):
+            alias = argument.alias_info
+            is_write = alias is not None and alias.is_write
+            metadata_only = is_factory or (alias is not None and not alias.is_write)
+            if type(value) is device:
+                self._handle_argument(value, is_write, metadata_only, argument.name)
+            elif isinstance(value, (list, tuple)):
+                for item in value:
+                    if type(item) is device:
+                        self._handle_argument(item, is_write, metadata_only, argument.name)
+
+    def parse_outputs(self, schema: Any, outputs: Any, *, is_factory: bool) -> None:
+        returns = schema.returns
+        if not returns:
+            return
+        alias = returns[0].alias_info
+        metadata_only = is_factory or (alias is not None and not alias.is_write)
+        for value in _tensors(outputs, nested=True):
+            self._handle_argument(value, not metadata_only, metadata_only, is_output=True)
 
     def _handle_argument(self, value: Any, is_write: bool, metadata_only: bool, name: str | None = None,
                          is_output: bool = False) -> None:
@@ -71,14 +108,79 @@ class _Accesses(ArgumentHandler):
             self.outputs.add(data_ptr)
 
 
-def _user_frame(stack: traceback.StackSummary | list[traceback.FrameSummary]) -> str:
-    """The innermost frame of the user's code (outside torch, torch-fl and the test runner)."""
+_INTERNAL = (os.path.dirname(torch.__file__) + os.sep, os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))) + os.sep)  # torch's directory and torch_fl's
+
+
+_internal_code: dict[Any, bool] = {}  # code object -> whether it is torch's or torch-fl's
+
+
+def _user_stack() -> list[tuple[str, int, str]]:
+    """The innermost frame outside torch and torch-fl, as [(file, line, function)] (its text read only when a
+    report prints it). CSAN extracts the whole stack at every kernel, which alone makes a step several times
+    slower."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        code = frame.f_code
+        internal = _internal_code.get(code)
+        if internal is None:
+            internal = _internal_code[code] = code.co_filename.startswith(_INTERNAL)
+        if not internal:
+            break
+        frame = frame.f_back
+    return [] if frame is None else [(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name)]
+
+
+class _Handler(EventHandler):
+    """CSAN's event handler (its clocks, its tensor accesses, its conflict rule) with `_user_stack`."""
+
+    def _handle_kernel_launch(self, stream: Any, read_only: set[int], read_write: set[int], outputs: set[int],
+                              operator: Any, tensor_aliases: dict[int, list[str]]) -> list[Any]:
+        errors: list[Any] = []
+        accessed = self.tensors_accessed
+
+        def check(ptr: int, current: Access, previous: Access | None) -> None:
+            if previous is not None and not self.syncs.is_ordered_after(current.stream, previous.seq_num,
+                                                                        previous.stream):
+                errors.append(UnsynchronizedAccessError(ptr, accessed.get_allocation_stack_trace(ptr), current,
+                                                        previous))
+
+        self.seq_num += 1
+        self.syncs.update_seq_num(stream, self.seq_num)
+        stack = _user_stack()
+        for ptr in read_only:
+            accessed.ensure_tensor_exists(ptr)
+            current = Access(AccessType.READ, self.seq_num, stream, operator, tensor_aliases[ptr], ptr in outputs,
+                             stack)
+            check(ptr, current, accessed.get_write(ptr))
+            accessed.add_read(ptr, current)
+        for ptr in read_write:
+            accessed.ensure_tensor_exists(ptr)
+            current = Access(AccessType.WRITE, self.seq_num, stream, operator, tensor_aliases[ptr], ptr in outputs,
+                             stack)
+            if accessed.were_there_reads_since_last_write(ptr):
+                for previous in accessed.get_reads(ptr):
+                    check(ptr, current, previous)
+            else:
+                check(ptr, current, accessed.get_write(ptr))
+            accessed.set_write(ptr, current)
+        return errors
+
+    def _handle_memory_allocation(self, data_ptr: int) -> None:
+        self.tensors_accessed.ensure_tensor_does_not_exist(data_ptr)
+        self.tensors_accessed.create_tensor(data_ptr, _user_stack())
+
+
+def _user_frame(stack: Any) -> str:
+    """The innermost frame of the user's code (outside torch, torch-fl and the test runner), from a
+    traceback stack or `_user_stack`'s list."""
     for frame in reversed(list(stack)):
-        path = frame.filename.replace("\\", "/")
+        filename, lineno, name = (frame.filename, frame.lineno, frame.name) if hasattr(frame, "filename") else frame
+        path = filename.replace("\\", "/")
         if any(part in path for part in ("/torch/", "/torch_fl/", "/_pytest/", "/pluggy/", "<frozen")):
             continue
-        line = (frame.line or "").strip()
-        return f"{frame.filename}:{frame.lineno} in {frame.name}" + (f": {line}" if line else "")
+        line = linecache.getline(filename, lineno).strip()
+        return f"{filename}:{lineno} in {name}" + (f": {line}" if line else "")
     return "(no frame outside torch and torch-fl)"
 
 
@@ -108,17 +210,18 @@ class Sanitizer:
     def __init__(self, raise_errors: bool = True) -> None:
         self.raise_errors = raise_errors
         self.reports: list[str] = []
-        self.handler = EventHandler()
+        self.handler = _Handler()
         self.handler.syncs = streams.timeline.syncs  # (one order for the deferred copies and the check)
         self.recorded: dict[int, set[Any]] = collections.defaultdict(set)  # data_ptr -> streams of record_stream
+        self.watched: dict[int, Any] = {}  # data_ptr -> weak reference to its storage (its free is checked)
         self.deferred: list[str] = []  # found where no exception can be raised (a free): raised at the next op
         self.host_sync_sites: collections.Counter[tuple[str, str]] = collections.Counter()
         self.mode = _Mode(self)
         self.active = False
 
     # what streams.py asks
-    def stack(self) -> traceback.StackSummary:
-        return traceback.extract_stack(sys._getframe(2), limit=40)
+    def stack(self) -> list[tuple[str, int, str]]:
+        return _user_stack()
 
     def synchronized(self, what: str) -> None:
         self.note_host_sync(what)
@@ -133,16 +236,16 @@ class Sanitizer:
         if not self.raise_errors:
             return
         if now:
-            raise StreamSanitizerError([text])
+            raise race_error([text])
         self.deferred.append(text)
 
     def raise_deferred(self) -> None:
         if self.deferred:
             found, self.deferred = self.deferred, []
-            raise StreamSanitizerError(found)
+            raise race_error(found)
 
     def note_host_sync(self, what: str) -> None:
-        self.host_sync_sites[(what, _user_frame(traceback.extract_stack(sys._getframe(1), limit=40)))] += 1
+        self.host_sync_sites[(what, _user_frame(_user_stack()))] += 1
 
     def host_syncs(self) -> list[dict[str, Any]]:
         """Host synchronisations seen so far, by source line, most frequent first."""
@@ -182,7 +285,8 @@ class Sanitizer:
                 storage = tensor._data.untyped_storage()
             except RuntimeError:
                 return
-            weakref.finalize(storage, _freed, weakref.ref(self), ptr, key)
+            # (a weak reference with a callback, kept here: weakref.finalize costs several times more per tensor)
+            self.watched[ptr] = weakref.ref(storage, functools.partial(_freed, weakref.ref(self), ptr, key))
             return
 
     def freed(self, ptr: int, key: Any) -> None:
@@ -241,10 +345,12 @@ class Sanitizer:
             return
 
 
-def _freed(owner: Any, ptr: int, key: Any) -> None:
+def _freed(owner: Any, ptr: int, key: Any, _storage: Any) -> None:
     sanitizer = owner()
-    if sanitizer is not None and sanitizer.active:
-        sanitizer.freed(ptr, key)
+    if sanitizer is not None:
+        sanitizer.watched.pop(ptr, None)
+        if sanitizer.active:
+            sanitizer.freed(ptr, key)
 
 
 def _zip(schema: Any, args: tuple, kwargs: dict) -> Any:
@@ -255,11 +361,13 @@ def _zip(schema: Any, args: tuple, kwargs: dict) -> Any:
             yield named[name], value
 
 
-def _tensors(value: Any) -> list[Any]:
+def _tensors(value: Any, nested: bool = False) -> list[Any]:
     device = state.tensor_type
     if type(value) is device:
         return [value]
     if isinstance(value, (list, tuple)):
+        if nested:
+            return [t for v in value for t in _tensors(v, True)]
         return [v for v in value if type(v) is device]
     return []
 
@@ -277,6 +385,9 @@ def _device_index(args: tuple, kwargs: dict) -> int | None:
     if isinstance(where, torch.device) and where.type == backend_name():
         return state.current if where.index is None else where.index
     return None
+
+
+_schemas: dict[Any, tuple[Any, bool]] = {}  # op -> (its schema, whether CSAN counts it a factory)
 
 
 class _Mode(TorchDispatchMode):
@@ -298,12 +409,15 @@ class _Mode(TorchDispatchMode):
         sync = _HOST_SYNC_OPS.get(func)
         if sync is not None:
             sanitizer.note_host_sync(sync)
-        is_factory = bool(FACTORY_FUNCTION_REGEX.match(func._schema.name))
+        known = _schemas.get(func)
+        if known is None:
+            known = _schemas[func] = (func._schema, bool(FACTORY_FUNCTION_REGEX.match(func._schema.name)))
+        schema, is_factory = known
         accesses = _Accesses()
-        accesses.parse_inputs(func._schema, args, kwargs, is_factory=is_factory)
+        accesses.parse_inputs(schema, args, kwargs, is_factory=is_factory)
         inputs = set(accesses.tensor_aliases)
         outputs = func(*args, **kwargs)
-        accesses.parse_outputs(func._schema, outputs, is_factory=is_factory)
+        accesses.parse_outputs(schema, outputs, is_factory=is_factory)
         sanitizer.launch(func, index, accesses, accesses.outputs - inputs, outputs)
         return outputs
 
@@ -339,3 +453,67 @@ def disable() -> None:
 
 def active() -> Sanitizer | None:
     return _active
+
+
+# The public API (torch.fl.sanitize) -----------------------------------------------------------------------
+KINDS = ("streams",)
+
+
+class Sanitizing:
+    """The running sanitizer: a context manager (closed on exit), with what it found so far."""
+
+    def __init__(self, sanitizer: Any) -> None:
+        self._sanitizer = sanitizer
+
+    @property
+    def reports(self) -> list[str]:
+        """Every report so far (each also raised, unless raise_errors=False, and printed to stderr)."""
+        return list(self._sanitizer.reports)
+
+    def host_syncs(self) -> list[dict[str, Any]]:
+        """Host synchronisations by source line, most frequent first: ``[{"what", "where", "count"}]``."""
+        return self._sanitizer.host_syncs()
+
+    def close(self) -> None:
+        """Stop checking."""
+        if active() is self._sanitizer:
+            disable()
+
+    def __enter__(self) -> Sanitizing:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def sanitize(kind: str = "streams", *, raise_errors: bool = True) -> Sanitizing:
+    """Check the stream order of the ops of emulated chips from now on (this thread, as PyTorch's CUDA
+    sanitizer), until close() or the end of the ``with`` block.
+
+    Args:
+        kind: what to check; "streams" (the one kind so far).
+        raise_errors: raise a RuntimeError (race_error) at the op that races (default); False only records
+            the reports (``.reports``) and prints them to stderr.
+
+    Example:
+        >>> with torch.fl.sanitize() as check:
+        ...     y = model(x)
+        >>> check.host_syncs()
+        []
+    """
+    if kind not in KINDS:
+        raise ValueError(f"torch.fl.sanitize: unknown kind {kind!r}; known: {', '.join(KINDS)}")
+    return Sanitizing(enable(raise_errors))
+
+
+def enable_from_env() -> None:
+    """``FL_SANITIZE=streams``: sanitize from the emulated device's registration on (once declared in
+    _env.py; until then only the API turns it on)."""
+    from ... import _env
+
+    var = getattr(_env, "FL_SANITIZE", None)
+    if var is None:
+        return
+    kinds = [k.strip() for k in str(var.value() or "").split(",") if k.strip()]
+    if "streams" in kinds:
+        sanitize("streams")

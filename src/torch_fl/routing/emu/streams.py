@@ -57,6 +57,11 @@ class _Timeline:
         self.lock = threading.RLock()
         self.listener: Any = None  # the sanitizer (sanitizer.py), told of every synchronisation
 
+    def idle(self) -> bool:
+        """Nothing deferred and no sanitizer: a synchronisation has nothing to update (the clocks matter
+        only for results deferred later, which get later sequence numbers)."""
+        return not self.pending and not self.in_flight and self.listener is None
+
     def tick(self, key: StreamKey) -> int:
         self.seq += 1
         self.syncs.update_seq_num(key, self.seq)
@@ -78,6 +83,8 @@ class _Timeline:
             del self.in_flight[ptr]
 
     def sync_stream(self, key: StreamKey, what: str = "") -> None:
+        if self.idle():
+            return
         with self.lock:
             self.syncs.all_streams_wait_for_stream(key)
             if self.listener is not None and what:
@@ -85,6 +92,8 @@ class _Timeline:
             self.settle()
 
     def sync_event(self, event: Event, what: str = "") -> None:
+        if self.idle():
+            return
         with self.lock:
             self.syncs.all_streams_wait_for_event(event._eid)
             if self.listener is not None and what:
@@ -92,6 +101,8 @@ class _Timeline:
             self.settle()
 
     def sync_device(self, what: str = "") -> None:
+        if self.idle():
+            return
         with self.lock:
             self.syncs.sync_all_streams()
             if self.listener is not None and what:
@@ -202,6 +213,8 @@ class Stream(_HostStream):
         with timeline.lock:
             if self._key not in timeline.syncs.current_sync_states:
                 timeline.syncs.create_stream(self._key)
+        if stream_id:
+            weakref.finalize(self, _forget_stream, self._key)
         return self
 
     @property
@@ -261,6 +274,21 @@ class Stream(_HostStream):
     def cuda_stream(self) -> int:
         """A stable handle (CUDA code and CSAN print it): the stream id."""
         return self._key[1]
+
+
+def _forget_stream(key: StreamKey) -> None:
+    """A stream no longer referenced: its clock goes (each new stream copies the host's clock, so keeping
+    every stream's would grow with the square of the streams a program makes, one per step in some)."""
+    try:
+        with timeline.lock:
+            # (the sanitizer needs every stream's last clock: an access of it is ordered by later syncs)
+            if timeline.listener is not None or any(p.key == key for p in timeline.pending) or \
+                    any(f.key == key for f in timeline.in_flight.values()):
+                return
+            timeline.syncs.current_sync_states.pop(key, None)
+            timeline.syncs.host_sync_state.pop(key, None)
+    except Exception:  # (at interpreter exit)
+        pass
 
 
 def _device_type() -> int:
@@ -624,6 +652,10 @@ def _after_fork_in_child() -> None:
 
 
 # Installation -------------------------------------------------------------------------------------------
+# copies.py's handlers as they were before the wrapping (benchmarks/streams_sanitizer.py times both)
+unwrapped: dict[Any, Any] = {}
+
+
 def _emulated(device: Any) -> bool:
     if device is None or isinstance(device, int):
         current = torch.accelerator.current_accelerator()
@@ -653,6 +685,7 @@ def install() -> None:
     special = tensor.SPECIAL
     for op, wrap in ((aten.copy_.default, _wrap_copy), (aten._to_copy.default, _wrap_to_copy),
                      (aten._local_scalar_dense.default, _wrap_item)):
+        unwrapped[op] = special[op]
         special[op] = wrap(special[op])
         tensor._plans.pop(id(op), None)
     special[aten.record_stream.default] = _record_stream

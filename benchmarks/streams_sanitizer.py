@@ -1,0 +1,140 @@
+"""What streams.py and the stream sanitizer cost on the emulated device, from one run.
+
+  (a) copies: a host-to-device ``.to(d)``, a blocking ``.cpu()`` and a non-blocking copy to the host, per call,
+      through streams.py's wrapped copy handlers vs copies.py's handlers as they were (goal: equal for the
+      blocking copies; the non-blocking one adds its deferral: a clone and a poison fill of the host result);
+      and a 16x16 add, which nothing of streams.py touches (the dispatch path is unchanged).
+  (b) a training step (examples/gpt.py, dim 64, 2 layers, batch 2, context 16: small ops, where a per-op
+      cost shows most) on emu:cuda with the sanitizer off and on (goal: on <= 2x off).
+
+Samples of the compared modes alternate; each ratio is the median of the per-sample ratios. The clock is the
+process's CPU time on one torch thread.
+
+    python benchmarks/streams_sanitizer.py [--repeats 9] [--calls 1000] [--steps 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import statistics
+import sys
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+import torch_fl
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))  # examples/ is not a package
+
+torch_fl.device.emulated_devices(create=True)  # (before any backward: autograd fixes its devices at the first)
+
+
+def _time(fn: Callable[[], None], n: int) -> float:
+    start = time.process_time()
+    for _ in range(n):
+        fn()
+    return (time.process_time() - start) / n
+
+
+def interleaved(runners: dict[str, Callable[[], None]], repeats: int, n: int) -> dict[str, list[float]]:
+    for fn in runners.values():
+        fn()
+    times: dict[str, list[float]] = {name: [] for name in runners}
+    for _ in range(repeats):
+        for name, fn in runners.items():
+            times[name].append(_time(fn, n))
+    return times
+
+
+def ratio(times: dict[str, list[float]], name: str, base: str) -> float:
+    return statistics.median(a / b for a, b in zip(times[name], times[base], strict=True))
+
+
+def _switch(handlers: dict) -> Callable[[], None]:
+    """A call that makes the emulator's copies go through `handlers` (op -> handler)."""
+    from torch_fl.routing.emu import tensor
+
+    def use() -> None:
+        for op, handler in handlers.items():
+            if tensor.SPECIAL[op] is not handler:
+                tensor.SPECIAL[op] = handler
+                tensor._plans.pop(id(op), None)
+
+    return use
+
+
+def copies(device: torch.device, repeats: int, calls: int) -> None:
+    host, small = torch.randn(16, 16), torch.randn(16, 16, device=device)
+    work = {
+        "h2d .to(d)": lambda: host.to(device),
+        "d2h .cpu()": lambda: small.cpu(),
+        "d2h non_blocking": lambda: small.to("cpu", non_blocking=True),
+        "16x16 add": lambda: small + small,
+    }
+    from torch_fl.routing.emu import streams, tensor
+
+    wrapped = _switch({op: tensor.SPECIAL[op] for op in streams.unwrapped})
+    plain = _switch(dict(streams.unwrapped))
+    for name, fn in work.items():
+        def with_wrappers(fn: Callable[[], None] = fn) -> None:
+            wrapped()
+            fn()
+
+        def without(fn: Callable[[], None] = fn) -> None:
+            plain()
+            fn()
+
+        times = interleaved({"streams": with_wrappers, "before": without}, repeats, calls)
+        before, after = statistics.median(times["before"]), statistics.median(times["streams"])
+        print(f"(a) {name:18s} before {before * 1e6:7.1f} us  streams.py {after * 1e6:7.1f} us  "
+              f"ratio {ratio(times, 'streams', 'before'):.2f}x")
+    wrapped()
+    torch_fl.synchronize()
+
+
+def steps(device: torch.device, repeats: int, n: int) -> None:
+    from gpt import GPT, lm_loss
+
+    from torch_fl.routing.emu.sanitizer import sanitize
+
+    torch.manual_seed(0)
+    model = copy.deepcopy(GPT(vocab=512, context=16, dim=64, heads=4, layers=2)).to(device)
+    tokens = torch.randint(0, 512, (2, 16)).to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+
+    def step() -> None:
+        opt.zero_grad()
+        loss = lm_loss(model(tokens), tokens)
+        loss.backward()
+        opt.step()
+        loss.item()
+
+    def sanitized() -> None:
+        with sanitize():
+            step()
+
+    times = interleaved({"off": step, "on": sanitized}, repeats, n)
+    print(f"(b) training step: sanitizer off {statistics.median(times['off']) * 1e3:.1f} ms, on "
+          f"{statistics.median(times['on']) * 1e3:.1f} ms: {ratio(times, 'on', 'off'):.2f}x (goal <= 2x)")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=9)
+    parser.add_argument("--calls", type=int, default=1000, help="copy calls per sample")
+    parser.add_argument("--steps", type=int, default=3, help="training steps per sample")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    warnings.simplefilter("ignore", torch_fl.errors.FallbackWarning)
+    print(f"torch {torch.__version__}, 1 thread, CPU-time clock, {args.repeats} interleaved samples")
+    with torch_fl.emulate("cuda") as activation:
+        copies(activation.device, args.repeats, args.calls)
+        steps(activation.device, args.repeats, args.steps)
+
+
+if __name__ == "__main__":
+    main()
