@@ -17,28 +17,20 @@ refused on the emulated chip (its device code would need the real GPU).
 from __future__ import annotations
 
 import contextlib
-import itertools
 import os
 import threading
 from collections.abc import Iterator
 from typing import Any
 
 from . import memory
+from .graphs import graph_pool_handle
 from .vendor_module import device_index
 
-_ids = itertools.count(1)
-_ids_lock = threading.Lock()
 _local = threading.local()
 
 
 def _next_id() -> tuple[int, int]:
-    with _ids_lock:
-        return (0, next(_ids))
-
-
-def graph_pool_handle() -> tuple[int, int]:
-    """A new pool id for graph captures (the same counter as MemPool's)."""
-    return _next_id()
+    return graph_pool_handle()  # (one counter for pools and graphs, as the vendor's)
 
 
 class MemPool:

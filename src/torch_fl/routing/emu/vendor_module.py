@@ -290,5 +290,9 @@ def vendor_module_class(base: type, name: str, stream_type: type) -> type:
         setattr(VendorModule, kind, _TensorType(kind, (), {"dtype": dtype}))
     for kind, dtype in _STORAGE_TYPES.items():
         setattr(VendorModule, kind, _StorageType(kind, (), {"dtype": dtype}))
+    from . import graphs
+
+    for kind, value in graphs.device_module_calls(name).items():  # (NPUGraph, graph, graph_pool_handle, ...)
+        setattr(VendorModule, kind, value if isinstance(value, type) else staticmethod(value))
     VendorModule.__name__ = VendorModule.__qualname__ = f"torch.{name} (torch-fl emulation)"
     return VendorModule
