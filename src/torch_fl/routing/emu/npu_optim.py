@@ -25,6 +25,13 @@ class NpuFusedOptimizerBase(torch.optim.Optimizer):
         super().__init__(params, default)
 
 
+def _clip_grad_norm_fused_(self: Any, max_norm: float, norm_type: float = 2) -> torch.Tensor:
+    """The vendor's fused clipping: the gradients of all of this optimizer's parameters clipped to `max_norm`
+    in `norm_type` norm together (over its combined gradient buffer on the chip); returns the total norm."""
+    params = [p for group in self.param_groups for p in group["params"] if p.grad is not None]
+    return torch.nn.utils.clip_grad_norm_(params, max_norm, norm_type=norm_type)
+
+
 def _compatible(base: type, name: str) -> type:
     # foreach=False: the vendor's fused update is one kernel per buffer; PyTorch's per-tensor loop computes
     # the same values on every chip (the foreach path is the emulator's choice to make per chip, slot.py)
@@ -32,6 +39,7 @@ def _compatible(base: type, name: str) -> type:
         base.__init__(self, params, *args, **kwargs)
 
     return type(name, (base,), {"__init__": __init__, "__module__": __name__,
+                                "clip_grad_norm_fused_": _clip_grad_norm_fused_,
                                 "__doc__": f"``torch_npu.optim.{name}``: torch.optim.{base.__name__} (the vendor "
                                            f"documents the core as compatible with it)."})
 

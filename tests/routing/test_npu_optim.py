@@ -1,0 +1,29 @@
+"""torch_npu.optim's fused optimizers clip their gradients together (``clip_grad_norm_fused_``), as
+Ascend/pytorch test/optim/test_fused_optimizers.py checks against torch.nn.utils.clip_grad_norm_, in our words."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from torch_fl.routing.emu import npu_optim
+
+
+@pytest.mark.parametrize("name", ["NpuFusedSGD", "NpuFusedAdam", "NpuFusedAdamW", "NpuFusedRMSprop",
+                                  "NpuFusedAdadelta"])
+def test_clip_grad_norm_fused_equals_clip_grad_norm(name):
+    torch.manual_seed(0)
+    params = [torch.nn.Parameter(torch.randn(5, 3)) for _ in range(3)] + [torch.nn.Parameter(torch.randn(4))]
+    for p in params[:-1]:
+        p.grad = torch.randn_like(p) * 10  # (the last one has no gradient)
+    clones = [torch.nn.Parameter(p.detach().clone()) for p in params]
+    for p, c in zip(params, clones, strict=True):
+        c.grad = None if p.grad is None else p.grad.clone()
+    optimizer = getattr(npu_optim, name)(clones, lr=0.1)
+    expected = torch.nn.utils.clip_grad_norm_(params, 5.0)
+    total = optimizer.clip_grad_norm_fused_(5.0)
+    torch.testing.assert_close(total, expected)
+    for p, c in zip(params, clones, strict=True):
+        assert (p.grad is None) == (c.grad is None)
+        if p.grad is not None:
+            torch.testing.assert_close(c.grad, p.grad)
