@@ -27,3 +27,23 @@ def test_clip_grad_norm_fused_equals_clip_grad_norm(name):
         assert (p.grad is None) == (c.grad is None)
         if p.grad is not None:
             torch.testing.assert_close(c.grad, p.grad)
+
+
+def test_npu_slice_writes_into_out():
+    # (Ascend/pytorch test/npu/test_jit_trace.py test_trace_npu_slice_out, in our words: a traced model calling
+    # npu_slice(..., out=) gives what the eager one gives)
+    from torch_fl.routing.emu import npu_composed
+
+    x = torch.arange(10.0).reshape(2, 5)
+
+    class Model(torch.nn.Module):
+        def forward(self, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+            npu_composed.npu_slice(x, [0, 1], [2, 2], out=out)
+            return out
+
+    eager = Model()(x, torch.zeros(2, 2))
+    assert eager.tolist() == [[1.0, 2.0], [6.0, 7.0]]
+    traced = torch.jit.trace(Model(), (x, torch.zeros(2, 2)))
+    assert torch.equal(traced(x, torch.zeros(2, 2)), eager)
+    grown = torch.zeros(0)
+    assert npu_composed.npu_slice(x, [1, 0], [1, 3], out=grown) is grown and grown.tolist() == [[5.0, 6.0, 7.0]]

@@ -78,15 +78,20 @@ def npu_min(input: torch.Tensor, dim: int, keepdim: bool = False) -> tuple[torch
     return values, indices.to(torch.int32)
 
 
-def npu_slice(input: torch.Tensor, offsets: Any, size: Any) -> torch.Tensor:
-    """The block of shape `size` starting at `offsets` (one per dimension), as a new tensor."""
+def npu_slice(input: torch.Tensor, offsets: Any, size: Any, *, out: torch.Tensor | None = None) -> torch.Tensor:
+    """The block of shape `size` starting at `offsets` (one per dimension), as a new tensor (or written into
+    `out`: the vendor's npu_slice.out)."""
     if len(offsets) != input.dim() or len(size) != input.dim():
         raise RuntimeError(f"npu_slice: offsets {list(offsets)} and size {list(size)} must name each of the input's "
                            f"{input.dim()} dimensions")
-    out = input
+    block = input
     for axis, (start, length) in enumerate(zip(offsets, size, strict=True)):
-        out = out.narrow(axis, int(start), int(length))
-    return out.contiguous()
+        block = block.narrow(axis, int(start), int(length))
+    if out is None:
+        return block.contiguous()
+    if out.shape != block.shape:
+        out.resize_(block.shape)
+    return out.copy_(block)
 
 
 def npu_reshape(input: torch.Tensor, shape: Any, can_refresh: bool = False) -> torch.Tensor:
