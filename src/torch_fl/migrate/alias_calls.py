@@ -128,6 +128,10 @@ def has_cuda(args: tuple, kwargs: dict, ordinal_first: bool = False) -> bool:
 @functools.lru_cache(maxsize=2048)
 def call_name(func: Any) -> str:
     name = resolve_name(func) or getattr(func, "__qualname__", None) or repr(func)
+    if name.startswith("_VariableFunctionsClass."):
+        # torch.zeros & co. are methods of that C class; resolve_name only knows them while torch's namespace
+        # holds the function itself (the emulator wraps the factories for pin_memory=True)
+        name = "torch." + name.removeprefix("_VariableFunctionsClass.")
     return name.replace("torch.Tensor.", "Tensor.", 1) if name.startswith("torch.Tensor.") else name
 
 
