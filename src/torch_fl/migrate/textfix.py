@@ -21,6 +21,7 @@ from typing import Any
 
 from .cuda_api import CUDA_DEVICE, lookup
 from .precedence import IFEXP, char_col, places
+from .rules.distributed import VENDOR_BACKENDS
 
 
 class Unsure(Exception):
@@ -130,7 +131,7 @@ def _replace_whole(edits: TextEdits, finding: Any, node: ast.expr) -> str:
         return _torch_device(edits, node)  # type: ignore[arg-type]
     if code in ("FL501", "FL504") and kind is ast.Constant:
         value, _ = _literal(edits, node)
-        if value != "nccl":
+        if value != "nccl" and (code != "FL501" or value not in VENDOR_BACKENDS):
             raise Unsure
         return edits.fl_call("dist_backend")
     if code == "FL303" and kind is ast.Constant:

@@ -145,6 +145,10 @@ def cuda_amp_call(det: RuleContext, node: ast.Call, qual: str) -> None:
         elif det.decorating and any(kw.arg is None for kw in node.keywords):
             safety, note = None, "no fix: `enabled=torch.fl.is_accelerator()` cannot be and-ed into `**kwargs`"
         det.report("FL301", node, safety, replacement=DECORATOR if det.decorating else None, note=note)
+    elif any(type(a) is ast.Starred for a in node.args) or any(kw.arg is None for kw in node.keywords):
+        # GradScaler(*args) / (**kwargs): `enabled` may be in them, and cannot be and-ed with the CPU's off.
+        det.report("FL302", node, None, note="no fix: `enabled=torch.fl.is_accelerator()` cannot be and-ed into "
+                                             "`*args`/`**kwargs`; pass `torch.fl.device_type()` and the gate by hand")
     else:
         det.report("FL302", node, "safe")
 
@@ -167,6 +171,14 @@ def autocast_variable(det: RuleContext, target: ast.expr, value: ast.expr) -> No
         return
     for alt in alternatives(value):
         qual = det.qualname(alt) if type(alt) in (ast.Name, ast.Attribute) else None
+        if qual in CUDA_AMP and qual.endswith("autocast"):  # type: ignore[union-attr]
+            # `autocast = torch.cuda.amp.autocast if use_amp else nullcontext`, entered later as `autocast()`:
+            # the name may hold nullcontext too, so its calls are not rewritten; the reference is reported.
+            det.report("FL301", alt, None, note=f"no fix: bound to `{target.id}` and entered later; bind a function "
+                                                f"returning `torch.autocast(torch.fl.device_type(), ...) if "
+                                                f"torch.fl.is_accelerator() else contextlib.nullcontext()` instead")
+            det.claim(alt)
+            continue
         if qual in SCOPED:
             det.aliases[target.id] = qual
             det.state(__name__).setdefault("autocast_variables", set()).add(target.id)

@@ -77,6 +77,10 @@ class Rule(NamedTuple):
     # the check's own test the two are one question, fixed together), "ordinal" (an integer ordinal held
     # in a name: one the check picks, used with no fix, holds the check back).
     pairs_as: str = ""
+    # Whether the fix rewrites the call and keeps its arguments (`torch.cuda.set_device(x)` becomes
+    # `torch.fl.set_device(x)`): a CUDA call in those arguments with a weaker fix makes this one as weak, or
+    # the safe fix leaves half the expression on CUDA (`set_device(rank % torch.cuda.device_count())`).
+    keeps_arguments: bool = False
 
     @property
     def summary(self) -> str:
@@ -231,10 +235,11 @@ HOOKS = Hooks()
 def rule(code: str, name: str, message: str, fix_title: str, fix: FixSafety, *, what: str, why: str,
          example: str, use_instead: str, level: Level = "error", fix_notes: str = "",
          category: Category = "coupling", claims_site: bool = True, runs_off_cuda: bool = False,
-         pairs_as: str = "") -> Rule:
+         pairs_as: str = "", keeps_arguments: bool = False) -> Rule:
     """Define (and register) a rule. Its module registers the detection and fix hooks next to it."""
     made = Rule(code, name, FAMILIES[code[:3]], message, fix_title, fix, what, why, example.strip("\n"),
-                use_instead.strip("\n"), level, fix_notes, category, claims_site, runs_off_cuda, pairs_as)
+                use_instead.strip("\n"), level, fix_notes, category, claims_site, runs_off_cuda, pairs_as,
+                keeps_arguments)
     RULE_LIST.append(made)
     return made
 

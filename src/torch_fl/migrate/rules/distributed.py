@@ -8,6 +8,7 @@ from typing import Any
 from ..cuda_api import NCCL
 from .base import (
     RuleContext,
+    alternatives,
     fixes,
     nccl_strings,
     on,
@@ -22,6 +23,9 @@ from .base import (
 from .control import device_choice
 
 BACKEND_KWARGS = ("backend", "process_group_backend", "dist_backend")
+# Collective backends of one vendor's chips (Ascend, Cambricon, Intel, Moore Threads): hard-coded, the code
+# runs on that vendor only.
+VENDOR_BACKENDS = ("hccl", "cncl", "xccl", "mccl")
 # Functions that take "nccl" positionally, by their last name (works for dist.x and bare x):
 # name -> index of the backend argument.
 BACKEND_POSITIONS = {"init_process_group": 0, "new_group": 2, "init_distributed": 0}
@@ -29,11 +33,11 @@ _ENV_WRITERS = {"os.environ.setdefault": "set", "os.environ.pop": "removed", "os
                 "os.unsetenv": "removed"}
 _ENV_READERS = {"os.environ.get": "read", "os.getenv": "read"}
 
-triggers("nccl", "cuda", "rank")
+triggers("nccl", "cuda", "rank", *VENDOR_BACKENDS)
 
 rule(
         "FL501", "nccl-backend",
-        "Hard-coded `nccl` process-group backend{detail}", "Replace with `torch.fl.dist_backend()`",
+        "Hard-coded `{backend}` process-group backend{detail}", "Replace with `torch.fl.dist_backend()`",
         "safe",
         what="`\"nccl\"` passed as the backend of `init_process_group` / `new_group`, or as a "
              "`backend=`, `process_group_backend=` or `dist_backend=` keyword; also `\"nccl\"` bound to "
@@ -50,7 +54,10 @@ dist.init_process_group(torch.fl.dist_backend())
 # or torch.fl.distributed.init_process_group(), which also runs a preflight check
 """,
         fix_notes="A literal passed directly is a safe fix; a literal reaching the call through a "
-                  "variable gets an unsafe fix, because the variable may also be compared with \"nccl\".",
+                  "variable gets an unsafe fix, because the variable may also be compared with \"nccl\". A "
+                  "vendor's own backend passed directly (`\"hccl\"`, `\"cncl\"`, `\"xccl\"`, `\"mccl\"`: code "
+                  "written for one vendor's chips) is reported and fixed the same way: on that vendor's host "
+                  "`torch.fl.dist_backend()` names it, elsewhere the backend of the device there.",
         claims_site=False,
 )
 
@@ -101,7 +108,10 @@ def check_backend(det: RuleContext, value: ast.expr) -> None:
     if type(value) is ast.IfExp and device_choice(det, value) is not None:
         return  # `"nccl" if torch.cuda.is_available() else "gloo"`: one finding, on the whole choice
     for literal in nccl_strings(value):
-        det.report("FL501", literal, "safe", detail="")
+        det.report("FL501", literal, "safe", backend=NCCL, detail="")
+    for alt in alternatives(value):
+        if str_value(alt) in VENDOR_BACKENDS:  # init_process_group("hccl"): one vendor's code
+            det.report("FL501", alt, "safe", backend=str_value(alt), detail=" (a vendor's own collectives)")
     det.sink("backend", value)
 
 
@@ -119,7 +129,7 @@ def backend_keyword(det: RuleContext, call: ast.Call, arg: str, value: ast.expr,
 
 @on_call("torch.distributed.is_nccl_available")
 def nccl_available(det: RuleContext, node: ast.Call, qual: str) -> None:
-    det.report("FL501", node, detail=" asked for (`is_nccl_available()`): ask `torch.fl.dist_backend()` instead")
+    det.report("FL501", node, backend=NCCL, detail=" asked for (`is_nccl_available()`): ask `torch.fl.dist_backend()` instead")
 
 
 @on("compare")
@@ -133,7 +143,7 @@ def backend_comparison(det: RuleContext, node: ast.Compare) -> None:
         if (type(operand) is ast.Call and terminal_name(operand.func) == "get_backend") \
                 or "backend" in (terminal_name(operand) or "").lower():
             literal = next(o for o in operands if str_value(o) == NCCL)
-            det.report("FL501", literal, detail=" compared in code: ask `torch.fl.is_accelerator()` for device "
+            det.report("FL501", literal, backend=NCCL, detail=" compared in code: ask `torch.fl.is_accelerator()` for device "
                        "collectives, or compare with `torch.fl.dist_backend()`")
             return
 
@@ -143,7 +153,7 @@ def backend_flow(det: RuleContext, kind: str, literal: ast.expr, index: str | No
     if kind == "backend":
         # sink_line: a line here, or "file:line" in the module that imports the name.
         where = f"line {sink_line}" if isinstance(sink_line, int) else f"used in {sink_line}"
-        det.report("FL501", literal, "unsafe", detail=f" (via `{target}`, {where})")
+        det.report("FL501", literal, "unsafe", backend=NCCL, detail=f" (via `{target}`, {where})")
 
 
 def check_env(det: RuleContext, key: str, where: ast.AST, action: str) -> None:
@@ -154,8 +164,24 @@ def check_env(det: RuleContext, key: str, where: ast.AST, action: str) -> None:
         det.report("FL503", where, var=key, action=action)
 
 
+@on_keyword("env")
+def subprocess_env(det: RuleContext, call: ast.Call, arg: str, value: ast.expr, func: str | None) -> None:
+    """`subprocess.run(..., env={**os.environ, "CUDA_VISIBLE_DEVICES": "0"})`: the child's environment."""
+    if type(value) is ast.Dict:
+        for key in value.keys:
+            text = str_value(key) if key is not None else None
+            if text is not None:
+                check_env(det, text, key, "set")  # type: ignore[arg-type]
+
+
 @on("subscript")
 def environ_subscript(det: RuleContext, node: ast.Subscript) -> None:
+    if type(node.ctx) is ast.Store and det.qualname(node.value) != "os.environ" \
+            and "env" in (terminal_name(node.value) or "").lower().split("_"):
+        # env = dict(os.environ); env["CUDA_VISIBLE_DEVICES"] = "3"; subprocess.Popen(..., env=env)
+        for key in det.string_values(node.slice):
+            check_env(det, key, node, "set")
+        return
     if det.qualname(node.value) == "os.environ":
         ctx = type(node.ctx)
         action = "read" if ctx is ast.Load else "set" if ctx is ast.Store else "removed"
@@ -182,4 +208,4 @@ def environ_call(det: RuleContext, node: ast.Call, qual: str) -> None:
 
 @fixes("FL501", "SimpleString")
 def fix_nccl(rw: Any, original: Any, updated: Any, finding: Any) -> Any:
-    return rw.fl_call("dist_backend") if original.evaluated_value == NCCL else None
+    return rw.fl_call("dist_backend") if original.evaluated_value in (NCCL, *VENDOR_BACKENDS) else None

@@ -64,7 +64,10 @@ print(torch.fl.max_memory_allocated())
                   "References without a call (`partial(torch.cuda.stream, s)`) get the same replacement; "
                   "`torch.version.cuda` and other calls have no fix. `torch.cuda.current_device()` passed as a "
                   "device (`device=`, `.to(...)`, `torch.device(...)`) becomes `torch.fl.device()`: the ordinal "
-                  "0 names no device on a CPU-only host; elsewhere it becomes `torch.fl.current_device()`.",
+                  "0 names no device on a CPU-only host; elsewhere it becomes `torch.fl.current_device()`. A call "
+                  "whose arguments hold another torch.cuda call with a weaker fix takes that fix "
+                  "(`torch.cuda.set_device(rank % torch.cuda.device_count())` is unsafe, as `device_count` is).",
+        keeps_arguments=True,
 )
 
 rule(
@@ -81,6 +84,7 @@ elapsed = time.perf_counter() - start
 torch.fl.synchronize()
 elapsed = time.perf_counter() - start
 """,
+        keeps_arguments=True,
 )
 
 rule(

@@ -17,6 +17,11 @@ Mark = tuple[int, int, int, int, int, int]
 Candidate = tuple[str, int, str | None]
 
 
+def _inside(inner: tuple[int, ...], outer: tuple[int, ...]) -> bool:
+    """Whether the span `inner` (line, column, end line, end column) lies within `outer`."""
+    return (inner[0], inner[1]) >= (outer[0], outer[1]) and (inner[2], inner[3]) <= (outer[2], outer[3])
+
+
 def _ordinal_blocker(name: str, line: int, unfixed: dict[str, int]) -> str:
     if name in unfixed:
         return f"the ordinal `{name}` used as a device on line {unfixed[name]} with no fix, line {line}"
@@ -54,6 +59,7 @@ class GuardSettling(Dispatch):
         (which come at the end) are in. Checks held by a test's skip flag are dropped first."""
         for key in self.skip_keys:
             self.dropped.update(self.check_keys.get(key, ()))
+        self.settle_arguments()  # first: a guard around the call takes the call's own safety
         for test, start, end in self.guards:
             if test and all(i in self.dropped for i in test):
                 continue  # the guard is a skip flag's: left as it is, and so is what it guards
@@ -63,6 +69,25 @@ class GuardSettling(Dispatch):
             checks = [i for i in checks if i not in self.dropped]
             if checks and (like or name in unfixed):
                 self.weaken_test(checks, None, _ordinal_blocker(name, line, unfixed))
+
+    def settle_arguments(self) -> None:
+        """A call whose fix keeps its arguments (`torch.cuda.set_device(x)` -> `torch.fl.set_device(x)`) is
+        fixed only as safely as a CUDA call inside them: `set_device(rank % torch.cuda.device_count())`
+        rewritten alone would divide by torch.cuda's 0 devices on an NPU."""
+        kept = [(i, raw) for i, raw in enumerate(self.raw)
+                if i not in self.dropped and RULES[raw.code].keeps_arguments]
+        for i, outer in kept:
+            if outer.safety != "safe":
+                continue
+            inner = [(raw.code, raw.where[0], raw.safety) for j, raw in kept
+                     if j != i and _inside(raw.where, outer.where)]
+            weakest, blocker = weakest_fix(inner)
+            if weakest == "safe":
+                continue
+            note = (f"unsafe: its arguments hold a call whose fix is unsafe ({blocker}); --unsafe-fixes rewrites "
+                    f"both" if weakest else f"not fixed: its arguments hold a call with no fix ({blocker})")
+            self.raw[i] = outer._replace(safety=weakest, fields={**outer.fields, "note": note},
+                                         replacement=outer.replacement if weakest else None)
 
     def unfixed_ordinals(self) -> dict[str, int]:
         """Names used as a device ordinal with no fix (`device=gpu_index`) -> the first such line."""

@@ -1,0 +1,68 @@
+"""Misses and noise of the fourth round (issue 37 item 2), each in a shape of our own."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("libcst")
+
+from torch_fl.migrate.fix import fix_source
+from torch_fl.migrate.scan import scan_source
+
+
+def _found(source: str, path: str = "mod.py") -> list[tuple[str, int, str | None]]:
+    return [(f.code, f.line, f.safety) for f in scan_source(source, path)]
+
+
+def test_cuda_autocast_bound_to_a_name_and_entered_later_is_reported_without_a_fix() -> None:
+    source = ("import torch\nfrom contextlib import nullcontext\n\n"
+              "region = torch.cuda.amp.autocast if half else nullcontext\nplain = torch.cuda.amp.autocast\n\n"
+              "def forward(net, batch):\n    with region():\n        return net(batch)\n")
+    found = {f.line: f for f in scan_source(source)}
+    assert found[4].code == found[5].code == "FL301" and found[4].safety is None
+    assert "bound to `region` and entered later" in found[4].message
+    assert fix_source(source).new_source == source  # `region()` may be nullcontext(): its calls are not rewritten
+
+
+def test_cuda_visible_devices_in_a_child_environment_is_reported() -> None:
+    source = ("import os\nimport subprocess\n\n"
+              "subprocess.run(['python', 'worker.py'], env={**os.environ, 'CUDA_VISIBLE_DEVICES': '1'})\n"
+              "child_env = os.environ.copy()\nchild_env['CUDA_VISIBLE_DEVICES'] = '2,3'\n"
+              "subprocess.Popen(['python', 'worker.py'], env=child_env)\n")
+    assert _found(source) == [("FL503", 4, None), ("FL503", 6, None)]
+
+
+def test_a_vendor_collective_backend_is_hard_coded_too() -> None:
+    source = ("import torch.distributed as dist\n\n"
+              "def start(kind):\n    if kind == 'ascend':\n        dist.init_process_group(backend='hccl')\n"
+              "    else:\n        dist.init_process_group('cncl')\n")
+    findings = scan_source(source)
+    assert [(f.code, f.safety) for f in findings] == [("FL501", "safe"), ("FL501", "safe")]
+    assert "Hard-coded `hccl` process-group backend" in findings[0].message
+    fixed = fix_source(source).new_source
+    assert "init_process_group(backend=torch.fl.dist_backend())" in fixed
+    assert "init_process_group(torch.fl.dist_backend())" in fixed
+    # a table of backends per vendor is multi-vendor code, not a finding
+    assert scan_source("BACKENDS = {'npu': 'hccl', 'mlu': 'cncl', 'xpu': 'xccl', 'cuda': 'nccl'}\n") == []
+
+
+def test_a_scaler_with_star_arguments_has_no_fix_instead_of_a_fix_not_applied() -> None:
+    source = ("import torch\n\ndef scaler(*args, **options):\n    first = torch.cuda.amp.GradScaler(*args)\n"
+              "    return torch.cuda.amp.GradScaler(**options)\n")
+    findings = scan_source(source)
+    assert [(f.code, f.safety) for f in findings] == [("FL302", None), ("FL302", None)]
+    assert "cannot be and-ed into `*args`/`**kwargs`" in findings[0].message
+    result = fix_source(source)
+    assert result.not_applied == [] and result.new_source == source
+
+
+def test_a_runtime_call_is_not_half_fixed_around_an_unsafe_one() -> None:
+    source = "import torch\n\ndef bind(rank):\n    torch.cuda.set_device(rank % torch.cuda.device_count())\n"
+    found = {f.message.split("`")[1]: f for f in scan_source(source)}
+    assert found["torch.cuda.set_device()"].safety == "unsafe"
+    assert "its arguments hold a call whose fix is unsafe (FL201, line 4)" in found["torch.cuda.set_device()"].message
+    assert fix_source(source).new_source == source  # safe fixes leave both
+    unsafe = fix_source(source, unsafe=True).new_source
+    assert "torch.fl.set_device(rank % torch.fl.device_count())" in unsafe
+    # with a safe argument the call stays a safe fix
+    assert _found("import torch\ntorch.cuda.set_device(rank % 8)\n") == [("FL201", 2, "safe")]
