@@ -20,6 +20,7 @@ _EXTENSION = """\
 #include <Python.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <unistd.h>
 %(decl)s
 static struct PyModuleDef def = {PyModuleDef_HEAD_INIT, "_C", NULL, -1, NULL};
 PyMODINIT_FUNC PyInit__C(void) {
@@ -35,6 +36,7 @@ _PLUGINS = {
     "fp_abort": ("", "abort();", False),
     "fp_dep": ("int dep_value(void);", "if (dep_value() != 42) return NULL;", True),
     "fp_cxx": ("int _ZN3c1019fake_removed_symbolEv(void);", "_ZN3c1019fake_removed_symbolEv();", False),
+    "fp_spin": ("", "for (;;) pause();", False),  # stuck in native code, holding the GIL
 }
 
 
@@ -80,6 +82,17 @@ def build(root: Path) -> FakePlugins:
         source.write_text(_EXTENSION % {"decl": decl, "body": body})
         extra = ["-L", lib, "-ldep"] if link else []
         _gcc(f"-I{include}", source, "-o", package / f"_C{suffix}", *extra)
+    # two copies of one runtime library (as a wheel's bundled libgomp-HASH.so.1 next to the system's libgomp.so.1)
+    for folder, soname in (("gomp1", "libgomp-fl1.so"), ("gomp2", "libgomp.so.9")):
+        (root / folder).mkdir()
+        (root / f"{folder}.c").write_text(f"int {folder}_value(void) {{ return 1; }}\n")
+        _gcc(root / f"{folder}.c", f"-Wl,-soname,{soname}", "-o", root / folder / soname)
+    package = pkgs / "fp_twogomp"
+    package.mkdir()
+    (package / "__init__.py").write_text("from . import _C\n")
+    _gcc(f"-I{include}", root / "fp_ok.c", "-o", package / f"_C{suffix}", "-Wl,--no-as-needed",
+         f"-Wl,-rpath,{root / 'gomp1'}:{root / 'gomp2'}", root / "gomp1" / "libgomp-fl1.so",
+         root / "gomp2" / "libgomp.so.9")
     # built for another CPython: the import system does not even look at it
     other = f"cpython-{sys.version_info.major}{sys.version_info.minor - 1}"
     package = pkgs / "fp_oldabi"

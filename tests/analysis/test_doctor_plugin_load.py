@@ -25,7 +25,7 @@ def fakes(tmp_path_factory: pytest.TempPathFactory) -> FakePlugins:
 
 
 def test_a_healthy_plugin_loads(fakes: FakePlugins) -> None:
-    result = load("fp_ok", env=fakes.env())
+    result = load("fp_ok", env=fakes.env(), abi=True)
     assert result.ok and result.status == "ok" and result.problem() == ""
     assert result.abi["plugin"]["abi_tags"] == [sys.implementation.cache_tag]
 
@@ -83,6 +83,20 @@ def test_a_hang_is_stopped_and_says_where_it_was(fakes: FakePlugins) -> None:
     result = load("fp_hang", env=fakes.env(), timeout=2)
     assert result.status == "timeout" and result.seconds < 30
     assert "fp_hang/__init__.py\", line 2" in result.problem()
+
+
+def test_a_native_hang_holding_the_gil_is_stopped(fakes: FakePlugins) -> None:
+    result = load("fp_spin", env=fakes.env(), timeout=2)
+    assert result.status == "timeout" and result.seconds < 30
+    assert "did not finish in 2 s" in result.problem()
+
+
+def test_two_copies_of_a_runtime_library_are_a_caution(fakes: FakePlugins) -> None:
+    result = load("fp_twogomp", env=fakes.env())
+    assert result.ok and result.abi == {}  # no ABI scan for an import that works
+    assert sorted(Path(p).name for p in result.duplicates["libgomp"]) == ["libgomp-fl1.so", "libgomp.so.9"]
+    assert "loaded two copies of one runtime library (libgomp:" in result.caution()
+    assert load("fp_ok", env=fakes.env()).caution() == ""
 
 
 def test_loader_messages_for_symbol_versions() -> None:
@@ -181,4 +195,11 @@ def test_doctor_with_a_plugin_that_loads_goes_on_in_process(fakes: FakePlugins, 
     _, data, _ = _doctor(fakes, tmp_path, "fp_ok")
     assert data["plugin_load"][0]["status"] == "ok"
     assert not any("child process" in p for p in data["problems"])
+
+
+def test_doctor_warns_about_two_copies_of_libgomp(fakes: FakePlugins, tmp_path: Path) -> None:
+    _, data, text = _doctor(fakes, tmp_path, "fp_twogomp")
+    assert "Warnings" in text
+    assert data["plugin_load"][0]["status"] == "ok"
+    assert any("two copies of one runtime library" in w for w in data["warnings"])
     assert os.environ.get("FL_BACKEND") is None  # the test's environment is untouched

@@ -392,8 +392,15 @@ def cautions(data: dict[str, Any]) -> list[str]:
             f"({desc['path']}) was written for; if something misbehaves, try a {key} in that range"
             for key, c in desc["compat"].items() if c["ok"] is False] + [
         *((data["release_compat"] or {}).get("cautions") or []),
+        *(_duplicates_caution(entry) for entry in data["plugin_load"] if entry["duplicates"]),
         *data["unknown_variables"],
         *(shadowing_warning(name, where) for name, where in data["shadowed_descriptions"].items())]
+
+
+def _duplicates_caution(entry: dict[str, Any]) -> str:
+    from .plugin_load import LoadResult
+
+    return LoadResult(entry["module"], entry["status"], duplicates=entry["duplicates"]).caution()
 
 
 def shadowing_warning(name: str, where: str) -> str:

@@ -96,6 +96,7 @@ class LoadResult:
     resolved: dict[str, str] = field(default_factory=dict)  # library -> the file the loader took for it
     loaded: list[str] = field(default_factory=list)  # libraries the loader initialised, in order
     abi: dict[str, Any] = field(default_factory=dict)
+    duplicates: dict[str, list[str]] = field(default_factory=dict)  # runtime libraries loaded from two files
     env: dict[str, str] = field(default_factory=dict)  # LD_LIBRARY_PATH / PYTHONPATH the child ran with
 
     @property
@@ -104,6 +105,17 @@ class LoadResult:
 
     def json(self) -> dict[str, Any]:
         return asdict(self)
+
+    def caution(self) -> str:
+        """Runtime libraries the import loaded from two files (two libgomp, two libstdc++): it may work, and
+        crash or compute wrong later ('' when none)."""
+        if not self.duplicates:
+            return ""
+        copies = "; ".join(f"{family}: {', '.join(paths)}" for family, paths in self.duplicates.items())
+        return (f"importing '{self.module}' loaded two copies of one runtime library ({copies}): two OpenMP or "
+                f"C++ runtimes in one process can deadlock, crash or slow down. Fix: keep one, by removing the "
+                f"LD_LIBRARY_PATH / LD_PRELOAD entry that brings in the other (`torchfl doctor --bisect-env` lists "
+                f"the entries), or by installing packages that share it")
 
     def summary(self) -> str:
         """One line: how the import ended."""
@@ -223,7 +235,7 @@ def _version_fix(symbol: str, library: str) -> str:
 
 # The child ----------------------------------------------------------------------------------------
 def load(module: str, *, env: dict[str, str] | None = None, timeout: float = DEFAULT_TIMEOUT,
-         python: str | None = None, abi: bool = True) -> LoadResult:
+         python: str | None = None, abi: bool | None = None) -> LoadResult:
     """``import module`` in a child process of `python` (default: this one) with `env` (default: this
     process's environment); never raises for anything the import does.
 
@@ -231,7 +243,8 @@ def load(module: str, *, env: dict[str, str] | None = None, timeout: float = DEF
         module: the module to import (a plugin's top-level name, ``torch_npu``).
         env: the child's environment (LD_LIBRARY_PATH, PYTHONPATH, ... are taken from it as they are).
         timeout: seconds the import may take; then the child prints its Python stack and is stopped.
-        abi: also compare the plugin's binaries with the host (`abi_facts`).
+        abi: also compare the plugin's binaries with the host (`abi_facts`, which reads every binary of
+            the plugin: about a second for torch_npu); None (the default): only when the import failed.
 
     Example::
 
@@ -263,7 +276,8 @@ def load(module: str, *, env: dict[str, str] | None = None, timeout: float = DEF
     result.searched, result.resolved, result.loaded = loader["searched"], loader["resolved"], loader["loaded"]
     result.last_init = loader["loaded"][-1] if loader["loaded"] else ""
     _classify(result, report, stderr, killed)
-    if abi:
+    result.duplicates = duplicate_runtimes(result.loaded)
+    if abi or (abi is None and not result.ok):
         result.abi = abi_facts(module, env=env, loaded=result.loaded)
     return result
 
