@@ -118,7 +118,7 @@ SCHEMA: dict[str | None, dict[str, Key]] = {
     },
     "streams": {
         "submission": Key("str", "async", "Kernel submission: async (like CUDA) or sync. Emulated, async defers "
-                          "what the host sees of non-blocking copies until a sync (docs/streams.md).",
+                          "what the host sees of non-blocking copies until a sync (torchfl docs streams).",
                           ("async", "sync")),
         "streams": Key("bool", True, "Whether multiple streams are supported."),
         "events": Key("bool", True, "Whether events with elapsed-time are supported."),
