@@ -66,3 +66,34 @@ def test_a_runtime_call_is_not_half_fixed_around_an_unsafe_one() -> None:
     assert "torch.fl.set_device(rank % torch.fl.device_count())" in unsafe
     # with a safe argument the call stays a safe fix
     assert _found("import torch\ntorch.cuda.set_device(rank % 8)\n") == [("FL201", 2, "safe")]
+
+
+def test_a_cudnn_flag_read_for_a_log_line_is_not_a_finding_but_its_setting_is() -> None:
+    source = ("import logging\nimport torch\n\nlogger = logging.getLogger(__name__)\n"
+              "logger.info('deterministic=%s', torch.backends.cudnn.deterministic)\n"
+              "print(f'benchmark: {torch.backends.cudnn.benchmark}')\ntorch.backends.cudnn.benchmark = True\n")
+    assert _found(source) == [("FL401", 7, None)]
+
+
+def test_deepspeed_host_optimizers_are_not_cuda_only() -> None:
+    source = ("from deepspeed.ops.adam import DeepSpeedCPUAdam\nfrom deepspeed.ops.adam.cpu_adam import "
+              "DeepSpeedCPUAdam as HostAdam\nfrom deepspeed.ops.lion import DeepSpeedCPULion\n")
+    assert _found(source) == []
+    assert _found("from deepspeed.ops.adam import DeepSpeedCPUAdam, FusedAdam\n") == [("FL801", 1, None)]
+
+
+def test_a_chain_of_availability_checks_over_vendors_is_multi_vendor_code() -> None:
+    elif_chain = ("import torch\n\ndef choose():\n    if torch.cuda.is_available():\n        name = 'cuda'\n"
+                  "    elif hasattr(torch, 'npu') and torch.npu.is_available():\n        name = 'npu'\n"
+                  "    elif torch.backends.mps.is_available():\n        name = 'mps'\n    else:\n        name = 'cpu'\n"
+                  "    return torch.device(name)\n")
+    returns = ("import torch\nfrom transformers.utils import is_torch_npu_available, is_torch_xpu_available\n\n"
+               "def choose():\n    if torch.cuda.is_available():\n        return 'cuda'\n"
+               "    if is_torch_npu_available():\n        return 'npu'\n    if is_torch_xpu_available():\n"
+               "        return 'xpu'\n    return 'cpu'\n")
+    for source in (elif_chain, returns):
+        assert _found(source) == []
+        assert fix_source(source, unsafe=True).new_source == source
+    # a CUDA-only chain is still a check (and what it guards)
+    single = "import torch\n\ndef choose():\n    if torch.cuda.is_available():\n        return 'cuda'\n    return 'cpu'\n"
+    assert [code for code, _, _ in _found(single)] == ["FL201", "FL101"]

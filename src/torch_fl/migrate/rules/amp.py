@@ -74,7 +74,11 @@ rule(
                   "order). As a decorator "
                   "(`@torch.cuda.amp.autocast()`) it gets `enabled=torch.fl.is_accelerator()` instead, an "
                   "unsafe fix: inside an outer CPU autocast the decorated function then runs in float32 on "
-                  "the CPU. `partial(torch.cuda.amp.autocast, ...)` is reported without a fix.",
+                  "the CPU, and so does a call whose result is called (`torch.cuda.amp.autocast()(fn)`). "
+                  "`partial(torch.cuda.amp.autocast, ...)` is reported without a fix, and so is the function "
+                  "bound to a name and entered later (`region = torch.cuda.amp.autocast if amp else "
+                  "nullcontext`; `with region():`): the name may hold `nullcontext` too. A region whose result "
+                  "is used (`torch.autocast(\"cuda\").__enter__()`) keeps it: the conditional is parenthesised.",
         what="A `torch.cuda.amp.autocast(...)` call, including `autocast()` imported from "
              "`torch.cuda.amp`.",
         why="It enables autocast for CUDA only; on any other device the region silently runs in "
@@ -96,7 +100,8 @@ rule(
         "`torch.cuda.amp.GradScaler` is deprecated and CUDA-only",
         "Replace with `torch.amp.GradScaler(torch.fl.device_type(), ...)`", "safe",
         fix_notes="The call also gets `enabled=torch.fl.is_accelerator()` (and-ed with its own `enabled`): "
-                  "torch.cuda.amp.GradScaler disabled itself on a CPU-only host, and the rewrite still does.",
+                  "torch.cuda.amp.GradScaler disabled itself on a CPU-only host, and the rewrite still does. "
+                  "With `*args` or `**kwargs` there is no fix (`enabled` may be in them).",
         what="A `torch.cuda.amp.GradScaler(...)` call.",
         why="The CUDA scaler keeps its state on CUDA; elsewhere it disables itself with a warning and "
             "float16 gradients underflow.",

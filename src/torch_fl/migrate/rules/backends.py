@@ -11,7 +11,7 @@ from __future__ import annotations
 import ast
 
 from ..cuda_api import backend_flag
-from .base import RuleContext, on, rule, triggers
+from .base import RuleContext, on, on_call_name, rule, triggers
 
 _QUERIES = frozenset({"is_available", "version", "is_built"})
 
@@ -37,7 +37,8 @@ if torch.fl.device_type() == "cuda":            # CUDA-only tuning, said so
     torch.backends.cudnn.benchmark = True
 """,
         fix_notes="Whether a flag should become portable (`torch.use_deterministic_algorithms`) or "
-                  "stay CUDA-only behind a guard is a decision for a person.",
+                  "stay CUDA-only behind a guard is a decision for a person. A flag only read to be shown "
+                  "(an argument of `print`, a logger call, `format`) is not reported.",
         runs_off_cuda=True,
 )
 
@@ -63,8 +64,22 @@ with torch.nn.attention.sdpa_kernel([SDPBackend.MATH]):
 )
 
 
+# Calls that only show a value (print, logging, a string's format): a cuDNN flag read there is reported nowhere.
+_SHOWN_BY = frozenset({"print", "debug", "info", "warning", "warn", "error", "log", "format", "write", "echo"})
+
+
+@on_call_name(*_SHOWN_BY)
+def shown_flags(det: RuleContext, node: ast.Call, name: str) -> None:
+    """`logger.info(f"cudnn.benchmark={torch.backends.cudnn.benchmark}")`: a read for the log, not a setting."""
+    shown = det.state(__name__).setdefault("shown", set())
+    for arg in (*node.args, *(kw.value for kw in node.keywords)):
+        shown.update(id(sub) for sub in ast.walk(arg) if type(sub) is ast.Attribute)
+
+
 @on("attribute")
 def backend_attribute(det: RuleContext, node: ast.Attribute, qual: str, called: bool) -> None:
+    if id(node) in det.state(__name__).get("shown", ()):
+        return
     parts = qual.split(".")
     if len(parts) < 3 or parts[1] != "backends" or parts[2] not in ("cudnn", "cuda"):
         return

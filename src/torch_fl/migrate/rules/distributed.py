@@ -87,7 +87,9 @@ rule(
         "Use the device description's `visible_devices_env`, or map devices with `FL_DEVICE_MAP`", None,
         level="warning",
         what="Reading or setting `CUDA_VISIBLE_DEVICES` from Python, or setting another CUDA runtime "
-             "variable (`CUDA_LAUNCH_BLOCKING`, `PYTORCH_CUDA_ALLOC_CONF`, a library's `RWKV_CUDA_ON`).",
+             "variable (`CUDA_LAUNCH_BLOCKING`, `PYTORCH_CUDA_ALLOC_CONF`, a library's `RWKV_CUDA_ON`), also "
+             "in a child process's environment (`subprocess.run(..., env={**os.environ, "
+             "\"CUDA_VISIBLE_DEVICES\": \"0\"})`, or a key set on a copy named `env`).",
         why="Each runtime has its own variable (`ASCEND_RT_VISIBLE_DEVICES`, `MLU_VISIBLE_DEVICES`, "
             "`ZE_AFFINITY_MASK`, ...); code that sets the CUDA one pins nothing on other chips, and code "
             "that reads it computes a wrong device list there.",

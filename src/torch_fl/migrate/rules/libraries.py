@@ -58,12 +58,17 @@ opt = torch.optim.AdamW(model.parameters(), fused=torch.fl.device_type() == "cud
 out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
 """,
         fix_notes="The table of libraries and alternatives is `CUDA_ONLY_LIBRARIES` in "
-                  "`torch_fl/migrate/rules/libraries.py`.",
+                  "`torch_fl/migrate/rules/libraries.py`. DeepSpeed's host optimizers (`DeepSpeedCPUAdam`, "
+                  "`DeepSpeedCPULion`, `deepspeed.ops.adam.cpu_adam`) run on the CPU and are not reported.",
 )
 
 
 @on("import")
 def cuda_only_import(det: RuleContext, module: str, where: ast.AST) -> bool:
+    if module.startswith("deepspeed.ops") and (
+            "cpu_" in module.rsplit(".", 1)[-1]
+            or (type(where) is ast.ImportFrom and all("CPU" in alias.name for alias in where.names))):
+        return True  # DeepSpeedCPUAdam / cpu_adam: DeepSpeed's optimizers that run on the host CPU
     for prefix, (provides, alternative) in CUDA_ONLY_LIBRARIES.items():
         if module == prefix or module.startswith(prefix + "."):
             det.report("FL801", where, module=prefix, provides=provides, alternative=alternative)

@@ -34,7 +34,10 @@ rule(
         what="A `torch.cuda.*` runtime call or reference, or `torch.version.cuda`: `is_available`, `device_count`, `set_device`, "
              "`current_device`, `empty_cache`, memory statistics, `manual_seed[_all]`, "
              "`get_device_name`, `get_device_properties`, `Stream`, `Event`, `stream`, "
-             "`current_stream`, and any other `torch.cuda` function.",
+             "`current_stream`, and any other `torch.cuda` function. Not reported: a chain of availability "
+             "checks over vendors (`if torch.cuda.is_available(): ... elif torch.npu.is_available(): ...`, or "
+             "consecutive `if is_torch_xpu_available(): return \"xpu\"`), multi-vendor code whose CUDA arm "
+             "is right as it is.",
         why="`torch.cuda` answers for CUDA only: on another accelerator `is_available()` is False and "
             "the program silently runs on the CPU, or the call raises.",
         example="""

@@ -30,7 +30,16 @@ class Guards(CudaOnlyTests, VendorDispatch, GuardSettling):
         """A function or module body: after a `skip unless CUDA` statement, the rest is CUDA-only; after
         `if not torch.cuda.is_available(): return`, the rest is guarded by it."""
         quiet = False
+        skip = 0
         for index, stmt in enumerate(statements):
+            if skip:
+                skip -= 1
+                continue
+            chain = self.vendor_returns(statements[index:]) if type(stmt) is ast.If else None
+            if chain is not None:
+                self.visit_vendor_chain(chain)
+                skip = len(chain) - 1
+                continue
             if not quiet and self.skips_without_cuda(stmt):
                 quiet = True
                 self.quiet += 1

@@ -5,14 +5,37 @@ torch.cuda calls in the CUDA branch are right and are not reported."""
 from __future__ import annotations
 
 import ast
+import re
 
-from ..rules.base import names_vendors, str_value
+from ..rules.base import names_vendors, str_value, terminal_name
 from .dispatch import Dispatch
+
+_VENDOR_WORD = re.compile(r"(?<![a-z])(cuda|npu|xpu|mps|hpu|mlu|musa|xla|gcu|sdaa)(?![a-z])")
+
+
+def _availability(test: ast.expr) -> set[str]:
+    """The device types an availability test asks about: `torch.npu.is_available()`,
+    `is_torch_xpu_available()`, `torch.backends.mps.is_available()`, `hasattr(torch, "npu") and ...`."""
+    if type(test) is ast.BoolOp and type(test.op) is ast.And:
+        parts = [_availability(v) for v in test.values]
+        return set().union(*parts) if all(parts) else set()
+    if type(test) is not ast.Call:
+        return set()
+    name = terminal_name(test.func) or ""
+    if "available" in name:
+        return set(_VENDOR_WORD.findall(ast.unparse(test.func)))
+    if name == "hasattr" and len(test.args) == 2:
+        text = str_value(test.args[1])
+        return {text} if text and _VENDOR_WORD.fullmatch(text) else set()
+    return set()
 
 
 def _device_types(test: ast.expr) -> set[str]:
     """The device types a dispatch test names: `X == "cuda"`, `X in ("npu", "xpu")`, `X.startswith("mps")`,
-    joined by `or`."""
+    joined by `or`; or the one an availability test asks about (`torch.npu.is_available()`)."""
+    asked = _availability(test)
+    if asked:
+        return asked
     if type(test) is ast.BoolOp and type(test.op) is ast.Or:
         return set().union(*(_device_types(v) for v in test.values))
     if type(test) is ast.Compare and len(test.ops) == 1 and type(test.ops[0]) in (ast.Eq, ast.In, ast.Is):
@@ -52,6 +75,17 @@ class VendorDispatch(Dispatch):
             chain.append((current, _device_types(current.test)))  # type: ignore[arg-type]
             current = current.orelse[0] if len(current.orelse) == 1 else None  # type: ignore[attr-defined]
         named = set().union(*(types for _, types in chain))
+        return chain if len(chain) > 1 and names_vendors(named) else None
+
+    def vendor_returns(self, statements: list[ast.stmt]) -> list[tuple[ast.If, set[str]]] | None:
+        """`if torch.cuda.is_available(): return "cuda"` then `if is_torch_npu_available(): return "npu"`:
+        consecutive `if`s that each end in a return, without else, one per vendor: a chain as well."""
+        chain: list[tuple[ast.If, set[str]]] = []
+        for stmt in statements:
+            if type(stmt) is not ast.If or stmt.orelse or type(stmt.body[-1]) is not ast.Return:
+                break
+            chain.append((stmt, _device_types(stmt.test)))
+        named = set().union(*(types for _, types in chain)) if chain else set()
         return chain if len(chain) > 1 and names_vendors(named) else None
 
     def visit_vendor_chain(self, chain: list[tuple[ast.If, set[str]]]) -> None:
