@@ -387,6 +387,22 @@ def _device_index(args: tuple, kwargs: dict) -> int | None:
     return None
 
 
+def _blocking_transfer(func: Any, args: tuple, kwargs: dict) -> bool:
+    """A copy between the host and the device that is not non_blocking (or .item())."""
+    if func is aten._local_scalar_dense.default:
+        return True
+    if func is aten.copy_.default:
+        if (len(args) > 2 and args[2]) or kwargs.get("non_blocking"):
+            return False
+        kinds = {type(args[0]) is state.tensor_type, type(args[1]) is state.tensor_type}
+        return len(kinds) == 2 and args[1].dim() > 0
+    if func is aten._to_copy.default:
+        target = kwargs.get("device")
+        return target is not None and not kwargs.get("non_blocking") and \
+            (target.type == backend_name()) != (type(args[0]) is state.tensor_type)
+    return False
+
+
 _schemas: dict[Any, tuple[Any, bool]] = {}  # op -> (its schema, whether CSAN counts it a factory)
 
 
@@ -419,6 +435,10 @@ class _Mode(TorchDispatchMode):
         outputs = func(*args, **kwargs)
         accesses.parse_outputs(schema, outputs, is_factory=is_factory)
         sanitizer.launch(func, index, accesses, accesses.outputs - inputs, outputs)
+        if _blocking_transfer(func, args, kwargs):
+            # a blocking copy between host and device ends with a synchronisation of its stream, as
+            # PyTorch's CUDA copy does (cudaStreamSynchronize, which CSAN's trace sees): after the copy
+            streams.timeline.sync_stream(streams.current_stream(index)._key)
         return outputs
 
 
