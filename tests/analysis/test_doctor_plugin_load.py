@@ -50,6 +50,20 @@ def test_a_library_missing_from_the_search_path_is_named(fakes: FakePlugins) -> 
     assert "export LD_LIBRARY_PATH=" in text
 
 
+def test_a_plugin_that_torch_autoloads_says_so(fakes: FakePlugins, tmp_path: Path) -> None:
+    # its own folder: with the entry point on sys.path, `import torch` in other tests would import it
+    site = tmp_path / "site"
+    (site / "fp_auto").mkdir(parents=True)
+    (site / "fp_auto" / "__init__.py").write_text("from fp_dep import _C\n")
+    (site / "fp_auto-1.0.dist-info").mkdir()
+    (site / "fp_auto-1.0.dist-info" / "entry_points.txt").write_text("[torch.backends]\nfp_auto = fp_auto:_load\n")
+    result = load("fp_auto", env=fakes.env(extra_path=[site]))
+    assert result.autoload and result.library == "libdep.so"
+    assert "every `import torch` in this environment imports it" in result.problem()
+    assert "TORCH_DEVICE_BACKEND_AUTOLOAD=0 torchfl doctor" in result.problem()
+    assert not load("fp_dep", env=fakes.env()).autoload
+
+
 def test_the_library_found_through_ld_library_path_loads(fakes: FakePlugins) -> None:
     result = load("fp_dep", env=fakes.env(ld=[fakes.lib]))
     assert result.ok

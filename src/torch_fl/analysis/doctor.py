@@ -88,9 +88,24 @@ def _load_plugins(data: dict[str, Any], timeout: float | None) -> Description | 
         result = plugin_load.load(desc.plugin, timeout=timeout or plugin_load.DEFAULT_TIMEOUT)
         data["plugin_load"].append({"description": desc.name, **result.json()})
         if not result.ok and failed is None:
-            data["errors"].append({"stage": "plugin", "type": "PluginLoadError", "message": result.problem()})
+            data["errors"].append({"stage": "plugin", "type": "PluginLoadError",
+                                   "message": result.problem() + _released_for(desc)})
             failed = desc
     return failed
+
+
+def _released_for(desc: Description) -> str:
+    """What the vendor released the installed plugin for (torch, Python, runtime), from the release facts."""
+    from . import compat
+
+    version = plugin_version(desc)
+    rows = compat.releases(desc.plugin, version) if version else []
+    if not rows:
+        return ""
+    facts = compat.facts(desc.plugin)
+    runtime = " or ".join(sorted({r["runtime"] for r in rows if r["runtime"]})) or "an unrecorded version"
+    return (f" The vendor released {desc.plugin} {version} for torch {' or '.join(r['torch'] for r in rows)}, "
+            f"Python {', '.join(rows[0]['python']) or '?'} and {facts['runtime_name']} {runtime} ({facts['path']}).")
 
 
 def _plugin_candidates() -> list[Description]:

@@ -97,6 +97,7 @@ class LoadResult:
     loaded: list[str] = field(default_factory=list)  # libraries the loader initialised, in order
     abi: dict[str, Any] = field(default_factory=dict)
     duplicates: dict[str, list[str]] = field(default_factory=dict)  # runtime libraries loaded from two files
+    autoload: bool = False  # the plugin has a torch.backends entry point: `import torch` imports it
     env: dict[str, str] = field(default_factory=dict)  # LD_LIBRARY_PATH / PYTHONPATH the child ran with
 
     @property
@@ -147,6 +148,11 @@ class LoadResult:
         if self.status == "timeout" and frames:
             where.append(f"it was at: {frames[0]}")
         text = what + (f" ({'; '.join(where)})" if where else "") + ". " + self._why_and_fix()
+        if self.autoload:
+            text += (f" Note: {self.module} registers itself in the torch.backends entry point group, so every "
+                     f"`import torch` in this environment imports it and fails the same way; "
+                     f"TORCH_DEVICE_BACKEND_AUTOLOAD=0 turns that off meanwhile (also for `torchfl`: "
+                     f"TORCH_DEVICE_BACKEND_AUTOLOAD=0 torchfl doctor).")
         facts = abi_text(self.abi)
         return text + (f" ABI: {facts}." if facts else "")
 
@@ -277,6 +283,7 @@ def load(module: str, *, env: dict[str, str] | None = None, timeout: float = DEF
     result.last_init = loader["loaded"][-1] if loader["loaded"] else ""
     _classify(result, report, stderr, killed)
     result.duplicates = duplicate_runtimes(result.loaded)
+    result.autoload = autoloads(module, env)
     if abi or (abi is None and not result.ok):
         result.abi = abi_facts(module, env=env, loaded=result.loaded)
     return result
@@ -336,6 +343,13 @@ def _loader_message(result: LoadResult, report: dict[str, Any]) -> None:
         result.library = result.required_by
 
 
+def _folders(path: str) -> str:
+    """A loader search path without the subfolders it tries in each entry (glibc-hwcaps/x86-64-v3, tls, ...)."""
+    entries = list(dict.fromkeys(os.path.normpath(p) for p in path.split(":") if p))
+    kept = [e for e in entries if not any(e != other and e.startswith(other + os.sep) for other in entries)]
+    return ":".join(kept)
+
+
 def _signal_name(number: int) -> str:
     try:
         return signal.Signals(number).name
@@ -372,8 +386,9 @@ def _loader_log(prefix: str) -> dict[str, Any]:
                 searched.setdefault(current, [])
             elif body.startswith("search path=") and current:
                 where, _, source = body[len("search path="):].partition("(")
-                if "system search path" not in source:  # the same long list for every library
-                    searched[current].append(f"{where.strip()} ({source.rstrip(')')})")
+                entry = f"{_folders(where.strip())} ({source.rstrip(')')})"
+                if "system search path" not in source and entry not in searched[current]:
+                    searched[current].append(entry)  # the system's list is the same long one for every library
             elif body.startswith("trying file="):
                 tried = body[len("trying file="):]
             elif body.startswith("file=") and body.endswith("generating link map") and current and tried:
@@ -464,7 +479,7 @@ def plugin_facts(module: str, env: dict[str, str] | None = None) -> dict[str, An
         for key, versions in _symbol_versions(str(path)).items():
             needed.setdefault(key, []).extend(versions)
     facts.update(glibc=_newest(needed.get("GLIBC", [])), glibcxx=_newest(needed.get("GLIBCXX", [])),
-                 cxxabi=_newest(needed.get("CXXABI", [])), wheel_tags=_wheel_tags(module))
+                 cxxabi=_newest(needed.get("CXXABI", [])), wheel_tags=_wheel_tags(module, folder))
     return facts
 
 
@@ -493,10 +508,27 @@ def _package_folder(module: str, env: dict[str, str] | None) -> str:
     return str(next(iter(spec.submodule_search_locations)))
 
 
-def _wheel_tags(module: str) -> list[str]:
+def autoloads(module: str, env: dict[str, str] | None = None) -> bool:
+    """Whether `module`'s distribution registers a ``torch.backends`` entry point (torch_npu does): then
+    ``import torch`` imports it (unless TORCH_DEVICE_BACKEND_AUTOLOAD=0)."""
+    top = module.split(".")[0]
+    folder = _package_folder(module, env)
+    files = sorted(Path(folder).parent.glob(f"{top}-*.dist-info/entry_points.txt")) if folder else []
+    for path in files:
+        text = path.read_text(errors="replace")
+        section = re.search(r"^\[torch\.backends\]\s*$(.*?)(^\[|\Z)", text, re.M | re.S)
+        return bool(section and section.group(1).strip())
+    return False
+
+
+def _wheel_tags(module: str, folder: str) -> list[str]:
+    """The Tag: lines of the plugin's WHEEL file: beside its folder (the child's sys.path), else this process's."""
     from importlib import metadata
 
     top = module.split(".")[0]
+    for wheel in sorted(Path(folder).parent.glob(f"{top}-*.dist-info/WHEEL")):
+        text = wheel.read_text(errors="replace")
+        return [line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("Tag:")]
     for dist in (top.replace("_", "-"), top):
         try:
             text = metadata.distribution(dist).read_text("WHEEL") or ""
