@@ -97,3 +97,24 @@ def test_a_chain_of_availability_checks_over_vendors_is_multi_vendor_code() -> N
     # a CUDA-only chain is still a check (and what it guards)
     single = "import torch\n\ndef choose():\n    if torch.cuda.is_available():\n        return 'cuda'\n    return 'cpu'\n"
     assert [code for code, _, _ in _found(single)] == ["FL201", "FL101"]
+
+
+def test_conditional_and_accelerator_config_defaults() -> None:
+    source = ("def configure(cfg, rank, gpus):\n"
+              "    cfg.SOLVER.DEVICE = 'cuda:{}'.format(rank) if gpus > 0 else 'cpu'\n"
+              "    cfg.EVAL.DEVICE = f'cuda:{rank}' if gpus else 'cpu'\n    return cfg\n\n\n"
+              "class TrainerArgs:\n    accelerator: str = 'gpu'\n    devices: int = 1\n")
+    found = {f.line: f for f in scan_source(source)}
+    assert found[2].code == found[3].code == "FL107" and found[2].safety is None
+    assert "set to the CUDA device `'cuda:{}'.format(rank)`" in found[2].message
+    assert found[8].safety == "unsafe"
+    assert "accelerator: str = 'auto'" in fix_source(source, unsafe=True).new_source
+
+
+def test_an_accelerator_key_in_yaml_is_reported(tmp_path) -> None:
+    from torch_fl.migrate.scan import scan_paths
+
+    (tmp_path / "trainer.yaml").write_text("trainer:\n  accelerator: gpu\n  devices: 2\nnpu:\n  accelerator: gpu\n")
+    findings = scan_paths([tmp_path]).findings
+    assert [(f.code, f.line) for f in findings] == [("FL107", 2)]
+    assert "Set it to `auto`" in findings[0].fix_title

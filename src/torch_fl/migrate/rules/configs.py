@@ -12,7 +12,7 @@ from typing import Any
 
 from ..configfiles import CONFIG_SUFFIXES, MAX_CONFIG_BYTES, config_values
 from ..cuda_api import CUDA_DEVICE, NCCL
-from .base import OTHER_VENDORS, RuleContext, fixes, on, on_file, rule, str_value, terminal_name
+from .base import OTHER_VENDORS, RuleContext, alternatives, fixes, on, on_file, rule, str_value, terminal_name
 
 # Calls that declare a field with a default: dataclasses.field(default=), attr.ib(default) / attrs.field
 # (default=), pydantic.Field(default).
@@ -35,7 +35,10 @@ rule(
              "it), the one literal a device-named function returns (`def device_type(self): return \"cuda\"`), "
              "a keyword whose name says device or placement beyond `device=` (`placement_policy=\"cuda\"`), or a "
              "key of a YAML, JSON or TOML file in the scanned tree (`device: cuda`, `\"device\": \"cuda\"`). Keys "
-             "under a section named for a vendor (`cuda:`, `npu:`) are a per-vendor table and not reported.",
+             "under a section named for a vendor (`cuda:`, `npu:`) are a per-vendor table and not reported. Also "
+             "each arm of a conditional default (`cfg.MODEL.DEVICE = \"cuda:{}\".format(i) if n > 0 else "
+             "\"cpu\"`; a device string built at run time gets no fix), and an `accelerator` key set to "
+             "`\"cuda\"` or `\"gpu\"` (Lightning-style trainers and their YAML: unsafe fix to `\"auto\"`).",
         why="The default decides the device wherever the config is used (another module, a recipe that "
             "does not set it), so every run off CUDA fails with \"Torch not compiled with CUDA enabled\" "
             "unless someone overrides the key; detectron2's defaults and torchtune's 195 recipes do this.",
@@ -108,8 +111,11 @@ _BACKEND_WORDS = ("backend", "process_group")
 
 
 def key_kind(name: str, value: str) -> str | None:
-    """"device" or "backend" when a key called `name` set to `value` names CUDA or NCCL as a default."""
+    """"device", "accelerator" or "backend" when a key called `name` set to `value` names CUDA or NCCL as a
+    default (Lightning's `accelerator` takes "cuda" or "gpu")."""
     lowered = name.lower()
+    if "accelerator" in lowered and value in ("cuda", "gpu"):
+        return "accelerator"
     if any(word in lowered for word in _DEVICE_WORDS) and CUDA_DEVICE.fullmatch(value):
         return "device"
     if any(word in lowered for word in _BACKEND_WORDS) and value == NCCL:
@@ -151,8 +157,35 @@ def config_default(det: RuleContext, target: ast.expr, value: ast.expr) -> None:
         name = str_value(target.slice)
     else:
         name = None
-    if name:
-        _remember(det, name, _field_default(value), ast.unparse(target))
+    if not name:
+        return
+    default = _field_default(value)
+    if type(default) is not ast.IfExp:
+        _remember(det, name, default, ast.unparse(target))
+        return
+    # `cfg.MODEL.DEVICE = "cuda:{}".format(i) if n > 0 else "cpu"`: each arm is a default of the key.
+    for alt in alternatives(default):
+        computed = _computed_cuda(alt)
+        if computed and any(word in name.lower() for word in _DEVICE_WORDS):
+            det.report("FL107", alt, None, target=ast.unparse(target), text=f"`{computed}`",
+                       remedy="Default it to `torch.fl.device_type()` (the device's index is torch.fl's to pick)",
+                       note="no automatic fix: the device's index is computed")
+            det.claim(alt)
+        else:
+            _remember(det, name, alt, ast.unparse(target))
+
+
+def _computed_cuda(node: ast.expr) -> str | None:
+    """`"cuda:{}".format(i)`, `"cuda:%d" % i`, `f"cuda:{i}"`: a CUDA device string built at run time."""
+    if type(node) is ast.Call and type(node.func) is ast.Attribute and node.func.attr == "format":
+        head = str_value(node.func.value)
+    elif type(node) is ast.BinOp and type(node.op) is ast.Mod:
+        head = str_value(node.left)
+    elif type(node) is ast.JoinedStr and node.values:
+        head = str_value(node.values[0])
+    else:
+        return None
+    return ast.unparse(node) if head is not None and head.startswith("cuda") else None
 
 
 @on("function")
@@ -215,8 +248,13 @@ def config_defaults_settled(det: RuleContext) -> None:
             det.report("FL504", literal, "unsafe", target=target, replacement="torch.fl.dist_backend()",
                        remedy="Replace with `torch.fl.dist_backend()`", note=_PYTHON_NOTE.format(value=NCCL))
             continue
-        index = CUDA_DEVICE.fullmatch(literal.value).group(1)
         text = f'"{literal.value}"'
+        if kind == "accelerator":
+            det.report("FL107", literal, "unsafe", target=target, text=text, replacement='"auto"',
+                       remedy='Replace with `"auto"` (Lightning picks the device there)',
+                       note="unsafe: code elsewhere may compare it with \"cuda\" or \"gpu\"")
+            continue
+        index = CUDA_DEVICE.fullmatch(literal.value).group(1)
         if index not in (None, "0"):
             det.report("FL107", literal, None, target=target, text=text,
                        remedy=f'Default it to `str(torch.fl.device("acc{index}"))` where the device is chosen',
@@ -242,7 +280,7 @@ def config_file(det: RuleContext, path: str) -> list[str] | None:
         data = Path(path).read_bytes()
     except OSError:
         return None
-    if b"cuda" not in data and b"nccl" not in data:
+    if b"cuda" not in data and b"nccl" not in data and b"accelerator" not in data:
         return None
     try:
         text = data.decode("utf-8-sig")
@@ -261,6 +299,9 @@ def config_file(det: RuleContext, path: str) -> list[str] | None:
             det.report("FL504", where, None, target=target, note=_FILE_NOTE,
                        remedy="Leave the key out (or null) and default it in code to `torch.fl.dist_backend()`, "
                               "or run the code under the CUDA alias (`torchfl run`)")
+        elif kind == "accelerator":
+            det.report("FL107", where, None, target=target, text=f'"{value.text}"', note=_FILE_NOTE,
+                       remedy="Set it to `auto` (Lightning picks the device there)")
         else:
             det.report("FL107", where, None, target=target, text=f'"{value.text}"', note=_FILE_NOTE,
                        remedy="Leave the key out (or null) and default it in code to `torch.fl.device_type()`, "
@@ -270,7 +311,8 @@ def config_file(det: RuleContext, path: str) -> list[str] | None:
 
 @fixes("FL107", "SimpleString")
 def fix_config_device(rw: Any, original: Any, updated: Any, finding: Any) -> Any:
-    if finding.replacement is None or not CUDA_DEVICE.fullmatch(str(original.evaluated_value)):
+    if finding.replacement is None or not (CUDA_DEVICE.fullmatch(str(original.evaluated_value))
+                                           or finding.replacement == '"auto"'):
         return None
     return rw.expr(finding.replacement)
 
