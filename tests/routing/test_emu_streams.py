@@ -47,6 +47,9 @@ def test_new_streams_are_distinct(chip):
     a, b = mod.Stream(), mod.Stream(priority=-1)
     assert a != b and a.stream_id != b.stream_id and len({a, b, mod.default_stream()}) == 3
     assert isinstance(a, torch.Stream) and b.priority == -1
+    generic = torch.Stream(device=chip[1]), torch.Stream(device=chip[1])  # (PyTorch's constructor: stream 0 each)
+    assert generic[0] != generic[1] and all(isinstance(s, mod.Stream) for s in generic)
+    assert isinstance(torch.Stream(device="cpu"), torch.Stream)
 
 
 def test_wait_event_takes_the_chips_event_and_refuses_a_foreign_object(chip):

@@ -668,6 +668,28 @@ def _emulated(device: Any) -> bool:
         return False
 
 
+class _StreamMeta(type(_HostStream)):  # type: ignore[misc]
+    def __instancecheck__(cls, obj: Any) -> bool:
+        return isinstance(obj, _HostStream)
+
+    def __subclasscheck__(cls, sub: type) -> bool:
+        return issubclass(sub, _HostStream)
+
+
+class TorchStream(_HostStream, metaclass=_StreamMeta):
+    """``torch.Stream`` once the emulated backend is registered: ``torch.Stream(device="npu")`` (or no device,
+    with the emulated chip the current accelerator) is a new stream of the chip (PyTorch's constructor asks
+    the device guard, which a Python backend cannot give streams: every one was stream 0); every other call,
+    and isinstance checks, are PyTorch's."""
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:  # type: ignore[misc]
+        if "stream_id" not in kwargs and len(args) <= 1:
+            device = args[0] if args else kwargs.get("device")
+            if _emulated(device) and not isinstance(device, Stream):
+                return Stream(device if device is not None else None, kwargs.get("priority", 0))
+        return _HostStream(*args, **kwargs)
+
+
 def _accelerator_entry(original: Any, emulated: Any) -> Any:
     def entry(device: Any = None) -> Any:
         return emulated(device) if _emulated(device) else original(device)
@@ -678,8 +700,8 @@ def _accelerator_entry(original: Any, emulated: Any) -> Any:
 
 
 def install() -> None:
-    """Once, with the backend: torch.<chip>'s streams and events, torch.accelerator's stream calls on the
-    emulated device, non-blocking copies, record_stream, pinned factories and the forked-child check."""
+    """Once, with the backend: torch.<chip>'s streams and events, torch.Stream and torch.accelerator's stream
+    calls on the emulated device, non-blocking copies, record_stream, pinned factories and the forked-child check."""
     from . import tensor
 
     special = tensor.SPECIAL
@@ -699,6 +721,7 @@ def install() -> None:
                         ("synchronize", staticmethod(synchronize))):
         setattr(module_class, name, value)
 
+    torch.Stream = TorchStream  # type: ignore[misc]
     acc = torch.accelerator
     acc.current_stream = _accelerator_entry(acc.current_stream, current_stream)
     acc.synchronize = _accelerator_entry(acc.synchronize, synchronize)
