@@ -45,8 +45,10 @@ class FakePlugins:
     root: Path  # on PYTHONPATH: the packages
     lib: Path  # holds the right libdep.so
     shadow: Path  # holds a libdep.so without dep_value
+    second_gomp: Path  # a libgomp.so.9 that fp_gomp does not need (fp_gomp links gomp1/libgomp-fl1.so)
 
-    def env(self, *, ld: list[Path] | None = None, extra_path: list[Path] | None = None) -> dict[str, str]:
+    def env(self, *, ld: list[Path] | None = None, extra_path: list[Path] | None = None,
+            preload: list[Path] | None = None) -> dict[str, str]:
         import os
 
         env = dict(os.environ)
@@ -56,6 +58,8 @@ class FakePlugins:
         else:
             env["LD_LIBRARY_PATH"] = os.pathsep.join(map(str, ld))
         env["OMP_NUM_THREADS"] = "1"
+        if preload:
+            env["LD_PRELOAD"] = " ".join(map(str, preload))
         return env
 
 
@@ -93,6 +97,11 @@ def build(root: Path) -> FakePlugins:
     _gcc(f"-I{include}", root / "fp_ok.c", "-o", package / f"_C{suffix}", "-Wl,--no-as-needed",
          f"-Wl,-rpath,{root / 'gomp1'}:{root / 'gomp2'}", root / "gomp1" / "libgomp-fl1.so",
          root / "gomp2" / "libgomp.so.9")
+    package = pkgs / "fp_gomp"  # the first copy only; LD_PRELOAD of the second makes two
+    package.mkdir()
+    (package / "__init__.py").write_text("from . import _C\n")
+    _gcc(f"-I{include}", root / "fp_ok.c", "-o", package / f"_C{suffix}", "-Wl,--no-as-needed",
+         f"-Wl,-rpath,{root / 'gomp1'}", root / "gomp1" / "libgomp-fl1.so")
     # built for another CPython: the import system does not even look at it
     other = f"cpython-{sys.version_info.major}{sys.version_info.minor - 1}"
     package = pkgs / "fp_oldabi"
@@ -102,4 +111,4 @@ def build(root: Path) -> FakePlugins:
     hang = pkgs / "fp_hang"
     hang.mkdir()
     (hang / "__init__.py").write_text("import time\ntime.sleep(600)\n")
-    return FakePlugins(root=pkgs, lib=lib, shadow=shadow)
+    return FakePlugins(root=pkgs, lib=lib, shadow=shadow, second_gomp=root / "gomp2" / "libgomp.so.9")

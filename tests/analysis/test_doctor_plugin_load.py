@@ -156,6 +156,16 @@ def test_bisect_finds_a_pythonpath_entry_that_shadows_a_package(fakes: FakePlugi
     assert result.minimal == {"PYTHONPATH": str(fakes.root)}
 
 
+def test_bisect_finds_the_preload_that_brings_a_second_libgomp(fakes: FakePlugins) -> None:
+    env = fakes.env(preload=[fakes.second_gomp])
+    assert load("fp_gomp", env=env).duplicates and not load("fp_gomp", env=fakes.env()).duplicates
+    result = bisect_env("fp_gomp", env=env, timeout=30)
+    assert [(c["variable"], c["entry"]) for c in result.culprits] == [("LD_PRELOAD", str(fakes.second_gomp))]
+    assert f"it brings in a second copy of a runtime library ({fakes.second_gomp})" in result.culprits[0]["effect"]
+    assert result.minimal == {"LD_PRELOAD": ""} and "  fix: unset LD_PRELOAD" in result.lines()
+    assert result.verdict.startswith("the import loads two copies of a runtime library because of LD_PRELOAD entry")
+
+
 def test_bisect_when_the_environment_is_not_the_cause(fakes: FakePlugins) -> None:
     result = bisect_env("fp_segv", env=fakes.env(ld=[fakes.lib]), timeout=30)
     assert not result.culprits and "The cause is elsewhere" in result.verdict

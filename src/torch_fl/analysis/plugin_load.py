@@ -659,7 +659,9 @@ def bisect_env(module: str, *, env: dict[str, str] | None = None, timeout: float
     """Find the environment entries that break ``import module`` by importing it in children with entries
     removed: first each entry alone (the culprits: removing one makes the import work), then, from the
     first working environment, every entry that is not needed (the minimal working value). Libraries
-    the loader took from another file once an entry was gone are named (a shadowed library).
+    the loader took from another file once an entry was gone are named (a shadowed library). An import
+    that works but loads two copies of a runtime library (two libgomp) counts as broken: the culprit is the
+    entry that brings in the second copy.
 
     Example::
 
@@ -670,7 +672,7 @@ def bisect_env(module: str, *, env: dict[str, str] | None = None, timeout: float
     env = dict(os.environ if env is None else env)
     baseline = load(module, env=env, timeout=timeout)
     result = BisectResult(module, baseline)
-    if baseline.ok:
+    if _good(baseline):
         result.verdict = "the import works with this environment: nothing to bisect"
         return result
     entries = {var: [e for e in env.get(var, "").split(os.pathsep if var != "LD_PRELOAD" else " ") if e]
@@ -683,7 +685,7 @@ def bisect_env(module: str, *, env: dict[str, str] | None = None, timeout: float
             trial = _with(env, var, values[:i] + values[i + 1:])
             outcome = load(module, env=trial, timeout=timeout, abi=False)
             result.runs += 1
-            if outcome.ok:
+            if _good(outcome):
                 result.culprits.append({"variable": var, "entry": entry,
                                         "effect": _effect(baseline, outcome, entry)})
                 if working is None:
@@ -693,7 +695,7 @@ def bisect_env(module: str, *, env: dict[str, str] | None = None, timeout: float
             if values and result.runs < _MAX_RUNS:
                 outcome = load(module, env=_with(env, var, []), timeout=timeout, abi=False)
                 result.runs += 1
-                if outcome.ok:
+                if _good(outcome):
                     working = (var, [], outcome)
                     result.culprits.append({"variable": var, "entry": "(several entries together)",
                                             "effect": f"the import works with {var} unset"})
@@ -709,12 +711,20 @@ def bisect_env(module: str, *, env: dict[str, str] | None = None, timeout: float
         trial = [e for e in kept if e != entry]
         outcome = load(module, env=_with(env, var, trial), timeout=timeout, abi=False)
         result.runs += 1
-        if outcome.ok:
+        if _good(outcome):
             kept = trial
     result.minimal[var] = (os.pathsep if var != "LD_PRELOAD" else " ").join(kept)
     names = ", ".join(f"{c['variable']} entry {c['entry']}" for c in result.culprits)
-    result.verdict = f"the import fails because of {names}; without it, it works ({result.runs} imports tried)"
+    if baseline.ok:
+        result.verdict = (f"the import loads two copies of a runtime library because of {names}; without it, one "
+                          f"({result.runs} imports tried)")
+    else:
+        result.verdict = f"the import fails because of {names}; without it, it works ({result.runs} imports tried)"
     return result
+
+
+def _good(result: LoadResult) -> bool:
+    return result.ok and not result.duplicates
 
 
 def _with(env: dict[str, str], var: str, values: list[str]) -> dict[str, str]:
@@ -733,4 +743,9 @@ def _effect(broken: LoadResult, working: LoadResult, entry: str) -> str:
              if lib in working.resolved and working.resolved[lib] != path and path.startswith(entry.rstrip("/") + "/")]
     if moved:
         return "it shadows a library: " + "; ".join(moved)
+    if broken.ok and broken.duplicates:
+        extra = [p for paths in broken.duplicates.values() for p in paths if p not in working.loaded
+                 and os.path.realpath(p) not in map(os.path.realpath, working.loaded)]
+        return (f"it brings in a second copy of a runtime library ({', '.join(extra) or broken.caution()}); "
+                f"without it, one copy is loaded")
     return f"with it the import fails ({broken.summary()}); without it, it works"
