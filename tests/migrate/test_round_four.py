@@ -118,3 +118,15 @@ def test_an_accelerator_key_in_yaml_is_reported(tmp_path) -> None:
     findings = scan_paths([tmp_path]).findings
     assert [(f.code, f.line) for f in findings] == [("FL107", 2)]
     assert "Set it to `auto`" in findings[0].fix_title
+
+
+def test_a_device_handed_to_the_projects_other_modules_or_to_a_class_here_is_followed() -> None:
+    handed = ("from .loop import fit\n\nDEVICE_NAME = 'unused'\ndevice = 'cuda'\n\n"
+              "def main(net):\n    fit(net, device)\n")
+    assert _found(handed) == [("FL105", 4, "unsafe")]
+    assert "device = torch.fl.device_type()" in fix_source(handed, unsafe=True).new_source
+    built = ("import torch\n\n\nclass Worker:\n    def __init__(self, place, steps=1):\n"
+             "        self.place = torch.device(place)\n\n\ndef spawn(rank):\n    return Worker(f'cuda:{rank}')\n")
+    found = scan_source(built)
+    assert [(f.code, f.line, f.safety) for f in found] == [("FL105", 10, None)]
+    assert "reaches a device argument (line 6)" in found[0].message

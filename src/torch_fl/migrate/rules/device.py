@@ -144,7 +144,11 @@ rule(
         "Replace with `{replacement}`", "unsafe",
         what="A `\"cuda\"` string bound to a variable, attribute, config-dict key, dataclass field, "
              "argparse default or parameter default that later reaches a device argument in the same "
-             "module (`.to(device)`, `device=cfg.device`, `torch.device(args.device)`).",
+             "module (`.to(device)`, `device=cfg.device`, `torch.device(args.device)`); also a name holding "
+             "the device handed to a function of another module of the project (`from .loop import fit`; "
+             "`fit(net, device)`: used there as a device), and a string (an f-string too) handed to a "
+             "function or a class of this module whose parameter reaches a device argument "
+             "(`Worker(f\"cuda:{rank}\")` with `torch.device(place)` in `__init__`).",
         why="It is FL101 one step removed: the string is the hard-coded device, the call site only "
             "passes it along.",
         example="""

@@ -42,6 +42,7 @@ class Detector(Scopes, Guards, Flow):
         self.opaque_keys = set()  # keys handed to a callee that is not torch's (it may use them as strings)
         self.device_values = set()  # ids of expressions passed straight to a torch device argument
         self.functions = {}  # module-level defs
+        self.constructors = {}  # module-level class name -> its __init__
         # Across modules: `from M import NAME as local` at module level, and module-level sources that
         # reach no sink here (another module may import them).
         self.imported = {}

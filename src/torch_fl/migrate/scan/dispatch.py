@@ -69,6 +69,7 @@ class Dispatch:
     fixes_allowed: bool
     locals: dict[int, set[str]]
     functions: dict[str, ast.FunctionDef | ast.AsyncFunctionDef]
+    constructors: dict[str, ast.FunctionDef]
     imported: dict[str, tuple[str, int, str]]
     string_keys: set[Any]
     check_keys: dict[Any, list[int]]  # a variable holding a CUDA check -> the raw findings of its value
@@ -240,11 +241,18 @@ class Dispatch:
             for hook in HOOKS.methods.get(func.attr, ()):
                 hook(self, node, func.attr)
         name = terminal_name(func)
+        if type(func) is ast.Name and func.id in self.constructors:  # a class of this module: its __init__
+            self.pass_arguments(node, self.constructors[func.id], skip=1)
         if type(func) is ast.Name and func.id in self.functions:
             self.pass_arguments(node, self.functions[func.id])
             self.local_calls.append((len(self.raw), func.id))  # for guards: what the call runs (see Guards.mark)
         elif self.relative_import(func):
             self.project_calls.append((node.lineno, ast.unparse(func)))
+            # `train(model, device)` with `from .engine import train`: a device handed to the project's own
+            # code (another module, not followed) is used there as a device.
+            for value in (*node.args, *(kw.value for kw in node.keywords)):
+                if type(value) is ast.Name and "device" in value.id.lower():
+                    self.sink("device", value)  # type: ignore[attr-defined]
         for hook in HOOKS.call_names.get(name, ()) if name else ():
             hook(self, node, name)
         for kw in node.keywords:

@@ -186,10 +186,11 @@ class Flow(Dispatch):
         self.emit("dict", node)
         self.generic(node)
 
-    def pass_arguments(self, call: ast.Call, function: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+    def pass_arguments(self, call: ast.Call, function: ast.FunctionDef | ast.AsyncFunctionDef, skip: int = 0) -> None:
         """`evaluate(args.device)` with `def evaluate(device): model.to(device)`: the argument's value
-        reaches the parameter (a module's own functions, by position or keyword)."""
-        params = [a.arg for a in (*function.args.posonlyargs, *function.args.args)]
+        reaches the parameter (a module's own functions, by position or keyword; a class's __init__ with
+        `skip=1` for `self`)."""
+        params = [a.arg for a in (*function.args.posonlyargs, *function.args.args)][skip:]
         named = set(params) | {a.arg for a in function.args.kwonlyargs}
         pairs = [(params[i], arg) for i, arg in enumerate(call.args) if i < len(params) and type(arg) is not ast.Starred]
         pairs += [(kw.arg, kw.value) for kw in call.keywords if kw.arg in named]
@@ -197,6 +198,10 @@ class Flow(Dispatch):
             origin = self.key(value)
             if origin is not None:
                 self.edges.setdefault(origin, set()).add(("name", id(function), param))
+            elif type(value) is ast.JoinedStr:
+                # Runner(f"cuda:{rank}") with `def __init__(self, device): ... torch.device(device)`: the
+                # string is bound to the parameter, as a default would be.
+                self.source(("name", id(function), param), value, f"{function.name}({param}=...)")
 
     # Results --------------------------------------------------------------------------------------
     def reaches(self, kind: str, key: Key) -> int | None:

@@ -74,6 +74,10 @@ class Scopes(Dispatch):
         for stmt in node.body:
             if type(stmt) in (ast.FunctionDef, ast.AsyncFunctionDef):
                 self.functions[stmt.name] = stmt  # type: ignore[assignment]
+            elif type(stmt) is ast.ClassDef:
+                init = next((f for f in stmt.body if type(f) is ast.FunctionDef and f.name == "__init__"), None)  # type: ignore[attr-defined]
+                if init is not None:
+                    self.constructors[stmt.name] = init  # type: ignore[attr-defined]
         if self.cuda_only_module(node):
             return
         self.body(node.body)
