@@ -130,3 +130,17 @@ def test_a_device_handed_to_the_projects_other_modules_or_to_a_class_here_is_fol
     found = scan_source(built)
     assert [(f.code, f.line, f.safety) for f in found] == [("FL105", 10, None)]
     assert "reaches a device argument (line 6)" in found[0].message
+
+
+@pytest.mark.skipif(__import__("sys").version_info >= (3, 12), reason="this Python parses 3.12 syntax itself")
+def test_a_file_in_newer_python_syntax_is_named_as_such(tmp_path) -> None:
+    from torch_fl.migrate.scan import scan_paths
+
+    (tmp_path / "generic.py").write_text("type Pair = tuple[int, int]\n\ndef head[T](xs: list[T]) -> T:\n"
+                                         "    return xs[0]\n")
+    (tmp_path / "broken.py").write_text("def f(:\n")
+    errors = {e.path.rsplit("/", 1)[-1]: e.message for e in scan_paths([tmp_path]).errors}
+    version = "{}.{}".format(*__import__("sys").version_info[:2])
+    assert f"valid Python 3.12 that this Python ({version}) cannot parse" in errors["generic.py"]
+    assert "scan it with Python >= 3.12" in errors["generic.py"]
+    assert errors["broken.py"].startswith("SyntaxError: ")

@@ -40,6 +40,7 @@ as :class:`ScanError` records (code E999 or E902), separate from findings, and s
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -103,7 +104,31 @@ def scan_file(path: Path, codes: frozenset[str] | None = None, *, unsafe_fixes: 
         return scan_text(text, name, codes, unsafe_fixes, facts), None, lines
     except SyntaxError as exc:
         message = f"SyntaxError: {exc.msg} (file skipped)"
+        newer = _newer_python(text)
+        if newer:
+            message = (f"valid Python {newer} that this Python ({sys.version_info.major}.{sys.version_info.minor}) "
+                       f"cannot parse ({exc.msg}, line {exc.lineno}): file skipped; scan it with Python >= {newer}")
         return [], ScanError("E999", name, exc.lineno or 1, exc.offset or 1, message), lines
+
+
+def _newer_python(text: str) -> str | None:
+    """The newer Python version a file that this interpreter's ``ast`` rejects is written for (PEP 695
+    generics, PEP 701 f-strings: 3.12), where libcst, which parses up to 3.12, accepts it; None otherwise.
+    Only on this error path, and only where libcst is installed (the scan itself needs the standard
+    library only)."""
+    if sys.version_info >= (3, 12):
+        return None
+    import importlib.util
+
+    if importlib.util.find_spec("libcst") is None:
+        return None
+    import libcst
+
+    try:
+        libcst.parse_module(text, config=libcst.PartialParserConfig(python_version="3.12"))
+    except Exception:  # libcst's ParserSyntaxError: not valid 3.12 either
+        return None
+    return "3.12"
 
 
 def scan_paths(paths: Sequence[str | os.PathLike[str]], select: Iterable[str] | None = None,
