@@ -2,14 +2,25 @@
 
 from __future__ import annotations
 
+import argparse
 import logging
 
 import pytest
 
 from torch_fl.cli import COMMANDS, build_parser, main
 
-LEAVES = [[name] for name in COMMANDS if name not in ("routes", "cache")] + \
-    [["routes", "show"], ["routes", "diff"], ["cache", "info"], ["cache", "verify"], ["cache", "clear"]]
+
+def _leaves() -> list[list[str]]:
+    """Every command, and every action of a command that has actions (routes show, cache verify, ...)."""
+    found = []
+    for name in COMMANDS:
+        parser = build_parser([name])._subparsers._group_actions[0].choices[name]
+        actions = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        found += [[name, action] for action in actions[0].choices] if actions else [[name]]
+    return found
+
+
+LEAVES = _leaves()
 
 
 @pytest.mark.parametrize("argv", LEAVES, ids=" ".join)
