@@ -18,10 +18,11 @@ import os
 import sys
 import types
 
-# Commands that need neither torch nor the torch.fl facade (`fix` needs libcst, not torch). The others run
-# with the real package; without torch they say so (torch_fl.cli reads this set too).
+# Commands that need neither torch nor the torch.fl facade (`fix` needs libcst, and only for the files it
+# cannot edit in place): they take the bare package even where torch is installed, so that a call does not pay
+# torch's import (+1.6 CPU-s). The others run with the real package; without torch they say so. torch_fl.cli
+# reads this set: one list.
 TORCH_FREE = frozenset({"scan", "fix", "docs"})
-_TORCH_FREE = frozenset({"scan", "docs"})  # the commands that take the bare package even where torch is installed
 _WITH_ACTIONS = frozenset({"routes", "cache"})  # `torchfl routes show --help`: help of an action
 
 
@@ -93,7 +94,7 @@ def quiet_numpy_warning() -> None:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     quiet_numpy_warning()
-    if help_only(argv) or (_command(argv) in _TORCH_FREE and "--help" not in argv and "-h" not in argv) or \
+    if help_only(argv) or (_command(argv) in TORCH_FREE and "--help" not in argv and "-h" not in argv) or \
             torch_missing():
         _bare_package()
     from torch_fl.cli import main as cli_main

@@ -88,8 +88,6 @@ def test_fix_imports_no_torch_and_libcst_only_when_a_file_needs_it(tmp_path: Pat
     assert _fix_in_subprocess(tmp_path, bare=True) == (False, True)  # a call over lines: libcst
 
 
-@pytest.mark.xfail(strict=True, reason="src/_torch_fl_cli.py gives `fix` the real torch_fl package (its "
-                                       "_TORCH_FREE lacks 'fix'), whose __init__ imports torch: +1.6 CPU-s a call")
 def test_the_console_script_fix_imports_no_torch(tmp_path: Path) -> None:
     (tmp_path / "train.py").write_text("import torch\nmodel = torch.nn.Linear(2, 2).cuda()\n")
     assert _fix_in_subprocess(tmp_path, bare=False)[0] is False

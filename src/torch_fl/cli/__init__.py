@@ -42,8 +42,9 @@ DOC_PAGES: dict[str, str] = {"coverage": "analysis", "compare": "analysis", "ben
 PROGRESS = frozenset({"coverage", "compare", "bench", "grade", "audit", "warmup", "aot", "preflight"})
 
 
-# Commands that run without torch (hook and lint environments): the others say "needs torch" there.
-TORCH_FREE = frozenset({"scan", "fix", "docs"})
+# Commands that run without torch (hook and lint environments; the others say "needs torch" there): the
+# launcher's list, which gives them the bare package.
+from _torch_fl_cli import TORCH_FREE  # noqa: E402
 
 # The exit status of every command (docs/cli.md, "Exit status"): 0 ok; 1 a finding, a failed check, or an
 # error while running (the user's code raised, a device or plugin failed, a bug); 2 usage or bad input (an
