@@ -183,3 +183,32 @@ def test_npu_regenerates_from_the_cached_wheel_metadata() -> None:
                            "--repo", f"Ascend/pytorch={MIRROR / 'Ascend+pytorch' / 'repo'}", "--cache", str(CACHE)],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def _pypi_reachable() -> bool:
+    import urllib.request
+
+    try:
+        urllib.request.urlopen("https://pypi.org/pypi/torch-npu/json", timeout=5).close()
+        return True
+    except Exception:
+        return False
+
+
+@pytest.mark.skipif(os.environ.get("FL_TEST_NETWORK") != "1" or not _pypi_reachable(),
+                    reason="set FL_TEST_NETWORK=1 (and reach PyPI) to read a live wheel's METADATA")
+def test_a_live_wheel_metadata_matches_the_facts() -> None:
+    """One real wheel's METADATA, read from PyPI now by range requests, against what the facts recorded."""
+    import hashlib
+    import urllib.parse
+    import urllib.request
+
+    gen = _generator()
+    url = gen.PYPI.format(name="torch-npu")
+    index = json.loads(urllib.request.urlopen(url, timeout=60).read())
+    row = next(r for r in _npu()["releases"] if r["plugin"] == "2.5.1.post1")
+    wanted = row["sources"]["pypi"]["metadata_of"].split(" ")[0]
+    info = next(f for f in index["releases"]["2.5.1.post1"] if f["filename"] == wanted)
+    text = gen.wheel_metadata(urllib.parse.urljoin(url, info["url"]), info["size"])
+    assert hashlib.sha256(text.encode()).hexdigest() == row["sources"]["pypi"]["metadata_sha256"]
+    assert "Requires-Dist: torch (==2.5.1+cpu)" in text  # the pin the facts record as ==2.5.1+cpu
