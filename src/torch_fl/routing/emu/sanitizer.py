@@ -66,29 +66,71 @@ def race_error(reports: list[str]) -> RuntimeError:
     return error
 
 
+class _Signature:
+    """What the sanitizer reads of an op's schema, once: (name, writes, metadata only) per argument, and
+    whether its result is metadata only (None: no result)."""
+
+    __slots__ = ("arguments", "named", "returns")
+
+    def __init__(self, schema: Any, is_factory: bool) -> None:
+        self.arguments = tuple(
+            (a.name, a.alias_info is not None and a.alias_info.is_write,
+             is_factory or (a.alias_info is not None and not a.alias_info.is_write)) for a in schema.arguments)
+        self.named = {spec[0]: spec for spec in self.arguments}
+        returns = schema.returns
+        alias = returns[0].alias_info if returns else None
+        self.returns = None if not returns else is_factory or (alias is not None and not alias.is_write)
+
+
+_signatures: dict[tuple[Any, bool], _Signature] = {}
+
+
+def _signature(schema: Any, is_factory: bool) -> _Signature:
+    key = (str(schema), is_factory)
+    found = _signatures.get(key)
+    if found is None:
+        found = _signatures[key] = _Signature(schema, is_factory)
+    return found
+
+
 class _Accesses(ArgumentHandler):
     """CSAN's argument reader, for tensors of the emulated device (CSAN's asks ``is_cuda``), walking the
     schema's arguments with a loop of its own (CSAN's pytree walk is a third of a sanitized step)."""
 
     def parse_inputs(self, schema: Any, args: tuple, kwargs: dict, *, is_factory: bool) -> None:
+        self.read_arguments(_signature(schema, is_factory), args, kwargs)
+
+    def read_arguments(self, signature: _Signature, args: tuple, kwargs: dict) -> None:
+        """parse_inputs with the op's schema read once (`_signature`): a schema's ``arguments`` is a new list
+        of new objects at every access."""
         device = state.tensor_type
-        for argument, value in _zip(schema, args, kwargs):
-            alias = argument.alias_info
-            is_write = alias is not None and alias.is_write
-            metadata_only = is_factory or (alias is not None and not alias.is_write)
-            if type(value) is device:
-                self._handle_argument(value, is_write, metadata_only, argument.name)
-            elif isinstance(value, (list, tuple)):
-                for item in value:
-                    if type(item) is device:
-                        self._handle_argument(item, is_write, metadata_only, argument.name)
+        specs = signature.arguments
+        for position, value in enumerate(args):
+            if position >= len(specs):
+                break
+            self._value(device, value, specs[position])
+        if kwargs:
+            named = signature.named
+            for name, value in kwargs.items():
+                spec = named.get(name)
+                if spec is not None:
+                    self._value(device, value, spec)
+
+    def _value(self, device: Any, value: Any, spec: tuple[str, bool, bool]) -> None:
+        if type(value) is device:
+            self._handle_argument(value, spec[1], spec[2], spec[0])
+        elif type(value) is list or type(value) is tuple:
+            for item in value:
+                if type(item) is device:
+                    self._handle_argument(item, spec[1], spec[2], spec[0])
 
     def parse_outputs(self, schema: Any, outputs: Any, *, is_factory: bool) -> None:
-        returns = schema.returns
-        if not returns:
+        self.read_outputs(_signature(schema, is_factory), outputs)
+
+    def read_outputs(self, signature: _Signature, outputs: Any) -> None:
+        if signature.returns is None:
             return
-        alias = returns[0].alias_info
-        metadata_only = is_factory or (alias is not None and not alias.is_write)
+        metadata_only = signature.returns
         for value in _tensors(outputs, nested=True):
             self._handle_argument(value, not metadata_only, metadata_only, is_output=True)
 
@@ -167,8 +209,9 @@ class _Handler(EventHandler):
         return errors
 
     def _handle_memory_allocation(self, data_ptr: int) -> None:
+        # (no stack: the reports name the two accesses, not the allocation)
         self.tensors_accessed.ensure_tensor_does_not_exist(data_ptr)
-        self.tensors_accessed.create_tensor(data_ptr, _user_stack())
+        self.tensors_accessed.create_tensor(data_ptr, None)
 
 
 def _user_frame(stack: Any) -> str:
@@ -403,7 +446,7 @@ def _blocking_transfer(func: Any, args: tuple, kwargs: dict) -> bool:
     return False
 
 
-_schemas: dict[Any, tuple[Any, bool]] = {}  # op -> (its schema, whether CSAN counts it a factory)
+_schemas: dict[Any, _Signature] = {}  # op -> (its schema, whether CSAN counts it a factory)
 
 
 class _Mode(TorchDispatchMode):
@@ -425,15 +468,15 @@ class _Mode(TorchDispatchMode):
         sync = _HOST_SYNC_OPS.get(func)
         if sync is not None:
             sanitizer.note_host_sync(sync)
-        known = _schemas.get(func)
-        if known is None:
-            known = _schemas[func] = (func._schema, bool(FACTORY_FUNCTION_REGEX.match(func._schema.name)))
-        schema, is_factory = known
+        signature = _schemas.get(func)
+        if signature is None:
+            schema = func._schema
+            signature = _schemas[func] = _Signature(schema, bool(FACTORY_FUNCTION_REGEX.match(schema.name)))
         accesses = _Accesses()
-        accesses.parse_inputs(schema, args, kwargs, is_factory=is_factory)
+        accesses.read_arguments(signature, args, kwargs)
         inputs = set(accesses.tensor_aliases)
         outputs = func(*args, **kwargs)
-        accesses.parse_outputs(schema, outputs, is_factory=is_factory)
+        accesses.read_outputs(signature, outputs)
         sanitizer.launch(func, index, accesses, accesses.outputs - inputs, outputs)
         if _blocking_transfer(func, args, kwargs):
             # a blocking copy between host and device ends with a synchronisation of its stream, as
