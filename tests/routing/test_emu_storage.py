@@ -226,3 +226,14 @@ def test_storage_workflows_on_emu_npu():
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert out == {"device": "npu:0", "tied": True, "equal": True, "host": "cpu", "back": "npu:0", "shared": True,
                    "ptr": True, "safetensors": True, "resized": [3], "pinned": True}
+
+
+def test_set_across_host_and_device_raises_as_pytorch_does(d):
+    # torch_mlu's test/storage/test_storage.py test_tensor_set_errors: every direction is a RuntimeError
+    host, dev = torch.randn(2, 3), torch.randn(2, 3, device=d)
+    for call in (lambda: host.set_(dev.untyped_storage()), lambda: host.set_(dev),
+                 lambda: host.set_(dev.untyped_storage(), 0, dev.size(), dev.stride()),
+                 lambda: dev.set_(host.untyped_storage()), lambda: dev.set_(host)):
+        with pytest.raises(RuntimeError, match=r"device|cpu storage"):
+            call()
+    assert host.device.type == "cpu" and dev.device == d

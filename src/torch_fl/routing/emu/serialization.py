@@ -78,6 +78,10 @@ def _set_storage(func: Any, args: tuple, kwargs: dict) -> Any:
     sizes, strides, offset and device storage (the source's own: the two share it, as on a device)."""
     self = args[0]
     source = args[1]
+    if not isinstance(self, EmuTensor):  # host.set_(device tensor): the source is the device argument here
+        raise RuntimeError(f'Attempted to set the storage of a tensor on device "{self.device}" to a storage on '
+                           f'different device "{_device_of(source)}".  This is no longer allowed; the devices '
+                           f'must match.')
     mine = _device_of(self)  # (not self.device: a user's torch-function mode may answer another)
     if isinstance(source, EmuTensor):
         if _device_of(source) != mine:
