@@ -113,6 +113,11 @@ def test_two_copies_of_a_runtime_library_are_a_caution(fakes: FakePlugins) -> No
     assert load("fp_ok", env=fakes.env()).caution() == ""
 
 
+def test_an_interpreter_that_does_not_start_is_a_result(tmp_path: Path) -> None:
+    result = load("json", python=str(tmp_path / "no-python"))
+    assert result.status == "exception" and "could not start" in result.problem()
+
+
 def test_loader_messages_for_symbol_versions() -> None:
     result = plugin_load.LoadResult("torch_npu", "exception", error_type="ImportError", error_message=(
         "/usr/lib/x86_64-linux-gnu/libstdc++.so.6: version `GLIBCXX_3.4.32' not found (required by "

@@ -263,9 +263,13 @@ def load(module: str, *, env: dict[str, str] | None = None, timeout: float = DEF
         out, debug = os.path.join(tmp, "report.json"), os.path.join(tmp, "ld")
         env.update(LD_DEBUG="libs,files", LD_DEBUG_OUTPUT=debug, PYTHONFAULTHANDLER="1")
         start = time.perf_counter()
-        proc = subprocess.Popen([python or sys.executable, "-c", _CHILD, module, out, str(timeout)],
-                                env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, start_new_session=True)
+        try:
+            proc = subprocess.Popen([python or sys.executable, "-c", _CHILD, module, out, str(timeout)],
+                                    env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, start_new_session=True)
+        except OSError as exc:  # no such interpreter, no more processes: say so, as a result
+            return LoadResult(module=module, status="exception", error_type=type(exc).__name__,
+                              error_message=f"could not start {python or sys.executable}: {exc}")
         try:
             _, err = proc.communicate(timeout=timeout + _GRACE)
             killed = False
