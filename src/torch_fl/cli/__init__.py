@@ -8,6 +8,14 @@ import importlib
 import os
 import sys
 
+# The argparse types of the commands' numbers live in .args; `from . import positive_int` keeps working.
+from .args import MAX_COUNT as MAX_COUNT
+from .args import MAX_SECONDS as MAX_SECONDS
+from .args import count_up_to as count_up_to
+from .args import non_negative_int as non_negative_int
+from .args import positive_int as positive_int
+from .args import positive_seconds as positive_seconds
+
 # command -> (module, one-line help). Listed here so `torchfl --help` needs no command imports.
 COMMANDS: dict[str, tuple[str, str]] = {
     "describe": ("describe", "print a device description as TOML, list them, or probe the live device"),
@@ -259,57 +267,3 @@ def report_error(prog: str, exc: BaseException, *, debug: bool = False) -> int:
           f"This is a bug in torch-fl, not in your input. Please report it: rerun with 'torchfl --debug ...' "
           f"for the traceback, and attach the output of 'torchfl bugreport'.", file=sys.stderr)
     return 1
-
-
-# argparse types shared by the commands: a bad number is a usage error (rc 2) naming the option.
-# ASCII digits only: int() and float() also take '١٠', '1_0', ' 2 ' and '1e3'.
-_WHOLE = r"[0-9]{1,12}"
-_DECIMAL = r"([0-9]{1,12}(\.[0-9]{0,12})?|\.[0-9]{1,12})"
-MAX_COUNT = 10**6  # lines, ranks, steps: more is a typo, and some of them are processes or allocations
-MAX_SECONDS = 7 * 24 * 3600.0
-
-
-def positive_int(text: str) -> int:
-    """A whole number from 1 to MAX_COUNT, in ASCII digits."""
-    import re
-
-    value = int(text) if re.fullmatch(_WHOLE, text) else 0
-    if not 1 <= value <= MAX_COUNT:
-        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got '{text}' (at most {MAX_COUNT}, in "
-                                         "ASCII digits)")
-    return value
-
-
-def non_negative_int(text: str) -> int:
-    """A whole number from 0 to MAX_COUNT, in ASCII digits (warm-up steps, retries)."""
-    if text == "0":
-        return 0
-    try:
-        return positive_int(text)
-    except argparse.ArgumentTypeError:
-        raise argparse.ArgumentTypeError(f"must be a whole number >= 0, got '{text}' (at most {MAX_COUNT}, in "
-                                         "ASCII digits)") from None
-
-
-def count_up_to(maximum: int):
-    """An argparse type: a whole number from 1 to `maximum` (e.g. ranks, each one a process)."""
-
-    def parse(text: str) -> int:
-        value = positive_int(text)
-        if value > maximum:
-            raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got '{text}' (at most {maximum})")
-        return value
-
-    parse.__name__ = "count"  # argparse names the type in its messages
-    return parse
-
-
-def positive_seconds(text: str) -> float:
-    """A number of seconds > 0 and at most a week, in ASCII digits."""
-    import re
-
-    value = float(text) if re.fullmatch(_DECIMAL, text) else -1.0
-    if not 0 < value <= MAX_SECONDS:
-        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got '{text}' (at most "
-                                         f"{MAX_SECONDS:g}, in ASCII digits)")
-    return value

@@ -16,8 +16,25 @@ from __future__ import annotations
 
 import argparse
 
-__all__ = ["DEVICES", "STDOUT", "add_device", "add_json", "add_model", "add_quiet", "add_reference",
-           "add_report_files", "add_steps", "add_verbose", "command_parser"]
+__all__ = [
+    "DEVICES",
+    "MAX_COUNT",
+    "MAX_SECONDS",
+    "STDOUT",
+    "add_device",
+    "add_json",
+    "add_model",
+    "add_quiet",
+    "add_reference",
+    "add_report_files",
+    "add_steps",
+    "add_verbose",
+    "command_parser",
+    "count_up_to",
+    "non_negative_int",
+    "positive_int",
+    "positive_seconds",
+]
 
 STDOUT = "-"  # --json's value for "print the JSON instead of the text"
 
@@ -43,8 +60,6 @@ def add_steps(parser: argparse.ArgumentParser, *, steps: int, warmup: int, what:
               steps_help: str = "timed steps per mode", note: str = "") -> None:
     """--steps N and --warmup W of the commands that time steps (`what` prefixes both helps, 'bench: ';
     `note` ends the --steps help, after its default)."""
-    from . import non_negative_int, positive_int
-
     parser.add_argument("--steps", type=positive_int, default=steps, metavar="N",
                         help=f"{what}{steps_help} (default {steps}{note})")
     parser.add_argument("--warmup", type=non_negative_int, default=warmup, metavar="W",
@@ -98,3 +113,57 @@ def add_report_files(parser: argparse.ArgumentParser, *, html: bool = True,
     add_json(parser, schema=schema)
     if html:
         parser.add_argument("--html", metavar="FILE", help="write a self-contained HTML report to FILE")
+
+
+# argparse types shared by the commands: a bad number is a usage error (rc 2) naming the option.
+# ASCII digits only: int() and float() also take '١٠', '1_0', ' 2 ' and '1e3'.
+_WHOLE = r"[0-9]{1,12}"
+_DECIMAL = r"([0-9]{1,12}(\.[0-9]{0,12})?|\.[0-9]{1,12})"
+MAX_COUNT = 10**6  # lines, ranks, steps: more is a typo, and some of them are processes or allocations
+MAX_SECONDS = 7 * 24 * 3600.0
+
+
+def positive_int(text: str) -> int:
+    """A whole number from 1 to MAX_COUNT, in ASCII digits."""
+    import re
+
+    value = int(text) if re.fullmatch(_WHOLE, text) else 0
+    if not 1 <= value <= MAX_COUNT:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got '{text}' (at most {MAX_COUNT}, in "
+                                         "ASCII digits)")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    """A whole number from 0 to MAX_COUNT, in ASCII digits (warm-up steps, retries)."""
+    if text == "0":
+        return 0
+    try:
+        return positive_int(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 0, got '{text}' (at most {MAX_COUNT}, in "
+                                         "ASCII digits)") from None
+
+
+def count_up_to(maximum: int):
+    """An argparse type: a whole number from 1 to `maximum` (e.g. ranks, each one a process)."""
+
+    def parse(text: str) -> int:
+        value = positive_int(text)
+        if value > maximum:
+            raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got '{text}' (at most {maximum})")
+        return value
+
+    parse.__name__ = "count"  # argparse names the type in its messages
+    return parse
+
+
+def positive_seconds(text: str) -> float:
+    """A number of seconds > 0 and at most a week, in ASCII digits."""
+    import re
+
+    value = float(text) if re.fullmatch(_DECIMAL, text) else -1.0
+    if not 0 < value <= MAX_SECONDS:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got '{text}' (at most "
+                                         f"{MAX_SECONDS:g}, in ASCII digits)")
+    return value
