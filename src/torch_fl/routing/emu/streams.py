@@ -513,6 +513,8 @@ def _host(tensor: Any) -> bool:
 
 def _wrap_copy(original: Any) -> Any:
     def copy_(func: Any, args: tuple, kwargs: dict) -> Any:
+        if timeline.idle() and not _non_blocking(args, kwargs, 2):
+            return original(func, args, kwargs)  # (nothing deferred, nothing to defer: the copy as it was)
         dst, src = args[0], args[1]
         device = state.tensor_type
         if isinstance(src, device) and _host(dst):  # device -> host
@@ -537,6 +539,8 @@ def _wrap_copy(original: Any) -> Any:
 
 def _wrap_to_copy(original: Any) -> Any:
     def to_copy(func: Any, args: tuple, kwargs: dict) -> Any:
+        if timeline.idle() and not kwargs.get("non_blocking"):
+            return original(func, args, kwargs)
         src, target = args[0], kwargs.get("device")
         device = state.tensor_type
         if isinstance(src, device) and target is not None and target.type == "cpu":
@@ -562,7 +566,7 @@ def _wrap_to_copy(original: Any) -> Any:
 
 def _wrap_item(original: Any) -> Any:
     def item(func: Any, args: tuple, kwargs: dict) -> Any:
-        if isinstance(args[0], state.tensor_type):
+        if not timeline.idle() and isinstance(args[0], state.tensor_type):
             timeline.sync_stream(current_stream(args[0]._index)._key)  # .item(): a blocking copy (counted
             # by the sanitizer as item())
         return original(func, args, kwargs)
