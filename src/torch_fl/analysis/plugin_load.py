@@ -193,9 +193,12 @@ class LoadResult:
         if self.error_type == "ModuleNotFoundError" and self.error_message.endswith(f"'{self.module}'"):
             return (f"Why: no '{self.module}' package is on sys.path of {abi.get('host', {}).get('python', '')}. "
                     f"Fix: install it into this environment, or check PYTHONPATH.")
+        if self.error_message.startswith("could not start"):
+            return "Fix: point doctor at a Python that runs (this one: sys.executable)."
+        torch_version = abi.get("host", {}).get("torch", "")
         return ("Fix: read the message above; `torchfl doctor --bisect-env` finds an LD_LIBRARY_PATH or PYTHONPATH "
-                "entry that breaks the import, and the plugin build must match torch "
-                f"{abi.get('host', {}).get('torch', '')}.")
+                "entry that breaks the import, and the plugin build must match the installed torch"
+                + (f" ({torch_version})." if torch_version else "."))
 
 
     def _taken_from(self) -> str:
