@@ -8,7 +8,10 @@ file with the commit or the file's sha256 it was read from.
                wheel per release by HTTP range requests on its zip directory (a few kB, not the wheel), and
                the release's file list (the cpXY tags and manylinux tags of every wheel).
       table    Ascend/pytorch COMPATIBILITY.en.md at a commit of a fetched clone: TorchNPU package version
-               -> PyTorch version and CANN version, and the PyTorch -> Python table.
+               -> PyTorch version and CANN version, and the PyTorch -> Python table. (The README's "Supported
+               Versions" section points there: at 9e73e70 the README itself has no version table.)
+      readme   the CANN table of each wheel's README copy (its METADATA description): frozen when the wheel
+               was built, so it stops short of later releases; used where the table has no row.
   mlu (torch_mlu, not on PyPI): Cambricon/torch_mlu release branches r1.22_ptX.Y.0: scripts/release/
       build.property (version, driver_requires, build_requires: cntoolkit, cnnl, cncl).
   musa (torch_musa, not on PyPI): MooreThreads/torch_musa release tags: version.txt, build.sh PYTORCH_TAG
@@ -173,6 +176,10 @@ def npu_pypi(cache: Cache) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
     return releases, source
 
 
+README_SOURCE = {"id": "readme", "what": "the CANN table in each wheel's README copy (its METADATA description, "
+                 "read with the METADATA above); per release: which wheels' copies list it, in wheel_readmes"}
+
+
 def readme_cann(text: str) -> dict[str, list[str]]:
     """The CANN table of a wheel's README copy (its METADATA description): extension version -> [CANN,
     branch].
@@ -300,7 +307,8 @@ def npu_facts(cache: Cache, gitdir: str) -> dict[str, Any]:
         })
     return {"chip": "npu", "plugin": "torch_npu", "distribution": "torch-npu", "runtime_name": "CANN",
             "install": "pip install torch=={torch} torch-npu=={plugin}",
-            "sources": [pypi_source, table_source], "releases": releases}
+            "sources": [pypi_source, table_source, {**README_SOURCE, "url": pypi_source["url"]}],
+            "releases": releases}
 
 
 def _summary(copies: dict[str, str]) -> dict[str, str]:
