@@ -114,3 +114,37 @@ def test_inductor_guard_leaves_host_graphs_alone(cuda):
     gm = torch.fx.symbolic_trace(torch.nn.Linear(2, 2))
     assert compiled.on_device(gm, [torch.randn(2, 2)]) is None
     assert compiled.on_device(gm, [torch.randn(2, 2, device=cuda)]) == cuda
+
+
+
+_AUTOCAST_COMPILED = """
+import torch, torch_fl, torch._dynamo.testing
+d = torch_fl.device()
+
+def matmul_in_autocast(x, y):
+    with torch.musa.amp.autocast(enabled=True):
+        return torch.matmul(x, y)
+
+x = torch.randn(8, 8, device=d, requires_grad=True)
+y = torch.randn(8, 8, device=d, requires_grad=True)
+eager = matmul_in_autocast(x, y)
+counter = torch._dynamo.testing.CompileCounter()
+compiled = torch._dynamo.optimize(counter)(matmul_in_autocast)(x, y)
+print("SAME", compiled.dtype, eager.dtype, compiled.device, torch.equal(compiled.cpu(), eager.cpu()))
+"""
+
+
+@pytest.mark.slow  # (a process of its own: torch.musa exists only where the slot is named for the chip)
+def test_dynamo_never_compiles_the_emulators_own_frames():
+    # torch_musa's tests/unittest/dynamo/test_ctx_manager.py: the chip's autocast context inside a compiled
+    # function. Dynamo runs what it cannot trace eagerly, and with its frame hook still on it compiled the
+    # emulator's dispatch frames too, resuming one with a half-made EmuTensor ("no attribute '_index'")
+    import os
+    import subprocess
+    import sys
+
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("FL_")}, "FL_DEVICE": "emu:musa"}
+    run = subprocess.run([sys.executable, "-c", _AUTOCAST_COMPILED], env=env, capture_output=True, text=True,
+                         timeout=300, check=False)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "SAME torch.float16 torch.float16 musa:0 True" in run.stdout

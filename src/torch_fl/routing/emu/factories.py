@@ -18,7 +18,7 @@ from . import sparse as _sparse
 from . import storage as _storage
 from .copies import _copy_
 from .slot import _no_device, backend_name, state
-from .tensor import SPECIAL, _check_outputs, _first_device_tensor, _sparse_chip, _wrap
+from .tensor import SPECIAL, _check_outputs, _first_device_tensor, _sparse_chip, _wrap, never_traced
 
 aten = torch.ops.aten
 
@@ -37,6 +37,7 @@ def _factory_fallback(ovl: Any, *args: Any, **kwargs: Any) -> Any:
 
 
 _random: dict[Any, bool] = {}
+never_traced(_factory_fallback.__code__)  # (tensor.never_traced: kernels below the dispatcher)
 
 
 def _make(ovl: Any, index: int, args: tuple, kwargs: dict, kernel: Any = None) -> Any:

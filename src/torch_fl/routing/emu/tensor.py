@@ -265,6 +265,22 @@ class EmuTensor(torch.Tensor):
             return _deferred(exc, func, args, kwargs or {})
 
 
+def never_traced(code: Any) -> None:
+    """Dynamo runs `code` and every frame it calls as they are, never compiling them. The emulator's kernels
+    run below the dispatcher, where Dynamo has nothing to trace (AOTAutograd traces through them at dispatch
+    level, which this leaves alone); but in a torch.compile region's eager parts (after a graph break) Dynamo
+    would otherwise compile their frames too, and a graph break of its own inside one (an attribute set on
+    a new wrapper) resumed with a half-made EmuTensor ('no attribute _index', torch_musa's
+    tests/unittest/dynamo/test_ctx_manager.py). A C-level flag per code object: torch._dynamo is not imported."""
+    strategy = getattr(torch._C._dynamo.eval_frame, "set_code_exec_strategy", None)
+    if strategy is not None:
+        skip = torch._C._dynamo.eval_frame._FrameAction.SKIP
+        strategy(code, torch._C._dynamo.eval_frame._FrameExecStrategy(skip, skip))
+
+
+never_traced(EmuTensor.__torch_dispatch__.__func__.__code__)
+
+
 def _computed_wider(func: Any, args: tuple) -> bool:
     """Whether the emulated chip computes `func` in its first tensor's dtype though the host refused it."""
     desc = state.description
