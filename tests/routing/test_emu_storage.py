@@ -237,3 +237,18 @@ def test_set_across_host_and_device_raises_as_pytorch_does(d):
         with pytest.raises(RuntimeError, match=r"device|cpu storage"):
             call()
     assert host.device.type == "cpu" and dev.device == d
+
+
+def test_set_to_a_size_beyond_the_storage_grows_it(d):
+    # torch_mlu's test/storage/test_storage.py test_tensor_set: set_(storage, 0, size) past the storage's end
+    # grows it, as PyTorch's set_ grows a resizable storage on any device
+    source = torch.tensor([3.0, 4.0, 9.0, 10.0], device=d)
+    target = torch.tensor([], device=d)
+    size = torch.Size([9, 3, 4, 10])
+    target.set_(source.untyped_storage(), 0, size)
+    assert target.size() == size and target.stride() == (120, 40, 10, 1) and target.device == d
+    assert target.flatten()[:4].cpu().tolist() == [3.0, 4.0, 9.0, 10.0]
+    target.set_(source.untyped_storage(), 0, size, (10, 360, 90, 1))
+    assert target.stride() == (10, 360, 90, 1)
+    assert source.cpu().tolist() == [3.0, 4.0, 9.0, 10.0]
+    assert source.untyped_storage().nbytes() >= 1080 * 4

@@ -101,8 +101,11 @@ def _set_storage(func: Any, args: tuple, kwargs: dict) -> Any:
         raise RuntimeError(f'Attempted to set the storage of a tensor on device "{mine}" to a storage '
                            f'on different device "{source.device}".  This is no longer allowed; the devices '
                            f'must match.')
+    size = host.nbytes()
     self._data.set_(host, *args[2:], **kwargs)
-    return sync(self, source)
+    # (a size beyond the storage grew the host storage in place, as set_ grows a device's: its device storage
+    # is then made anew over the new memory)
+    return sync(self, source if host.nbytes() == size else None)
 
 
 for _op in (aten.set_.source_Storage, aten.set_.source_Storage_storage_offset, aten.set_.source_Tensor,
