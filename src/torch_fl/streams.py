@@ -6,6 +6,10 @@ or events, so there is no wrapper on the hot path. On the host CPU (sync submiss
 devices (``streams = false``, ``events = false``) they return host objects: work on one queue is already
 ordered, and an event is a host clock reading taken after the device's queued work finished.
 
+On an emulated chip the device module is the emulator's (``torch.npu``, ``torch.emu``): its streams and events
+have an order of their own and defer what the host sees of non-blocking copies where the description says
+``submission = "async"`` (routing/emu/streams.py, docs/streams.md).
+
 The runtime facade (torch_fl.runtime) imports this module and re-exports Stream, Event and stream; both
 ask device_calls.py for the device module and for synchronize, so neither imports the other.
 """
