@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-from . import positive_seconds
-from .args import add_device, add_json
+from .args import add_device, add_json, positive_seconds
 
 
 # Command ------------------------------------------------------------------------------------------
