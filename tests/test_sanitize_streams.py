@@ -357,3 +357,11 @@ def test_activation_offloading_to_pinned_memory_is_clean(chip):
     with sanitize() as check, torch.autograd.graph.save_on_cpu(pin_memory=True):
         (w.sin() @ w).sum().backward()
     assert check.reports == [] and w.grad is not None
+
+
+def test_a_sync_chip_is_checked_too():
+    """A race on a sync-submission chip is harmless there, and wrong on every async chip the code may run on."""
+    with torch_fl.emulate("minimal") as activation:
+        mod, d = getattr(torch, activation.device.type), activation.device
+        reports = _reports(read_after_write_on_two_streams, mod, d)
+    assert len(reports) == 1 and "data race" in reports[0]
