@@ -128,7 +128,7 @@ class LoadResult:
             return f"import {self.module}: still running after {self.seconds:.0f} s (stopped)"
         if self.status == "exit":
             return f"import {self.module}: the child process exited with status {self.returncode}"
-        return f"import {self.module}: {self.error_type}: {self.error_message.splitlines()[0] if self.error_message else ''}"
+        return f"import {self.module}: {self.error_type}: {_first_line(self.error_message)}"
 
     def problem(self) -> str:
         """What happened, why, and the fix ('' when the import worked)."""
@@ -315,7 +315,6 @@ def _classify(result: LoadResult, report: dict[str, Any] | None, stderr: str, ki
         result.status = "exception"
         result.error_type, result.error_message = report["type"], report["message"]
         result.traceback = [line.rstrip() for line in report.get("traceback", [])]
-        result.extension = result.extension if result.extension else ""
         _loader_message(result, report)
         return
     if killed or "Timeout (" in stderr:
