@@ -108,6 +108,10 @@ def build(root: Path) -> FakePlugins:
     package.mkdir()
     (package / "__init__.py").write_text("from . import _C\n")
     _gcc(f"-I{include}", root / "fp_ok.c", "-o", package / f"_C.{other}-x86_64-linux-gnu.so")
+    exit_crash = pkgs / "fp_atexit"  # imports fine, then crashes the interpreter at exit
+    exit_crash.mkdir()
+    (exit_crash / "__init__.py").write_text("import atexit, os, signal\n"
+                                            "atexit.register(lambda: os.kill(os.getpid(), signal.SIGSEGV))\n")
     hang = pkgs / "fp_hang"
     hang.mkdir()
     (hang / "__init__.py").write_text("import time\ntime.sleep(600)\n")

@@ -42,6 +42,12 @@ def test_a_crash_is_reported_with_the_signal_and_the_extension(fakes: FakePlugin
     assert any("Fatal Python error" in line for line in result.traceback)
 
 
+def test_a_crash_at_interpreter_exit_is_told_apart(fakes: FakePlugins) -> None:
+    result = load("fp_atexit", env=fakes.env())
+    assert result.status == "signal" and result.signal == "SIGSEGV"
+    assert "the import itself finished; the process died afterwards, at interpreter exit" in result.problem()
+
+
 def test_a_library_missing_from_the_search_path_is_named(fakes: FakePlugins) -> None:
     result = load("fp_dep", env=fakes.env())
     assert result.status == "exception" and result.library == "libdep.so"

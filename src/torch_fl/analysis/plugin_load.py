@@ -139,7 +139,7 @@ class LoadResult:
             "timeout": f"did not finish in {self.seconds:.0f} s",
             "exit": f"ended the process with exit status {self.returncode}",
         }.get(self.status, f"failed: {self.error_type}: {_first_line(self.error_message)}")
-        where = []
+        where = [self.error_message] if self.status in ("signal", "exit") and self.error_message else []
         if self.extension:
             where.append(f"while initialising the extension {self.extension}")
         if self.status in ("signal", "exit") and self.last_init and self.last_init != self.extension:
@@ -322,6 +322,10 @@ def _classify(result: LoadResult, report: dict[str, Any] | None, stderr: str, ki
         result.traceback = _faulthandler_stack(stderr)
         result.extension = ""
         return
+    if report is not None and report.get("ok"):
+        result.extension = ""
+        result.error_message = ("the import itself finished; the process died afterwards, at interpreter exit "
+                                "(an atexit handler or a library's destructor)")
     if code is not None and code < 0:
         result.status = "signal"
         result.signal = _signal_name(-code)
