@@ -114,8 +114,9 @@ class Difference:
             return f"pip install '{dist}=={self.locked}'"
         if name == "torch_fl":
             return f"pip install 'torch-fl=={self.locked}'"
-        if name == "torch":
-            return f"install the torch build made for {detail} {self.locked} (same wheel on every node)"
+        if name == "torch":  # torch.git, torch.cxx11_abi, torch.cuda: another build of the same version
+            return (f"install the same torch wheel as the lock's node (its torch.{detail} is {self.locked}): the "
+                    f"same version from another index or build differs here")
         if name == "python":
             return f"use Python {self.locked} ({'its ABI ' + self.locked if detail else 'the same minor release'}) " \
                    f"in this node's environment"
