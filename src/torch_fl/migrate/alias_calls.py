@@ -34,6 +34,10 @@ CUDA = "cuda"
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 _FL_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _MODE_MACHINERY = (os.path.join(_TORCH_DIR, "overrides.py"),)
+# Wrappers torch-fl compiles under a name in torch's folder so that they read as part of the function they
+# wrap (routing/emu/streams.py: torch.zeros & co. with pin_memory=True on an emulated chip): the call's
+# caller is the frame above them.
+_TRANSPARENT_WRAPPERS = os.path.join(_TORCH_DIR, "_torch_fl_")
 
 
 # Call sites --------------------------------------------------------------------------------------
@@ -191,7 +195,8 @@ def calling_frame(frame: FrameType | None, func: Any = None) -> FrameType | None
     alias's mode and, for functions written in Python, the function's own frame)."""
     code = getattr(func, "__code__", None)
     while frame is not None and (frame.f_code.co_filename in _MODE_MACHINERY or frame.f_code is code
-                                 or frame.f_code is _MODE_CODE):
+                                 or frame.f_code is _MODE_CODE
+                                 or frame.f_code.co_filename.startswith(_TRANSPARENT_WRAPPERS)):
         frame = frame.f_back
     return frame
 
