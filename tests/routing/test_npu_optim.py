@@ -29,6 +29,15 @@ def test_clip_grad_norm_fused_equals_clip_grad_norm(name):
             torch.testing.assert_close(c.grad, p.grad)
 
 
+def test_the_fused_total_norm_is_float32_with_half_gradients():
+    # (test_fused_optimizers.py mixes float32 and float16 parameters and compares dtypes too)
+    params = [torch.nn.Parameter(torch.arange(6.0).reshape(2, 3)), torch.nn.Parameter(torch.arange(6.0).half())]
+    for p in params:
+        p.grad = p.detach().clone() / 100
+    total = npu_optim.NpuFusedSGD(params, lr=0.1).clip_grad_norm_fused_(5.0)
+    assert total.dtype == torch.float32
+
+
 def test_npu_slice_writes_into_out():
     # (Ascend/pytorch test/npu/test_jit_trace.py test_trace_npu_slice_out, in our words: a traced model calling
     # npu_slice(..., out=) gives what the eager one gives)

@@ -27,9 +27,10 @@ class NpuFusedOptimizerBase(torch.optim.Optimizer):
 
 def _clip_grad_norm_fused_(self: Any, max_norm: float, norm_type: float = 2) -> torch.Tensor:
     """The vendor's fused clipping: the gradients of all of this optimizer's parameters clipped to `max_norm`
-    in `norm_type` norm together (over its combined gradient buffer on the chip); returns the total norm."""
+    in `norm_type` norm together (over its combined gradient buffer on the chip); returns the total norm, in
+    float32 as the vendor's (whatever the gradients' dtypes)."""
     params = [p for group in self.param_groups for p in group["params"] if p.grad is not None]
-    return torch.nn.utils.clip_grad_norm_(params, max_norm, norm_type=norm_type)
+    return torch.nn.utils.clip_grad_norm_(params, max_norm, norm_type=norm_type).float()
 
 
 def _compatible(base: type, name: str) -> type:
