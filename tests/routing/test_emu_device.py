@@ -392,3 +392,17 @@ def test_torch_compile_traces_through_the_emulated_device(backend):
         out.sum().backward()
         assert out.device == activation.device and model.weight.grad.device == activation.device
         torch.testing.assert_close(out.cpu(), model(x).cpu())
+
+
+def test_like_and_new_factories_asked_for_the_host_make_host_tensors(d):
+    # torch_mlu's test/storage/test_storage.py test_new_with_file2: torch.empty_like(device_tensor, device="cpu")
+    # is a host tensor (it then takes a host storage with set_), as on every PyTorch device
+    x = torch.tensor([1.0, 2.0], device=d)
+    for made in (torch.empty_like(x, device="cpu"), torch.zeros_like(x, device="cpu"),
+                 x.new_zeros(3, device="cpu"), x.new_empty((2,), device=torch.device("cpu"))):
+        assert type(made) is torch.Tensor and made.device.type == "cpu"
+    host = torch.empty_like(x, device="cpu")
+    host.set_(torch.UntypedStorage(8), 0, (2,), (1,))
+    assert host.device.type == "cpu" and host.shape == (2,)
+    for made in (torch.ones_like(x), x.new_ones(2), torch.zeros_like(x, device=d)):
+        assert made.device == d

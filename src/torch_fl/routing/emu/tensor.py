@@ -546,10 +546,10 @@ def _int_list(kind: Any) -> bool:
 
 
 def _plain_kwargs(kwargs: dict) -> bool:
-    """Keywords the fast path passes on as they are: no tensor, no list (memory_format=, dim=...)."""
+    """Keywords the fast path passes on as they are: no tensor, no list, no device (memory_format=, dim=...)."""
     for value in kwargs.values():
         kind = type(value)
-        if kind is list or kind is tuple or isinstance(value, torch.Tensor):
+        if kind is list or kind is tuple or kind is torch.device or isinstance(value, torch.Tensor):
             return False
     return True
 
@@ -573,6 +573,11 @@ def _dispatch_planned(plan: _Plan, func: Any, args: tuple, kwargs: dict, kernel:
     if plan.special is not None:
         return plan.special(func, args, kwargs)
     index, cargs, ckwargs = _unwrap(func, args, kwargs)
+    target = kwargs.get("device")
+    if target is not None and torch.device(target).type != backend_name():
+        # empty_like(x, device="cpu"), x.new_zeros(.., device="cpu"): made on the device asked for, as
+        # PyTorch makes them (nothing of the emulated chip runs)
+        return kernel(*cargs, **ckwargs)
     router = state.router
     if router is None or plan.inherited:
         return _finish(plan, args, kwargs, kernel(*cargs, **ckwargs), index)
