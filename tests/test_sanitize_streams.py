@@ -365,3 +365,23 @@ def test_a_sync_chip_is_checked_too():
         mod, d = getattr(torch, activation.device.type), activation.device
         reports = _reports(read_after_write_on_two_streams, mod, d)
     assert len(reports) == 1 and "data race" in reports[0]
+
+
+def test_fl_sanitize_turns_the_sanitizer_on_from_the_start():
+    """FL_SANITIZE=streams (docs/env.md): the same check as torch.fl.sanitize(), from the device's registration
+    on, with no code change; the race stops at the op with the sanitizer's text."""
+    assert torch_fl.sanitize is sanitize
+    code = textwrap.dedent("""
+        import torch, torch_fl
+        x = torch.ones(4, device="npu")
+        x.add_(1)
+        with torch.npu.stream(torch.npu.Stream()):
+            torch.mul(x, 2)
+    """)
+    env = {**__import__("os").environ, "FL_DEVICE": "emu:npu", "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          env={**env, "FL_SANITIZE": "streams"})
+    assert done.returncode != 0 and "torch-fl stream sanitizer" in done.stderr, done.stderr[-2000:]
+    assert "aten::mul on stream" in done.stderr
+    quiet = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    assert quiet.returncode == 0, quiet.stderr[-2000:]

@@ -66,7 +66,8 @@ _LAZY = {name: "runtime" for name in (
 )} | {name: "routing" for name in (
     "activate", "deactivate", "activated", "emulate", "register_kernel", "route_stats",
     "reset_route_stats", "route_table", "write_route_log",
-)} | {name: "compiler" for name in ("compile", "compile_stats", "export_aot", "load_aot")}
+)} | {name: "compiler" for name in ("compile", "compile_stats", "export_aot", "load_aot")} | {
+    "sanitize": "routing.emu.sanitizer"}
 
 # Submodules reached as torch.fl.NAME (torch.fl.distributed), imported on first access like _LAZY.
 _SUBMODULES = {"distributed"}

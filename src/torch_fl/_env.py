@@ -382,6 +382,11 @@ FL_COLLECTIVE_TIMEOUT = EnvVar("FL_COLLECTIVE_TIMEOUT", "seconds 0..604800", "60
                                "take before the watchdog ends the process with a diagnosis; 0 keeps torch's "
                                "default timeout and turns the watchdog off.", see="distributed.md", parser=_seconds,
                                key="collective_timeout", maximum=7 * 24 * 3600.0)
+FL_SANITIZE = EnvVar("FL_SANITIZE", "choice", "off", "'streams' checks the stream order of every op on an "
+                     "emulated chip from its registration on (races, frees without record_stream, host reads of "
+                     "unfinished non-blocking copies, device work in a forked child), as torch.fl.sanitize() "
+                     "does; 'off' (the default) costs nothing.", allowed=("off", "streams"), see="streams.md",
+                     parser=_choice, key="sanitize")
 FL_EMU_DEVICES = EnvVar("FL_EMU_DEVICES", "int 1..1024", "1", "How many emulated devices FL_DEVICE=emu:NAME "
                         "(or torch.fl.emulate) gives: acc0..accN-1 as emu:0..emu:N-1.", parser=_positive_int,
                         key="emu_devices", maximum=1024)
@@ -389,7 +394,7 @@ FL_EMU_DEVICES = EnvVar("FL_EMU_DEVICES", "int 1..1024", "1", "How many emulated
 ALL: tuple[EnvVar, ...] = (
     FL_DEVICE, FL_DEVICE_MAP, FL_BACKEND, FL_DESCRIPTION, FL_DESCRIPTION_PATH, FL_CONFIG, FL_LOG,
     FL_ROUTE, FL_ROUTE_LOG, FL_FALLBACK, FL_CACHE_DIR, FL_CACHE_KEEP,
-    FL_CUDA_ALIAS, FL_PREFLIGHT, FL_COLLECTIVE_TIMEOUT, FL_EMU_DEVICES,
+    FL_CUDA_ALIAS, FL_PREFLIGHT, FL_COLLECTIVE_TIMEOUT, FL_EMU_DEVICES, FL_SANITIZE,
 )
 BY_NAME: dict[str, EnvVar] = {var.name: var for var in ALL}
 BY_KEY: dict[str, EnvVar] = {var.key: var for var in ALL if var.key}
