@@ -97,9 +97,34 @@ def main(argv: list[str] | None = None) -> int:
     if help_only(argv) or (_command(argv) in TORCH_FREE and "--help" not in argv and "-h" not in argv) or \
             torch_missing():
         _bare_package()
-    from torch_fl.cli import main as cli_main
-
+    try:
+        from torch_fl.cli import main as cli_main
+    except RuntimeError as exc:
+        if not _retry_without_autoload(argv, exc):
+            raise
+        raise AssertionError("unreachable: os.execv returned") from exc
     return cli_main(argv)
+
+
+# The commands that diagnose an environment: a vendor plugin that torch imports by itself (a torch.backends
+# entry point, as torch_npu registers) and that fails to load must not stop them before they start; they
+# run again with the entry points off and report the plugin from a child process (analysis/plugin_load.py).
+_DIAGNOSE = frozenset({"doctor", "bugreport", "env"})
+_AUTOLOAD = "TORCH_DEVICE_BACKEND_AUTOLOAD"
+
+
+def _retry_without_autoload(argv: list[str], exc: RuntimeError) -> bool:
+    if _command(argv) not in _DIAGNOSE or "Failed to load the backend extension" not in str(exc) or \
+            os.environ.get(_AUTOLOAD) == "0":
+        return False
+    print(f"torchfl {_command(argv)}: `import torch` fails: {exc}\n"
+          f"  running again with {_AUTOLOAD}=0 (torch's backend entry points off) to diagnose it",
+          file=sys.stderr)
+    sys.stderr.flush()
+    os.environ[_AUTOLOAD] = "0"
+    os.environ["TORCH_FL_AUTOLOAD_FAILED"] = str(exc)  # doctor reports it (analysis/doctor.AUTOLOAD_FAILED)
+    os.execv(sys.executable, [sys.executable, "-m", "_torch_fl_cli", *argv])
+    return True  # (execv does not return)
 
 
 if __name__ == "__main__":

@@ -203,3 +203,27 @@ def test_runtime_version_follows_the_torch_build() -> None:
 def test_module_entry_point_without_command_prints_help() -> None:
     done = subprocess.run([sys.executable, "-m", "torch_fl"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "doctor" in done.stdout
+
+
+@pytest.mark.slow  # two interpreters (the failed start and the run with the entry points off)
+def test_a_backend_entry_point_that_breaks_import_torch_does_not_stop_doctor(tmp_path):
+    """A package in torch's torch.backends entry point group whose import fails makes every `import torch`
+    fail (torch_npu without its CANN libraries); doctor, bugreport and env run again with the entry points off
+    and say so, instead of ending in torch's traceback before they start."""
+    site = tmp_path / "site"
+    (site / "fp_broken").mkdir(parents=True)
+    (site / "fp_broken" / "__init__.py").write_text('raise ImportError("libfake_rt.so: cannot open shared object file")\n')
+    (site / "fp_broken-1.0.dist-info").mkdir()
+    (site / "fp_broken-1.0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: fp-broken\nVersion: 1.0\n")
+    (site / "fp_broken-1.0.dist-info" / "entry_points.txt").write_text("[torch.backends]\nfp_broken = fp_broken:_load\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FL_") and k != "TORCH_DEVICE_BACKEND_AUTOLOAD"}
+    env.update(PYTHONPATH=os.pathsep.join([str(site), *filter(None, [os.environ.get("PYTHONPATH")])]),
+               OMP_NUM_THREADS="1")
+    done = subprocess.run([sys.executable, "-m", "_torch_fl_cli", "doctor"], env=env, capture_output=True,
+                          text=True, timeout=300, cwd=tmp_path)
+    assert "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert "running again with TORCH_DEVICE_BACKEND_AUTOLOAD=0" in done.stderr
+    assert done.returncode == 1  # a problem was found
+    assert "`import torch` fails in this environment: Failed to load the backend extension: fp_broken" in \
+        " ".join(done.stdout.split())
+    assert "repair or uninstall that package" in " ".join(done.stdout.split())

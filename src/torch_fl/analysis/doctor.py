@@ -387,9 +387,20 @@ def _check(ok: bool, detail: str, start: float) -> dict[str, Any]:
 
 
 # Diagnosis ----------------------------------------------------------------------------------------
+# Set by the launcher when torch's backend entry points failed to load (its text: torch's error).
+AUTOLOAD_FAILED = "TORCH_FL_AUTOLOAD_FAILED"
+
 def diagnose(data: dict[str, Any]) -> list[str]:
     """Problems that make this setup unusable, each ending with a next step (empty when healthy)."""
     problems = [_explain(data, error) for error in data["errors"] if not _covered(data, error)]
+    autoload = os.environ.get(AUTOLOAD_FAILED, "")
+    if autoload:
+        # the launcher (src/_torch_fl_cli.py) met it and ran this doctor again with the entry points off
+        problems.append(f"`import torch` fails in this environment: {autoload} Why: a package registers itself "
+                        "in torch's torch.backends entry point group, so every `import torch` imports it, and its "
+                        "import fails (this doctor ran with TORCH_DEVICE_BACKEND_AUTOLOAD=0). Fix: repair or "
+                        "uninstall that package (the plugin section above says why its import fails, when it is "
+                        "the description's plugin), or export TORCH_DEVICE_BACKEND_AUTOLOAD=0 meanwhile.")
     if data["release_compat"] and data["release_compat"]["problem"]:
         problems.append(data["release_compat"]["problem"])
     if _no_devices(data):
