@@ -80,6 +80,18 @@ class CudaAliasError(TorchFLError, RuntimeError):
     and the remedy of the CUDA-API table (migrate/cuda_surface.py)."""
 
 
+class StreamRaceError(TorchFLError, RuntimeError):
+    """The stream sanitizer (FL_SANITIZE=streams, torch.fl.sanitize()) found accesses of one tensor on two
+    streams with no order between them, a free without record_stream, or a host access to an unfinished
+    non-blocking copy; ``.reports`` holds each report (both accesses, their ops, streams and source lines)."""
+
+    reports: list[str]
+
+    def __init__(self, reports: list[str]) -> None:
+        super().__init__("\n\n".join(reports))
+        self.reports = list(reports)
+
+
 class DistributedError(TorchFLError, RuntimeError):
     """A distributed setup that cannot work (mixed vendors without a common backend, no device)."""
 

@@ -59,11 +59,11 @@ _HOST_SYNC_OPS = {aten._local_scalar_dense.default: "item()", aten.nonzero.defau
 
 
 def race_error(reports: list[str]) -> RuntimeError:
-    """What a race raises: a RuntimeError (as PyTorch's errors on a chip are) carrying the reports in
-    ``.reports``; starts with ``torch-fl stream sanitizer:``."""
-    error = RuntimeError("\n\n".join(reports))
-    error.reports = reports  # type: ignore[attr-defined]
-    return error
+    """What a race raises: a StreamRaceError (a RuntimeError, as PyTorch's errors on a chip are) carrying the
+    reports in ``.reports``; starts with ``torch-fl stream sanitizer:``."""
+    from ...errors import StreamRaceError
+
+    return StreamRaceError(reports)
 
 
 class _Signature:
