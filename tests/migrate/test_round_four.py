@@ -144,3 +144,10 @@ def test_a_file_in_newer_python_syntax_is_named_as_such(tmp_path) -> None:
     assert f"valid Python 3.12 that this Python ({version}) cannot parse" in errors["generic.py"]
     assert "scan it with Python >= 3.12" in errors["generic.py"]
     assert errors["broken.py"].startswith("SyntaxError: ")
+
+
+def test_a_per_vendor_table_built_with_dict_keywords_is_multi_vendor_code() -> None:
+    source = ("import torch\n\nALLOCATED = dict(cuda=torch.cuda.memory_allocated, xpu=torch.xpu.memory_allocated,\n"
+              "                 mps=torch.mps.current_allocated_memory)\n")
+    assert _found(source) == []
+    assert _found("import torch\nSTATS = dict(cuda=torch.cuda.memory_allocated)\n") != []

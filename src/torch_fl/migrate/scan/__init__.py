@@ -40,6 +40,7 @@ as :class:`ScanError` records (code E999 or E902), separate from findings, and s
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -111,12 +112,18 @@ def scan_file(path: Path, codes: frozenset[str] | None = None, *, unsafe_fixes: 
         return [], ScanError("E999", name, exc.lineno or 1, exc.offset or 1, message), lines
 
 
+# What 3.12 added that older parsers reject: `type X = ...`, `def f[T](...)` / `class C[T]:` (PEP 695), and
+# f-strings reusing their own quote inside braces (PEP 701). A file without any is not tried with libcst.
+_NEWER_SYNTAX = re.compile(r"^\s*type\s+\w+\s*(\[[^\]\n]*\])?\s*=|^\s*(async\s+)?(def|class)\s+\w+\s*\[|"
+                           r"\bf(\"[^\"\n]*\{[^}\n]*\"|'[^'\n]*\{[^}\n]*')", re.MULTILINE)
+
+
 def _newer_python(text: str) -> str | None:
     """The newer Python version a file that this interpreter's ``ast`` rejects is written for (PEP 695
     generics, PEP 701 f-strings: 3.12), where libcst, which parses up to 3.12, accepts it; None otherwise.
     Only on this error path, and only where libcst is installed (the scan itself needs the standard
     library only)."""
-    if sys.version_info >= (3, 12):
+    if sys.version_info >= (3, 12) or not _NEWER_SYNTAX.search(text):
         return None
     import importlib.util
 

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from typing import Any, ClassVar
 
 from ..rules import HOOKS, RULES, FixSafety
-from ..rules.base import str_value, terminal_name, torch_callee
+from ..rules.base import names_vendors, str_value, terminal_name, torch_callee
 from .results import Raw, _Pos, pos
 
 # Calls that tell whether CUDA is there; a test made of them guards CUDA-only code.
@@ -224,6 +224,14 @@ class Dispatch:
         if self.cuda_only_case(node):
             return
         func = node.func
+        if type(func) is ast.Name and func.id == "dict" and names_vendors(kw.arg for kw in node.keywords):
+            # dict(cuda=torch.cuda.memory_allocated, xpu=torch.xpu.memory_allocated): a per-vendor table,
+            # as the {"cuda": ..., "xpu": ...} display is (flow.visit_Dict)
+            self.quiet += 1  # type: ignore[attr-defined]
+            for kw in node.keywords:
+                self.visit(kw.value)
+            self.quiet -= 1  # type: ignore[attr-defined]
+            return
         qual = self.qualname(func)
         self.note_uses(node, qual)
         if qual is not None:
