@@ -5,10 +5,11 @@ Each command runs in a fresh process (--runs times, interleaved so that machine 
 the CPU time is the child's user+system time (resource.getrusage(RUSAGE_CHILDREN)), printed beside the
 wall time; medians are compared. `fix` runs with --diff (nothing written, the same work up to the write).
 
-    fix (shipped)  the `torchfl` console script as installed: `fix` takes the real torch_fl package,
-                   whose __init__ imports torch (src/_torch_fl_cli.py: fix is not in _TORCH_FREE)
-    fix (bare)     the same command with the bare package the console script gives `scan`: what `torchfl
-                   fix` costs once _TORCH_FREE includes "fix" (torch_fl.migrate and fix import no torch)
+    fix (shipped)  the `torchfl` console script's start as installed (src/_torch_fl_cli.main): since
+                   60beb18 it gives `fix` the bare torch_fl package, as it gives `scan` (before: the real
+                   package, whose __init__ imports torch, +1.6 CPU-s a call)
+    fix (bare)     the same command with the bare package forced: the two agree now; a gap between them
+                   says the console script imports torch for `fix` again
 
 Trees: "fixtures" is tests/migrate/fixtures (ours: every rule's odd shapes, many rewritten with libcst);
 "13k" is a generated 13k-line training project (benchmarks/scan_speed.py's generator: device strings,
@@ -31,24 +32,21 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNNER = (
-    "import sys; sys.path.insert(0, {src!r}); import _torch_fl_cli; {bare}"
-    "from torch_fl.cli import main\n"
-    "try:\n    main(sys.argv[1:])\nexcept SystemExit as exc:\n    code = exc.code\n"
-    "else:\n    code = 0\n"
+    "import sys; sys.path.insert(0, {src!r}); import _torch_fl_cli\n"
+    "if {bare}:\n    _torch_fl_cli._bare_package()\n    from torch_fl.cli import main\n"
+    "else:\n    main = _torch_fl_cli.main\n"
+    "try:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
     "sys.stderr.write('torch=%s libcst=%s\\n' % ('torch' in sys.modules, 'libcst' in sys.modules))\n"
 )
 
 
 def _command(kind: str, tree: list[str]) -> list[str]:
     if kind == "scan":
-        args = ["scan", "-q", *tree]
-        bare = "_torch_fl_cli._bare_package(); "
+        args, bare = ["scan", "-q", *tree], False
     elif kind == "fix (shipped)":
-        args = ["fix", "--diff", *tree]
-        bare = ""
+        args, bare = ["fix", "--diff", *tree], False
     else:
-        args = ["fix", "--diff", *tree]
-        bare = "_torch_fl_cli._bare_package(); "
+        args, bare = ["fix", "--diff", *tree], True
     return [sys.executable, "-c", RUNNER.format(src=str(ROOT / "src"), bare=bare), *args]
 
 
