@@ -160,6 +160,19 @@ def test_record_stream_is_accepted(chip):
     assert y.tolist() == [2, 2, 2]
 
 
+def test_torchscript_compiles_the_factories_the_emulator_wraps(chip):
+    """The pin_memory wrappers replace torch.zeros_like & co. in torch's namespace; TorchScript's builtin table
+    must know them (torch_npu's test_ops_jit and jit/test_builtins scripted them: 'Could not get qualified
+    name for class zeros_like')."""
+
+    @torch.jit.script
+    def scripted(x: torch.Tensor) -> torch.Tensor:
+        return torch.zeros_like(x) + torch.ones(2) + torch.tensor([1.0, 2.0]) + torch.arange(2)
+
+    assert scripted(torch.ones(2)).tolist() == [2.0, 4.0]
+    assert "aten::zeros_like" in str(scripted.graph)
+
+
 def test_pinned_host_memory_from_every_factory(chip):
     _, d = chip
     for made in (torch.empty(3, pin_memory=True), torch.zeros(2, 2, pin_memory=True),

@@ -703,6 +703,17 @@ def _accelerator_entry(original: Any, emulated: Any) -> Any:
     return entry
 
 
+def _script_as(wrapper: Any, name: str) -> None:
+    """TorchScript compiles `torch.NAME(...)` as the aten op of its builtin table, which holds the functions of
+    torch's namespace by identity: the wrapper is that function now, so it must be the same builtin (else
+    scripting any code that calls torch.zeros_like & co. fails: 'Could not get qualified name')."""
+    from torch.jit import _builtins
+
+    _builtins._builtin_ops.append((wrapper, f"aten::{name}"))
+    if _builtins._builtin_table is not None:  # (built already: add to it; else it is built from the list)
+        _builtins._builtin_table[id(wrapper)] = f"aten::{name}"
+
+
 def install() -> None:
     """Once, with the backend: torch.<chip>'s streams and events, torch.Stream and torch.accelerator's stream
     calls on the emulated device, non-blocking copies, record_stream, pinned factories and the forked-child check."""
@@ -748,6 +759,7 @@ def install() -> None:
         if original is not None:
             wrapper = _pinning(original)
             setattr(torch, name, wrapper)
+            _script_as(wrapper, name)
             if original in constructors:
                 constructors.add(wrapper)
     os.register_at_fork(after_in_child=_after_fork_in_child)
