@@ -53,3 +53,21 @@ def test_double_backward_and_a_chip_without_the_kernel_keep_the_composite():
     for a, b in zip(got, mish, strict=True):
         torch.testing.assert_close(a, b)
     assert shuffled.cpu().flatten().tolist() == [0, 1, 4, 5, 2, 3, 6, 7]
+
+
+@pytest.mark.parametrize(("chip", "takes_int32"), [("emu:npu", True), ("emu:musa", False), ("emu:cuda", False)])
+def test_one_hot_is_the_chips_kernel(monkeypatch, chip, takes_int32):
+    # torch_npu's test/nn/test_sparse_functions.py test_one_hot: int32 indices on the chip (op-plugin's kernel),
+    # the result in the indices' dtype; torch_musa's kernel and CUDA's (PyTorch's) refuse all but int64
+    monkeypatch.setenv("FL_DEVICE", chip)
+    torch_fl.reset()
+    d = torch_fl.device()
+    indices = torch.arange(0, 5) % 3
+    expected = torch.nn.functional.one_hot(indices)
+    assert torch.equal(torch.nn.functional.one_hot(indices.to(d)).cpu(), expected)
+    if takes_int32:
+        got = torch.nn.functional.one_hot(indices.to(d).int())
+        assert got.dtype == torch.int32 and got.device == d and torch.equal(got.cpu(), expected.int())
+    else:
+        with pytest.raises(RuntimeError, match="one_hot is only applicable to index tensor of type LongTensor"):
+            torch.nn.functional.one_hot(indices.to(d).int())

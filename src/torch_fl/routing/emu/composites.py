@@ -9,7 +9,9 @@ diffusers' AutoencoderKL were not bit for bit on any emulated chip; the held-out
 scripts/model_zoo.py, found it). Here each op gets a kernel on the emulated backend's autograd key: where the
 chip's table has the op native for the dtype and no graph of the result is needed (a backward without
 create_graph), the op goes below autograd to the device as one call (the host kernel, as every native op);
-otherwise PyTorch's composite runs, as on a chip without the kernel.
+otherwise PyTorch's composite runs, as on a chip without the kernel. ``one_hot`` has only the composite in
+PyTorch, and a kernel of its own in op-plugin (npu's table), which takes int32 indices the composite refuses:
+it reaches the chip the same way, computed by `HOST`.
 """
 
 from __future__ import annotations
@@ -23,8 +25,26 @@ from ..table import dtype_name
 from .slot import state
 
 aten = torch.ops.aten
-OPS = ("silu_backward", "mish_backward", "native_channel_shuffle")
+OPS = ("silu_backward", "mish_backward", "native_channel_shuffle", "one_hot")
 _library: Any = None
+
+
+# chips (wider.chip_key) whose own one_hot takes integer indices of any width: op-plugin's
+# (op_plugin/ops/opapi/OneHotKernelNpuOpApi.cpp; npu's table: int32, int64), its result in the indices' dtype.
+# torch_musa's (torch_musa/csrc/aten/ops/OneHot.cpp) and PyTorch's take int64 alone.
+ONE_HOT_ANY_WIDTH = frozenset({"npu"})
+
+
+def _one_hot(self: torch.Tensor, num_classes: int = -1) -> torch.Tensor:
+    from .wider import chip_key
+
+    if state.description is not None and chip_key(state.description) in ONE_HOT_ANY_WIDTH:
+        return torch.nn.functional.one_hot(self.long(), num_classes).to(self.dtype)
+    return torch.nn.functional.one_hot(self, num_classes)  # (int64 only: "... of type LongTensor")
+
+
+# The host computation of a chip's own kernel where PyTorch's composite (the host's only kernel) differs from it
+HOST: dict[Any, Any] = {aten.one_hot.default: _one_hot}
 
 
 _registered: dict[int, tuple[Any, frozenset[str]]] = {}

@@ -485,7 +485,7 @@ class _Plan:
         if self.special is None and _composite(func):
             self.special = _decompose
         # the CPU kernel, or the reference math of a chip kernel the CPU lacks (routing/reference.py)
-        self.kernel = REFERENCE.get(func, func)
+        self.kernel = REFERENCE.get(func) or composites.HOST.get(func, func)
         # the kernel's C++ entry: OpOverload.__call__ is a Python frame that only calls it (~0.15 us)
         self.call = self.kernel._op if type(self.kernel) is torch._ops.OpOverload else self.kernel
         self.name = canonical_op_name(func)
