@@ -6,6 +6,7 @@ passes `native`, a callable that runs the op's own kernel (None when there is no
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import warnings
@@ -27,6 +28,36 @@ from .translate import guard, translation, untranslatable_reason
 NATIVE_KIND = RouteKind.NATIVE
 
 Native = Callable[[tuple, dict], Any] | None
+
+# Profiler ranges ------------------------------------------------------------------------------------
+# Every non-native call runs inside a torch.profiler range named "fl::ROUTE OP" (fl::translate
+# aten::gelu.default), opened where route_stats() counts the call, so a trace's ranges and the counts
+# agree; a fallback that copies adds "fl::to_host" and "fl::to_device" ranges around its copies. When no
+# profiler is active the only cost is one C call (torch._C._autograd._profiler_enabled, ~70 ns):
+# benchmarks/profiler_ranges.py measures it. Native calls are never intercepted, so never ranged.
+profiling = torch._C._autograd._profiler_enabled
+RANGE_PREFIX = "fl::"
+_range_names: dict[tuple[str, str], str] = {}
+try:
+    from torch._C._profiler import _RecordFunctionFast as _Range  # a RecordFunction without an op call
+except ImportError:  # older torch: the public context manager (it dispatches profiler ops itself)
+    from torch.autograd.profiler import record_function as _Range
+
+
+def range_name(route: str, op: str) -> str:
+    """The profiler range of `op` on `route`: ``fl::translate aten::gelu.default``."""
+    name = _range_names.get((route, op))
+    if name is None:
+        name = _range_names[(route, op)] = f"{RANGE_PREFIX}{route} {op}"
+    return name
+
+
+def _ranged(route: str, op: str, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+    """fn(*args, **kwargs), inside the profiler range of (route, op) when a profiler is active."""
+    if not profiling():
+        return fn(*args, **kwargs)
+    with _Range(range_name(route, op)):
+        return fn(*args, **kwargs)
 
 
 class _Depth(threading.local):
@@ -102,19 +133,22 @@ class Router:
             return self.fallback(op, ovl, route, dtype, args, kwargs, native)
         if kind is RouteKind.KERNEL:
             stats.record(op, dtype, RouteKind.KERNEL, route.source)
-            if guard.in_kernel[op]:
-                # The kernel calls its own op (to wrap or fix up the native result): that inner call
-                # is the native kernel's, or the kernel would recurse forever.
-                if native is None:
-                    raise self.error(op, args, kwargs, route, "the registered kernel calls the op "
-                                     "itself, and the device has no native kernel for it")
-                return native(args, kwargs)
-            guard.in_kernel[op] += 1
-            try:
-                return route.kernel(*args, **kwargs)
-            finally:
-                guard.in_kernel[op] -= 1
+            return _ranged("kernel", op, self._kernel, op, route, args, kwargs, native)
         raise self.error(op, args, kwargs, route)
+
+    def _kernel(self, op: str, route: Route, args: tuple, kwargs: dict, native: Native) -> Any:
+        if guard.in_kernel[op]:
+            # The kernel calls its own op (to wrap or fix up the native result): that inner call
+            # is the native kernel's, or the kernel would recurse forever.
+            if native is None:
+                raise self.error(op, args, kwargs, route, "the registered kernel calls the op "
+                                 "itself, and the device has no native kernel for it")
+            return native(args, kwargs)
+        guard.in_kernel[op] += 1
+        try:
+            return route.kernel(*args, **kwargs)
+        finally:
+            guard.in_kernel[op] -= 1
 
     def translate(self, op: str, ovl: torch._ops.OpOverload, route: Route, dtype: str | None,
                   args: tuple, kwargs: dict, native: Native, reenter: Any) -> Any:
@@ -127,9 +161,9 @@ class Router:
         try:
             if reenter is not None:
                 with reenter:  # emulation: the decomposition's sub-ops are checked too
-                    out = fn(*args, **kwargs)
+                    out = _ranged("translate", op, fn, *args, **kwargs)
             else:
-                out = fn(*args, **kwargs)
+                out = _ranged("translate", op, fn, *args, **kwargs)
         except UnsupportedOperatorError as exc:
             # Name the op the model called, not only the sub-op PyTorch's decomposition reached.
             raise UnsupportedOperatorError(
@@ -169,8 +203,8 @@ class Router:
         if self.host_is_device:
             if native is None or not self._cpu_can_run(op):
                 raise self.error(op, args, kwargs, route, "the CPU has no kernel for it either")
-            return native(args, kwargs)
-        return cpu_fallback(ovl, args, kwargs)
+            return _ranged("fallback", op, native, args, kwargs)
+        return _ranged("fallback", op, cpu_fallback, ovl, args, kwargs)
 
     def error(self, op: str, args: tuple, kwargs: dict, route: Route, reason: str = "") -> \
             UnsupportedOperatorError:
@@ -222,6 +256,9 @@ class Router:
 
 
 # CPU fallback on a real device ---------------------------------------------------------------------
+TO_HOST = f"{RANGE_PREFIX}to_host"      # the profiler ranges of a fallback's copies
+TO_DEVICE = f"{RANGE_PREFIX}to_device"
+
 def _host_copier(force: bool) -> Callable[[Any], Any]:
     def copy(value: Any) -> Any:
         if not isinstance(value, torch.Tensor):
@@ -290,16 +327,26 @@ def cpu_fallback(ovl: torch._ops.OpOverload, args: tuple, kwargs: dict, *, force
     device = next((t.device for t in flat_inputs if t.device.type != "cpu"), torch.device("cpu"))
     inplace_view = torch.Tag.inplace_view in ovl.tags
     is_view = inplace_view or any(r.alias_info is not None and not r.alias_info.is_write for r in schema.returns)
-    if is_view:
-        cpu_args = tuple(_geometry_preserving_copy(a, force_copy) if isinstance(a, torch.Tensor) else a
-                         for a in args)
-        cpu_kwargs = {k: host_copy(v) for k, v in kwargs.items()}
-    else:
-        cpu_args = tree_map(host_copy, args)
-        cpu_kwargs = tree_map(host_copy, kwargs)
+    ranged = profiling()
+    to_host = _Range(TO_HOST) if ranged else contextlib.nullcontext()
+    with to_host:
+        if is_view:
+            cpu_args = tuple(_geometry_preserving_copy(a, force_copy) if isinstance(a, torch.Tensor) else a
+                             for a in args)
+            cpu_kwargs = {k: host_copy(v) for k, v in kwargs.items()}
+        else:
+            cpu_args = tree_map(host_copy, args)
+            cpu_kwargs = tree_map(host_copy, kwargs)
     from .reference import REFERENCE  # a chip kernel the CPU lacks runs from its reference math
 
     out = REFERENCE.get(ovl, ovl)(*cpu_args, **cpu_kwargs)
+    with _Range(TO_DEVICE) if ranged else contextlib.nullcontext():
+        return _copy_back(ovl, args, kwargs, cpu_args, cpu_kwargs, out, device, is_view, inplace_view)
+
+
+def _copy_back(ovl: torch._ops.OpOverload, args: tuple, kwargs: dict, cpu_args: tuple, cpu_kwargs: dict,
+               out: Any, device: torch.device, is_view: bool, inplace_view: bool) -> Any:
+    schema = ovl._schema
 
     written: dict[int, torch.Tensor] = {}
     for i, argument in enumerate(schema.arguments):
