@@ -151,3 +151,18 @@ def test_a_per_vendor_table_built_with_dict_keywords_is_multi_vendor_code() -> N
               "                 mps=torch.mps.current_allocated_memory)\n")
     assert _found(source) == []
     assert _found("import torch\nSTATS = dict(cuda=torch.cuda.memory_allocated)\n") != []
+
+
+def test_a_guarded_device_handed_to_a_callee_that_is_not_torchs_makes_the_check_unsafe() -> None:
+    # The callee (the project's own step class) decides what the name means; a test under the check then
+    # asserts what it decided for CUDA (non_blocking only for "cuda"): on an NPU the rewritten check would
+    # run that assertion with "npu", where the original skipped it.
+    source = ("import torch\nfrom mylib.steps import MoveStep\n\n\ndef test_non_blocking():\n"
+              "    if torch.cuda.is_available():\n        step = MoveStep(device='cuda')\n"
+              "        assert step.non_blocking is True\n")
+    check = next(f for f in scan_source(source) if f.line == 6)
+    assert check.safety == "unsafe" and "a callee that is not torch's" in check.message
+    assert "if torch.cuda.is_available():" in fix_source(source).new_source
+    # torch's own callee takes any accelerator's name: the check stays a safe fix
+    own = "import torch\nif torch.cuda.is_available():\n    x = torch.zeros(1, device='cuda')\n"
+    assert [(f.code, f.safety) for f in scan_source(own)] == [("FL201", "safe"), ("FL101", "safe")]

@@ -196,6 +196,10 @@ model = DDP(model, device_ids=[torch.fl.current_device()] if torch.fl.is_acceler
 )
 
 
+# The rule state key of device literals handed to a callee that is not torch's (their positions).
+FOREIGN = "foreign_devices"
+
+
 # Detection ----------------------------------------------------------------------------------------
 def report_device_strings(det: RuleContext, value: ast.expr, *, as_string: bool = False) -> None:
     """FL101 for each "cuda"/"cuda:N" the value may be; FL106 for integer ordinals.
@@ -275,7 +279,15 @@ def device_keyword(det: RuleContext, call: ast.Call, arg: str, value: ast.expr, 
             det.report("FL101", literal, None if index == "?" else "safe", text=source_text(literal),
                        replacement=device_replacement(index))
         return  # an integer is a virtual device there (torch.fl.synchronize(0) is acc0)
-    report_device_strings(det, value, as_string=not torch_callee(det, call))
+    foreign = not torch_callee(det, call)
+    if foreign:
+        # DeviceProcessorStep(device="cuda"): a callee that is not torch's decides what the name means (its
+        # own "cuda" in str(device) tests, its own table); under a CUDA check that makes the check's fix
+        # unsafe (guards_settle), since on an NPU the callee now gets "npu" where the original skipped it.
+        det.state(__name__).setdefault(FOREIGN, set()).update(
+            (literal.lineno, literal.col_offset, literal.end_lineno, literal.end_col_offset)
+            for literal, _ in cuda_strings(value))
+    report_device_strings(det, value, as_string=foreign)
     det.sink("device", value)
 
 

@@ -8,6 +8,7 @@ import ast
 
 from ..cuda_api import CUDA_DEVICE
 from ..rules import RULES
+from ..rules import device as device_rules
 from .dispatch import Dispatch
 
 # A point of the walk: (raw findings, data-flow sources, module-function calls, calls into the project's
@@ -157,8 +158,12 @@ class GuardSettling(Dispatch):
         its findings, its "cuda" literals, the project's functions and the module's functions it calls,
         and the data-flow sources bound under it."""
         literals = self.guarded_literals(start, end)  # first: its hooks may report findings
-        candidates = [(self.raw[i].code, self.raw[i].where[0], self.raw[i].safety) for i in range(start[0], end[0])
-                      if i not in self.dropped and self.runs_here(i)]
+        foreign = self.state(device_rules.__name__).get(device_rules.FOREIGN, ())  # type: ignore[attr-defined]
+        candidates = [(self.raw[i].code, self.raw[i].where[0], self.raw[i].safety) if self.raw[i].where not in foreign
+                      else (f"{self.raw[i].code}: a device string handed to a callee that is not torch's, which "
+                            f"decides what another accelerator's name means", self.raw[i].where[0],
+                            None if self.raw[i].safety is None else "unsafe")
+                      for i in range(start[0], end[0]) if i not in self.dropped and self.runs_here(i)]
         candidates += literals
         # A function of another module of the project (`from . import dist_util`; `dist_util.dev()`) runs
         # under it too, and this pass cannot see its body: the fix is not known to be safe.
