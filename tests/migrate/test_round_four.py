@@ -166,3 +166,14 @@ def test_a_guarded_device_handed_to_a_callee_that_is_not_torchs_makes_the_check_
     # torch's own callee takes any accelerator's name: the check stays a safe fix
     own = "import torch\nif torch.cuda.is_available():\n    x = torch.zeros(1, device='cuda')\n"
     assert [(f.code, f.safety) for f in scan_source(own)] == [("FL201", "safe"), ("FL101", "safe")]
+
+
+def test_ordinals_a_check_picks_directly_hold_it_back() -> None:
+    # fork_rng(devices=...) takes CUDA ordinals unless given a device type: with the check rewritten alone,
+    # an NPU host would fork CUDA's generators for [0] where the original forked none.
+    source = ("import torch\n\ndevices = [torch.cuda.current_device()] if torch.cuda.is_available() else []\n"
+              "with torch.random.fork_rng(devices=devices):\n    torch.manual_seed(0)\n"
+              "workers = 8 if torch.cuda.is_available() else 2\n")
+    checks = {f.line: f for f in scan_source(source) if "is_available" in f.message}
+    assert checks[3].safety is None and "the device ordinal `devices`" in checks[3].message
+    assert checks[6].safety == "safe"  # a worker count is no ordinal

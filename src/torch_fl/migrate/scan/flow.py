@@ -120,6 +120,7 @@ class Flow(Dispatch):
     # Statements that bind ------------------------------------------------------------------------
     def visit_Assign(self, node: ast.Assign) -> None:
         outer, self.stmt_line = self.stmt_line, node.lineno
+        binds = len(self.ordinal_binds)  # type: ignore[attr-defined]
         for target in node.targets:
             if type(target) is ast.Tuple and type(node.value) is ast.Tuple \
                     and len(target.elts) == len(node.value.elts):
@@ -129,6 +130,15 @@ class Flow(Dispatch):
                 self.assign(target, node.value)
         start = len(self.raw)
         self.generic(node)
+        if type(node.value) is ast.IfExp and len(self.ordinal_binds) > binds:  # type: ignore[attr-defined]
+            # `gpu = 0 if torch.cuda.is_available() else -1`: the check in the test, now reported, picks it
+            test = node.value.test
+            first, last = (test.lineno, test.col_offset), (test.end_lineno, test.end_col_offset)
+            direct = [i for i in range(start, len(self.raw))
+                      if first <= self.raw[i].where[:2] and self.raw[i].where[2:] <= last]
+            for k in range(binds, len(self.ordinal_binds)):  # type: ignore[attr-defined]
+                name, line, checks, like = self.ordinal_binds[k]  # type: ignore[attr-defined]
+                self.ordinal_binds[k] = (name, line, [*checks, *direct], like)  # type: ignore[attr-defined]
         if len(self.raw) > start and len(node.targets) == 1 and self.names_cuda(node.value):  # type: ignore[attr-defined]
             # `use_cuda = torch.cuda.is_available()`: a later `if use_cuda:` is a guard on this check.
             key = self.key(node.targets[0])
@@ -158,7 +168,7 @@ class Flow(Dispatch):
         if type(value) is ast.Constant:
             self.bind_strings(target, value)
         self.source(key, value, ast.unparse(target) if cuda_or_nccl(value) else "")
-        if key is not None and any(is_int(alt) for alt in alternatives(value)):
+        if key is not None and any(self.ordinal_value(alt) for alt in alternatives(value)):
             # `gpu_index = 0` (under `if cuda_available:`, or `0 if cuda_available else -1`): an ordinal the
             # check picks; where it is used as a device with no fix, the check cannot be fixed alone.
             checks = self.check_findings(value.test, len(self.raw)) if type(value) is ast.IfExp else []  # type: ignore[attr-defined]
@@ -169,6 +179,17 @@ class Flow(Dispatch):
                 if origin is not None and origin != key:
                     self.edges.setdefault(origin, set()).add(key)
         self.emit("assign", target, value)
+
+    def ordinal_value(self, node: ast.expr, listed: bool = False) -> bool:
+        """An integer, or a list or tuple of integers and `torch.cuda.current_device()` calls: device
+        ordinals (`devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []`, handed to
+        `torch.random.fork_rng(devices=...)`, whose device type is CUDA's unless it is given). A lone
+        `torch.cuda.current_device()` is FL201's (torch.fl.current_device(), the accelerator's own)."""
+        if type(node) in (ast.List, ast.Tuple):
+            return bool(node.elts) and all(self.ordinal_value(e, True) for e in node.elts)  # type: ignore[attr-defined]
+        if type(node) is ast.Call:
+            return listed and self.qualname(node.func) == "torch.cuda.current_device"  # type: ignore[attr-defined]
+        return is_int(node)
 
     def visit_Dict(self, node: ast.Dict) -> None:
         if names_vendors(str_value(k) for k in node.keys):
