@@ -26,6 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "coverage": ("coverage", "which of a model's ops a device runs natively, and how the rest route"),
     "compare": ("compare", "compare a model's outputs and gradients on a device against a reference"),
     "bench": ("bench", "steps/s with torch-fl routing on vs off, route time, peak memory, leaks"),
+    "profile": ("profile", "a model's steps under torch.profiler: time by route, top ops with routes, copies"),
     "grade": ("grade", "L0/L1/L2 level of a model on a device, from measurements"),
     "scan": ("scan", "find CUDA-coupled code, with rule codes and fixes (text, JSON, SARIF)"),
     "fix": ("fix", "rewrite CUDA-coupled code to the torch.fl API (the fixable findings of scan)"),
@@ -41,6 +42,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 # The documentation page of each command (`torchfl docs TOPIC`; docs/cli.md has every command): the last
 # line of its help. The pages ship in the package (the wheel's torch_fl/docs), so the pointer works anywhere.
 DOC_PAGES: dict[str, str] = {"coverage": "analysis", "compare": "analysis", "bench": "analysis",
+                             "profile": "analysis",
                              "grade": "analysis", "scan": "migrate-rules", "fix": "migrate-fix",
                              "run": "migrate-runtime", "audit": "migrate-runtime", "warmup": "compile",
                              "aot": "compile", "cache": "compile", "preflight": "distributed"}

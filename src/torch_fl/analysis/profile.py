@@ -1,0 +1,273 @@
+"""Where the time goes: a model's steps (or any code) under torch.profiler, read by route.
+
+Every non-native call runs inside a profiler range ``fl::ROUTE OP`` (routing/router.py), and a copying
+fallback's copies inside ``fl::to_host`` / ``fl::to_device``; native calls are never intercepted, so
+they are plain aten events. From one profile this module gives:
+
+- the time by route: the inclusive CPU time of the outermost ``fl::`` ranges per route (a translation's
+  sub-ops routed again are counted once, in their outermost range), against the profiled wall time;
+- the top ops by self time with their routes: each aten event's route is the ``fl::`` range directly
+  under it (the router it reached), else ``native``; ``inside`` names the ``fl::`` range it ran in (a
+  translation's sub-op), and the ``fl::`` ranges themselves appear with the router's own Python time;
+- the host<->device copies: the fallback copies' ranges, the device's memcpy activities where the
+  profiler records them (CUDA), and the emulated device's transfer counters (route_stats()["transfers"]).
+
+``torch.fl.profile()`` (profile below) is the context manager; ``torchfl profile MODEL --device D`` runs
+warm-up and N steps of a model entry point with routing active and prints the report.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.utils._pytree import tree_map
+
+from ..report import Chart, Report, Section, Table, progress, stage
+from .model import ModelSpec
+
+RANGE = "fl::"
+COPY_RANGES = {"fl::to_host": "to_host", "fl::to_device": "to_device"}
+TOP = 15  # ops in the report's top list
+US = 1e-6
+
+
+def _route_of(name: str) -> tuple[str, str] | None:
+    """('translate', 'aten::gelu.default') for a route range's name, None for any other event."""
+    if not name.startswith(RANGE) or name in COPY_RANGES:
+        return None
+    route, _, op = name[len(RANGE):].partition(" ")
+    return (route, op) if op else None
+
+
+def _op_base(op: str) -> str:
+    """aten::gelu.default -> aten::gelu (the profiler names aten events without the overload)."""
+    namespace, _, rest = op.partition("::")
+    return f"{namespace}::{rest.split('.', 1)[0]}"
+
+
+@dataclass
+class Profile:
+    """What one profile found; `prof` is the torch.profiler.profile object (export_chrome_trace,
+    key_averages, events), `wall_s` the profiled wall time."""
+
+    prof: Any = None
+    wall_s: float = 0.0
+    steps: int = 0
+    transfers: dict[str, int] = field(default_factory=dict)
+    trace: str | None = None
+
+    def summary(self, top: int = TOP) -> dict[str, Any]:
+        """The time by route, the top ops by self time and the copies, as JSON-ready data."""
+        if self.prof is None:
+            raise RuntimeError("the profile has not run yet: read its summary after the `with "
+                               "torch.fl.profile() as p:` block has ended")
+        events = [e for e in self.prof.events() if getattr(e, "device_type", None) is None
+                  or str(e.device_type).endswith("CPU")]
+        calls: Counter[tuple[str, str]] = Counter()
+        route_us: Counter[str] = Counter()
+        copies = {"to_host": [0, 0.0], "to_device": [0, 0.0]}
+        ops: dict[tuple[str, str, str], list[float]] = {}
+        for event in events:
+            name = event.name
+            routed = _route_of(name)
+            if routed is not None:
+                calls[routed] += 1
+                if not any(_route_of(a.name) for a in _ancestors(event)):
+                    route_us[routed[0]] += event.cpu_time_total
+            elif name in COPY_RANGES:
+                copy_ = copies[COPY_RANGES[name]]
+                copy_[0] += 1
+                copy_[1] += event.cpu_time_total * US
+            if name.startswith("ProfilerStep"):  # (the step markers: the whole step, not an op)
+                continue
+            route = "native" if name.startswith("aten::") else "-"  # "-": a user or autograd range
+            if routed is not None:
+                route = "router"  # the range itself: the router's own (Python) time
+            else:
+                for child in event.cpu_children:
+                    child_route = _route_of(child.name)
+                    if child_route is not None and _op_base(child_route[1]) == name:
+                        route = child_route[0]
+                        break
+            inside = next((a.name for a in _ancestors(event) if _route_of(a.name)), "")
+            row = ops.setdefault((name, route, inside), [0, 0.0, 0.0])
+            row[0] += 1
+            row[1] += event.self_cpu_time_total * US
+            row[2] += getattr(event, "self_device_time_total", 0.0) * US
+        memcpy = Counter()
+        for event in self.prof.events():
+            if "memcpy" in event.name.lower() and getattr(event, "device_type", None) is not None \
+                    and not str(event.device_type).endswith("CPU"):
+                memcpy[event.name] += 1
+        wall = self.wall_s or 0.0
+        by_route = {route: {"seconds": us * US, "share": (us * US / wall) if wall else 0.0,
+                            "calls": sum(n for (r, _), n in calls.items() if r == route)}
+                    for route, us in sorted(route_us.items(), key=lambda kv: -kv[1])}
+        top_ops = [{"op": name, "route": route, "inside": inside, "calls": int(n), "self_cpu_s": cpu,
+                    "self_device_s": dev}
+                   for (name, route, inside), (n, cpu, dev) in
+                   sorted(ops.items(), key=lambda kv: -(kv[1][1] + kv[1][2]))[:top]]
+        return {"wall_s": wall, "steps": self.steps, "trace": self.trace, "by_route": by_route,
+                "route_calls": [{"route": r, "op": op, "calls": n} for (r, op), n in
+                                sorted(calls.items(), key=lambda kv: (-kv[1], kv[0]))],
+                "top_ops": top_ops,
+                "copies": {"fallback": {k: {"calls": v[0], "seconds": v[1]} for k, v in copies.items()},
+                           "device_memcpy": dict(memcpy), "emulated": self.transfers}}
+
+
+def _ancestors(event: Any) -> Iterator[Any]:
+    parent = event.cpu_parent
+    while parent is not None:
+        yield parent
+        parent = parent.cpu_parent
+
+
+def activities(device: torch.device | None) -> list[Any]:
+    """The CPU, plus the device's own activity where torch.profiler has one for it and the device is real
+    (CUDA's CUPTI, XPU, a vendor plugin's PrivateUse1 profiler); an emulated device records CPU events."""
+    kinds = [torch.profiler.ProfilerActivity.CPU]
+    if device is None or device.type == "cpu":
+        return kinds
+    from ..device import is_emulated
+
+    if is_emulated(device):
+        return kinds
+    by_type = {"cuda": "CUDA", "xpu": "XPU", "mtia": "MTIA"}
+    name = by_type.get(device.type) or ("PrivateUse1" if device.type == torch._C._get_privateuse1_backend_name()
+                                         else None)
+    activity = getattr(torch.profiler.ProfilerActivity, name, None) if name else None
+    if activity is not None and activity in torch.profiler.supported_activities():
+        kinds.append(activity)
+    return kinds
+
+
+def _transfers() -> dict[str, int]:
+    from ..routing.stats import transfers
+
+    return transfers()
+
+
+@contextlib.contextmanager
+def profile(trace: str | None = None, *, device: Any = None, **kwargs: Any) -> Iterator[Profile]:
+    """Profile the block with torch.profiler (CPU, plus the device's activity where there is one); the
+    routes show as ``fl::ROUTE OP`` ranges. `trace`: a Chrome/Perfetto trace file written at the end.
+    Other keyword arguments go to torch.profiler.profile (record_shapes=True, with_stack=True, ...).
+
+    Example:
+        >>> with torch.fl.profile("trace.json") as p:  # doctest: +SKIP
+        ...     model(x)
+        >>> p.summary()["by_route"]  # doctest: +SKIP
+        {'translate': {'seconds': 0.0031, 'share': 0.12, 'calls': 24}}
+    """
+    from ..routing.current import use_device
+
+    dev = use_device(device) if device is not None else None
+    kwargs.setdefault("activities", activities(dev))
+    result = Profile()
+    before = _transfers()
+    with torch.profiler.profile(**kwargs) as prof:
+        start = time.perf_counter()
+        try:
+            yield result
+        finally:
+            result.wall_s = time.perf_counter() - start
+    result.prof = prof
+    after = _transfers()
+    result.transfers = {k: after.get(k, 0) - before.get(k, 0) for k in after}
+    if trace:
+        prof.export_chrome_trace(str(trace))
+        result.trace = str(trace)
+
+
+def profile_model(spec: ModelSpec, device: str, *, steps: int = 5, warmup: int = 2, train: bool = True,
+                  trace: str | None = None) -> Report:
+    """Warm-up and `steps` steps of `spec` on `device` with routing active, the steps under the profiler
+    (each in a ``ProfilerStep#N`` range, as torch.profiler's schedule names them); the report of
+    `report`. Raises UnsupportedOperatorError when the device cannot run the model."""
+    from .. import runtime
+    from ..routing import activated
+    from ..routing.current import use_device
+    from .bench import _step_fn
+
+    dev = use_device(device)
+    model = copy.deepcopy(spec.model).to(dev)
+    inputs = tree_map(lambda t: t.to(dev) if isinstance(t, torch.Tensor) else t, spec.inputs)
+    with activated(device):
+        step = _step_fn(spec, model, inputs, train)
+        progress(f"warm-up: {warmup} steps on {device}")
+        for _ in range(warmup):
+            step()
+            runtime.synchronize(dev)
+        with stage(f"profiling {steps} steps on {device}", total=steps, unit="steps") as counter, \
+                profile(trace, device=dev) as result:
+            for i in range(steps):
+                with torch.profiler.record_function(f"ProfilerStep#{i}"):
+                    step()
+                    runtime.synchronize(dev)
+                counter.advance()
+        result.steps = steps
+    if trace:
+        progress(f"wrote {trace}")
+    data = {"model": spec.name, "device": device, "train": train, "warmup": warmup, **result.summary()}
+    return report(data)
+
+
+def report(data: dict[str, Any]) -> Report:
+    """The text / JSON / HTML report of a profile summary (`Profile.summary()` plus model and device)."""
+    wall, steps = data["wall_s"], data.get("steps") or 0
+    routed = sum(v["seconds"] for v in data["by_route"].values())
+    summary = [("model", data.get("model", "")), ("device", data.get("device", "")),
+               ("profiled", f"{steps} {'training' if data.get('train', True) else 'inference'} steps "
+                            f"(+{data.get('warmup', 0)} warm-up), {wall * 1e3:.1f} ms wall"
+                            + (f", {wall / steps * 1e3:.2f} ms/step" if steps else "")),
+               ("non-native", f"{routed * 1e3:.2f} ms, {routed / wall if wall else 0:.1%} of the wall time"),
+               ("trace", data.get("trace") or "not written (--trace FILE)")]
+    route_rows = [[route, v["calls"], v["seconds"] * 1e3, f"{v['share']:.1%}"] for route, v in
+                  data["by_route"].items()]
+    routes = Section(
+        "Time by route",
+        text=["CPU time of the outermost fl:: ranges per route (inclusive: a translation's sub-ops count in "
+              "it); share is of the profiled wall time. Native ops are not intercepted: the rest of the step."]
+        if route_rows else ["No op left its native route: every op ran on the device's own kernels."],
+        tables=[Table(["route", "calls", "ms", "share of wall"], route_rows)] if route_rows else [],
+        charts=[Chart("bar", "Time by route", list(data["by_route"]),
+                      [{"name": "ms", "values": [v["seconds"] * 1e3 for v in data["by_route"].values()]}],
+                      x_label="route", y_label="ms")] if route_rows else [])
+    if data["route_calls"]:
+        routes.tables.append(Table(["route", "op", "calls"], [[r["route"], r["op"], r["calls"]]
+                                                               for r in data["route_calls"][:TOP]],
+                                   title="Routed calls (equal to route_stats() for the profiled steps)"))
+    top = Section("Top ops by self time", text=[
+        "route: the router an aten op reached (native when none; '-' for other ranges); 'router' rows are an fl:: range's own "
+        "time (Python in the router); inside: the fl:: range the op ran in (a translation's sub-op)."],
+        tables=[Table(["op", "route", "inside", "calls", "self CPU ms", "self device ms"],
+                      [[r["op"], r["route"], r["inside"] or "-", r["calls"], r["self_cpu_s"] * 1e3,
+                        r["self_device_s"] * 1e3] for r in data["top_ops"]])])
+    copies = data["copies"]
+    rows = [[f"fallback {kind}", v["calls"], v["seconds"] * 1e3] for kind, v in copies["fallback"].items()]
+    rows += [[name, n, "-"] for name, n in copies["device_memcpy"].items()]
+    emu = copies["emulated"]
+    if any(emu.values()):
+        rows += [["emulated host->device", emu.get("h2d_calls", 0), "-"],
+                 ["emulated device->host", emu.get("d2h_calls", 0), "-"],
+                 ["emulated syncs", emu.get("syncs", 0), "-"]]
+    transfers = Section("Host<->device copies", text=[
+        "Fallback copies are the fl::to_host / fl::to_device ranges of ops that ran on the CPU; device memcpy "
+        "events are the profiler's own (CUDA); an emulated device counts its copies and syncs."],
+        tables=[Table(["copy", "calls", "ms"], rows)])
+    warnings = []
+    if route_rows and wall and routed / wall >= 0.1:
+        worst = max(data["by_route"].items(), key=lambda kv: kv[1]["seconds"])
+        first = next((r for r in data["route_calls"] if r["route"] == worst[0]), None)
+        warnings.append(f"{worst[0]} routes take {worst[1]['share']:.0%} of the profiled time"
+                        + (f" (most calls: {first['op']})" if first else "")
+                        + "; give the hot ops a native kernel (torch.fl.register_kernel) or ask the vendor for one")
+    return Report(f"torchfl profile: {data.get('model', '')}", data, summary, [routes, top, transfers],
+                  warnings)

@@ -1,0 +1,67 @@
+"""`torchfl profile`: a model's steps under torch.profiler with routing active; time by route, the top ops
+by self time with their routes, host<->device copies, and the Chrome/Perfetto trace.
+
+Exit status: 0 profiled, 1 the device cannot run the model (an unsupported operator), 2 on a usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .args import add_device, add_model, add_quiet, add_report_files, add_steps, command_parser
+
+DESCRIPTION = ("Run MODEL's warm-up and N steps on a device with torch-fl routing active, the steps under "
+               "torch.profiler; write the trace (every translate, fallback and kernel call is a range "
+               "'fl::ROUTE OP' in it) and report the time by route, the top ops by self time with the route "
+               "each took, and the host<->device copies.")
+EPILOG = ("Open the trace in Perfetto (ui.perfetto.dev), chrome://tracing or TensorBoard's profiler plugin.\n"
+          "Examples:\n  torchfl profile examples/gpt.py:factory --device emu:npu --steps 5 --trace gpt.json\n"
+          "  FL_ROUTE=aten::gelu=translate torchfl profile examples/gpt.py:factory --device cpu --json -\n"
+          "Exit status: 0 profiled, 1 the device cannot run the model (unsupported operator), 2 usage error.")
+
+
+def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> None:
+    parser = command_parser(sub, name, help_text, DESCRIPTION, EPILOG)
+    add_model(parser)
+    add_device(parser, required=True)
+    add_steps(parser, steps=5, warmup=2, steps_help="profiled steps")
+    parser.add_argument("--train", action=argparse.BooleanOptionalAction, default=True,
+                        help="profile training steps (forward, backward, AdamW update; default) or, with "
+                             "--no-train, inference forwards")
+    parser.add_argument("--trace", metavar="FILE",
+                        help="write the Chrome/Perfetto trace of the profiled steps to FILE (.json)")
+    add_report_files(parser)
+    add_quiet(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..analysis.model import load_model
+    from ..analysis.profile import profile_model
+    from ..errors import UnsupportedOperatorError
+    from ..report import end_progress, progress
+    from .output import emit, emit_json
+
+    if args.trace:
+        from pathlib import Path
+
+        folder = Path(args.trace).resolve().parent
+        if not folder.is_dir():
+            print(f"torchfl profile: cannot write the trace to {args.trace}: the folder {folder} does not "
+                  f"exist; create it or pass --trace with a path in an existing folder", file=sys.stderr)
+            return 2
+    progress(f"loading {args.model}")
+    spec = load_model(args.model)
+    try:
+        report = profile_model(spec, args.device, steps=args.steps, warmup=args.warmup, train=args.train,
+                               trace=args.trace)
+    except UnsupportedOperatorError as exc:
+        end_progress()
+        print(f"torchfl profile: {args.device} cannot run {spec.name} with routing active:\n{exc}",
+              file=sys.stderr)
+        if args.json:
+            emit_json({"device": args.device, "model": spec.name, "steps": args.steps, "error": str(exc)},
+                      args.json)
+        return 1
+    emit(report, json_path=args.json, html_path=args.html)
+    return 0
