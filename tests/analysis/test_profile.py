@@ -143,3 +143,14 @@ def test_cli_unsupported_op_and_bad_trace_folder(models, tmp_path, capsys):
     missing = Path(tmp_path, "no", "such", "t.json")
     assert main(["profile", f"{models}:mlp", "--device", "cpu", "--trace", str(missing), "-q"]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_a_profiler_already_active_is_refused_and_can_be_read():
+    with torch.profiler.profile() as outer:
+        with pytest.raises(RuntimeError, match=r"already active.*Profile\(prof=that_profiler\)"), profile():
+            pass
+        torch.ones(2)
+    from torch_fl.analysis.profile import Profile
+
+    data = Profile(prof=outer).summary()
+    assert data["by_route"] == {} and any(r["op"] == "aten::ones" for r in data["top_ops"])

@@ -168,6 +168,11 @@ def profile(trace: str | None = None, *, device: Any = None, **kwargs: Any) -> I
     """
     from ..routing.current import use_device
 
+    if torch._C._autograd._profiler_enabled():
+        raise RuntimeError(
+            "torch.fl.profile: a profiler is already active on this thread, and torch.profiler cannot nest "
+            "(the inner one would stop the outer one). End the other profiler first, or read the fl:: route "
+            "ranges from it after it ends: torch_fl.analysis.profile.Profile(prof=that_profiler).summary()")
     dev = use_device(device) if device is not None else None
     kwargs.setdefault("activities", activities(dev))
     result = Profile()
