@@ -154,3 +154,24 @@ def test_a_profiler_already_active_is_refused_and_can_be_read():
 
     data = Profile(prof=outer).summary()
     assert data["by_route"] == {} and any(r["op"] == "aten::ones" for r in data["top_ops"])
+
+
+@needs_get_kernel
+def test_a_planted_slow_kernel_is_explained(models, routes):
+    import time
+
+    routes("")
+
+    def slow_gelu(x, approximate="none"):
+        time.sleep(0.01)
+        return x * 0.5
+
+    handle = torch_fl.register_kernel("aten::gelu.default", slow_gelu, device_type="cpu")
+    try:
+        report = profile_model(load_model(f"{models}:mlp"), "cpu", steps=2, warmup=0, train=False)
+    finally:
+        handle.remove()
+    data = report.data
+    assert data["by_route"]["kernel"]["share"] > 0.5
+    assert data["top_ops"][0]["op"] == "fl::kernel aten::gelu.default" and data["top_ops"][0]["route"] == "router"
+    assert any("kernel routes take" in w and "aten::gelu.default" in w for w in report.warnings), report.warnings
