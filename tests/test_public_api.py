@@ -40,7 +40,8 @@ INTERNAL_EXCEPTIONS = {
     "compiler/cache.py": {"EntryRefused"},      # a cache entry refused: the caller compiles afresh
     "migrate/scan/files.py": {"Unreadable"},    # a file scan skips, reported as a ScanError record
     "_toml.py": {"TextDecodeError"},            # re-raised with the file's name; the CLI prints it
-    "migrate/fix.py": {"_Fallback"},            # the segment rewrite gives way to the whole-module one
+    "migrate/namerefs.py": {"_Fallback"},       # the segment rewrite gives way to the whole-module one
+    "migrate/textfix.py": {"Unsure", "_Keep"},  # the in-place edit gives way to libcst; an argument left as is
 }
 
 

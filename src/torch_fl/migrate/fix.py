@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import FileChanged, TorchFLError
 from . import textfix
 from .deep import call_deep
+from .namerefs import _ast_name_refs, _Fallback, _segment_refs
 from .precedence import keep_precedence, needs, parenthesize
 from .rules import HOOKS, Finding
 from .scan import enabled_codes, is_python, targets
@@ -557,11 +558,6 @@ def _places(source: str, findings: list[Finding], tree: ast.Module | None = None
     return {id(f): places.get(span(f), 1) for f in findings}
 
 
-class _Fallback(Exception):
-    """The segment rewrite cannot handle this file (a segment does not parse alone, statements share
-    a line at a region's edge): the whole module is rewritten instead."""
-
-
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
 
 
@@ -606,32 +602,6 @@ def _statements(body: list[ast.stmt]) -> Iterator[ast.stmt]:
             block = getattr(stmt, name, None)
             if block:
                 pending.extend(reversed(block))
-
-
-def _ast_name_refs(tree: ast.AST, wanted: set[str]) -> dict[str, int]:
-    """`_name_refs` from ``ast``, for the names in `wanted`: uses outside import statements (names,
-    definitions, parameters, keyword arguments, global/nonlocal, except ... as, match captures)."""
-    counts: dict[str, int] = {}
-    for node in ast.walk(tree):
-        kind = type(node)
-        if kind is ast.Name:
-            found: list[str | None] = [node.id]  # type: ignore[attr-defined]
-        elif kind in (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef):
-            found = [node.name]  # type: ignore[attr-defined]
-        elif kind is ast.arg or kind is ast.keyword:
-            found = [node.arg]  # type: ignore[attr-defined]
-        elif kind in (ast.Global, ast.Nonlocal):
-            found = list(node.names)  # type: ignore[attr-defined]
-        elif kind is ast.ExceptHandler or kind.__name__ in ("MatchAs", "MatchStar"):
-            found = [getattr(node, "name", None)]
-        elif kind.__name__ == "MatchMapping":
-            found = [getattr(node, "rest", None)]
-        else:
-            continue
-        for name in found:
-            if name in wanted:
-                counts[name] = counts.get(name, 0) + 1  # type: ignore[index]
-    return counts
 
 
 def _line_starts(source: str) -> list[int]:
@@ -739,13 +709,6 @@ def _rewrite_segments(source: str, findings: list[Finding], tree: ast.Module | N
         new = _add_in_region(new, layout, torch=uses_fl and not torch_aliases,
                              torch_fl=uses_fl and not has_torch_fl, modules=sorted(imports))
     return _keep_final_newline(source, new), applied
-
-
-def _segment_refs(text: str, wanted: set[str]) -> dict[str, int]:
-    try:
-        return _ast_name_refs(ast.parse(f"({text})", mode="eval"), wanted)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        raise _Fallback from None
 
 
 def _parse_new(text: str) -> ast.Module:

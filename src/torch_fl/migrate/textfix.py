@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .cuda_api import CUDA_DEVICE, lookup
+from .namerefs import _ast_name_refs, _Fallback, _segment_refs
 from .precedence import IFEXP, char_col, places
 from .rules.distributed import VENDOR_BACKENDS
 
@@ -371,8 +372,6 @@ def _dead_imports(edits: TextEdits, names: dict[str, str],
     """fix.py's _drop_unused_imports as edits: a top-level import of a torch.cuda name the fixes left unused
     loses that name, or goes with its line (blank lines above it go too; comment lines above it stay).
     Returns the edits and the indices of the statements that go."""
-    from .fix import _ast_name_refs, _Fallback, _segment_refs
-
     cuda_names = {local for local, qual in names.items() if qual == "torch.cuda" or qual.startswith("torch.cuda.")}
     old = "\n".join(edits.source[start:end] for start, end, _ in changes)
     cuda_names = {n for n in cuda_names if re.search(rf"(?<![\w.]){re.escape(n)}\b", old)}
