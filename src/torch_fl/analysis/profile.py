@@ -8,7 +8,8 @@ they are plain aten events. From one profile this module gives:
   sub-ops routed again are counted once, in their outermost range), against the profiled wall time;
 - the top ops by self time with their routes: each aten event's route is the ``fl::`` range directly
   under it (the router it reached), else ``native``; ``inside`` names the ``fl::`` range it ran in (a
-  translation's sub-op), and the ``fl::`` ranges themselves appear with the router's own Python time;
+  translation's sub-op), and the ``fl::`` ranges themselves appear with their own time (the router's
+  Python, a registered kernel's body, a CPU-key or emulated fallback's kernel);
 - the host<->device copies: the fallback copies' ranges, the device's memcpy activities where the
   profiler records them (CUDA), and the emulated device's transfer counters (route_stats()["transfers"]).
 
@@ -251,7 +252,8 @@ def report(data: dict[str, Any]) -> Report:
                                    title="Routed calls (equal to route_stats() for the profiled steps)"))
     top = Section("Top ops by self time", text=[
         "route: the router an aten op reached (native when none; '-' for other ranges); 'router' rows are an fl:: range's own "
-        "time (Python in the router); inside: the fl:: range the op ran in (a translation's sub-op)."],
+        "time: the router's Python and what it calls without an aten event (a registered kernel's body, a "
+        "fallback's CPU kernel on the CPU key or an emulated chip); inside: the fl:: range the op ran in (a translation's sub-op)."],
         tables=[Table(["op", "route", "inside", "calls", "self CPU ms", "self device ms"],
                       [[r["op"], r["route"], r["inside"] or "-", r["calls"], r["self_cpu_s"] * 1e3,
                         r["self_device_s"] * 1e3] for r in data["top_ops"]])])
