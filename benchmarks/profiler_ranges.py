@@ -4,16 +4,17 @@ is active, and what they cost under one (no asserts; prints a table).
 A small op (gelu on a 16-element tensor) is forced onto a route on the CPU key with FL_ROUTE and called
 many times, in these modes, whose samples alternate:
 
+  before     the router without ranges: Router's methods from git revision --before (default 2f8abbd,
+             the commit before the ranges), read with `git show` and swapped onto the live router
   shipped    the router as shipped: one C call (torch._C._autograd._profiler_enabled) per routed call
-             decides that no range is opened
-  no check   the same router with the range helper replaced by a plain call of its function (what the
-             router did before the ranges, plus the helper's frame): shipped / no check is the cost of
-             the check
+             decides that no range is opened, and the call goes on as before
   profiled   shipped, under torch.profiler.profile (CPU activities): what a range costs when one is
              wanted (the profiler's own per-op cost included)
 
-Each ratio is the median of the per-sample ratios to "no check", on the process's CPU time (one torch
-thread) and on the wall clock, side by side.
+Each ratio is the median of the per-pair ratios to "before" (each mode is sampled in its own pass,
+alternating with "before": calls right after a profiler session ran slower, which charged "shipped" for
+the profiler when the three modes rotated), on the thread's CPU time (one torch thread) and on the wall
+clock, side by side.
 
     OMP_NUM_THREADS=1 python benchmarks/profiler_ranges.py [--route translate] [--calls 2000] [--repeats 21]
 """
@@ -24,17 +25,29 @@ import argparse
 import contextlib
 import os
 import statistics
+import subprocess
 import time
+import types
 import warnings
+from pathlib import Path
 
 import torch
 
 import torch_fl
 from torch_fl.routing import router
 
+ROOT = Path(__file__).resolve().parents[1]
+METHODS = ("call", "_run", "translate", "_untranslatable", "fallback")
 
-def plain_call(route, op, fn, /, *args, **kwargs):
-    return fn(*args, **kwargs)
+
+def router_before(revision: str) -> types.ModuleType:
+    """routing/router.py as it was at `revision`, executed as a module of the torch_fl.routing package."""
+    source = subprocess.run(["git", "show", f"{revision}:src/torch_fl/routing/router.py"], cwd=ROOT,
+                            capture_output=True, text=True, check=True).stdout
+    module = types.ModuleType("torch_fl.routing._router_before")
+    module.__package__ = "torch_fl.routing"
+    exec(compile(source, f"{revision}:src/torch_fl/routing/router.py", "exec"), module.__dict__)
+    return module
 
 
 def main() -> None:
@@ -42,7 +55,11 @@ def main() -> None:
     parser.add_argument("--route", default="translate", choices=["translate", "fallback"])
     parser.add_argument("--calls", type=int, default=2000)
     parser.add_argument("--repeats", type=int, default=21)
+    parser.add_argument("--before", default="2f8abbd", help="git revision of the router without ranges")
     args = parser.parse_args()
+    old = router_before(args.before)
+    shipped = {name: getattr(router.Router, name) for name in METHODS}
+    before = {name: getattr(old.Router, name) for name in METHODS}
     torch.set_num_threads(1)
     warnings.simplefilter("ignore")
     os.environ["FL_ROUTE"] = f"aten::gelu.default={args.route}"
@@ -50,43 +67,51 @@ def main() -> None:
     torch_fl.activate("cpu")
     x = torch.randn(16)
     gelu = torch.nn.functional.gelu
-    shipped = router._ranged
 
     @contextlib.contextmanager
     def mode(name: str):
-        router._ranged = plain_call if name == "no check" else shipped
+        for method, fn in (before if name == "before" else shipped).items():
+            setattr(router.Router, method, fn)
         if name == "profiled":
             with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):
                 yield
         else:
             yield
-        router._ranged = shipped
+        for method, fn in shipped.items():
+            setattr(router.Router, method, fn)
 
-    modes = ("no check", "shipped", "profiled")
-    samples: dict[str, list[tuple[float, float]]] = {m: [] for m in modes}
+    def sample(name: str) -> tuple[float, float]:
+        with mode(name):
+            cpu, wall = time.thread_time(), time.perf_counter()
+            for _ in range(args.calls):
+                gelu(x)
+            return ((time.thread_time() - cpu) / args.calls, (time.perf_counter() - wall) / args.calls)
+
     for _ in range(200):
         gelu(x)
-    for repeat in range(args.repeats):
-        for name in (modes if repeat % 2 == 0 else modes[::-1]):
-            with mode(name):
-                cpu, wall = time.thread_time(), time.perf_counter()
-                for _ in range(args.calls):
-                    gelu(x)
-                samples[name].append(((time.thread_time() - cpu) / args.calls,
-                                      (time.perf_counter() - wall) / args.calls))
+    # Two passes, each alternating (ABBA) one mode with "before": the steps right after a profiler session
+    # ran slower, so "shipped" never follows "profiled".
+    pairs: dict[str, list[tuple[tuple[float, float], tuple[float, float]]]] = {}
+    for name in ("shipped", "profiled"):
+        for repeat in range(args.repeats):
+            if repeat % 2 == 0:
+                base, other = sample("before"), sample(name)
+            else:
+                other, base = sample(name), sample("before")
+            pairs.setdefault(name, []).append((other, base))
+    pairs["before"] = [(b, b) for _, b in pairs["shipped"]]
     torch_fl.deactivate()
     calls = sum(r["calls"] for r in torch_fl.route_stats())
     print(f"gelu(16 floats) routed by {args.route} on the CPU key, {args.calls} calls x {args.repeats} "
           f"samples per mode ({calls} routed calls counted)")
     print(f"{'mode':<10} {'CPU us/call':>12} {'wall us/call':>13} {'CPU ratio':>10} {'wall ratio':>11}")
-    base = samples["no check"]
-    for name in modes:
-        cpu = statistics.median(s[0] for s in samples[name]) * 1e6
-        wall = statistics.median(s[1] for s in samples[name]) * 1e6
-        cpu_ratio = statistics.median(s[0] / b[0] for s, b in zip(samples[name], base, strict=True))
-        wall_ratio = statistics.median(s[1] / b[1] for s, b in zip(samples[name], base, strict=True))
+    for name in ("before", "shipped", "profiled"):
+        got = pairs[name]
+        cpu = statistics.median(o[0] for o, _ in got) * 1e6
+        wall = statistics.median(o[1] for o, _ in got) * 1e6
+        cpu_ratio = statistics.median(o[0] / b[0] for o, b in got)
+        wall_ratio = statistics.median(o[1] / b[1] for o, b in got)
         print(f"{name:<10} {cpu:>12.2f} {wall:>13.2f} {cpu_ratio:>10.3f} {wall_ratio:>11.3f}")
-
 
 if __name__ == "__main__":
     main()

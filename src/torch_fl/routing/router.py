@@ -53,9 +53,8 @@ def range_name(route: str, op: str) -> str:
 
 
 def _ranged(route: str, op: str, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
-    """fn(*args, **kwargs), inside the profiler range of (route, op) when a profiler is active."""
-    if not profiling():
-        return fn(*args, **kwargs)
+    """fn(*args, **kwargs) inside the profiler range of (route, op): the callers check profiling() first and
+    call fn directly without a profiler, so that path is the plain call plus one C call."""
     with _Range(range_name(route, op)):
         return fn(*args, **kwargs)
 
@@ -133,7 +132,9 @@ class Router:
             return self.fallback(op, ovl, route, dtype, args, kwargs, native)
         if kind is RouteKind.KERNEL:
             stats.record(op, dtype, RouteKind.KERNEL, route.source)
-            return _ranged("kernel", op, self._kernel, op, route, args, kwargs, native)
+            if profiling():
+                return _ranged("kernel", op, self._kernel, op, route, args, kwargs, native)
+            return self._kernel(op, route, args, kwargs, native)
         raise self.error(op, args, kwargs, route)
 
     def _kernel(self, op: str, route: Route, args: tuple, kwargs: dict, native: Native) -> Any:
@@ -161,9 +162,9 @@ class Router:
         try:
             if reenter is not None:
                 with reenter:  # emulation: the decomposition's sub-ops are checked too
-                    out = _ranged("translate", op, fn, *args, **kwargs)
+                    out = _ranged("translate", op, fn, *args, **kwargs) if profiling() else fn(*args, **kwargs)
             else:
-                out = _ranged("translate", op, fn, *args, **kwargs)
+                out = _ranged("translate", op, fn, *args, **kwargs) if profiling() else fn(*args, **kwargs)
         except UnsupportedOperatorError as exc:
             # Name the op the model called, not only the sub-op PyTorch's decomposition reached.
             raise UnsupportedOperatorError(
@@ -203,8 +204,10 @@ class Router:
         if self.host_is_device:
             if native is None or not self._cpu_can_run(op):
                 raise self.error(op, args, kwargs, route, "the CPU has no kernel for it either")
-            return _ranged("fallback", op, native, args, kwargs)
-        return _ranged("fallback", op, cpu_fallback, ovl, args, kwargs)
+            return _ranged("fallback", op, native, args, kwargs) if profiling() else native(args, kwargs)
+        if profiling():
+            return _ranged("fallback", op, cpu_fallback, ovl, args, kwargs)
+        return cpu_fallback(ovl, args, kwargs)
 
     def error(self, op: str, args: tuple, kwargs: dict, route: Route, reason: str = "") -> \
             UnsupportedOperatorError:
