@@ -33,7 +33,7 @@ Native = Callable[[tuple, dict], Any] | None
 # Every non-native call runs inside a torch.profiler range named "fl::ROUTE OP" (fl::translate
 # aten::gelu.default), opened where route_stats() counts the call, so a trace's ranges and the counts
 # agree; a fallback that copies adds "fl::to_host" and "fl::to_device" ranges around its copies. When no
-# profiler is active the only cost is one C call (torch._C._autograd._profiler_enabled, ~70 ns):
+# profiler is active the only cost is one C call (torch._C._autograd._profiler_enabled, ~45 ns):
 # benchmarks/profiler_ranges.py measures it. Native calls are never intercepted, so never ranged.
 profiling = torch._C._autograd._profiler_enabled
 RANGE_PREFIX = "fl::"
@@ -261,6 +261,7 @@ class Router:
 # CPU fallback on a real device ---------------------------------------------------------------------
 TO_HOST = f"{RANGE_PREFIX}to_host"      # the profiler ranges of a fallback's copies
 TO_DEVICE = f"{RANGE_PREFIX}to_device"
+
 
 def _host_copier(force: bool) -> Callable[[Any], Any]:
     def copy(value: Any) -> Any:
