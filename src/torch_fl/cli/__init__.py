@@ -49,7 +49,7 @@ DOC_PAGES: dict[str, str] = {"coverage": "analysis", "compare": "analysis", "ben
 
 # Commands with stages that can take more than ~2 s: each prints progress lines on stderr (a terminal
 # only) and takes -q/--quiet (cli/args.add_quiet). scan and fix keep their own output.
-PROGRESS = frozenset({"coverage", "compare", "bench", "grade", "audit", "warmup", "aot", "preflight"})
+PROGRESS = frozenset({"coverage", "compare", "bench", "grade", "audit", "warmup", "aot", "preflight", "profile"})
 
 
 # Commands that run without torch (hook and lint environments; the others say "needs torch" there): the
