@@ -404,7 +404,9 @@ class _HostData(TorchFunctionMode):
     host here (Long, or Bool for a mask, as PyTorch's indexing makes it) and moved to the device, and the
     indexing op then sees a device index tensor, as the emulated device runs it."""
 
-    _FACTORIES = frozenset({torch.tensor, torch.as_tensor, torch.asarray})
+    # PyTorch's own functions, which the C++ torch-function call hands in: an emulated chip wraps torch.tensor
+    # for pin_memory=True (routing/emu/streams.py), and the wrapper calls the function it wraps.
+    _FACTORIES = frozenset(getattr(f, "__wrapped__", f) for f in (torch.tensor, torch.as_tensor, torch.asarray))
     _INDEXING = frozenset({torch.Tensor.__getitem__, torch.Tensor.__setitem__})
 
     def __init__(self, backend: str) -> None:
