@@ -288,11 +288,11 @@ def test_cli_fix_writes_and_reports(tmp_path: Path, capsys: pytest.CaptureFixtur
     pkg = _project(tmp_path)
     assert main(["fix", str(pkg)]) == 0
     out = capsys.readouterr().out
-    assert "Fixed 1 findings in 1 files (1 unsafe fixes not applied; use --unsafe-fixes)" in out
+    assert "Fixed 1 finding in 1 file (1 unsafe fix not applied; use --unsafe-fixes)" in out
     assert ".to(torch.fl.device())" in (pkg / "train.py").read_text()
     assert (pkg / "unsafe.py").read_text() == "import torch\n\ndevice = 'cuda'\nx = torch.zeros(1).to(device)\n"
     assert main(["fix", str(pkg), "--unsafe-fixes"]) == 0
-    assert "Fixed 1 findings in 1 files" in capsys.readouterr().out
+    assert "Fixed 1 finding in 1 file" in capsys.readouterr().out
     assert "device = torch.fl.device_type()" in (pkg / "unsafe.py").read_text()
     # Nothing left: a second run fixes nothing and --diff agrees.
     assert main(["fix", str(pkg), "--unsafe-fixes"]) == 0
@@ -412,7 +412,7 @@ def test_syntax_errors_are_reported_and_skipped(tmp_path: Path, capsys: pytest.C
     (pkg / "train.py").write_text("import torch\n\nmodel = torch.nn.Linear(2, 2).cuda()\n")
     assert main(["fix", str(pkg)]) == 1
     captured = capsys.readouterr()
-    assert "broken.py: syntax error, skipped" in captured.err and "Fixed 1 findings in 1 files" in captured.out
+    assert "broken.py: syntax error, skipped" in captured.err and "Fixed 1 finding in 1 file" in captured.out
 
 
 # -- end to end ------------------------------------------------------------------------------------

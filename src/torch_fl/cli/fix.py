@@ -93,11 +93,17 @@ def run(args: argparse.Namespace) -> int:
                   f"rewritten; fix by hand)", file=sys.stderr)
     unsafe_note = ""
     if report.skipped_unsafe:
-        unsafe_note = f" ({report.skipped_unsafe} unsafe fixes not applied; use --unsafe-fixes)"
+        unsafe_note = f" ({_count(report.skipped_unsafe, 'unsafe fix', 'unsafe fixes')} not applied; use --unsafe-fixes)"
+    changed = len(report.changed_files)
+    what = f"{_count(report.applied, 'finding')} in {_count(changed, 'file')}{unsafe_note}"
     if args.diff:
         sys.stdout.write(report.diff)
-        changed = len(report.changed_files)
-        print(f"Would fix {report.applied} findings in {changed} files{unsafe_note}", file=sys.stderr)
+        print(f"Would fix {what}", file=sys.stderr)
         return 1 if changed or report.errors else 0
-    print(f"Fixed {report.applied} findings in {len(report.changed_files)} files{unsafe_note}")
+    print(f"Fixed {what}")
     return 1 if report.errors else 0
+
+
+def _count(n: int, one: str, many: str | None = None) -> str:
+    """'1 file', '3 files' (the summary line a person reads; issue 42: "in 1 files")."""
+    return f"{n} {one if n == 1 else many or one + 's'}"
