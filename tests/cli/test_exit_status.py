@@ -39,6 +39,13 @@ def test_an_unknown_argument_gets_the_commands_own_usage(argv, usage, capsys):
     assert info.value.code == 2 and usage in err and f"{usage.removeprefix('usage: ')}: error: unrecognized" in err
 
 
+def test_doctor_with_a_device_that_does_not_exist_exits_2_after_its_report(capsys):
+    """Bad input, as every command's --device (issue 42: doctor exited 1); the report still says why."""
+    assert main(["doctor", "--device", "nosuch"]) == 2
+    out = capsys.readouterr().out
+    assert "device 'nosuch' is neither a virtual id (accN) nor a torch device" in " ".join(out.split())
+
+
 def test_a_description_that_does_not_load_exits_2(tmp_path, capsys):
     chip = tmp_path / "chip.toml"
     chip.write_text('schema = 1\nname = "chip"\ndevice_type = "chip"\ndispatch_key = "Nonsense"\n')

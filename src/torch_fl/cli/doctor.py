@@ -1,5 +1,6 @@
 """``torchfl doctor``: parses its arguments and prints what torch_fl.analysis.doctor examined (the facts, a
-self-check, and a next step for each problem). Exit code 0: healthy; 1: a problem was found. The vendor
+self-check, and a next step for each problem). Exit code 0: healthy; 1: a problem was found; 2: --device names
+no device (bad input, as in every command; the report is printed all the same). The vendor
 plugin is imported in a child process first, so a plugin that crashes is reported instead of ending doctor.
 """
 
@@ -16,7 +17,7 @@ def add_parser(subparsers: argparse._SubParsersAction, name: str, help_text: str
         name, help=help_text,
         description="Report the backend, device, plugin and versions torch-fl sees, run a small matmul "
                     "self-check, and explain any problem with a next step. Exit code 0: healthy; "
-                    "1: a problem was found.")
+                    "1: a problem was found; 2: --device names no device (the report is printed all the same).")
     add_json(parser, what="the report (one object)")
     add_device(parser, what="device to check")
     parser.add_argument("--bisect-env", action="store_true",
@@ -34,4 +35,17 @@ def run(args: argparse.Namespace) -> int:
 
     report = examine(args.device, plugin_timeout=args.plugin_timeout, bisect_env=args.bisect_env)
     emit(report.report(), json_path=args.json)  # the text, and the JSON (report.json()) for --json
+    if args.device and not _resolves(args.device):
+        return 2  # bad input, as every command's --device (issue 42); the report above says why
     return 0 if report.healthy else 1
+
+
+def _resolves(spec: str) -> bool:
+    from ..device import resolve_spec
+    from ..errors import DeviceNotFoundError, UnknownDescriptionError
+
+    try:
+        resolve_spec(spec)
+    except (DeviceNotFoundError, UnknownDescriptionError):
+        return False
+    return True
