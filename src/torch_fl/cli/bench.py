@@ -7,7 +7,6 @@ the JSON), 1 when the routed run cannot run the model (an unsupported operator),
 from __future__ import annotations
 
 import argparse
-import sys
 
 from .args import add_device, add_model, add_quiet, add_report_files, add_steps, command_parser
 
@@ -36,23 +35,7 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> No
 
 def run(args: argparse.Namespace) -> int:
     from ..analysis.bench import bench
-    from ..analysis.model import load_model
-    from ..errors import UnsupportedOperatorError
-    from ..report import end_progress, progress
-    from .output import emit, emit_json
+    from .output import emit_model_run
 
-    progress(f"loading {args.model}")
-    spec = load_model(args.model)
-    try:
-        report = bench(spec, args.device, steps=args.steps, warmup=args.warmup, train=args.train)
-    except UnsupportedOperatorError as exc:
-        end_progress()
-        # The routed run stops at the first op the device cannot run: name it, no traceback.
-        print(f"torchfl bench: {args.device} cannot run {spec.name} with routing active:\n{exc}",
-              file=sys.stderr)
-        if args.json:
-            emit_json({"device": args.device, "model": spec.name, "steps": args.steps, "error": str(exc)},
-                      args.json)
-        return 1
-    emit(report, json_path=args.json, html_path=args.html)
-    return 0
+    return emit_model_run("torchfl bench", args, lambda spec: bench(
+        spec, args.device, steps=args.steps, warmup=args.warmup, train=args.train))

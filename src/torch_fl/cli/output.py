@@ -16,7 +16,7 @@ from typing import IO, Any
 from ..report import Report, end_progress, progress, render_text, write_json
 from .args import STDOUT
 
-__all__ = ["emit", "emit_json"]
+__all__ = ["emit", "emit_json", "emit_model_run"]
 
 
 def emit(report: Report, *, json_path: str | None = None, html_path: str | None = None,
@@ -47,3 +47,25 @@ def emit_json(data: Any, target: str, *, stream: IO[str] | None = None) -> None:
         out.flush()
     else:
         Path(target).write_text(text, encoding="utf-8")
+
+
+def emit_model_run(prog: str, args: Any, measure: Any) -> int:
+    """The run of a command that times MODEL's steps with routing active (bench, profile): load the entry
+    point, `measure(spec)` builds the report, emit it (0). The routed run stops at the first op the device
+    cannot run: that op is named without a traceback, the --json file gets the error, exit status 1."""
+    from ..analysis.model import load_model
+    from ..errors import UnsupportedOperatorError
+
+    progress(f"loading {args.model}")
+    spec = load_model(args.model)
+    try:
+        report = measure(spec)
+    except UnsupportedOperatorError as exc:
+        end_progress()
+        print(f"{prog}: {args.device} cannot run {spec.name} with routing active:\n{exc}", file=sys.stderr)
+        if args.json:
+            emit_json({"device": args.device, "model": spec.name, "steps": args.steps, "error": str(exc)},
+                      args.json)
+        return 1
+    emit(report, json_path=args.json, html_path=args.html)
+    return 0

@@ -36,11 +36,8 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> No
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..analysis.model import load_model
     from ..analysis.profile import profile_model
-    from ..errors import UnsupportedOperatorError
-    from ..report import end_progress, progress
-    from .output import emit, emit_json
+    from .output import emit_model_run
 
     if args.trace:
         from pathlib import Path
@@ -50,18 +47,5 @@ def run(args: argparse.Namespace) -> int:
             print(f"torchfl profile: cannot write the trace to {args.trace}: the folder {folder} does not "
                   f"exist; create it or pass --trace with a path in an existing folder", file=sys.stderr)
             return 2
-    progress(f"loading {args.model}")
-    spec = load_model(args.model)
-    try:
-        report = profile_model(spec, args.device, steps=args.steps, warmup=args.warmup, train=args.train,
-                               trace=args.trace)
-    except UnsupportedOperatorError as exc:
-        end_progress()
-        print(f"torchfl profile: {args.device} cannot run {spec.name} with routing active:\n{exc}",
-              file=sys.stderr)
-        if args.json:
-            emit_json({"device": args.device, "model": spec.name, "steps": args.steps, "error": str(exc)},
-                      args.json)
-        return 1
-    emit(report, json_path=args.json, html_path=args.html)
-    return 0
+    return emit_model_run("torchfl profile", args, lambda spec: profile_model(
+        spec, args.device, steps=args.steps, warmup=args.warmup, train=args.train, trace=args.trace))
