@@ -38,7 +38,7 @@ def autoload():
     as the vendor's plugin does through this same hook)."""
     import os
 
-    if os.environ.get("FL_DEVICE", "").strip().startswith("emu:"):
+    if _emulated_here():
         _emulate_at_import()
     value = os.environ.get("FL_CUDA_ALIAS", "")
     if value.strip().lower() in ("", "0", "false", "no", "off"):
@@ -107,6 +107,24 @@ if not any(isinstance(finder, _TorchFLAlias) for finder in sys.meta_path):
 
 import os as _os  # noqa: E402  (os is loaded at interpreter start already: free)
 
-if _os.environ.get("FL_DEVICE", "").strip().startswith("emu:") and \
+
+def _emulated_here():
+    """Whether this process's device is an emulated chip: FL_DEVICE, else its FL_RANK_DEVICES entry.
+    torch_fl._env.device_choice is the rule (and checks the value); this reads the same entry without
+    importing torch_fl, which is what this hook must not do unasked."""
+    value = _os.environ.get("FL_DEVICE", "").strip()
+    entries = _os.environ.get("FL_RANK_DEVICES", "").strip()
+    if not value and entries:
+        rank, local = _os.environ.get("RANK", "").strip(), _os.environ.get("LOCAL_RANK", "").strip()
+        table = {}
+        for position, item in enumerate(entries.split(",")):
+            key, sep, text = item.partition("=")
+            key, text = (key.strip().lower(), text.strip()) if sep else (str(position), item.strip())
+            table[key if key.startswith("rank") else f"local{key}"] = text
+        value = table.get(f"rank{rank}") or table.get(f"local{local or rank or 0}", "")
+    return value.startswith("emu:")
+
+
+if _emulated_here() and \
         not any(isinstance(finder, _EmulatedPluginFirst) for finder in sys.meta_path):
     sys.meta_path.append(_EmulatedPluginFirst())

@@ -167,6 +167,29 @@ def _device(var: EnvVar, text: str, origin: str) -> str:
     return text
 
 
+def _rank_devices(var: EnvVar, text: str, origin: str) -> dict[str, str]:
+    """'emu:npu,emu:cuda' (by position: LOCAL_RANK 0, 1), '0=emu:npu,1=emu:cuda' (LOCAL_RANK) or
+    'rank2=emu:mlu' (global RANK; wins over a LOCAL_RANK entry) -> {'local0': ..., 'rank2': ...}."""
+    entries: dict[str, str] = {}
+    for position, item in enumerate(part.strip() for part in text.split(",")):
+        key, sep, value = item.partition("=")
+        if not sep:
+            key, value = str(position), item
+        key, value = key.strip().lower(), value.strip()
+        if not value:
+            raise var.error(text, f"missing a device in entry {position + 1} (example: "
+                            "FL_RANK_DEVICES='emu:npu,emu:cuda' or '0=emu:npu,rank1=emu:cuda')", origin)
+        if key.isdigit():
+            key = f"local{int(key)}"
+        elif not re.fullmatch(r"rank\d{1,7}", key):
+            raise var.error(key, "not a rank key: use N (LOCAL_RANK N) or rankN (global RANK N), as in "
+                            "'0=emu:npu,rank1=emu:cuda'", origin)
+        if key in entries:
+            raise var.error(text, f"giving {key} twice; give each rank once", origin)
+        entries[key] = _device(var, value, origin)
+    return entries
+
+
 def _bool(var: EnvVar, text: str, origin: str) -> bool:
     lowered = text.lower()
     if lowered in TRUE:
@@ -344,6 +367,10 @@ def _log_levels(var: EnvVar, text: str, origin: str) -> dict[str, int]:
 # The table ------------------------------------------------------------------------------------------
 FL_DEVICE = EnvVar("FL_DEVICE", "device", "", "Device used by torch.fl.device() with no argument (default "
                    "acc0). Accepts a virtual id (acc0), a physical name (cuda:1, cpu) or emu:NAME.", parser=_device, key="device")
+FL_RANK_DEVICES = EnvVar("FL_RANK_DEVICES", "DEVICE,... or [rank]N=DEVICE,...", "", "Each process's device in "
+                         "one launch whose ranks use different chips: by LOCAL_RANK (position, or N=DEVICE) or "
+                         "by global RANK (rankN=DEVICE), e.g. 'emu:npu,emu:cuda,emu:mlu'. FL_DEVICE wins when "
+                         "set.", see="distributed.md", parser=_rank_devices)
 FL_DEVICE_MAP = EnvVar("FL_DEVICE_MAP", "accN=DEVICE,...", "", "Explicit virtual-to-physical map, e.g. "
                        "'acc0=cuda:1,acc1=cpu'. Overrides config files and auto-detection.", parser=_device_map, key="device_map")
 FL_BACKEND = EnvVar("FL_BACKEND", "description name", "", "Force the backend (a description name: cpu, "
@@ -392,11 +419,30 @@ FL_EMU_DEVICES = EnvVar("FL_EMU_DEVICES", "int 1..1024", "1", "How many emulated
                         key="emu_devices", maximum=1024)
 
 ALL: tuple[EnvVar, ...] = (
-    FL_DEVICE, FL_DEVICE_MAP, FL_BACKEND, FL_DESCRIPTION, FL_DESCRIPTION_PATH, FL_CONFIG, FL_LOG,
+    FL_DEVICE, FL_RANK_DEVICES, FL_DEVICE_MAP, FL_BACKEND, FL_DESCRIPTION, FL_DESCRIPTION_PATH, FL_CONFIG, FL_LOG,
     FL_ROUTE, FL_ROUTE_LOG, FL_FALLBACK, FL_CACHE_DIR, FL_CACHE_KEEP,
     FL_CUDA_ALIAS, FL_PREFLIGHT, FL_COLLECTIVE_TIMEOUT, FL_EMU_DEVICES, FL_SANITIZE,
 )
 BY_NAME: dict[str, EnvVar] = {var.name: var for var in ALL}
+
+
+def device_choice() -> tuple[str, str]:
+    """(device text, where it came from) set for this process in the environment: FL_DEVICE, else this
+    rank's FL_RANK_DEVICES entry (global RANK first, then LOCAL_RANK; a process not started by a
+    launcher is local rank 0); ('', '') when neither is set."""
+    value = FL_DEVICE.get()
+    if value or not FL_RANK_DEVICES.is_set():
+        return value, FL_DEVICE.name if value else ""
+    entries = FL_RANK_DEVICES.value()
+    rank, local = os.environ.get("RANK", "").strip(), os.environ.get("LOCAL_RANK", "").strip()
+    for key, label in ((f"rank{rank}", f"RANK={rank}"), (f"local{local or rank or 0}",
+                                                         f"LOCAL_RANK={local or rank or 0}")):
+        if key in entries:
+            return entries[key], f"{FL_RANK_DEVICES.name} ({label})"
+    have = ", ".join(entries)
+    raise ConfigError(f"{FL_RANK_DEVICES.name}: no entry for this process (RANK={rank or 'unset'}, LOCAL_RANK="
+                      f"{local or 'unset'}); it has {have}. Fix: give one device per rank the launcher starts "
+                      f"(torchrun --nproc-per-node N needs N entries), or set FL_DEVICE for every rank (see {_DOCS}).")
 BY_KEY: dict[str, EnvVar] = {var.key: var for var in ALL if var.key}
 # The config-file keys: one per setting above, plus the `torchfl scan` table (config.load_scan_config).
 CONFIG_KEYS: tuple[str, ...] = (*BY_KEY, "scan")

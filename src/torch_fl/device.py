@@ -153,9 +153,9 @@ def default_device_id() -> str:
 
 
 def _default_id() -> tuple[str, str]:
-    value = _env.FL_DEVICE.get()
+    value, origin = _env.device_choice()
     if value:
-        return value, "FL_DEVICE"
+        return value, origin
     found = _env.config_value("device")
     if found:
         return found
@@ -305,8 +305,8 @@ def emulated_early() -> bool:
     why); False when it is not registered: the chip's real plugin is installed, or no emu device can exist."""
     chip = _emulated_chip()
     if chip is not None and chip.plugin and _plugin_installed(chip.plugin):
-        _log.info("FL_DEVICE=%s: %s is installed, so the emulated device is not registered at import (the "
-                  "plugin owns PyTorch's PrivateUse1 slot once imported)", _env.FL_DEVICE.get(), chip.plugin)
+        _log.info("device %s: %s is installed, so the emulated device is not registered at import (the "
+                  "plugin owns PyTorch's PrivateUse1 slot once imported)", _env.device_choice()[0], chip.plugin)
         return False
     return bool(emulated_devices(create=True, check=False))
 

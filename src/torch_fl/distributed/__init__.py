@@ -108,7 +108,11 @@ def _local_rank(rank: int) -> int:
 
 
 def _rank_device(local_rank: int) -> torch.device:
-    """acc{LOCAL_RANK} through the device map; every rank shares the host when it is the only device."""
+    """acc{LOCAL_RANK} through the device map; every rank shares the host when it is the only device. A
+    process whose device comes from FL_RANK_DEVICES (one launch, ranks on different chips) has that one
+    device as its default."""
+    if _env.device_choice()[1].startswith(_env.FL_RANK_DEVICES.name):
+        return use_device(None)
     mapping = device_map()
     wanted = f"acc{local_rank}"
     if wanted in mapping:

@@ -123,7 +123,7 @@ class Runtime:
         is free."""
         from .. import _env
 
-        if not _env.FL_DEVICE.get().startswith(EMULATION_PREFIX):
+        if not _env.device_choice()[0].startswith(EMULATION_PREFIX):
             return
         if not _device.emulated_early():
             return
