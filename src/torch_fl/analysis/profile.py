@@ -201,6 +201,7 @@ def profile_model(spec: ModelSpec, device: str, *, steps: int = 5, warmup: int =
     from ..routing import activated
     from ..routing.current import use_device
     from .bench import _step_fn
+    from .host_syncs import locate
 
     dev = use_device(device)
     model = copy.deepcopy(spec.model).to(dev)
@@ -219,9 +220,14 @@ def profile_model(spec: ModelSpec, device: str, *, steps: int = 5, warmup: int =
                     runtime.synchronize(dev)
                 counter.advance()
         result.steps = steps
+        progress("locating host syncs: one more step")
+        syncs = locate(step, dev)
+        runtime.synchronize(dev)
     if trace:
         progress(f"wrote {trace}")
-    data = {"model": spec.name, "device": device, "train": train, "warmup": warmup, **result.summary()}
+    data = {"model": spec.name, "device": device, "train": train, "warmup": warmup, **result.summary(),
+            "host_syncs": {"per_step": sum(s["count"] for s in syncs), "sites": syncs,
+                           "device_is_host": dev.type == "cpu"}}
     return report(data)
 
 
@@ -269,6 +275,9 @@ def report(data: dict[str, Any]) -> Report:
         "Fallback copies are the fl::to_host / fl::to_device ranges of ops that ran on the CPU; device memcpy "
         "events are the profiler's own (CUDA); an emulated device counts its copies and syncs."],
         tables=[Table(["copy", "calls", "ms"], rows)])
+    sections = [routes, top, transfers]
+    if "host_syncs" in data:
+        sections.append(_syncs_section(data))
     warnings = []
     if route_rows and wall and routed / wall >= 0.1:
         worst = max(data["by_route"].items(), key=lambda kv: kv[1]["seconds"])
@@ -276,5 +285,19 @@ def report(data: dict[str, Any]) -> Report:
         warnings.append(f"{worst[0]} routes take {worst[1]['share']:.0%} of the profiled time"
                         + (f" (most calls: {first['op']})" if first else "")
                         + "; give the hot ops a native kernel (torch.fl.register_kernel) or ask the vendor for one")
-    return Report(f"torchfl profile: {data.get('model', '')}", data, summary, [routes, top, transfers],
-                  warnings)
+    return Report(f"torchfl profile: {data.get('model', '')}", data, summary, sections, warnings)
+
+
+def _syncs_section(data: dict[str, Any]) -> Section:
+    syncs = data["host_syncs"]
+    title = f"Host syncs per step: {syncs['per_step']}"
+    if not syncs["sites"]:
+        return Section(title, text=["No op of the step made the host wait for the device (no .item(), "
+                                    "nonzero, blocking copy to the host or synchronize())."])
+    text = ["Each waits until the device has finished everything queued before it: an asynchronous chip "
+            "idles while the host catches up. Counted in one more step after the profiled ones, by the "
+            "innermost source line outside torch and torch-fl."]
+    if syncs["device_is_host"]:
+        text.append("On the CPU the host is the device and nothing waits; on a chip each of these lines would.")
+    return Section(title, text=text, tables=[Table(["per step", "what", "where"],
+                                                   [[s["count"], s["what"], s["where"]] for s in syncs["sites"]])])
