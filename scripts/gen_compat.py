@@ -16,6 +16,18 @@ file with the commit or the file's sha256 it was read from.
       build.property (version, driver_requires, build_requires: cntoolkit, cnnl, cncl).
   musa (torch_musa, not on PyPI): MooreThreads/torch_musa release tags: version.txt, build.sh PYTORCH_TAG
       (the torch it is built against), and the MUSA SDK version its README names.
+  cuda, rocm, xpu (torch's own builds, no plugin): what runtime each torch release is built for and what that
+      runtime needs from the driver.
+      cuda     every torch release's PyPI Linux x86_64 wheel METADATA (its CUDA runtime pin, read like torch_npu's),
+               PyTorch's Release Compatibility Matrix (the CUDA builds of each minor release), NVIDIA's minor
+               version compatibility floors per CUDA major and the release notes' driver per toolkit.
+      rocm     PyTorch's matrix (the ROCm of each minor release's wheels) and AMD's third-party support matrix.
+      xpu      the oneAPI each torch xpu build links (PyTorch's build matrix, a PyTorch PR, HF kernels' variants).
+      Their published sources are web pages and a table in pytorch/pytorch (4 GB, over the fetch limit), read
+      through the search tool's stored copies: restated below as data (TORCH_MINORS, CUDA_FLOORS, ...), each
+      source record naming the URL, when and how it was read.
+  installed  how to find the vendor toolkit installed beside each plugin (INSTALLED: env variables, default
+      roots, version files and their format), written into the chip's file for analysis/installed.py.
 
 Where sources disagree, each release says which source won and why (its `decisions`):
   torch   the wheel's Requires-Dist pin wins over the table: pip enforces the pin, the table is prose.
@@ -28,6 +40,7 @@ Usage:
   gen_compat.py --chip npu --repo Ascend/pytorch=GITDIR [--cache DIR]
   gen_compat.py --chip mlu --repo Cambricon/torch_mlu=GITDIR
   gen_compat.py --chip musa --repo MooreThreads/torch_musa=GITDIR
+  gen_compat.py --chip cuda --chip rocm --chip xpu [--cache DIR]
   gen_compat.py --verify ...   regenerate and compare with the checked-in file (exit 1 when they differ)
 
 PyPI is read through the JSON API (https://pypi.org/pypi/torch-npu/json, relative file URLs resolved
@@ -404,18 +417,245 @@ def _has(gitdir: str, ref: str, path: str) -> bool:
                           capture_output=True).returncode == 0
 
 
+# torch builds (cuda, rocm, xpu) ------------------------------------------------------------------
+# These facts are about torch itself: the runtime a torch wheel is built for, and the driver that runtime needs.
+# Their published sources are web pages and a table in a repository too large to fetch here (pytorch/pytorch,
+# 4 GB), read through the search tool's stored copies; what was read is restated below as data, each with its
+# source, and the PyPI part is re-read by this script (the wheels' METADATA, like torch_npu's).
+PYTORCH_MATRIX = {
+    "id": "pytorch-matrix", "what": "PyTorch's Release Compatibility Matrix: Python range, stable and experimental "
+    "CUDA, stable ROCm per minor release", "url": "https://github.com/pytorch/pytorch/blob/main/RELEASE.md"
+    "#release-compatibility-matrix", "read": "2026-12-05, a stored copy of RELEASE.md found with the search tool "
+    "(find_string); pytorch/pytorch itself is over the fetch limit", "restated_in": "scripts/gen_compat.py "
+    "TORCH_MINORS"}
+# minor -> (Python range, stable CUDA, experimental CUDA, stable ROCm)
+TORCH_MINORS: dict[str, tuple[str, list[str], list[str], str]] = {
+    "2.1": (">=3.8,<=3.11", ["11.8"], ["12.1"], "5.6"),
+    "2.2": (">=3.8,<=3.11", ["11.8"], ["12.1"], "5.7"),
+    "2.3": (">=3.8,<=3.11", ["11.8"], ["12.1"], "6.0"),
+    "2.4": (">=3.8,<=3.12", ["11.8", "12.1"], ["12.4"], "6.1"),
+    "2.5": (">=3.9,<=3.12", ["11.8", "12.1", "12.4"], [], "6.2"),
+    "2.6": (">=3.9,<=3.13", ["11.8", "12.4"], ["12.6"], "6.2.4"),
+    "2.7": (">=3.9,<=3.13", ["11.8", "12.6"], ["12.8"], "6.3"),
+    "2.8": (">=3.9,<=3.13", ["12.6", "12.8"], ["12.9"], "6.4"),
+    "2.9": (">=3.10,<=3.14", ["12.6", "12.8"], ["13.0"], "6.4"),
+    "2.10": (">=3.10,<=3.14", ["12.6", "12.8"], ["13.0"], "7.1"),
+    "2.11": (">=3.10,<=3.14", ["12.6", "12.8", "13.0"], [], "7.2"),
+    "2.12": (">=3.10,<=3.14", ["12.6", "13.0"], ["13.2"], "7.2"),
+    "2.13": (">=3.10,<=3.15", ["12.6", "13.0"], ["13.2"], "7.2"),
+    "2.14": (">=3.10,<=3.15", ["12.6", "13.0", "13.2"], [], "7.14"),
+}
+NVIDIA_MINOR_COMPAT = {
+    "id": "nvidia-minor-compat", "what": "NVIDIA's CUDA Compatibility guide, 'Minor Version Compatibility': the "
+    "lowest driver of each CUDA major family (CUDA 11 and later run on it with a limited feature set)",
+    "url": "https://docs.nvidia.com/deploy/cuda-compatibility/minor-version-compatibility.html",
+    "read": "2026-12-05, the stored copy found with the search tool (docs/pages corpora)",
+    "restated_in": "scripts/gen_compat.py CUDA_FLOORS"}
+CUDA_FLOORS = {"11": "450.80.02", "12": "525", "13": "580"}
+NVIDIA_TOOLKIT_DRIVERS = {
+    "id": "nvidia-release-notes", "what": "NVIDIA's CUDA Toolkit Release Notes, table 'CUDA Toolkit and "
+    "Corresponding Driver Versions' (GA rows, Linux x86_64): the driver each toolkit ships with, which every "
+    "feature of that toolkit (PTX JIT of its code among them) needs",
+    "url": "https://docs.nvidia.com/cuda/cuda-toolkit-release-notes/index.html",
+    "read": "restated from the release notes; the 11.x rows checked against a copy of the table found with the "
+    "search tool, the 12.x and 13.x rows not re-read (docs.nvidia.com is not reachable from this machine and the "
+    "stored copies hold the component table only): used for cautions, never for a mismatch",
+    "restated_in": "scripts/gen_compat.py CUDA_TOOLKIT_DRIVERS"}
+CUDA_TOOLKIT_DRIVERS = {"11.6": "510.39.01", "11.7": "515.43.04", "11.8": "520.61.05", "12.0": "525.60.13",
+                        "12.1": "530.30.02", "12.2": "535.54.03", "12.3": "545.23.06", "12.4": "550.54.14",
+                        "12.5": "555.42.02", "12.6": "560.28.03", "12.8": "570.26", "12.9": "575.51.03",
+                        "13.0": "580.65.06"}
+AMD_MATRIX = {
+    "id": "rocm-third-party-matrix", "what": "AMD's ROCm third-party support matrix: the PyTorch releases AMD "
+    "validated per ROCm release (its own builds: Docker images, repo.radeon.com wheels)",
+    "url": "https://rocm.docs.amd.com/projects/install-on-linux/en/docs-6.3.0/reference/3rd-party-support-matrix"
+    ".html", "read": "2026-12-05, the stored copy found with the search tool (docs corpus); it stops at ROCm 6.3.x",
+    "restated_in": "scripts/gen_compat.py ROCM_VALIDATED"}
+ROCM_VALIDATED = {"5.6": ["1.12.1", "1.13", "2.0", "2.1"], "5.7": ["1.12.1", "1.13", "2.0", "2.1"],
+                  "6.0": ["1.13", "2.0", "2.1"], "6.1": ["1.13", "2.0", "2.1"],
+                  "6.2": ["1.13", "2.0", "2.1", "2.2", "2.3"], "6.3": ["1.13", "2.0", "2.1", "2.2", "2.3", "2.4"]}
+XPU_SOURCES = [
+    {"id": "pytorch-build-matrix", "what": "pytorch/pytorch .github/scripts/generate_binary_build_matrix.py, "
+     "PYTORCH_EXTRA_INSTALL_REQUIREMENTS['xpu'] (the xpu wheel's Requires-Dist: intel-sycl-rt, "
+     "intel-cmplr-lib-rt pins) at the 2.7 cycle (CUDA 11.8/12.6/12.8, ROCm 6.2.4/6.3)",
+     "repo": "pytorch/pytorch", "commit": "00018c9487224886f1c839167a56f4471ab1ebc4",
+     "path": ".github/scripts/generate_binary_build_matrix.py", "read": "2026-12-05 through the search tool's "
+     "file index", "restated_in": "scripts/gen_compat.py XPU_ONEAPI"},
+    {"id": "pytorch-pr-138904", "what": "pytorch/pytorch pull request 138904: 'oneAPI 2025, targeted for PT 2.6'",
+     "url": "https://github.com/pytorch/pytorch/pull/138904", "restated_in": "scripts/gen_compat.py XPU_ONEAPI"},
+    {"id": "hf-kernels-variants", "what": "Hugging Face kernels' build variants: torch28-cxx11-xpu20251, "
+     "torch29-...-xpu20252, torch210/211/212-...-xpu20253 (the oneAPI each torch xpu build links)",
+     "url": "https://huggingface.co/docs/kernels/builder/build-variants", "read": "2026-12-05, stored copies found "
+     "with the search tool (pages corpus)", "restated_in": "scripts/gen_compat.py XPU_ONEAPI"},
+    {"id": "pytorch-xpu-docs", "what": "PyTorch 'Getting Started on Intel GPU': the Intel GPU driver is needed; "
+     "no driver version is named per release", "url": "https://docs.pytorch.org/docs/stable/notes/"
+     "get_start_xpu.html"},
+]
+# minor -> (oneAPI / intel-sycl-rt version, source id)
+XPU_ONEAPI = {"2.6": ("2025.0", "pytorch-pr-138904"), "2.7": ("2025.0.4", "pytorch-build-matrix"),
+              "2.8": ("2025.1", "hf-kernels-variants"), "2.9": ("2025.2", "hf-kernels-variants"),
+              "2.10": ("2025.3", "hf-kernels-variants"), "2.11": ("2025.3", "hf-kernels-variants"),
+              "2.12": ("2025.3", "hf-kernels-variants")}
+WHL = "https://download.pytorch.org/whl/{variant}"
+TORCH_FIRST = (2, 1, 0, -1)
+
+
+def torch_pypi(cache: Cache) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+    """torch release -> the CUDA runtime its PyPI Linux x86_64 wheel pins, its Pythons; and the source record."""
+    url = PYPI.format(name="torch")
+    index = json.loads(cache.get("pypi-torch.json", lambda: _get(url)))
+    found: dict[str, dict[str, Any]] = {}
+    for version, files in index["releases"].items():
+        key = version_key(version)
+        if not key or key < TORCH_FIRST or key[3] != -1 or not files:
+            continue
+        linux = [f for f in files if f["filename"].endswith(".whl") and "manylinux" in f["filename"]
+                 and "x86_64" in f["filename"]]
+        if not linux:
+            continue
+        pick = min(linux, key=lambda f: ("cp311" not in f["filename"], f["filename"]))
+        file_url = urllib.parse.urljoin(url, pick["url"])
+        text = cache.get(f"METADATA-{pick['filename']}", lambda u=file_url, s=pick["size"]: wheel_metadata(u, s))
+        meta = Parser().parsestr(text)
+        # the CUDA runtime pin: nvidia-cuda-runtime-cuXX==V up to 2.10, cuda-toolkit[cudart,...]==V from 2.11
+        runtime = next((m.group(1) for r in meta.get_all("Requires-Dist") or []
+                        if (m := re.match(r"(?:nvidia-cuda-runtime-cu\d+|cuda-toolkit\[[^\]]*\bcudart\b[^\]]*\])"
+                                          r"\s*\(?==\s*([\w.]+)", r))), "")
+        found[version] = {"cuda_runtime": runtime, "metadata_of": f"{pick['filename']} sha256:"
+                          f"{pick['digests']['sha256']}", "metadata_sha256": hashlib.sha256(text.encode()).hexdigest(),
+                          "requires_python": meta.get("Requires-Python") or "",
+                          "wheel_pythons": sorted({_py(m.group("py")) for f in linux
+                                                   if (m := _WHEEL.match(f["filename"])) and m.group("py")[2:].isdigit()},
+                                                  key=_py_key),
+                          "uploaded": min(f["upload_time"] for f in files)[:10]}
+    source = {"id": "pypi", "what": "the METADATA of each torch release's Linux x86_64 wheel on PyPI (the "
+              "nvidia-cuda-runtime pin: the CUDA a plain `pip install torch` gets) and its file list",
+              "url": url, "releases": str(len(found))}
+    return found, source
+
+
+def _minor(version: str) -> str:
+    return ".".join(version.split(".")[:2])
+
+
+def cuda_facts(cache: Cache) -> dict[str, Any]:
+    pypi, pypi_source = torch_pypi(cache)
+    releases = []
+    for version in sorted(pypi, key=version_key):
+        wheel, row = pypi[version], TORCH_MINORS.get(_minor(version))
+        pinned = _minor(wheel["cuda_runtime"]) if wheel["cuda_runtime"] else ""
+        stable, experimental = (row[1], row[2]) if row else ([], [])
+        decisions = []
+        if not row:
+            decisions.append(f"variants: the matrix has no {_minor(version)} row, so only the PyPI wheel's CUDA "
+                             f"{pinned or '?'} is known for this release")
+        elif pinned and pinned not in stable + experimental:
+            decisions.append(f"pypi: the PyPI wheel pins CUDA {pinned}, which the matrix does not list for "
+                             f"{_minor(version)}; the pin won (pip installs it)")
+        variants = sorted(set(stable + experimental + ([pinned] if pinned else [])), key=_py_key)
+        releases.append({
+            "torch": version, "python": wheel["wheel_pythons"], "runtime": pinned, "runtime_name": "CUDA",
+            "variants": variants, "experimental": experimental,
+            "index": {v: WHL.format(variant=f"cu{v.replace('.', '')}") for v in variants if v != pinned},
+            "uploaded": wheel["uploaded"],
+            "sources": {"pypi": {k: wheel[k] for k in ("metadata_of", "metadata_sha256", "cuda_runtime",
+                                                       "requires_python", "wheel_pythons")},
+                        "pytorch-matrix": {"python": row[0], "stable": row[1], "experimental": row[2]} if row else {}},
+            "decisions": decisions})
+    drivers = {v: {"floor": CUDA_FLOORS.get(v.split(".")[0], ""), "toolkit": CUDA_TOOLKIT_DRIVERS.get(v, "")}
+               for v in sorted({v for r in releases for v in r["variants"]} | set(CUDA_TOOLKIT_DRIVERS), key=_py_key)}
+    return {"chip": "cuda", "plugin": "", "kind": "torch-build", "torch_attr": "cuda", "runtime_name": "CUDA",
+            "driver_name": "NVIDIA driver",
+            "decisions": [
+                "driver: the minor-version-compatibility floor of the CUDA major (NVIDIA's CUDA Compatibility guide) "
+                "won over the per-toolkit driver of the release notes for the verdict: below the floor the CUDA "
+                "runtime refuses to start, so that is a mismatch; between the floor and the toolkit's own driver "
+                "the wheel runs with a limited feature set (PTX JIT of newer code fails), so that is a caution",
+                "variants: a torch release's CUDA builds are the matrix's stable and experimental CUDA of its minor "
+                "release, plus the CUDA its PyPI wheel pins where the matrix lacks it (pip installs the pin)"],
+            "sources": [pypi_source, PYTORCH_MATRIX, NVIDIA_MINOR_COMPAT, NVIDIA_TOOLKIT_DRIVERS],
+            "drivers": drivers, "releases": releases}
+
+
+def rocm_facts() -> dict[str, Any]:
+    releases = []
+    for minor, (python, _stable, _experimental, rocm) in sorted(TORCH_MINORS.items(), key=lambda i: _py_key(i[0])):
+        short = _minor(rocm)
+        validated = [r for r, torches in sorted(ROCM_VALIDATED.items(), key=lambda i: _py_key(i[0]))
+                     if minor in torches]
+        decisions = ["runtime: PyTorch's matrix won for the pip wheel (the rocmX.Y wheel bundles the ROCm user-space "
+                     "libraries it was built with); AMD's matrix applies to AMD's own builds and is kept as "
+                     "validated_by_amd"]
+        if short in ROCM_VALIDATED and minor not in ROCM_VALIDATED[short]:
+            decisions.append(f"amd: AMD's matrix does not list PyTorch {minor} for ROCm {short}")
+        elif short not in ROCM_VALIDATED:
+            decisions.append(f"amd: AMD's matrix read here stops at ROCm 6.3.x; ROCm {short} is not in it")
+        releases.append({"torch": minor, "python_range": python, "runtime": rocm, "runtime_name": "ROCm",
+                         "variants": [rocm], "index": {rocm: WHL.format(variant=f"rocm{rocm}")},
+                         "validated_by_amd": validated, "decisions": decisions})
+    return {"chip": "rocm", "plugin": "", "kind": "torch-build", "torch_attr": "hip", "runtime_name": "ROCm",
+            "driver_name": "amdgpu kernel driver",
+            "decisions": ["driver: neither source names the amdgpu kernel driver each ROCm release needs, so the "
+                          "driver is reported, not judged"],
+            "sources": [PYTORCH_MATRIX, AMD_MATRIX], "releases": releases}
+
+
+def xpu_facts() -> dict[str, Any]:
+    releases = [{"torch": minor, "runtime": oneapi, "runtime_name": "oneAPI (intel-sycl-rt)", "variants": [oneapi],
+                 "index": {oneapi: WHL.format(variant="xpu")}, "decisions": [f"runtime: from {source}"],
+                 "sources": {source: {"oneapi": oneapi}}}
+                for minor, (oneapi, source) in sorted(XPU_ONEAPI.items(), key=lambda i: _py_key(i[0]))]
+    return {"chip": "xpu", "plugin": "", "kind": "torch-build", "torch_attr": "xpu", "runtime_name": "oneAPI",
+            "driver_name": "Intel GPU driver",
+            "decisions": ["runtime: torch.version.xpu names the oneAPI compiler torch was built with (20250301 = "
+                          "2025.3.1); the intel-sycl-rt wheel pip installed beside it must be of the same year.minor "
+                          "(its libsycl.so major changes between them); the installed one wins over the table, which "
+                          "only says what each release shipped with",
+                          "driver: PyTorch's XPU docs name no driver version per release, so the driver is not judged",
+                          "releases: 2.5 and 2.13+ have no row (no source read here names their oneAPI)"],
+            "sources": XPU_SOURCES, "releases": releases}
+
+
+# Installed toolkits ---------------------------------------------------------------------------------
+# How to find the vendor toolkit installed beside a plugin (CANN, CNToolkit, MUSA SDK): the environment
+# variables the vendor's setup scripts export, then the default install roots; files relative to a root (glob
+# patterns); `format` says how the version is read and where that format was seen.
+INSTALLED = {
+    "npu": {"name": "CANN", "env": ["ASCEND_TOOLKIT_HOME", "ASCEND_HOME_PATH"],
+            "roots": ["/usr/local/Ascend/ascend-toolkit/latest", "/usr/local/Ascend/cann"],
+            "files": ["*-linux/ascend_toolkit_install.info", "version.info", "version.cfg"],
+            "format": "key=value lines, version=8.0.RC1 (package_name=Ascend-cann-toolkit, innerversion, arch, "
+                      "path); seen in CANN install guides and a vllm-ascend issue's pasted file, found with the search "
+                      "tool; version.info has Version=; version.cfg read the same way"},
+    "mlu": {"name": "CNToolkit", "env": ["NEUWARE_HOME"], "roots": ["/usr/local/neuware"],
+            "files": ["version.txt"],
+            "format": "one line 'Neuware Version 3.9.0': the first X.Y.Z; seen in Cambricon benchmark READMEs and "
+                      "device plugins reading it, found with the search tool"},
+    "musa": {"name": "MUSA SDK", "env": ["MUSA_HOME", "MUSA_PATH"], "roots": ["/usr/local/musa"],
+             "files": ["version.txt", "version.json"],
+             "format": "not confirmed from a vendor source: the first X.Y.Z of the file, or its 'version' key when "
+                       "JSON (the form torch_musa's sw_stack_detection.py parses from musa_toolkits_version)"},
+}
+
+
 # Main ---------------------------------------------------------------------------------------------
 REPOS = {"npu": "Ascend/pytorch", "mlu": "Cambricon/torch_mlu", "musa": "MooreThreads/torch_musa"}
+CHIPS = [*REPOS, "cuda", "rocm", "xpu"]
 
 
 def generate(chip: str, gitdir: str, cache: Cache) -> dict[str, Any]:
-    facts = npu_facts(cache, gitdir) if chip == "npu" else mlu_facts(gitdir) if chip == "mlu" else musa_facts(gitdir)
+    builders = {"npu": lambda: npu_facts(cache, gitdir), "mlu": lambda: mlu_facts(gitdir),
+                "musa": lambda: musa_facts(gitdir), "cuda": lambda: cuda_facts(cache), "rocm": rocm_facts,
+                "xpu": xpu_facts}
+    facts = builders[chip]()
+    if chip in INSTALLED:
+        facts["installed"] = INSTALLED[chip]
     return {"generated_by": f"scripts/gen_compat.py --chip {chip}", **facts}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--chip", choices=sorted(REPOS), action="append", required=True)
+    parser.add_argument("--chip", choices=CHIPS, action="append", required=True)
     parser.add_argument("--repo", action="append", default=[], metavar="OWNER/NAME=GITDIR")
     parser.add_argument("--cache", type=Path, default=Path.home() / ".cache/torch_fl/compat-sources")
     parser.add_argument("--out-dir", type=Path, default=OUT_DIR)
@@ -424,9 +664,10 @@ def main(argv: list[str] | None = None) -> int:
     repos = dict(r.split("=", 1) for r in args.repo)
     status = 0
     for chip in args.chip:
-        if REPOS[chip] not in repos:
+        if chip in REPOS and REPOS[chip] not in repos:
             parser.error(f"--chip {chip} needs --repo {REPOS[chip]}=GITDIR")
-        text = json.dumps(generate(chip, repos[REPOS[chip]], Cache(args.cache)), indent=1, ensure_ascii=False) + "\n"
+        gitdir = repos.get(REPOS.get(chip, ""), "")
+        text = json.dumps(generate(chip, gitdir, Cache(args.cache)), indent=1, ensure_ascii=False) + "\n"
         path = args.out_dir / f"{chip}.json"
         if args.verify:
             same = path.exists() and path.read_text(encoding="utf-8") == text
