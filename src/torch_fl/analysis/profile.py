@@ -195,10 +195,12 @@ def profile(trace: str | None = None, *, device: Any = None, **kwargs: Any) -> I
 def profile_model(spec: ModelSpec, device: str, *, steps: int = 5, warmup: int = 2, train: bool = True,
                   trace: str | None = None) -> Report:
     """Warm-up and `steps` steps of `spec` on `device` with routing active, the steps under the profiler
-    (each in a ``ProfilerStep#N`` range, as torch.profiler's schedule names them); the report of
-    `report`. Raises UnsupportedOperatorError when the device cannot run the model."""
+    (each in a ``ProfilerStep#N`` range, as torch.profiler's schedule names them), after one more step that
+    locates the host syncs (host_syncs.locate); the report of `report`. Resets torch-fl's route statistics
+    before the profiled steps, as bench does: route_stats() then holds those steps' calls, the same counts as
+    the trace's fl:: ranges. Raises UnsupportedOperatorError when the device cannot run the model."""
     from .. import runtime
-    from ..routing import activated
+    from ..routing import activated, reset_route_stats
     from ..routing.current import use_device
     from .bench import _step_fn
     from .host_syncs import locate
@@ -212,6 +214,10 @@ def profile_model(spec: ModelSpec, device: str, *, steps: int = 5, warmup: int =
         for _ in range(warmup):
             step()
             runtime.synchronize(dev)
+        progress("locating host syncs: one more step")
+        syncs = locate(step, dev)  # (after the warm-up: a first step's lazy set-up syncs once, not per step)
+        runtime.synchronize(dev)
+        reset_route_stats()
         with stage(f"profiling {steps} steps on {device}", total=steps, unit="steps") as counter, \
                 profile(trace, device=dev) as result:
             for i in range(steps):
@@ -220,9 +226,6 @@ def profile_model(spec: ModelSpec, device: str, *, steps: int = 5, warmup: int =
                     runtime.synchronize(dev)
                 counter.advance()
         result.steps = steps
-        progress("locating host syncs: one more step")
-        syncs = locate(step, dev)
-        runtime.synchronize(dev)
     if trace:
         progress(f"wrote {trace}")
     data = {"model": spec.name, "device": device, "train": train, "warmup": warmup, **result.summary(),
