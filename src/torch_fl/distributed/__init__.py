@@ -44,8 +44,10 @@ from ..device import description_for, device_map
 from ..errors import DeviceNotFoundError
 from ..routing.current import use_device
 from . import checks as _checks
-from . import fingerprint
+from . import fingerprint, mixed
 from .checks import DistributedError, PreflightError, PreflightReport, RanksMissingError
+from .fingerprint import host_traffic
+from .uneven import UnevenBatchSampler, UnevenSplit, shares_for, uneven_split
 from .watchdog import CollectiveTimeoutError, Watchdog, enable_flight_recorder, grace, unavailable
 
 __all__ = [
@@ -54,9 +56,14 @@ __all__ = [
     "PreflightError",
     "PreflightReport",
     "RanksMissingError",
+    "UnevenBatchSampler",
+    "UnevenSplit",
     "device",
+    "host_traffic",
     "init_process_group",
     "preflight",
+    "shares_for",
+    "uneven_split",
     "wrap_ddp",
 ]
 
@@ -198,6 +205,8 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
     step_timeout = preflight_timeout or min(_checks.DEFAULT_TIMEOUT, seconds or _checks.DEFAULT_TIMEOUT)
     torch_timeout = timedelta(seconds=seconds + grace(seconds)) if seconds else None
     wanted = str(backend or "")
+    if wanted == mixed.BACKEND:
+        mixed.register()
     if backend is not None:
         # Before the rendezvous: every rank fails alike, and none is left waiting for one that did.
         early = rank if rank >= 0 else int(os.environ.get("RANK", "0"))
@@ -217,12 +226,20 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
         _check_backend(chosen, dev, rank)
     space = _checks.namespace(store) if store is not None else None
     mine = fingerprint.collect(dev, desc, chosen, explicit=backend is not None, local_rank=local_rank)
+    verdict = None
     if checks and space is not None:
-        chosen = _checks.exchange(space, rank, world_size, mine, step_timeout).backend
+        verdict = _checks.exchange(space, rank, world_size, mine, step_timeout)
+        chosen = verdict.backend
     elif space is not None:
         _checks.arrive(space, rank, world_size, step_timeout)
     if chosen == "flagcx":
         importlib.import_module("flagcx")  # its torch plugin registers the 'flagcx' backend
+    elif chosen == mixed.BACKEND:
+        mixed.register()
+    if verdict is not None and verdict.plan:
+        _settle_autocast(dev, verdict.autocast, rank)
+        if rank == 0:
+            _log.warning("%s", verdict.plan)
     if seconds:
         enable_flight_recorder()
     extra = {"init_method": init_method} if init_method else {}
@@ -242,6 +259,7 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
         timings = _checks.check_collectives(space, rank, world_size, dev, chosen, step_timeout, torch_timeout)
         row = _checks.row(rank, mine, chosen, timings, time.perf_counter() - began)
         report = _checks.gather_report(space, rank, world_size, row, chosen, row["seconds"], step_timeout)
+        report.plan = verdict.plan if verdict is not None else ""
     elif checks:
         _log.info("preflight skipped: backend '%s' has no rendezvous store to compare ranks through", chosen)
     watch = None
@@ -252,6 +270,15 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
         watch = Watchdog(seconds, rank, world_size, space, context=f" ({dev}, {chosen})").start()
     _state = _State(rank, world_size, local_rank, dev, chosen, space, report, watch)
     return report
+
+
+def _settle_autocast(dev: torch.device, dtype: str, rank: int) -> None:
+    """Make torch.autocast on this rank's device use the dtype the job agreed on (fingerprint's rule)."""
+    wanted = getattr(torch, dtype)
+    if torch.get_autocast_dtype(dev.type) != wanted:
+        _log.info("rank %d: autocast on %s uses %s, the dtype every chip of this job computes", rank, dev.type,
+                  dtype)
+        torch.set_autocast_dtype(dev.type, wanted)
 
 
 def _first_line(exc: BaseException) -> str:

@@ -313,6 +313,7 @@ class PreflightReport:
     backend: str
     rows: list[dict[str, Any]] = field(default_factory=list)
     seconds: float = 0.0
+    plan: str = ""  # a job across vendors: its groups, backends and autocast dtype (fingerprint._plan)
 
     def summary(self) -> str:
         first = self.rows[0]

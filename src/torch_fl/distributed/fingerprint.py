@@ -24,7 +24,7 @@ import platform
 import socket
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -48,6 +48,8 @@ class Verdict:
     backend: str
     error: str = ""
     missing: tuple[int, ...] | list[int] = ()  # ranks that never arrived (the error says so)
+    plan: str = ""  # a job across vendors: its groups and backends, as rank 0 logs it
+    autocast: str = ""  # the autocast dtype every rank uses ('' : each chip keeps its own)
 
 
 def collect(device: torch.device, desc: Description, backend: str, *, explicit: bool,
@@ -69,6 +71,9 @@ def collect(device: torch.device, desc: Description, backend: str, *, explicit: 
         "backend": backend,
         "explicit_backend": explicit,
         "flagcx": importlib.util.find_spec("flagcx") is not None,
+        "library": desc.collective_backend,  # the vendor's own library, what it runs inside its kind
+        "dtypes": list(desc.dtypes),
+        "autocast": desc.autocast_dtype,
     }
 
 
@@ -134,7 +139,13 @@ def decide(prints: Sequence[Fingerprint]) -> Verdict:
         return Verdict("", _mismatch_message(lines, odd))
     if prints[0]["explicit_backend"] or len(kinds) == 1:
         return Verdict(prints[0]["backend"])
-    return _across_vendors(prints, kinds)
+    verdict = _across_vendors(prints, kinds)
+    if verdict.error:
+        return verdict
+    autocast, error = _common_autocast(prints, kinds)
+    if error:
+        return Verdict("", error)
+    return replace(verdict, autocast=autocast, plan=_plan(prints, kinds, verdict.backend, autocast))
 
 
 def _kinds(prints: Sequence[Fingerprint]) -> dict[tuple[str, str], list[int]]:
@@ -166,10 +177,66 @@ def _across_vendors(prints: Sequence[Fingerprint], kinds: dict[tuple[str, str], 
                            f"accelerator ({listing}): the accelerator of those ranks was not found. "
                            "Run 'torchfl doctor' on their node and check the visible-devices variable "
                            "of the description (CUDA_VISIBLE_DEVICES, ASCEND_RT_VISIBLE_DEVICES, ...).")
-    missing = [r for r, fp in enumerate(prints) if not fp["flagcx"]]
-    if not missing:
+    if all(fp["flagcx"] for fp in prints):
         return Verdict("flagcx")
-    return Verdict("", f"the ranks span vendors ({listing}) and no vendor library connects them. "
-                       "FlagCX does (backend 'flagcx'), but it is not installed on "
-                       f"{ranks_text(missing)}: install it on every rank, or run each vendor's ranks "
-                       "as a separate job.")
+    from .mixed import BACKEND
+
+    return Verdict(BACKEND)
+
+
+# Low-precision dtypes autocast may settle on, preferred first when the chips' own choices differ.
+_AUTOCAST = ("bfloat16", "float16")
+
+
+def _common_autocast(prints: Sequence[Fingerprint], kinds: dict[tuple[str, str], list[int]]) -> tuple[str, str]:
+    """(the autocast dtype of every rank, '') or ('', the error naming the chip that has none in common).
+    Chips whose own autocast dtypes agree keep it; otherwise the job takes the dtype most of them use
+    that every chip computes, so that every rank rounds alike."""
+    own = Counter(prints[members[0]]["autocast"] for members in kinds.values())
+    if len(own) == 1:
+        return next(iter(own)), ""
+    common = [d for d in _AUTOCAST if all(d in prints[m[0]]["dtypes"] for m in kinds.values())]
+    if common:
+        return max(common, key=lambda d: (own[d], -_AUTOCAST.index(d))), ""
+    lacking = "; ".join(f"{_kind_text(prints, members)} lacks "
+                        f"{', '.join(d for d in _AUTOCAST if d not in prints[members[0]]['dtypes'])}"
+                        for members in kinds.values()
+                        if not all(d in prints[members[0]]["dtypes"] for d in _AUTOCAST))
+    return "", ("the chips of this job have no low-precision dtype in common for autocast ("
+                f"{lacking}), so their ranks would round differently. Fix: train in float32 on this mix "
+                "(no autocast), or run the ranks of each chip as a separate job.")
+
+
+def _plan(prints: Sequence[Fingerprint], kinds: dict[tuple[str, str], list[int]], backend: str,
+          autocast: str) -> str:
+    """What a job across vendors runs, for rank 0's log at step 0."""
+    leaders = [members[0] for members in kinds.values()]
+    lines = [f"this job spans {len(kinds)} kinds of chip; backend '{backend}':"]
+    for members in kinds.values():
+        fp = prints[members[0]]
+        inside = fp["library"] + (" (emulated: gloo on the host data)" if _emulated_print(fp) else "")
+        lines.append(f"  - {fp['vendor']} {fp['description'].split('@')[0]} ({fp['device_type']}) on {ranks_text(members)}: {inside} inside, "
+                     f"leader rank {members[0]}")
+    if backend == "flagcx":
+        lines.append("  - between kinds: FlagCX (installed on every rank)")
+    else:
+        lines.append(f"  - between kinds: gloo on host copies among the leaders ({ranks_text(leaders)}); "
+                     "FlagCX, when installed on every rank, replaces this")
+    own = {prints[m[0]]["autocast"] for m in kinds.values()}
+    why = "every chip's own" if len(own) == 1 else f"computed by every chip; their own: {', '.join(sorted(own))}"
+    lines.append(f"  - autocast dtype: {autocast} ({why})")
+    return "\n".join(lines)
+
+
+def _emulated_print(fp: Fingerprint) -> bool:
+    return "," in fp["backend"]  # an emulated chip's backend string: 'cpu:gloo,npu:npu'
+
+
+def host_traffic(payload_bytes: int, kinds: int, link_gbps: float = 25.0) -> dict[str, float]:
+    """What one all_reduce of `payload_bytes` costs each leader of a flmixed job of `kinds` kinds: a copy
+    to the host and back (device link) plus gloo's ring between leaders, 2(K-1)/K of the payload sent
+    (and as much received), over a link of `link_gbps` gigabits per second. A model on paper: it ignores
+    latency and the vendor step inside each kind."""
+    ring = 2 * (kinds - 1) / kinds * payload_bytes if kinds > 1 else 0.0
+    return {"device_host_bytes": 2.0 * payload_bytes, "link_bytes": ring,
+            "link_seconds": ring * 8 / (link_gbps * 1e9)}
