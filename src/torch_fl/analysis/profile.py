@@ -73,6 +73,7 @@ class Profile:
                   or str(e.device_type).endswith("CPU")]
         calls: Counter[tuple[str, str]] = Counter()
         route_us: Counter[str] = Counter()
+        op_us: Counter[tuple[str, str]] = Counter()  # (route, op) -> CPU time of its outermost ranges
         copies = {"to_host": [0, 0.0], "to_device": [0, 0.0]}
         ops: dict[tuple[str, str, str], list[float]] = {}
         for event in events:
@@ -82,6 +83,7 @@ class Profile:
                 calls[routed] += 1
                 if not any(_route_of(a.name) for a in _ancestors(event)):
                     route_us[routed[0]] += event.cpu_time_total
+                    op_us[routed] += event.cpu_time_total
             elif name in COPY_RANGES:
                 copy_ = copies[COPY_RANGES[name]]
                 copy_[0] += 1
@@ -118,6 +120,8 @@ class Profile:
         return {"wall_s": wall, "steps": self.steps, "trace": self.trace, "by_route": by_route,
                 "route_calls": [{"route": r, "op": op, "calls": n} for (r, op), n in
                                 sorted(calls.items(), key=lambda kv: (-kv[1], kv[0]))],
+                "route_ops": [{"route": r, "op": op, "seconds": us * US, "share": us * US / wall if wall else 0.0}
+                              for (r, op), us in sorted(op_us.items(), key=lambda kv: -kv[1])],
                 "top_ops": top_ops,
                 "copies": {"fallback": {k: {"calls": v[0], "seconds": v[1]} for k, v in copies.items()},
                            "device_memcpy": dict(memcpy), "emulated": self.transfers}}
@@ -304,3 +308,50 @@ def _syncs_section(data: dict[str, Any]) -> Section:
         text.append("On the CPU the host is the device and nothing waits; on a chip each of these lines would.")
     return Section(title, text=text, tables=[Table(["per step", "what", "where"],
                                                    [[s["count"], s["what"], s["where"]] for s in syncs["sites"]])])
+
+
+# What a route's ops are called in a sentence ("3 translated ops take ...").
+ROUTE_WORDS = {"translate": "translated", "fallback": "CPU-fallback", "kernel": "registered-kernel"}
+CITED_OPS = 3  # ops named in the sentence
+
+
+def cite(data: dict[str, Any]) -> str | None:
+    """The sentence that says where a profile's non-native time goes, for bench and grade to quote when
+    alignment is below target: '3 translated ops take 38% of the step: aten::a, aten::b, aten::c'. The
+    route with the most time; None when no op left its native route."""
+    if not data.get("by_route"):
+        return None
+    route, spent = max(data["by_route"].items(), key=lambda kv: kv[1]["seconds"])
+    ops = [r for r in data.get("route_ops", []) if r["route"] == route]
+    count = len(ops) or spent["calls"]
+    names = ", ".join(f"{r['op']} ({r['share']:.0%})" for r in ops[:CITED_OPS])
+    more = f" and {len(ops) - CITED_OPS} more" if len(ops) > CITED_OPS else ""
+    word = ROUTE_WORDS.get(route, route)
+    return (f"{count} {word} op{'' if count == 1 else 's'} take{'s' if count == 1 else ''} "
+            f"{spent['share']:.0%} of the step: {names}{more}")
+
+
+def profile_citation(spec: ModelSpec, device: str, *, train: bool = True, steps: int = 3) -> dict[str, Any]:
+    """A short profile of `spec` on `device` for a report whose alignment is below target: the sentence
+    (`cite`), the time by route, and the command that gives the whole profile."""
+    data = profile_model(spec, device, steps=steps, warmup=1, train=train).data
+    command = (f"torchfl profile {spec.name} --device {device}{'' if train else ' --no-train'} "
+               f"--trace trace.json")
+    return {"text": cite(data), "by_route": data["by_route"], "route_ops": data["route_ops"][:TOP],
+            "steps": steps, "command": command}
+
+
+def add_citation(report: Report, spec: ModelSpec, device: str, *, train: bool = True) -> None:
+    """Profile `spec` briefly and quote where the time goes in `report` (bench's or grade's, whose alignment
+    is below target): a warning with `cite`'s sentence and the command for the whole profile, and the
+    numbers as ``report.data["profile"]``."""
+    progress("alignment below target: profiling 3 steps to say where the time goes")
+    cited = profile_citation(spec, device, train=train)
+    report.data["profile"] = cited
+    if cited["text"]:
+        report.warnings.append(f"where the time goes ({cited['steps']} profiled steps): {cited['text']}; "
+                               f"the whole profile: {cited['command']}")
+    else:
+        report.warnings.append(f"profiled {cited['steps']} steps: no op left its native route, so routing is "
+                               f"not what slows this model (noise or the device itself); the whole profile: "
+                               f"{cited['command']}")

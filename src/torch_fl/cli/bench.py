@@ -13,7 +13,8 @@ from .args import add_device, add_model, add_quiet, add_report_files, add_steps,
 DESCRIPTION = ("Time MODEL's training (or inference) steps on a device with torch-fl routing active "
                "and with routing disabled, in interleaved blocks; report the native alignment ratio "
                "(routed steps/s / native steps/s, target >= 0.9), the time spent in translate and "
-               "fallback routes, peak memory, and whether memory grows from step to step.")
+               "fallback routes, peak memory, and whether memory grows from step to step. Below the target, "
+               "a short profile (torchfl profile) says which routed ops take the time.")
 EPILOG = ("For an emulated chip (emu:NAME), 'routing disabled' is the plain CPU run.\n"
           "Examples:\n  torchfl bench examples/gpt.py:factory --device emu:minimal --steps 10\n"
           "  torchfl bench examples/gpt.py:factory --device acc0 --no-train --json bench.json "
@@ -35,7 +36,14 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> No
 
 def run(args: argparse.Namespace) -> int:
     from ..analysis.bench import bench
+    from ..analysis.profile import add_citation
     from .output import emit_model_run
 
-    return emit_model_run("torchfl bench", args, lambda spec: bench(
-        spec, args.device, steps=args.steps, warmup=args.warmup, train=args.train))
+    def measure(spec):
+        report = bench(spec, args.device, steps=args.steps, warmup=args.warmup, train=args.train)
+        data = report.data
+        if data["alignment"] < data["target"] and not data.get("emulated"):  # (bench's own warning's test)
+            add_citation(report, spec, args.device, train=args.train)
+        return report
+
+    return emit_model_run("torchfl bench", args, measure)

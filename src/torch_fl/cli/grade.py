@@ -21,7 +21,7 @@ DESCRIPTION = ("Grade MODEL on a device at L0 (runs), L1 (deployable) or L2 (pro
                "torch.fl.distributed's preflight in two processes, a real training step, coverage of "
                "a traced training step, compare against a reference, a step under autocast, a "
                "second input shape, optionally torch.compile, and bench (alignment, memory over "
-               "steps). Each criterion is PASS, FAIL, INCONCLUSIVE (a noisy measurement whose confidence "
+               "steps; below the alignment target, a short profile names the routed ops that take the time). Each criterion is PASS, FAIL, INCONCLUSIVE (a noisy measurement whose confidence "
                "interval contains the threshold, with the command that settles it) or NOT MEASURED, "
                "with its evidence; INCONCLUSIVE and NOT MEASURED never count as PASS.")
 EPILOG = ("Thresholds: native calls >= 80%, alignment >= 0.9, 4-device scaling >= "
@@ -53,6 +53,15 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> No
     add_quiet(parser)
 
 
+def _alignment_below_target(data: dict) -> bool:
+    """Whether the alignment criterion was measured below its threshold (FAIL, or INCONCLUSIVE under it)."""
+    from ..analysis.grade import FAIL, INCONCLUSIVE
+
+    row = next((r for r in data["criteria"] if r["id"] == "l1.alignment"), None)
+    return (row is not None and row["status"] in (FAIL, INCONCLUSIVE)
+            and isinstance(row["measured"], (int, float)) and row["measured"] < data["thresholds"]["alignment"])
+
+
 def run(args: argparse.Namespace) -> int:
     from ..analysis.grade import grade
     from ..analysis.model import load_model
@@ -63,5 +72,9 @@ def run(args: argparse.Namespace) -> int:
     spec = load_model(args.model)
     report = grade(spec, args.device, args.reference, steps=args.steps, warmup=args.warmup,
                    compile=args.compile, preflight=args.preflight)
+    if _alignment_below_target(report.data):
+        from ..analysis.profile import add_citation
+
+        add_citation(report, spec, args.device)
     emit(report, json_path=args.json, html_path=args.html)
     return 0

@@ -1,0 +1,103 @@
+"""bench and grade quote a profile when alignment is below target (analysis/profile.cite, add_citation): a
+model with a planted slow kernel is explained by the routed op that takes the time."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+import torch_fl
+from torch_fl.analysis.profile import cite
+from torch_fl.routing.install import GET_KERNEL_SINCE, supports_key_routing
+
+needs_get_kernel = pytest.mark.skipif(not supports_key_routing(),
+                                      reason=f"needs torch >= {GET_KERNEL_SINCE} (torch.library.get_kernel)")
+
+MODEL = '''
+import torch
+
+
+def mlp():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 4))
+    return model, (torch.randn(8, 16),)
+'''
+
+
+def test_the_sentence_names_the_route_share_and_ops():
+    data = {"by_route": {"translate": {"seconds": 0.038, "share": 0.38, "calls": 30},
+                         "fallback": {"seconds": 0.001, "share": 0.01, "calls": 1}},
+            "route_ops": [{"route": "translate", "op": f"aten::op{i}.default", "seconds": s, "share": s}
+                          for i, s in enumerate((0.2, 0.1, 0.05, 0.03))]
+            + [{"route": "fallback", "op": "aten::x.default", "seconds": 0.001, "share": 0.01}]}
+    assert cite(data) == ("4 translated ops take 38% of the step: aten::op0.default (20%), aten::op1.default "
+                          "(10%), aten::op2.default (5%) and 1 more")
+    one = {"by_route": {"kernel": {"seconds": 1.0, "share": 0.6, "calls": 2}},
+           "route_ops": [{"route": "kernel", "op": "aten::gelu.default", "seconds": 1.0, "share": 0.6}]}
+    assert cite(one) == "1 registered-kernel op takes 60% of the step: aten::gelu.default (60%)"
+    assert cite({"by_route": {}, "route_ops": []}) is None
+
+
+@pytest.fixture
+def slow_gelu(monkeypatch):
+    """A registered CPU kernel for gelu that sleeps 10 ms: routing on is far slower than routing off."""
+    monkeypatch.setenv("FL_ROUTE", "")
+    torch_fl.reset()
+
+    def gelu(x, approximate="none"):
+        time.sleep(0.01)
+        return x * 0.5
+
+    handle = torch_fl.register_kernel("aten::gelu.default", gelu, device_type="cpu")
+    yield
+    handle.remove()
+    torch_fl.deactivate()
+    torch_fl.reset()
+
+
+@needs_get_kernel
+def test_bench_below_target_cites_the_slow_op(tmp_path, slow_gelu, capsys):
+    from torch_fl.cli import main
+
+    path = tmp_path / "m.py"
+    path.write_text(MODEL)
+    out = tmp_path / "b.json"
+    assert main(["bench", f"{path}:mlp", "--device", "cpu", "--steps", "4", "--warmup", "1", "--no-train",
+                 "--json", str(out), "-q"]) == 0
+    data = json.loads(out.read_text())
+    assert data["alignment"] < 0.9
+    assert data["profile"]["text"].startswith("1 registered-kernel op takes ")
+    assert "of the step: aten::gelu.default" in data["profile"]["text"]
+    assert data["profile"]["command"] == f"torchfl profile {path}:mlp --device cpu --no-train --trace trace.json"
+    text = capsys.readouterr().out
+    assert "where the time goes (3 profiled steps): 1 registered-kernel op takes" in text
+
+
+def test_grade_cites_only_below_target():
+    from torch_fl.cli.grade import _alignment_below_target
+
+    def data(status, measured):
+        return {"criteria": [{"id": "l1.alignment", "status": status, "measured": measured}],
+                "thresholds": {"alignment": 0.9}}
+
+    assert _alignment_below_target(data("FAIL", 0.5))
+    assert _alignment_below_target(data("INCONCLUSIVE", 0.88))
+    assert not _alignment_below_target(data("INCONCLUSIVE", 0.92))
+    assert not _alignment_below_target(data("PASS", 0.95))
+    assert not _alignment_below_target(data("NOT MEASURED", None))
+
+
+@needs_get_kernel
+def test_grade_text_explains_a_planted_slow_kernel(tmp_path, slow_gelu, capsys):
+    from torch_fl.cli import main
+
+    path = tmp_path / "m.py"
+    path.write_text(MODEL)
+    assert main(["grade", f"{path}:mlp", "--device", "cpu", "--steps", "8", "--warmup", "1", "--no-preflight",
+                 "-q"]) == 0
+    text = capsys.readouterr().out
+    assert "FAIL" in text
+    assert "where the time goes (3 profiled steps): 1 registered-kernel op takes" in text
+    assert "of the step: aten::gelu.default" in text and f"torchfl profile {path}:mlp --device cpu" in text
