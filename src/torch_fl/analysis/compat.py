@@ -32,14 +32,31 @@ _CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 
 
 @functools.cache
-def all_facts() -> dict[str, dict[str, Any]]:
-    """plugin module name -> its generated facts file (parsed)."""
+def _files() -> dict[str, dict[str, Any]]:
+    """chip -> its generated facts file (parsed), with its path."""
     found = {}
     for path in sorted(FACTS_DIR.glob("*.json")):
         data = json.loads(path.read_text(encoding="utf-8"))
         data["path"] = str(path)
-        found[data["plugin"]] = data
+        found[data["chip"]] = data
     return found
+
+
+def all_facts() -> dict[str, dict[str, Any]]:
+    """plugin module name -> the facts of its releases (the vendor plugins' files)."""
+    return {data["plugin"]: data for data in _files().values() if data.get("plugin")}
+
+
+def facts_of_chip(chip: str) -> dict[str, Any] | None:
+    """The plugin facts of a chip ('npu'), or None."""
+    data = _files().get(chip)
+    return data if data and data.get("plugin") else None
+
+
+def build_facts(chip: str) -> dict[str, Any] | None:
+    """The facts of torch's own builds for a runtime ('cuda', 'rocm', 'xpu'), or None."""
+    data = _files().get(chip)
+    return data if data and data.get("kind") == "torch-build" else None
 
 
 def facts(plugin: str) -> dict[str, Any] | None:
@@ -76,6 +93,7 @@ class CompatResult:
     cautions: list[str] = field(default_factory=list)  # what the facts cannot confirm
     fixes: list[str] = field(default_factory=list)  # exact commands, best first
     decisions: list[str] = field(default_factory=list)  # where the vendor's sources disagreed
+    why: str = ""  # why the mismatch matters ('' : the plugin's reason)
 
     @property
     def ok(self) -> bool:
@@ -88,9 +106,10 @@ class CompatResult:
         """What differs, why it matters, and the commands that fix it ('' when nothing differs)."""
         if self.ok:
             return ""
-        return (f"{'; '.join(self.mismatches)}. Why: a vendor plugin is compiled against one torch release and "
-                f"built for a set of Pythons; another one crashes or fails at import (the facts: "
-                f"{self.facts_path}). Fix: {' or: '.join(f'`{f}`' for f in self.fixes) or 'install a matching set'}.")
+        why = self.why or ("a vendor plugin is compiled against one torch release and built for a set of Pythons; "
+                           "another one crashes or fails at import")
+        return (f"{'; '.join(self.mismatches)}. Why: {why} (the facts: {self.facts_path}). Fix: "
+                f"{' or: '.join(f'`{f}`' for f in self.fixes) or 'install a matching set'}.")
 
 
 def check(plugin: str, plugin_version: str, *, torch: str, python: str, runtime: str = "") -> CompatResult:
@@ -187,3 +206,33 @@ def _torch_command(spec: str, data: dict[str, Any], plugin_version: str) -> str:
 def _tidy(command: str) -> str:
     command = command.strip()
     return command if command.startswith(("pip ", "python")) else f"pip install {command}"
+
+
+def installed_check(plugin: str, plugin_version: str, runtime: str = "") -> dict[str, Any] | None:
+    """doctor's release check, JSON-ready: the installed plugin release against its facts, with the vendor
+    toolkit found on disk when torch reports no runtime; for a description with no plugin facts, torch's own
+    CUDA / ROCm / XPU build against the driver and runtime here (build_compat.py). None when neither applies."""
+    import sys
+
+    from . import build_compat, installed
+
+    data = facts(plugin)
+    if data is None:
+        result = build_compat.check_here()
+        return {**result.json(), "problem": result.problem()} if result is not None else None
+    if not plugin_version:
+        return None
+    import torch
+
+    found = installed.chip_toolkit(data["chip"]) if not runtime else None
+    python = f"{sys.version_info.major}.{sys.version_info.minor}"
+    result = check(plugin, plugin_version, torch=torch.__version__, python=python,
+                   runtime=runtime or (found.version if found else ""))
+    recipe = data.get("installed")
+    if not runtime and found is None and recipe and result.known:
+        where = [f"${v}" for v in recipe["env"]] + recipe["roots"]
+        result.cautions.append(f"no {recipe['name']} installation was found (looked in {', '.join(where)} for "
+                               f"{', '.join(recipe['files'])}), so the {recipe['name']} {plugin} {plugin_version} "
+                               f"was released for ({result.expected['runtime'] or '?'}) is unchecked; set "
+                               f"{recipe['env'][0]} to its install root (the vendor's set_env.sh does)")
+    return {**result.json(), "problem": result.problem(), "toolkit": found.json() if found else None}

@@ -323,15 +323,12 @@ def compat_check(desc: Description, plugin: str, runtime: str) -> dict[str, dict
 
 
 def release_check(desc: Description, plugin: str, runtime: str) -> dict[str, Any] | None:
-    """The installed plugin release, torch and Python against the vendor's release facts (analysis/compat.py);
-    None when torch-fl has no facts for the plugin or it is not installed."""
+    """The installed plugin release, torch, Python and vendor toolkit against the vendor's release facts, or
+    torch's own CUDA/ROCm/XPU build against the driver (analysis/compat.py installed_check); None when neither
+    applies (no facts for the plugin, or it is not installed; a CPU-only torch)."""
     from . import compat
 
-    if not plugin or compat.facts(desc.plugin) is None:
-        return None
-    python = f"{sys.version_info.major}.{sys.version_info.minor}"
-    result = compat.check(desc.plugin, plugin, torch=torch.__version__, python=python, runtime=runtime)
-    return {**result.json(), "problem": result.problem()}
+    return compat.installed_check(desc.plugin, plugin, runtime)
 
 
 def route_counts(desc: Description) -> dict[str, int]:
@@ -602,7 +599,8 @@ def _release_rows(found: dict[str, Any] | None) -> list[tuple[str, str]]:
         return [("release facts", f"{found['plugin']} {found['plugin_version']}: not in {found['facts_path']}")]
     want = found["expected"]
     verdict = "ok" if found["ok"] else "MISMATCH"
-    return [("release facts", f"{found['plugin']} {found['plugin_version']} wants torch {want['torch'] or '?'}, "
+    wants = f"torch {want['torch'] or '?'}, " if found["plugin"] != "torch" else ""  # torch's own build: no torch pin
+    return [("release facts", f"{found['plugin']} {found['plugin_version']} wants {wants}"
              f"Python {', '.join(want['python']) or '?'}, {want['runtime_name']} {want['runtime'] or '?'} "
              f"({verdict}; {found['facts_path']})")]
 
