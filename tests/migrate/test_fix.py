@@ -325,8 +325,9 @@ def test_fix_paths_without_libcst_is_a_clear_error(tmp_path: Path, monkeypatch: 
 
     monkeypatch.setitem(sys.modules, "libcst", None)
     pkg = _project(tmp_path)
-    # an autocast call over lines: its arguments move, libcst does it
-    (pkg / "amp.py").write_text("import torch\n\nwith torch.cuda.amp.autocast(\n        dtype=torch.float16):\n    pass\n")
+    # an autocast call joined with a line continuation: libcst does it
+    (pkg / "amp.py").write_text("import torch\n\nwith torch.cuda.amp.autocast(dtype=torch.float16, \\\n        "
+                                "enabled=True):\n    pass\n")
     with pytest.raises(TorchFLError, match=r"pip install 'torch-fl\[migrate\]'"):
         fix_paths([pkg])
 

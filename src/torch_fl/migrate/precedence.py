@@ -87,7 +87,8 @@ def places(tree: ast.Module, lines: list[str], spans: Iterable[Span]) -> dict[Sp
     wanted = set(spans)
     if not wanted:
         return {}
-    firsts = [stmt.lineno for stmt in tree.body]
+    # A decorated definition starts at its first decorator (its lineno is the `def` line).
+    firsts = [min([stmt.lineno, *(d.lineno for d in getattr(stmt, "decorator_list", ()))]) for stmt in tree.body]
     statements = {bisect.bisect_right(firsts, line) - 1 for line, _, _, _ in wanted}
     found: dict[Span, tuple[ast.expr, int]] = {}
     pending: list[tuple[ast.AST, int]] = [(tree.body[i], IFEXP) for i in sorted(statements) if i >= 0]
@@ -127,6 +128,34 @@ def char_col(lines: list[str], line: int, byte_col: int) -> int:
     if text.isascii():
         return byte_col
     return len(text.encode("utf-8")[:byte_col].decode("utf-8", "replace"))
+
+
+_AST_LEVEL = {ast.Lambda: LAMBDA, ast.NamedExpr: LAMBDA, ast.IfExp: IFEXP, ast.Compare: COMPARE, ast.Await: AWAIT}
+
+
+def _ast_level(node: ast.expr) -> int:
+    """How tightly an ast expression's own operator binds."""
+    kind = type(node)
+    if kind is ast.BoolOp:
+        return OR if type(node.op) is ast.Or else AND  # type: ignore[attr-defined]
+    if kind is ast.UnaryOp:
+        return NOT if type(node.op) is ast.Not else UNARY  # type: ignore[attr-defined]
+    if kind is ast.BinOp:
+        return _AST_BINOP[type(node.op)]  # type: ignore[attr-defined]
+    if kind is ast.Tuple:
+        return LAMBDA
+    return _AST_LEVEL.get(kind, PRIMARY)
+
+
+def wrap(text: str, need: int) -> str:
+    """`keep_precedence` for a replacement's text (textfix.py): in parentheses where its place binds tighter
+    than it does. Operands inside a parsed text are grouped by the text already, so only the whole may need
+    them."""
+    if need <= LAMBDA:
+        return text
+    node = ast.parse(text.strip(), mode="eval").body
+    level = PRIMARY if node.col_offset > 0 or (type(node) is ast.Tuple and text.startswith("(")) else _ast_level(node)
+    return text if level >= need else f"({text})"
 
 
 # libcst --------------------------------------------------------------------------------------------

@@ -21,16 +21,14 @@ from typing import Any
 
 from .cuda_api import CUDA_DEVICE, lookup
 from .namerefs import _ast_name_refs, _Fallback, _segment_refs
-from .precedence import IFEXP, char_col, places
+from .precedence import IFEXP, char_col, places, wrap
 from .rules.distributed import VENDOR_BACKENDS
+from .textargs import Arg, ArgList, Unsure
 
-
-class Unsure(Exception):
-    """A shape this path does not handle: libcst rewrites the file."""
+__all__ = ["TextEdits", "Unsure", "rewrite"]
 
 
 _STRING = re.compile(r"(?i)[ru]?(\"|')(?!\1\1)")  # a one-quote string literal with its prefix
-_CUDA_CALL = re.compile(r"\.cuda\((\d*)\)")
 
 
 class TextEdits:
@@ -140,6 +138,8 @@ def _replace_whole(edits: TextEdits, finding: Any, node: ast.expr) -> str:
         if value != "cuda":
             raise Unsure
         return edits.fl_call("device_type")
+    if code == "FL103" and kind is ast.Compare and finding.replacement is not None:
+        return edits.expr(finding.replacement)
     if finding.replacement is not None and ((code == "FL901" and kind is ast.IfExp) or (
             code == "FL106" and ((kind is ast.Constant and type(node.value) is int)  # type: ignore[attr-defined]
                                  or (kind is ast.Call and edits.qual(node.func) == "torch.device")))):  # type: ignore[attr-defined]
@@ -170,124 +170,244 @@ def _torch_device(edits: TextEdits, node: ast.Call) -> str:
     return edits.device(_int(kinds["index"]), text)
 
 
-def _parts(edits: TextEdits, call: ast.Call) -> list[tuple[str | None, str, ast.expr]]:
-    """A one-line call's arguments as (keyword, None for a positional, "**" for `**kwargs`; text; value), in a
-    layout the libcst fix keeps as it is: `f(a, b=1)`, each comma followed by one space, no trailing comma.
-    Unsure for any other layout."""
-    start, end = edits.node_offsets(call)
-    func_end = edits.node_offsets(call.func)[1]
-    parts: list[tuple[int, str | None, str, ast.expr]] = []
-    for arg in call.args:
-        if type(arg) is ast.Starred:
-            raise Unsure
-        a, b = edits.node_offsets(arg)
-        parts.append((a, None, edits.source[a:b], arg))
-    for kw in call.keywords:
-        a, b = edits.node_offsets(kw)  # type: ignore[arg-type]
-        parts.append((a, "**" if kw.arg is None else kw.arg, edits.source[a:b], kw.value))
-    parts.sort(key=lambda p: p[0])
-    if edits.source[start:end] != edits.source[start:func_end] + "(" + ", ".join(p[2] for p in parts) + ")":
-        raise Unsure
-    return [(keyword, text, value) for _, keyword, text, value in parts]
+def _args(edits: TextEdits, call: ast.Call) -> ArgList:
+    return ArgList(edits.source, call, edits.node_offsets)
 
 
 _AUTOCAST_POSITIONAL = ("enabled", "dtype", "cache_enabled")
 _SCALER_POSITIONAL = ("init_scale", "growth_factor", "backoff_factor", "growth_interval", "enabled")
 _GATED = {"torch.amp.GradScaler": 5, "torch.amp.grad_scaler.GradScaler": 5}
 _SCOPED = ("torch.autocast", "torch.amp.autocast", "torch.amp.autocast_mode.autocast")
+# What libcst's _gate and-s into `enabled=` without parentheses (its Name covers True/False/None).
 _PLAIN_ENABLED = (ast.Name, ast.Attribute, ast.Call, ast.Subscript, ast.Compare)
+_KEYWORD = re.compile(r"[A-Za-z_]\w*\s*=\s*")
 
 
-def _keywords(parts: list[tuple[str | None, str, ast.expr]], names: tuple[str, ...]) -> list[tuple[str | None, str, ast.expr]]:
+def _value_text(arg: Arg) -> tuple[str, str]:
+    """An argument's `name=` part (empty for a positional one) and its value as written, parentheses kept."""
+    if arg.keyword is None:
+        return "", arg.text
+    match = _KEYWORD.match(arg.text)
+    if match is None:
+        raise Unsure
+    return arg.text[:match.end()], arg.text[match.end():]
+
+
+def _keywords(args: list[Arg], names: tuple[str, ...]) -> None:
     """Positional arguments named by `names`, in order (rules/amp.py: torch.cuda.amp's order is not torch's)."""
-    out = []
     positional = 0
-    for keyword, text, value in parts:
-        if keyword is None:
+    for arg in args:
+        if arg.keyword == "*":
+            raise Unsure  # *args: the scan offers no fix
+        if arg.keyword is None:
             if positional >= len(names):
                 raise Unsure
-            keyword, text = names[positional], f"{names[positional]}={text}"
+            arg.keyword, arg.text = names[positional], f"{names[positional]}={arg.text}"
             positional += 1
-        out.append((keyword, text, value))
-    return out
 
 
-def _gate(edits: TextEdits, parts: list[tuple[str | None, str, ast.expr]], positional_before: int) -> list[str]:
+def _gate(edits: TextEdits, args: ArgList, positional_before: int) -> None:
     """rules/amp.py's _gate: `enabled=torch.fl.is_accelerator()` added, or and-ed into `enabled=`."""
-    if sum(1 for keyword, _, _ in parts if keyword is None) > positional_before or any(
-            keyword == "**" for keyword, _, _ in parts):
+    if sum(1 for arg in args.args if arg.keyword is None) > positional_before or any(
+            arg.keyword in ("*", "**") for arg in args.args):
         raise Unsure
-    out = []
-    found = False
-    for keyword, text, value in parts:
-        if keyword == "enabled":
-            found = True
-            if not text.startswith("enabled="):
-                raise Unsure
-            shown = text[len("enabled="):]
-            if shown.startswith("(") or (type(value) is ast.Constant and value.value is False):  # type: ignore[attr-defined]
-                raise Unsure if shown.startswith("(") else _Keep
-            if type(value) is ast.Constant and value.value is True:  # type: ignore[attr-defined]
-                text = f"enabled={edits.fl_call('is_accelerator')}"
-            else:
-                shown = shown if type(value) in _PLAIN_ENABLED else f"({shown})"
-                text = f"enabled={edits.fl_call('is_accelerator')} and {shown}"
-        out.append(text)
-    if not found:
-        out.append(f"enabled={edits.fl_call('is_accelerator')}")
-    return out
-
-
-class _Keep(Exception):
-    """`enabled=False`: the argument stays as it is."""
-
-
-def _gated(edits: TextEdits, parts: list[tuple[str | None, str, ast.expr]], positional_before: int) -> list[str]:
-    try:
-        return _gate(edits, parts, positional_before)
-    except _Keep:
-        return [text for _, text, _ in parts]
+    accelerator = edits.fl_call("is_accelerator")
+    for arg in args.args:
+        if arg.keyword != "enabled" or arg.value is None:
+            continue
+        prefix, shown = _value_text(arg)
+        value = arg.value
+        if type(value) is ast.Constant and value.value is False:  # type: ignore[attr-defined]
+            return  # off everywhere already: the argument stays
+        if type(value) is ast.Constant and value.value is True:  # type: ignore[attr-defined]
+            arg.text = prefix + accelerator
+            return
+        a, b = edits.node_offsets(value)
+        own_parentheses = shown != edits.source[a:b] or (shown.startswith("(") and type(value) in (
+            ast.Tuple, ast.GeneratorExp))
+        plain = type(value) in _PLAIN_ENABLED or (type(value) is ast.Constant and value.value is None)  # type: ignore[attr-defined]
+        arg.text = f"{prefix}{accelerator} and {shown if plain or own_parentheses else f'({shown})'}"
+        return
+    args.append(f"enabled={accelerator}")
 
 
 def _amp(edits: TextEdits, finding: Any, node: ast.Call, need: int) -> str:
     """FL301 (torch.cuda.amp.autocast / GradScaler), FL302 and FL303 on a call, as rules/amp.py writes them."""
-    if finding.replacement is not None or node.lineno != node.end_lineno:
-        raise Unsure  # the decorator form (unsafe), or a call over lines
+    if finding.replacement is not None:
+        raise Unsure  # the decorator form (unsafe)
     qual = edits.qual(node.func) or ""
-    parts = _parts(edits, node)
+    args = _args(edits, node)
     device_type = edits.fl_call("device_type")
     if finding.code == "FL301":
         if not qual.endswith("autocast"):
             raise Unsure
-        args = [device_type, *(text for _, text, _ in _keywords(parts, _AUTOCAST_POSITIONAL))]
-        return _scoped(edits, f"{edits.torch}.autocast({', '.join(args)})", need)
+        _keywords(args.args, _AUTOCAST_POSITIONAL)
+        args.insert_first(device_type)
+        args.commas()
+        args.head = f"{edits.torch}.autocast"
+        return _scoped(edits, args.code(), need)
     if finding.code == "FL302":
         if not qual.endswith("GradScaler"):
             raise Unsure
-        args = _gated(edits, [(None, device_type, node), *_keywords(parts, _SCALER_POSITIONAL)], 1)
-        return f"{edits.torch}.amp.GradScaler({', '.join(args)})"
+        _keywords(args.args, _SCALER_POSITIONAL)
+        args.insert_first(device_type)
+        _gate(edits, args, 1)
+        args.commas()
+        args.head = f"{edits.torch}.amp.GradScaler"
+        return args.code()
     if qual not in _SCOPED and qual not in _GATED:
         raise Unsure
-    replaced = []
-    for i, (keyword, text, value) in enumerate(parts):
-        if ((keyword is None and i == 0) or keyword in ("device_type", "device")) and \
+    replaced = 0
+    for i, arg in enumerate(args.args):
+        value = arg.value
+        if ((arg.keyword is None and i == 0) or arg.keyword in ("device_type", "device")) and \
                 type(value) is ast.Constant and value.value == "cuda":  # type: ignore[attr-defined]
-            _, literal = _literal(edits, value)
-            text = text[:len(text) - len(literal)] + device_type
-            replaced.append(i)
-        parts[i] = (keyword, text, value)
-    if len(replaced) != 1:
+            _literal(edits, value)  # a plain literal, as libcst's SimpleString
+            arg.text = _value_text(arg)[0] + device_type
+            replaced += 1
+    if replaced != 1:
         raise Unsure
-    func = edits.source[slice(*edits.node_offsets(node.func))]
     if qual in _SCOPED:
-        return _scoped(edits, f"{func}({', '.join(text for _, text, _ in parts)})", need)
-    return f"{func}({', '.join(_gated(edits, parts, _GATED[qual]))})"
+        args.commas()
+        return _scoped(edits, args.code(), need)
+    _gate(edits, args, _GATED[qual])
+    args.commas()
+    return args.code()
 
 
 def _scoped(edits: TextEdits, call: str, need: int) -> str:
     edits.modules.add("contextlib")
     text = f"{call} if {edits.fl_call('is_accelerator')} else contextlib.nullcontext()"
     return f"({text})" if need > IFEXP else text
+
+
+def _cuda_method(edits: TextEdits, node: ast.Call) -> tuple[int, int, str]:
+    """FL102 as rules/device.py's fix: `.cuda(device, non_blocking, ...)` -> `.to(device, ...)`, the device
+    first. The edit starts at the receiver's end, so a finding inside the receiver is edited apart."""
+    func = node.func
+    assert isinstance(func, ast.Attribute)
+    args = _args(edits, node)
+    value_end = edits.node_offsets(func.value)[1]
+    end = edits.node_offsets(node)[1]
+    head = edits.source[value_end:edits.node_offsets(func)[1]]
+    if not head.endswith("cuda"):
+        raise Unsure
+    device: Arg | None = None
+    rest: list[Arg] = []
+    positional = 0
+    for arg in args.args:
+        if arg.keyword in ("*", "**"):
+            raise Unsure
+        if arg.keyword is None:
+            if positional == 0:
+                device = arg
+            elif positional == 1:
+                arg.keyword, arg.text = "non_blocking", f"non_blocking={arg.text}"
+                rest.append(arg)
+            else:
+                raise Unsure
+            positional += 1
+        elif arg.keyword == "device":
+            device = arg
+        else:
+            rest.append(arg)
+    value = None if device is None else device.value
+    if value is None or (type(value) is ast.Constant and value.value is None):  # type: ignore[attr-defined]
+        new_device = edits.device(None)
+    elif type(value) is ast.Constant and type(value.value) is int:  # type: ignore[attr-defined]
+        new_device = edits.device(_int(value))
+    else:
+        raise Unsure  # the scanner gives .cuda(expr) no fix
+    if device is None:
+        args.args = [Arg(None, new_device, None), *rest]
+    else:
+        device.keyword, device.text = None, new_device
+        args.args = [device, *rest]
+    args.commas()
+    args.head = head[:-len("cuda")] + "to"
+    return value_end, end, args.code()
+
+
+def _ordinal(edits: TextEdits, value: ast.expr) -> str | None:
+    """runtime.py's _cst_ordinal: "keep" for an argument that stays, None for "the current device" (the
+    argument goes), else the ordinal's text. Unsure where libcst reads the argument differently."""
+    kind = type(value)
+    if kind is ast.JoinedStr:
+        raise Unsure  # Python 3.11's ast has no positions inside f-strings
+    if kind is ast.Constant and type(value.value) is str:  # type: ignore[attr-defined]
+        match = CUDA_DEVICE.fullmatch(_literal(edits, value)[0])
+        return "keep" if match is None else match.group(1)
+    if kind is not ast.Call or edits.qual(value.func) != "torch.device":  # type: ignore[attr-defined]
+        return "keep"
+    kinds: dict[str, ast.expr] = {}
+    for i, arg in enumerate(value.args):  # type: ignore[attr-defined]
+        if type(arg) is ast.Starred:
+            return "keep"
+        kinds[("type", "index")[min(i, 1)]] = arg
+    for kw in value.keywords:  # type: ignore[attr-defined]
+        if kw.arg is None:
+            return "keep"
+        kinds[kw.arg] = kw.value
+    literal = kinds.get("type")
+    if literal is None or set(kinds) - {"type", "index"}:
+        return "keep"
+    if "index" in kinds:
+        index = kinds["index"]
+        if type(literal) is not ast.Constant or literal.value != "cuda":  # type: ignore[attr-defined]
+            return "keep"
+        _literal(edits, literal)
+        if type(index) in (ast.Tuple, ast.GeneratorExp):
+            raise Unsure
+        a, b = edits.node_offsets(index)
+        return edits.source[a:b]  # its own parentheses dropped, as libcst's lpar=[]
+    if type(literal) is ast.Call:
+        return "keep"
+    return _ordinal(edits, literal)
+
+
+def _runtime_call(edits: TextEdits, finding: Any, node: ast.Call) -> tuple[int, int, str]:
+    """FL201 / FL202 on a call as rules/runtime.py's fixes: the function replaced, and a CUDA device spelled
+    out as the device argument becomes its ordinal (or goes, for the current device)."""
+    qual = edits.qual(node.func) or ""
+    if not qual.startswith("torch.cuda."):
+        raise Unsure
+    func_start, func_end = edits.node_offsets(node.func)
+    if finding.code == "FL202":
+        if qual != "torch.cuda.synchronize":
+            raise Unsure
+        replacement, takes_device, name = f"{edits.torch}.fl.synchronize", True, False
+    else:
+        entry = lookup(qual)
+        if entry is None or finding.replacement is None:
+            raise Unsure
+        replacement, takes_device = edits.expr(finding.replacement), entry.takes_device
+        name = entry.short == "get_device_name"
+        takes_device = takes_device and not name
+    if not takes_device and not name:
+        return func_start, func_end, replacement
+    args = _args(edits, node)
+    start, end = edits.node_offsets(node)
+    if not takes_device:  # get_device_name(x) -> get_device_properties(x).name
+        args.head = replacement
+        return start, end, args.code() + ".name"
+    for position, arg in enumerate(args.args):
+        if (arg.keyword is None and position == 0) or arg.keyword == "device":
+            break
+    else:
+        return func_start, func_end, replacement
+    if arg.value is None or arg.keyword == "**":
+        raise Unsure
+    ordinal = _ordinal(edits, arg.value.value if type(arg.value) is ast.Starred else arg.value)  # type: ignore[attr-defined]
+    if ordinal == "keep":
+        return func_start, func_end, replacement
+    args.head = replacement
+    if ordinal is None:
+        args.args.remove(arg)
+        if args.args:
+            args.commas()
+    else:
+        arg.text = _value_text(arg)[0] + ordinal
+    return start, end, args.code()
 
 
 def _edit(edits: TextEdits, finding: Any, node: ast.expr, need: int) -> tuple[int, int, str]:
@@ -298,44 +418,32 @@ def _edit(edits: TextEdits, finding: Any, node: ast.expr, need: int) -> tuple[in
         return start, end, _amp(edits, finding, node, need)
     if code == "FL102" and type(node) is ast.Call and type(node.func) is ast.Attribute \
             and node.func.attr == "cuda":
-        value_end = edits.node_offsets(node.func.value)[1]
-        match = _CUDA_CALL.fullmatch(edits.source, value_end, end)
-        if match is None:
-            raise Unsure
-        index = int(match.group(1)) if match.group(1) else None
-        return value_end, end, f".to({edits.device(index)})"
+        return _cuda_method(edits, node)
     if code in ("FL201", "FL202") and type(node) is ast.Call:
-        qual = edits.qual(node.func) or ""
-        if not qual.startswith("torch.cuda."):
-            raise Unsure
-        if code == "FL202":
-            if qual != "torch.cuda.synchronize":
-                raise Unsure
-            replacement = f"{edits.torch}.fl.synchronize"
-            takes_device = True
-        else:
-            entry = lookup(qual)
-            if entry is None or finding.replacement is None or entry.short == "get_device_name":
-                raise Unsure
-            replacement = edits.expr(finding.replacement)
-            takes_device = entry.takes_device
-        device = node.args[0] if node.args else next((kw.value for kw in node.keywords if kw.arg == "device"), None)
-        if takes_device and device is not None and type(device) in (ast.Constant, ast.JoinedStr, ast.Call):
-            raise Unsure  # a CUDA device spelled out becomes its ordinal (runtime.py's _ordinal_argument)
-        func_start, func_end = edits.node_offsets(node.func)
-        return func_start, func_end, replacement
+        return _runtime_call(edits, finding, node)
     if code == "FL201" and type(node) is ast.Attribute:
         if finding.replacement is None or not (edits.qual(node) or "").startswith("torch.cuda."):
             raise Unsure
-        return start, end, edits.expr(finding.replacement)
-    return start, end, _replace_whole(edits, finding, node)
+        return start, end, wrap(edits.expr(finding.replacement), need)
+    return start, end, wrap(_replace_whole(edits, finding, node), need)
 
 
 def rewrite(source: str, findings: Sequence[Any], tree: ast.Module, names: dict[str, str], has_torch_fl: bool,
             torch_aliases: list[str], torch_name: str, quote: str, import_line: str) -> str:
     """The fixed source, every finding applied; Unsure where libcst must do it."""
-    if "\r" in source or not source.endswith("\n"):
-        raise Unsure
+    if "\r" in source:
+        # A file whose every line ends in CRLF is edited as LF and given its CRLFs back (the edits never
+        # hold a line break of their own; libcst writes the file's line ending for the lines it adds, as
+        # the comparison test checks). Mixed or CR-only endings go to libcst.
+        lf = source.replace("\r\n", "\n")
+        if "\r" in lf:
+            raise Unsure
+        return rewrite(lf, findings, tree, names, has_torch_fl, torch_aliases, torch_name, quote,
+                       import_line).replace("\n", "\r\n")
+    if not source.endswith("\n"):
+        # No final line break: edited with one, which is taken off again (libcst keeps the file's end).
+        return rewrite(source + "\n", findings, tree, names, has_torch_fl, torch_aliases, torch_name, quote,
+                       import_line)[:-1]
     edits = TextEdits(source, tree, names, torch_name, quote)
     spans = {(f.line, f.col, f.end_line, f.end_col): f for f in findings}
     found = places(tree, edits.lines, spans)
@@ -381,9 +489,9 @@ def _dead_imports(edits: TextEdits, names: dict[str, str],
     after = dict(before)
     try:
         for start, end, text in changes:
-            for name, count in _segment_refs(edits.source[start:end], cuda_names).items():
+            for name, count in _refs(edits.source[start:end], cuda_names).items():
                 after[name] = after.get(name, 0) - count
-            for name, count in _segment_refs(text, cuda_names).items():
+            for name, count in _refs(text, cuda_names).items():
                 after[name] = after.get(name, 0) + count
     except _Fallback:
         raise Unsure from None
@@ -418,6 +526,12 @@ def _dead_imports(edits: TextEdits, names: dict[str, str],
         out.append((edits.starts[previous_end], edits.starts[line], comments))
         removed.add(i)
     return out, removed
+
+
+def _refs(text: str, names: set[str]) -> dict[str, int]:
+    """_segment_refs of an edit's text; an edit that starts at a receiver's end (`.cuda()` -> `.to(...)`)
+    is read after a receiver that names nothing."""
+    return _segment_refs(f"None{text}" if text.startswith(".") else text, names)
 
 
 def _import_offset(edits: TextEdits, removed: set[int]) -> int:
