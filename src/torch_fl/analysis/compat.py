@@ -232,7 +232,8 @@ def installed_check(plugin: str, plugin_version: str, runtime: str = "") -> dict
     if not runtime and found is None and recipe and result.known:
         where = [f"${v}" for v in recipe["env"]] + recipe["roots"]
         result.cautions.append(f"no {recipe['name']} installation was found (looked in {', '.join(where)} for "
-                               f"{', '.join(recipe['files'])}), so the {recipe['name']} {plugin} {plugin_version} "
-                               f"was released for ({result.expected['runtime'] or '?'}) is unchecked; set "
-                               f"{recipe['env'][0]} to its install root (the vendor's set_env.sh does)")
+                               f"{', '.join(recipe['files'])}), so whether {recipe['name']} "
+                               f"{result.expected['runtime'] or '?'} ({plugin} {plugin_version} was released for it) "
+                               f"is installed is unchecked; set {recipe['env'][0]} to its install root (the vendor's "
+                               f"set_env.sh does)")
     return {**result.json(), "problem": result.problem(), "toolkit": found.json() if found else None}
