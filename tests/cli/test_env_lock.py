@@ -89,3 +89,29 @@ def test_a_file_that_is_not_a_lock(tmp_path: Path, capsys: pytest.CaptureFixture
     err = capsys.readouterr().err
     assert "not a torchfl env lock" in err and f"torchfl env lock -o {bad}" in err
     assert main(["env", "check", str(tmp_path / "missing.lock")]) == 2
+
+
+# One process's facts, as preflight compares them across ranks ------------------------------------
+def test_lock_facts_are_the_lock_components_without_node_or_time() -> None:
+    facts = envlock.lock_facts()
+    assert facts == envlock.snapshot()["components"]
+    assert json.loads(json.dumps(facts)) == facts and all(isinstance(v, str) for v in facts.values())
+    assert envlock.compare_facts(facts, dict(facts)) == []
+
+
+def test_compare_facts_names_driver_and_toolkit_fixes() -> None:
+    here = envlock.lock_facts()
+    other = {**here, "driver.nvidia": "550.54.15", "toolkit.CANN": "8.0.RC3"}
+    found = {d.component: d for d in envlock.compare_facts(other, here)}
+    assert found["driver.nvidia"].fix().startswith("install the nvidia driver 550.54.15 the lock's node has")
+    assert "not pip" in found["driver.nvidia"].fix()
+    assert found["toolkit.CANN"].fix().startswith("install CANN 8.0.RC3 as on the lock's node")
+
+
+def test_the_lock_records_an_installed_vendor_toolkit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    info = tmp_path / "latest" / "x86_64-linux" / "ascend_toolkit_install.info"
+    info.parent.mkdir(parents=True)
+    info.write_text("package_name=Ascend-cann-toolkit\nversion=8.0.RC3\narch=x86_64\n")
+    monkeypatch.delenv("ASCEND_HOME_PATH", raising=False)
+    monkeypatch.setenv("ASCEND_TOOLKIT_HOME", str(tmp_path / "latest"))
+    assert envlock.lock_facts()["toolkit.CANN"] == "8.0.RC3"

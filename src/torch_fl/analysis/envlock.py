@@ -4,7 +4,9 @@
 A cluster whose nodes differ in one torch minor release, one plugin post release or one description file
 trains on some nodes and crashes or hangs on others. `snapshot` reads what decides that without importing
 any vendor plugin (package metadata, torch's own version attributes, the description files' sha256, the C
-libraries' versions); `compare` names each component that differs and the command that makes it equal.
+libraries' versions, the GPU driver and vendor toolkits found by analysis/installed.py); `compare` names each
+component that differs and the command that makes it equal. `lock_facts` / `compare_facts` are the same check
+for one process, as preflight runs it across ranks.
 
 Example::
 
@@ -71,7 +73,39 @@ def components() -> dict[str, str]:
             version = _module_version(desc.plugin.split(".")[0])
             if version:
                 found[f"plugin.{desc.plugin.split('.')[0]}"] = version
+    found.update(_machine())
     return found
+
+
+def _machine() -> dict[str, str]:
+    """The driver and vendor toolkits installed on this node (what torch does not report): driver.<kind>,
+    toolkit.<name>. Nodes of one job that differ here run the same wheels against other system software."""
+    from . import compat, installed
+
+    found = {}
+    gpu = installed.driver()
+    if gpu is not None:
+        found[f"driver.{gpu.kind}"] = gpu.version
+    for data in compat.all_facts().values():
+        kit = installed.chip_toolkit(data["chip"])
+        if kit is not None:
+            found[f"toolkit.{kit.name}"] = kit.version
+    rocm = installed.rocm_version()
+    if rocm:
+        found["toolkit.ROCm"] = rocm
+    return found
+
+
+def lock_facts() -> dict[str, str]:
+    """This process's lock components (component -> version), JSON-ready: what every rank sends in a preflight
+    fingerprint, compared with `compare_facts` (the same components `torchfl env lock` writes, without the
+    node name and time, so equal nodes give equal dicts)."""
+    return components()
+
+
+def compare_facts(reference: dict[str, str], here: dict[str, str]) -> list[Difference]:
+    """The components of `here` that differ from `reference` (two `lock_facts()` dicts), each with its fix."""
+    return compare({"components": reference}, {"components": here})
 
 
 def _dist_version(dist: str) -> str:
@@ -123,6 +157,12 @@ class Difference:
         if name == "description":
             return (f"use the same '{detail}' description on every node (same torch-fl, same FL_DESCRIPTION / "
                     f"FL_DESCRIPTION_PATH files): `torchfl describe {detail}` shows the one in use")
+        if name == "driver":
+            return (f"install the {detail} driver {self.locked} the lock's node has (a driver is system software: "
+                    f"the node image or the vendor's installer, not pip)")
+        if name == "toolkit":
+            return (f"install {detail} {self.locked} as on the lock's node, or point this node's environment at "
+                    f"it (`torchfl doctor` shows where it looked)")
         return "use the same OS image (system libraries) on every node"
 
 
