@@ -641,8 +641,9 @@ class Setup:
     excluded: list[dict] = field(default_factory=list)
 
 
-def run_file(setup: Setup, rel: str, timeout: float) -> dict[str, Any]:
-    """Run one test file in its own pytest process; its outcomes, classified."""
+def run_file(setup: Setup, rel: str, timeout: float, select: str | None = None) -> dict[str, Any]:
+    """Run one test file in its own pytest process; its outcomes, classified. `select`: a pytest -k
+    expression (some tests of a slow OpInfo file, measured in minutes rather than the whole file)."""
     suite, root = setup.suite, setup.root
     tag = hashlib.sha1(rel.encode()).hexdigest()[:10]
     out_path = setup.work / "results" / suite.name / f"{tag}.jsonl"
@@ -658,7 +659,7 @@ def run_file(setup: Setup, rel: str, timeout: float) -> dict[str, Any]:
            "PYTHONPATH": os.pathsep.join(pythonpath + [p for p in [os.environ.get("PYTHONPATH")] if p])}
     cmd = ["nice", "-n", "10", sys.executable, "-m", "pytest", str(root / rel), "-p", "no:cacheprovider",
            "-p", PLUGIN_NAME, "-c", str(ini), "--rootdir", str(root), "-q", "--no-header", "-rN",
-           "--tb=short", "-W", "ignore::DeprecationWarning"]
+           "--tb=short", "-W", "ignore::DeprecationWarning"] + (["-k", select] if select else [])
     start = time.monotonic()
     timed_out = False
     with open(log_path, "w") as log:
@@ -675,10 +676,12 @@ def run_file(setup: Setup, rel: str, timeout: float) -> dict[str, Any]:
     output = log_path.read_text(errors="replace")
     records = [json.loads(line) for line in out_path.read_text().splitlines() if line.strip()] \
         if out_path.exists() else []
-    static = static_test_count((root / rel).read_text(errors="replace"))
+    # (with -k the file's own count says nothing of how many were selected: a stop counts as one test)
+    static = 1 if select else static_test_count((root / rel).read_text(errors="replace"))
     tests = file_records(records, rc, timed_out, seconds, output, static)
-    return {"file": rel, "rc": rc, "timed_out": timed_out, "seconds": round(seconds, 1), "log": str(log_path),
-            "tests": tests}
+    res = {"file": rel, "rc": rc, "timed_out": timed_out, "seconds": round(seconds, 1), "log": str(log_path),
+           "tests": tests}
+    return {**res, "select": select} if select else res
 
 
 def prepare(suite: Suite, args: argparse.Namespace, checkouts: dict[str, str]) -> Setup:
@@ -809,6 +812,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--checkout", action="append", default=[], metavar="OWNER/NAME=PATH",
                         help="a clone of one repository (bare or not), e.g. Ascend/pytorch=~/src/pytorch")
     parser.add_argument("--files", nargs="+", help="run these test files only (paths in the repository, globs)")
+    parser.add_argument("--select", metavar="EXPR",
+                        help="run only the tests of each file that match this pytest -k expression (e.g. "
+                             "'complex64' of test_ops_jit.py); --report merges them into a full run by test")
     parser.add_argument("--limit", type=int, help="at most N files per suite (a sample spread over its directories)")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds per test file (default 60)")
     parser.add_argument("--max-minutes", type=float, default=0.0,
@@ -875,7 +881,7 @@ def main(argv: list[str] | None = None) -> int:
                 not_run.append(rel)
                 continue
             done += 1
-            res = run_file(setup, rel, args.timeout)
+            res = run_file(setup, rel, args.timeout, args.select)
             files.append(res)
             c = tally([res])
             print(f"[{done:>3}/{total_files}] {suite.name:<9} {rel:<70} {res['seconds']:>5.1f}s "
@@ -917,8 +923,7 @@ def reclassify(paths: list[str]) -> dict[str, dict[str, Any]]:
         for name, res in data.get("suites", {}).items():
             res.setdefault("torch_fl_commit", data.get("torch_fl_commit", ""))
             if name in results:  # a later run of some files of a suite replaces their earlier outcomes
-                later = {f["file"] for f in res["files"]}
-                res["files"] = [f for f in results[name]["files"] if f["file"] not in later] + res["files"]
+                res["files"] = merge_files(results[name]["files"], res["files"])
                 res["excluded"] = results[name]["excluded"]
             for f in res["files"]:
                 log = Path(f.get("log", ""))
@@ -932,6 +937,22 @@ def reclassify(paths: list[str]) -> dict[str, dict[str, Any]]:
             res["counts"], res["groups"] = tally(res["files"]), groups(res["files"])
             results[name] = res
     return results
+
+
+def merge_files(earlier: list[dict[str, Any]], later: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Files of two runs of a suite: a later run of a whole file replaces it; a later run of some of its
+    tests (--select) replaces only those tests' outcomes (by node id), so a file too slow to finish in one
+    run is measured in parts."""
+    merged = {f["file"]: f for f in earlier}
+    for f in later:
+        before = merged.get(f["file"])
+        if f.get("select") and before is not None:
+            ids = {t.get("nodeid") for t in f["tests"] if t.get("nodeid")}
+            kept = [t for t in before["tests"] if t.get("nodeid") not in ids]
+            merged[f["file"]] = {**before, "tests": kept + f["tests"]}
+        else:
+            merged[f["file"]] = f
+    return list(merged.values())
 
 
 def report(results: dict[str, dict[str, Any]], top: int, json_path: str | None, seconds: float) -> None:

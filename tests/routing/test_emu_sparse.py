@@ -122,6 +122,32 @@ def test_npu_refuses_sparse_ops_it_has_no_kernel_for(chip):
         s.index_select(0, torch.tensor([0, 1], device=chip))
 
 
+def test_npu_sparse_mm_fails_where_its_device_generic_kernel_calls_addmm(chip):
+    # mm of a COO matrix has a device-generic kernel torch_npu registers (_sparse_mm), but that kernel calls
+    # _sparse_addmm and then addmm on the sparse key, which torch_npu has no kernel for: the chip refuses the
+    # whole call with addmm's name, so the emulated one must not compute it on the host
+    s, _ = _pair(chip)
+    dense = torch.randn(4, 2, device=chip)
+    for call in (lambda: torch.sparse.mm(s, dense), lambda: torch.mm(s, dense), lambda: s @ dense,
+                 lambda: torch.sparse.addmm(torch.zeros(4, 2, device=chip), s, dense)):
+        with pytest.raises(RuntimeError, match=r"CAUTION: The operator 'aten::addmm' is not currently supported "
+                                               r"on the NPU backend"):
+            call()
+    # what the kernels it does have call stays computed (to_dense, sum, arithmetic: the test above)
+    assert torch.equal(s.to_dense().cpu(), _pair("cpu")[1].to_dense())
+
+
+@pytest.mark.parametrize("chip", ["emu:mlu"], indirect=True)
+def test_mlu_sparse_mm_runs_through_its_own_addmm(chip):
+    # torch_mlu registers addmm on its sparse key: the same device-generic mm reaches it and computes
+    # (torch_mlu's test/torch_ops/test_sparse_mm.py compares torch.sparse.mm on the chip with the CPU)
+    s, host = _pair(chip)
+    dense = torch.randn(4, 2)
+    assert torch.allclose(torch.sparse.mm(s, dense.to(chip)).cpu(), torch.sparse.mm(host, dense))
+    with pytest.raises(NotImplementedError, match=r"Could not run 'aten::_sparse_sparse_matmul'"):
+        torch.sparse.mm(s, s.coalesce())  # (CPU and CUDA kernels of their own: torch_mlu has none)
+
+
 @pytest.mark.parametrize("chip", ["emu:musa"], indirect=True)
 def test_musa_registers_its_listed_sparse_ops_only(chip):
     s, host = _pair(chip)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import signal
 import subprocess
 import sys
@@ -155,3 +156,30 @@ def test_a_collection_error_is_read_from_its_last_raised_line():
             "E   ModuleNotFoundError: No module named 'torch_musa.core'")
     record = {"kind": "collect", "outcome": "failed", "exc_type": "", "message": text.splitlines()[-1], "text": text}
     assert vs.classify(record) == ("missing_api", "ModuleNotFoundError: No module named 'torch_musa.core'")
+
+
+def test_a_selected_part_of_a_file_replaces_only_its_own_tests(tmp_path):
+    # a slow OpInfo file measured in parts (--select): the later part's outcomes replace those tests only
+    def test(name, outcome):
+        return {"kind": "test", "nodeid": f"t.py::T::{name}", "outcome": outcome}
+
+    full = {"file": "t.py", "tests": [test("a_float32", "passed"), test("a_complex64", "failed"),
+                                      {"kind": "timeout", "seconds": 60, "weight": 5}]}
+    part = {"file": "t.py", "select": "complex64", "tests": [test("a_complex64", "passed"),
+                                                             test("b_complex64", "passed")]}
+    merged = vs.merge_files([full], [part])
+    assert [(t.get("nodeid"), t.get("outcome")) for t in merged[0]["tests"]] == [
+        ("t.py::T::a_float32", "passed"), (None, None), ("t.py::T::a_complex64", "passed"),
+        ("t.py::T::b_complex64", "passed")]
+    assert "select" not in merged[0]  # (still the whole file's record)
+    # a whole-file run replaces the file; a part with nothing before it is the file's record
+    assert vs.merge_files([full], [{**full, "tests": []}])[0]["tests"] == []
+    assert vs.merge_files([], [part]) == [part]
+    # through --report: two saved runs, the second a part
+    for name, files in (("full.json", [full]), ("part.json", [part])):
+        (tmp_path / name).write_text(json.dumps({"suites": {"ascend": {
+            "repo": "Ascend/pytorch", "commit": "x", "device": "emu:npu", "files": files, "excluded": [],
+            "not_run": []}}}))
+    counts = vs.reclassify([str(tmp_path / "full.json"), str(tmp_path / "part.json")])["ascend"]["counts"]
+    assert (counts["pass"], counts["crash"], counts["other"]) == (3, 5, 0)
+

@@ -30,6 +30,11 @@ Ops with a CompositeExplicitAutograd kernel run on every backend key, sparse one
 (CompositeExplicitAutogradNonFunctional ones on SparseCsr, not on Sparse); the CompositeImplicitAutograd
 ones decompose before they reach the device. Chips not listed here (built-in
 backends: their sparse kernels are PyTorch's) keep the dense route table's answer.
+
+A kernel the chip has is not the whole answer: the device-generic kernels call other ops, and those calls
+dispatch on the chip's sparse key again. ``mm`` of a COO matrix is device-generic (``_sparse_mm``), but it calls
+``_sparse_addmm`` and then ``addmm``, which torch_npu has no sparse kernel for, so ``torch.sparse.mm`` fails on
+the chip. The host's kernel therefore runs with each sparse call it makes checked the same way (`checked`).
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 COO = "Sparse"
 CSR = "SparseCsr"
@@ -57,6 +63,26 @@ class SparseKernels:
     message: str = ""                   # the plugin's message, '{op}' for the operator name
     # the plugin's own kernels where the host's sparse kernel differs or is missing: op -> host function
     reference: dict[str, Callable[..., Any]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # (the emulated device looks a kernel up as reference.get(op, host_kernel): _Kernels answers the host's
+        # kernel run under the chip's checks for the ops that have none of the plugin's own)
+        object.__setattr__(self, "reference", _Kernels(self, self.reference))
+
+
+class _Kernels(dict):
+    """op -> the plugin's own sparse kernel; ``get(op, host_kernel)`` of an op it has none for: the host's
+    kernel, with every sparse call that kernel makes checked against the chip's registrations (`checked`)."""
+
+    def __init__(self, chip: SparseKernels, own: dict[str, Callable[..., Any]]) -> None:
+        super().__init__(own)
+        self.chip = chip
+
+    def get(self, name: str, default: Any = None) -> Any:
+        own = super().get(name)
+        if own is not None or default is None:
+            return own if own is not None else default
+        return functools.partial(checked, self.chip, default)
 
 
 def _names(*names: str) -> frozenset[str]:
@@ -136,6 +162,55 @@ def refusal(chip: SparseKernels, key: str, name: str, device_type: str) -> Excep
         f"Could not run '{op}' with arguments from the '{key}{device_type}' backend. This could be because the "
         f"operator doesn't exist for this backend, or was omitted during the selective/custom build process "
         f"(if using custom build). (emulated by torch-fl: the chip's plugin registers no {key} kernel for it)")
+
+
+_AFTER_PYTHON = torch._C._dispatch_keyset_full_after(torch._C.DispatchKey.Python)
+
+
+class _SubCalls(TorchDispatchMode):
+    """While a host sparse kernel runs: each call it makes with a sparse argument is one the chip's sparse key
+    answers too, so one the chip has no kernel for fails as on the chip. Its own calls are checked as well
+    (the mode is active again while the call's kernel runs below the Python key)."""
+
+    def __init__(self, chip: SparseKernels, device_type: str) -> None:
+        super().__init__()
+        self.chip, self.device_type = chip, device_type
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        layout = _sparse_layout(args, kwargs)
+        if layout is None:  # (a dense call: its kernel makes no sparse call, nothing to check below it)
+            return func(*args, **kwargs)
+        key, name = key_of(layout), f"{func._schema.name}.{func._overloadname}"
+        # (a CompositeImplicitAutograd op a kernel calls, result_type, runs its decomposition on every key)
+        if not registered(self.chip, key, func, name) and \
+                not torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd"):
+            raise refusal(self.chip, key, name, self.device_type)
+        keys = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
+        for arg in (*args, *kwargs.values()):
+            if isinstance(arg, torch.Tensor):
+                keys = keys | torch._C._dispatch_keys(arg)
+        if func.is_view:  # (computes nothing; and detach of a tensor while the mode is active calls the mode)
+            return func.redispatch(keys & _AFTER_PYTHON, *args, **kwargs)
+        with self:
+            return func.redispatch(keys & _AFTER_PYTHON, *args, **kwargs)
+
+
+def _sparse_layout(args: tuple, kwargs: dict) -> torch.layout | None:
+    for arg in (*args, *kwargs.values()):
+        for item in arg if isinstance(arg, (list, tuple)) else (arg,):
+            if isinstance(item, torch.Tensor) and item.layout is not torch.strided:
+                return item.layout
+    return None
+
+
+def checked(chip: SparseKernels, kernel: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """`kernel` (the host's) on host tensors, each sparse call it makes answered as the chip's sparse key
+    answers it: a call the chip has no kernel for raises the chip's error (`refusal`)."""
+    from .slot import backend_name
+
+    with _SubCalls(chip, backend_name()):
+        return kernel(*args, **kwargs)
 
 
 @functools.cache
