@@ -218,6 +218,8 @@ import os
 out["arch"] = [_get_musa_arch(), _get_musa_device_index("musa:0")]
 os.environ["TORCH_MUSA_ARCH"] = "31"
 out["arch"].append(_get_musa_arch())
+# torch_musa sets torch.version.musa on import (the SDK's MUSA_VERSION); its tests compare float() of it with 4000
+out["version"] = [torch.version.musa, float(torch.version.musa) >= 4000]
 print(json.dumps(out))
 '''
 
@@ -230,3 +232,4 @@ def test_torch_musa_is_its_device_module_with_fused_optimizers():
     assert out["adamw"] and out["adam"]
     assert out["missing"].startswith("module 'torch_musa' has no attribute 'no_such_name'")
     assert out["arch"] == [22, 0, 31]  # QY2 (capability 2.2), as the vendor computes it; TORCH_MUSA_ARCH wins
+    assert out["version"] == ["4030", True]  # MUSA SDK 4.3.0

@@ -49,8 +49,18 @@ FusedAdamW = _fused(torch.optim.AdamW, "FusedAdamW", 1e-2)
 FusedLAMB = not_emulated("torch_musa.optim.FusedLAMB", LAMB_INSTEAD, "MUSA GPU", module=__name__)
 
 
+# torch.version.musa: the MUSA SDK the plugin was built with, as torch_musa sets it on import
+# (torch_musa/__init__.py: setattr(torch.version, "musa", torch_musa._MUSAC._musa_version), the SDK's MUSA_VERSION
+# macro as a string: major * 1000 + minor * 10 + patch, as its cmake/utils.cmake parse_real_musa_version and its
+# tests' get_musa_version compute it). 4.3.0: the newest SDK line the pinned torch_musa (8b583b3) builds against
+# by name (CMakeLists.txt: mublasLt "since 4.3.0"); its tests gate on it (test_memory_expandable_segments.py:
+# float(torch.version.musa) >= 4000, test_attention_base.py: >= 4020).
+MUSA_VERSION = "4030"
+
+
 def attach(module: Any) -> Any:
-    """Nothing beyond the submodules: torch_musa's ops are aten ops on the device."""
+    """torch.version.musa, as importing the plugin sets it; torch_musa's ops are aten ops on the device."""
+    torch.version.musa = MUSA_VERSION  # type: ignore[attr-defined]
     return module
 
 
