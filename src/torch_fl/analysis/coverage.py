@@ -23,6 +23,7 @@ from ..routing.emu.slot import backend_name
 from ..routing.table import RouteTable
 from .fidelity import CUDA_AUTOCAST_BACKENDS, DeviceKernels, device_kernels
 from .model import ModelSpec
+from .ops_bench import native_but_slow
 from .trace import MODEL, OPTIMIZER, OpRecord, TraceResult, trace_step
 
 NATIVE_CALLS_WARNING = 0.8  # below this native share of calls a model is far from ready
@@ -80,9 +81,15 @@ def coverage(spec: ModelSpec, device: str | ResolvedDevice, train: bool = False,
     plugin = _plugin_data(desc, result.records)
     if plugin is not None:
         data["plugin"] = plugin
+    slow = native_but_slow(data, desc)  # [ops.slow] of a torchfl ops-bench overlay
     traced = what + (f" under autocast({desc.autocast_dtype})" if amp else "")
     traced += ", recorded from a real CPU run" if result.real_run else ", on fake tensors"
-    return _report(spec, device, data, traced)
+    report = _report(spec, device, data, traced)
+    if slow is not None:
+        report.sections.insert(1, slow)
+        report.summary.append(("native but slow", f"{_n(data['summary']['native_slow_calls'], 'call')} "
+                                                  f"(ops-bench found a faster alternative)"))
+    return report
 
 
 def _for_plugin_version(table: RouteTable, version: str) -> RouteTable:

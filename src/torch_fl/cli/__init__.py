@@ -27,6 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "compare": ("compare", "compare a model's outputs and gradients on a device against a reference"),
     "bench": ("bench", "steps/s with torch-fl routing on vs off, route time, peak memory, leaks"),
     "profile": ("profile", "a model's steps under torch.profiler: time by route, top ops with routes, copies"),
+    "ops-bench": ("ops_bench", "native ops timed against their route alternatives: the chip's slow-op list"),
     "grade": ("grade", "L0/L1/L2 level of a model on a device, from measurements"),
     "scan": ("scan", "find CUDA-coupled code, with rule codes and fixes (text, JSON, SARIF)"),
     "fix": ("fix", "rewrite CUDA-coupled code to the torch.fl API (the fixable findings of scan)"),
@@ -42,14 +43,15 @@ COMMANDS: dict[str, tuple[str, str]] = {
 # The documentation page of each command (`torchfl docs TOPIC`; docs/cli.md has every command): the last
 # line of its help. The pages ship in the package (the wheel's torch_fl/docs), so the pointer works anywhere.
 DOC_PAGES: dict[str, str] = {"coverage": "analysis", "compare": "analysis", "bench": "analysis",
-                             "profile": "analysis",
+                             "profile": "analysis", "ops-bench": "analysis",
                              "grade": "analysis", "scan": "migrate-rules", "fix": "migrate-fix",
                              "run": "migrate-runtime", "audit": "migrate-runtime", "warmup": "compile",
                              "aot": "compile", "cache": "compile", "preflight": "distributed"}
 
 # Commands with stages that can take more than ~2 s: each prints progress lines on stderr (a terminal
 # only) and takes -q/--quiet (cli/args.add_quiet). scan and fix keep their own output.
-PROGRESS = frozenset({"coverage", "compare", "bench", "grade", "audit", "warmup", "aot", "preflight", "profile"})
+PROGRESS = frozenset({"coverage", "compare", "bench", "grade", "audit", "warmup", "aot", "preflight", "profile",
+                       "ops-bench"})
 
 
 # Commands that run without torch (hook and lint environments; the others say "needs torch" there): the

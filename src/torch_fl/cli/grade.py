@@ -62,6 +62,21 @@ def _alignment_below_target(data: dict) -> bool:
             and isinstance(row["measured"], (int, float)) and row["measured"] < data["thresholds"]["alignment"])
 
 
+def _native_but_slow(report) -> None:
+    """Coverage's 'native but slow' class in grade's text: the native ops the description's [ops.slow]
+    (written by torchfl ops-bench) lists, a warning of their own (they count as native in the share)."""
+    slow = (report.data["measurements"].get("coverage") or {}).get("native_slow") or []
+    if not slow:
+        return
+    calls = sum(op["calls"] for op in slow)
+    names = ", ".join(f"{op['op']} ({op['dtype'] or 'any dtype'})" for op in slow[:5])
+    more = f" and {len(slow) - 5} more" if len(slow) > 5 else ""
+    report.summary.append(("native but slow", f"{calls} call{'' if calls == 1 else 's'} of {len(slow)} (op, dtype) "
+                                              f"pair{'' if len(slow) == 1 else 's'} (torchfl ops-bench)"))
+    report.warnings.append(f"native but slow on {report.data['device']}: {names}{more} run natively, but "
+                           f"torchfl ops-bench found a faster alternative ([ops.slow] of the description)")
+
+
 def run(args: argparse.Namespace) -> int:
     from ..analysis.grade import grade
     from ..analysis.model import load_model
@@ -72,6 +87,7 @@ def run(args: argparse.Namespace) -> int:
     spec = load_model(args.model)
     report = grade(spec, args.device, args.reference, steps=args.steps, warmup=args.warmup,
                    compile=args.compile, preflight=args.preflight)
+    _native_but_slow(report)
     if _alignment_below_target(report.data):
         from ..analysis.profile import add_citation
 

@@ -171,6 +171,12 @@ SCHEMA: dict[str | None, dict[str, Key]] = {
                              "join the op's limits (Description.op_dtypes), the documented ones stay readable "
                              "(Description.documented_op_dtypes).", item_allowed=DTYPE_NAMES),
         "kernels": Key("table[str]", {}, "Per-op fast-path kernels: op -> 'pkg.module:function'."),
+        "measured": Key("table[list[str]]", {}, "Per-op dtypes whose native kernel `torchfl ops-bench` timed on "
+                        "this chip against its alternatives (written into a user overlay).",
+                        item_allowed=DTYPE_NAMES),
+        "slow": Key("table[list[str]]", {}, "Per-op dtypes whose native kernel an alternative (translation, a "
+                    "registered kernel, the CPU) beat in `torchfl ops-bench`: coverage and grade show them as "
+                    "'native but slow'.", item_allowed=DTYPE_NAMES),
         "vendor_fallback": Key("str", "error", "What the vendor's stack does with an op that reaches its "
                                "dispatch key with no kernel there (no composite kernel either): 'cpu' (its "
                                "boxed fallback copies the inputs to the host, runs the CPU kernel and warns: "
