@@ -88,9 +88,10 @@ def places(tree: ast.Module, lines: list[str], spans: Iterable[Span]) -> dict[Sp
     if not wanted:
         return {}
     # A decorated definition starts at its first decorator (its lineno is the `def` line).
-    firsts = [min([stmt.lineno, *(d.lineno for d in getattr(stmt, "decorator_list", ()))]) for stmt in tree.body]
+    firsts = [_first_line(stmt) for stmt in tree.body]
     statements = {bisect.bisect_right(firsts, line) - 1 for line, _, _, _ in wanted}
     found: dict[Span, tuple[ast.expr, int]] = {}
+    rows = {(line, end_line) for line, _, end_line, _ in wanted}
     pending: list[tuple[ast.AST, int]] = [(tree.body[i], IFEXP) for i in sorted(statements) if i >= 0]
     while pending:
         node, need = pending.pop()
@@ -101,8 +102,22 @@ def places(tree: ast.Module, lines: list[str], spans: Iterable[Span]) -> dict[Sp
             if span in wanted and span not in found:
                 found[span] = (node, IFEXP if need > IFEXP and _in_parentheses(lines, span) else need)
         for field, index, child in _children(node):
+            # Only what can hold a span is walked (most of a function is not): a node's lines bound its
+            # children's, and nodes without positions (arguments, comprehensions) are walked through.
+            first = _first_line(child)
+            if first is not None and not any(first <= line and end_line <= (child.end_lineno or first)  # type: ignore[attr-defined]
+                                             for line, end_line in rows):
+                continue
             pending.append((child, _child_need(node, field, index)))
     return found
+
+
+def _first_line(node: ast.AST) -> Any:
+    """A node's first line; a decorated definition starts at its first decorator (its lineno is the `def`
+    line). None for nodes without positions."""
+    first = getattr(node, "lineno", None)
+    decorators = getattr(node, "decorator_list", None)
+    return min(first, *(d.lineno for d in decorators)) if decorators and first is not None else first
 
 
 def _in_parentheses(lines: list[str], span: Span) -> bool:
@@ -151,8 +166,8 @@ def wrap(text: str, need: int) -> str:
     """`keep_precedence` for a replacement's text (textfix.py): in parentheses where its place binds tighter
     than it does. Operands inside a parsed text are grouped by the text already, so only the whole may need
     them."""
-    if need <= LAMBDA:
-        return text
+    if need <= LAMBDA or (need <= IFEXP and not any(token in text for token in ("lambda", ":=", ",", "yield"))):
+        return text  # only a lambda, an assignment expression or a bare tuple binds looser than `a if b else c`
     node = ast.parse(text.strip(), mode="eval").body
     level = PRIMARY if node.col_offset > 0 or (type(node) is ast.Tuple and text.startswith("(")) else _ast_level(node)
     return text if level >= need else f"({text})"

@@ -14,6 +14,7 @@ fixture.
 from __future__ import annotations
 
 import ast
+import bisect
 import itertools
 import re
 from collections.abc import Sequence
@@ -485,7 +486,15 @@ def _dead_imports(edits: TextEdits, names: dict[str, str],
     cuda_names = {n for n in cuda_names if re.search(rf"(?<![\w.]){re.escape(n)}\b", old)}
     if not cuda_names:
         return [], set()
-    before = _ast_name_refs(edits.tree, cuda_names)
+    before = {} if _unused_elsewhere(edits, cuda_names, changes) else _ast_name_refs(edits.tree, cuda_names)
+    if not before:
+        # No use outside the edited text: the counts are those of the edits' old texts.
+        try:
+            for start, end, _ in changes:
+                for name, count in _refs(edits.source[start:end], cuda_names).items():
+                    before[name] = before.get(name, 0) + count
+        except _Fallback:
+            raise Unsure from None
     after = dict(before)
     try:
         for start, end, text in changes:
@@ -526,6 +535,21 @@ def _dead_imports(edits: TextEdits, names: dict[str, str],
         out.append((edits.starts[previous_end], edits.starts[line], comments))
         removed.add(i)
     return out, removed
+
+
+def _unused_elsewhere(edits: TextEdits, wanted: set[str], changes: list[tuple[int, int, str]]) -> bool:
+    """Whether no name of `wanted` is written anywhere outside the edited text but in import lines: then
+    the whole tree need not be walked to count its uses (a text search finds every use ast counts, and
+    more; a line that starts with `import`/`from` is skipped only when it holds one statement)."""
+    pattern = re.compile(r"(?<![\w.])(?:" + "|".join(re.escape(n) for n in sorted(wanted)) + r")\b")
+    cursor = 0
+    for start, end, _ in [*changes, (len(edits.source), len(edits.source), "")]:
+        for match in pattern.finditer(edits.source, cursor, start):
+            line = edits.lines[bisect.bisect_right(edits.starts, match.start()) - 1]
+            if not line.lstrip().startswith(("import ", "from ")) or ";" in line:
+                return False
+        cursor = max(cursor, end)
+    return True
 
 
 def _refs(text: str, names: set[str]) -> dict[str, int]:
