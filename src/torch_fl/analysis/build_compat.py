@@ -95,7 +95,7 @@ def _cuda(torch_version: str, cuda: str, driver: Driver | None) -> CompatResult:
             f"torch {torch_version} is built for CUDA {cuda}, which needs an NVIDIA driver >={need['floor']} "
             f"(CUDA {cuda.split('.')[0]}.x minor version compatibility), and this machine has driver "
             f"{driver.version}" + (f" (its newest CUDA: {driver.cuda})" if driver.cuda else "")
-            + f"; or upgrade the driver to >={need['toolkit'] or need['floor']}")
+            + f"; upgrading the driver to >={need['toolkit'] or need['floor']} fixes it too")
         result.fixes = _cuda_fixes(data, torch_version, driver)
     elif need["toolkit"] and not satisfies(driver.version, f">={need['toolkit']}"):
         result.cautions.append(f"driver {driver.version} is older than the {need['toolkit']} CUDA {cuda} shipped "
