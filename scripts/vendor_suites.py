@@ -8,7 +8,9 @@ plugin, and sorts every test into one of:
 
 - ``pass``;
 - ``as_hardware``: fails (skips) as the hardware would, for a documented reason (multi-card, SoC- or
-  CANN-gated, a skip the vendor wrote, an expected failure);
+  CANN-gated, a skip the vendor wrote, an expected failure, a test in the list of tests the vendor's CI
+  disables on the chip: Ascend/pytorch's ``test/unsupported_test_cases/.pytorch-disabled-tests.json``, which its
+  framework reads from ``DISABLED_TESTS_FILE``, set as its test/README.md says; ``--all-tests`` runs them);
 - ``missing_api``: a name of the vendor surface is missing (AttributeError / ImportError /
   ModuleNotFoundError / TypeError on a keyword, on torch_npu / torch.npu names), or a test skips because the
   emulated chip does not say which chip it is;
@@ -91,6 +93,9 @@ class Suite:
     framework_repo: str = ""
     deps: tuple[str, ...] = ()  # PyPI packages the framework imports (installed apart with --install-deps)
     doc: str = ""
+    # the vendor's list of the tests its CI skips on the chip, in the tests' repository: its framework reads it
+    # from DISABLED_TESTS_FILE (Ascend/pytorch test/README.md, "跳过失败用例": export it before running a file)
+    disabled_tests: str = ""
 
 
 # Pinned commits (newest of the default branch, or of the release branch nearest our torch, on 2026-12-04).
@@ -109,7 +114,9 @@ _NPU_FRAMEWORK = ("torch_npu/testing", "torch_npu/utils/_path_manager.py", "torc
 
 SUITES: dict[str, Suite] = {s.name: s for s in (
     Suite("ascend", "Ascend/pytorch", REPOS["Ascend/pytorch"], "emu:npu", "torch_npu", "test",
-          _NPU_FRAMEWORK, "Ascend/pytorch", doc="torch_npu's own tests (test/)"),
+          _NPU_FRAMEWORK, "Ascend/pytorch", doc="torch_npu's own tests (test/)",
+          # (test/get_failed_ut_from_log.py: the versioned lists are for torch 2.10 and 2.11; others take this)
+          disabled_tests="test/unsupported_test_cases/.pytorch-disabled-tests.json"),
     Suite("op-plugin", "Ascend/op-plugin", REPOS["Ascend/op-plugin"], "emu:npu", "torch_npu", "test",
           _NPU_FRAMEWORK, "Ascend/pytorch",
           doc="op-plugin's tests of the fused ops torch-fl emulates (routing/emu/npu_ops.py FUSED_OPS)"),
@@ -465,6 +472,8 @@ ASSERTING = re.compile(r"unittest/case\.py$|testing/_comparison\.py$|testing/_in
 VALUE_CHECK = re.compile(r"expect\w*:.*result\w*:|^(result|shape|dtype) error", re.I)
 MULTI_CARD = re.compile(r"multi|at least \d|\b[2-9]\d* ?(npu|mlu|musa|gpu|device|card)s?\b|device_count|"
                         r"world[_ ]size|lt_x_gpu|more than one", re.I)
+# torch_npu.testing's skip of a test in the vendor's disabled-tests list (Suite.disabled_tests)
+VENDOR_DISABLED = "this test is disabled now"
 SOC_GATE = re.compile(r"current device is (?P<device>.*?)\.?$", re.I)
 UNAVAILABLE = re.compile(r"(npu|mlu|musa)\w* (is )?not available|no (npu|mlu|musa)|requires? (an? )?(npu|mlu|musa)"
                          r"|not support(ed)? on (this|the) (device|soc|chip)|get_soc_version|soc version", re.I)
@@ -567,6 +576,8 @@ def _exception(record: dict[str, Any]) -> tuple[str, str]:
 
 
 def _classify_skip(reason: str) -> tuple[str, str]:
+    if reason.strip() == VENDOR_DISABLED:
+        return "as_hardware", "disabled by the vendor's CI list (DISABLED_TESTS_FILE)"
     gate = SOC_GATE.search(reason.strip())
     if gate:
         device = gate.group("device").strip()
@@ -636,6 +647,7 @@ class Setup:
     paths: dict[str, list[str]]  # package -> framework directories to add to its __path__
     work: Path
     deps: Path | None
+    vendor_disabled: bool = True  # the vendor's disabled-tests list applies, as on its CI (--all-tests: not)
     fl_src: Path | None = None  # torch-fl's src/ at the measured commit (--at), else the installed one
     files: list[str] = field(default_factory=list)
     excluded: list[dict] = field(default_factory=list)
@@ -657,6 +669,9 @@ def run_file(setup: Setup, rel: str, timeout: float, select: str | None = None) 
            "PYTHONFAULTHANDLER": "1", "TORCHFL_JUDGE_OUT": str(out_path),
            "TORCHFL_JUDGE_PATHS": json.dumps(setup.paths), "TORCHFL_JUDGE_DEPS": str(setup.deps or ""),
            "PYTHONPATH": os.pathsep.join(pythonpath + [p for p in [os.environ.get("PYTHONPATH")] if p])}
+    env.pop("DISABLED_TESTS_FILE", None)
+    if suite.disabled_tests and setup.vendor_disabled:
+        env["DISABLED_TESTS_FILE"] = str(root / suite.disabled_tests)
     cmd = ["nice", "-n", "10", sys.executable, "-m", "pytest", str(root / rel), "-p", "no:cacheprovider",
            "-p", PLUGIN_NAME, "-c", str(ini), "--rootdir", str(root), "-q", "--no-header", "-rN",
            "--tb=short", "-W", "ignore::DeprecationWarning"] + (["-k", select] if select else [])
@@ -815,6 +830,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--select", metavar="EXPR",
                         help="run only the tests of each file that match this pytest -k expression (e.g. "
                              "'complex64' of test_ops_jit.py); --report merges them into a full run by test")
+    parser.add_argument("--all-tests", action="store_true",
+                        help="run the tests the vendor's CI list disables on the chip too (ascend: "
+                             "test/unsupported_test_cases/.pytorch-disabled-tests.json; by default they skip, "
+                             "as on its CI, and count as failing as the hardware would)")
     parser.add_argument("--limit", type=int, help="at most N files per suite (a sample spread over its directories)")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds per test file (default 60)")
     parser.add_argument("--max-minutes", type=float, default=0.0,
@@ -858,6 +877,7 @@ def main(argv: list[str] | None = None) -> int:
         for name in names:
             setup = prepare(SUITES[name], args, checkouts)
             setup.fl_src = fl_src
+            setup.vendor_disabled = not args.all_tests
             setup.files, setup.excluded = select(setup.suite, setup.root, args.files, args.limit, fl_src)
             setups.append(setup)
     except JudgeError as exc:
@@ -888,7 +908,8 @@ def main(argv: list[str] | None = None) -> int:
                   + " ".join(f"{k}={v}" for k, v in c.items() if v), flush=True)
         results[suite.name] = {"repo": suite.repo, "commit": suite.commit, "device": suite.device,
                                "counts": tally(files), "files": files, "excluded": setup.excluded,
-                               "not_run": not_run, "groups": groups(files)}
+                               "not_run": not_run, "groups": groups(files),
+                               "vendor_disabled": bool(suite.disabled_tests) and setup.vendor_disabled}
 
     for res in results.values():
         res["torch_fl_commit"] = fl_commit

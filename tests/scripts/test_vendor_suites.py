@@ -183,3 +183,11 @@ def test_a_selected_part_of_a_file_replaces_only_its_own_tests(tmp_path):
     counts = vs.reclassify([str(tmp_path / "full.json"), str(tmp_path / "part.json")])["ascend"]["counts"]
     assert (counts["pass"], counts["crash"], counts["other"]) == (3, 5, 0)
 
+
+
+def test_a_test_the_vendors_ci_disables_fails_as_the_hardware_would():
+    # torch_npu.testing skips the tests of DISABLED_TESTS_FILE with this reason (its check_if_enable)
+    assert vs.classify(_skipped("this test is disabled now")) == (
+        "as_hardware", "disabled by the vendor's CI list (DISABLED_TESTS_FILE)")
+    assert vs.SUITES["ascend"].disabled_tests == "test/unsupported_test_cases/.pytorch-disabled-tests.json"
+    assert not vs.SUITES["mlu"].disabled_tests and not vs.SUITES["musa"].disabled_tests  # (they ship none)
