@@ -524,6 +524,9 @@ def classify(record: dict[str, Any]) -> tuple[str, str]:
     if outcome == "skipped":
         return _classify_skip(message)
     key = f"{exc_type}: {normalize(message)}" if exc_type else normalize(message)
+    for pattern, reason in HOST_FAILURES:
+        if pattern.search(record.get("nodeid", "")):
+            return "environment", f"fails on the host's torch without torch-fl too: {reason}"
     if exc_type in MISSING_TYPES:
         missing = re.search(r"No module named '([\w.]+)'|cannot import name '\w+' from '([\w.]+)'", message)
         module = next((g for g in missing.groups() if g), "") if missing else ""
@@ -549,6 +552,16 @@ def classify(record: dict[str, Any]) -> tuple[str, str]:
         return "wrong", key
     return "other", key
 
+
+# Tests that touch no device and fail the same way under the installed torch with no torch-fl loaded (checked by
+# running the vendor's file with plain pytest, TORCH_DEVICE_BACKEND_AUTOLOAD=0): their expectations were written for
+# another PyTorch release, so they say nothing of the emulation. (node id pattern, reason)
+HOST_FAILURES: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"tests/unittest/profiler/test_memory_profiler\.py::TestMemoryProfilerE2E::test_categories_e2e_"
+                r"(sequential|simple)_(module_)?fwd_bwd"),
+     "torch_musa's copy of PyTorch's memory-profiler test expects the second detach of a gradient to be '???'; "
+     "torch 2.13 labels it GRADIENT (CPU tensors only)"),
+)
 
 # "<condition> INTERNAL ASSERT FAILED at "<file>":<line>": the condition and the file name the group
 ASSERT_AT = re.compile(r"(?:callback: |^|\s)([^\s:][^:\n]*?) INTERNAL ASSERT FAILED at \"?([^\"\s:]+)", re.M)

@@ -191,3 +191,16 @@ def test_a_test_the_vendors_ci_disables_fails_as_the_hardware_would():
         "as_hardware", "disabled by the vendor's CI list (DISABLED_TESTS_FILE)")
     assert vs.SUITES["ascend"].disabled_tests == "test/unsupported_test_cases/.pytorch-disabled-tests.json"
     assert not vs.SUITES["mlu"].disabled_tests and not vs.SUITES["musa"].disabled_tests  # (they ship none)
+
+
+def test_a_test_that_fails_on_the_bare_host_torch_is_environment():
+    # torch_musa's memory-profiler category tests use CPU tensors only and fail identically under torch 2.13 with
+    # no torch-fl loaded: their expected text is another PyTorch release's
+    node = ("tests/unittest/profiler/test_memory_profiler.py::TestMemoryProfilerE2E::"
+            "test_categories_e2e_simple_module_fwd_bwd_step")
+    record = {**_failed("AssertionError", "'a' != 'b'"), "nodeid": node}
+    category, group = vs.classify(record)
+    assert category == "environment" and group.startswith("fails on the host's torch without torch-fl too")
+    # the file's other tests are judged as any
+    other = {**record, "nodeid": node.replace("test_categories_e2e_simple_module_fwd_bwd_step", "test_config_check")}
+    assert vs.classify(other)[0] == "wrong"
