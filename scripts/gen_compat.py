@@ -457,14 +457,14 @@ NVIDIA_TOOLKIT_DRIVERS = {
     "Corresponding Driver Versions' (GA rows, Linux x86_64): the driver each toolkit ships with, which every "
     "feature of that toolkit (PTX JIT of its code among them) needs",
     "url": "https://docs.nvidia.com/cuda/cuda-toolkit-release-notes/index.html",
-    "read": "restated from the release notes; the 11.x rows checked against a copy of the table found with the "
-    "search tool, the 12.x and 13.x rows not re-read (docs.nvidia.com is not reachable from this machine and the "
-    "stored copies hold the component table only): used for cautions, never for a mismatch",
+    "read": "2026-12-05, the whole table (CUDA 7.0 .. 13.2 Update 2) in a stored copy of the CUDA 13.2 release "
+    "notes found with the search tool (find_string '>=570.26'); docs.nvidia.com itself is not reachable from this "
+    "machine. The GA row of each CUDA minor release is restated",
     "restated_in": "scripts/gen_compat.py CUDA_TOOLKIT_DRIVERS"}
 CUDA_TOOLKIT_DRIVERS = {"11.6": "510.39.01", "11.7": "515.43.04", "11.8": "520.61.05", "12.0": "525.60.13",
                         "12.1": "530.30.02", "12.2": "535.54.03", "12.3": "545.23.06", "12.4": "550.54.14",
                         "12.5": "555.42.02", "12.6": "560.28.03", "12.8": "570.26", "12.9": "575.51.03",
-                        "13.0": "580.65.06"}
+                        "13.0": "580.65.06", "13.1": "590.44.01", "13.2": "595.45.04"}
 AMD_MATRIX = {
     "id": "rocm-third-party-matrix", "what": "AMD's ROCm third-party support matrix: the PyTorch releases AMD "
     "validated per ROCm release (its own builds: Docker images, repo.radeon.com wheels)",
