@@ -425,9 +425,10 @@ def _has(gitdir: str, ref: str, path: str) -> bool:
 PYTORCH_MATRIX = {
     "id": "pytorch-matrix", "what": "PyTorch's Release Compatibility Matrix: Python range, stable and experimental "
     "CUDA, stable ROCm per minor release", "url": "https://github.com/pytorch/pytorch/blob/main/RELEASE.md"
-    "#release-compatibility-matrix", "read": "2026-12-05, a stored copy of RELEASE.md found with the search tool "
-    "(find_string); pytorch/pytorch itself is over the fetch limit", "restated_in": "scripts/gen_compat.py "
-    "TORCH_MINORS"}
+    "#release-compatibility-matrix", "read": "2026-12-05, the only stored copy of the table found with the search "
+    "tool (find_string: a fork's translated RELEASE.md that keeps the table in English); pytorch/pytorch itself is "
+    "over the fetch limit. Cross-checked: the CUDA every PyPI wheel 2.1.0 .. 2.14.1 pins is among its minor "
+    "release's CUDA here", "restated_in": "scripts/gen_compat.py TORCH_MINORS"}
 # minor -> (Python range, stable CUDA, experimental CUDA, stable ROCm)
 TORCH_MINORS: dict[str, tuple[str, list[str], list[str], str]] = {
     "2.1": (">=3.8,<=3.11", ["11.8"], ["12.1"], "5.6"),
