@@ -133,8 +133,11 @@ def test_npu_sparse_mm_fails_where_its_device_generic_kernel_calls_addmm(chip):
         with pytest.raises(RuntimeError, match=r"CAUTION: The operator 'aten::addmm' is not currently supported "
                                                r"on the NPU backend"):
             call()
-    # what the kernels it does have call stays computed (to_dense, sum, arithmetic: the test above)
-    assert torch.equal(s.to_dense().cpu(), _pair("cpu")[1].to_dense())
+    # what the kernels it does have call stays computed (to_dense, sum, arithmetic: the test above), also where
+    # the sparse tensors come in a list (torch_npu's test_sparse_coo.py test_sparse_cat)
+    host = _pair("cpu")[1]
+    assert torch.equal(s.to_dense().cpu(), host.to_dense())
+    assert torch.equal(torch.cat([s, s]).to_dense().cpu(), torch.cat([host, host]).to_dense())
 
 
 @pytest.mark.parametrize("chip", ["emu:mlu"], indirect=True)

@@ -188,8 +188,9 @@ class _SubCalls(TorchDispatchMode):
             raise refusal(self.chip, key, name, self.device_type)
         keys = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
         for arg in (*args, *kwargs.values()):
-            if isinstance(arg, torch.Tensor):
-                keys = keys | torch._C._dispatch_keys(arg)
+            for item in arg if isinstance(arg, (list, tuple)) else (arg,):  # (cat's tensors come in a list)
+                if isinstance(item, torch.Tensor):
+                    keys = keys | torch._C._dispatch_keys(item)
         if func.is_view:  # (computes nothing; and detach of a tensor while the mode is active calls the mode)
             return func.redispatch(keys & _AFTER_PYTHON, *args, **kwargs)
         with self:
