@@ -472,6 +472,11 @@ AMD_MATRIX = {
     "url": "https://rocm.docs.amd.com/projects/install-on-linux/en/docs-6.3.0/reference/3rd-party-support-matrix"
     ".html", "read": "2026-12-05, the stored copy found with the search tool (docs corpus); it stops at ROCm 6.3.x",
     "restated_in": "scripts/gen_compat.py ROCM_VALIDATED"}
+AMD_KERNEL_MATRIX = {
+    "id": "rocm-kernel-matrix", "what": "AMD's user and kernel-space support matrix: ROCm's kernel-mode driver and "
+    "user space are compatible for +/- 2 releases", "url": "https://rocm.docs.amd.com/projects/install-on-linux/en/"
+    "docs-6.3.0/reference/user-kernel-space-compat-matrix.html", "read": "2026-12-05, the stored copy found with "
+    "the search tool (docs corpus)"}
 ROCM_VALIDATED = {"5.6": ["1.12.1", "1.13", "2.0", "2.1"], "5.7": ["1.12.1", "1.13", "2.0", "2.1"],
                   "6.0": ["1.13", "2.0", "2.1"], "6.1": ["1.13", "2.0", "2.1"],
                   "6.2": ["1.13", "2.0", "2.1", "2.2", "2.3"], "6.3": ["1.13", "2.0", "2.1", "2.2", "2.3", "2.4"]}
@@ -596,9 +601,11 @@ def rocm_facts() -> dict[str, Any]:
                          "validated_by_amd": validated, "decisions": decisions})
     return {"chip": "rocm", "plugin": "", "kind": "torch-build", "torch_attr": "hip", "runtime_name": "ROCm",
             "driver_name": "amdgpu kernel driver",
-            "decisions": ["driver: neither source names the amdgpu kernel driver each ROCm release needs, so the "
-                          "driver is reported, not judged"],
-            "sources": [PYTORCH_MATRIX, AMD_MATRIX], "releases": releases}
+            "decisions": ["driver: AMD's user and kernel-space matrix pairs a kernel driver (KMD) with the user space "
+                          "of +/- 2 ROCm releases, by the ROCm release the KMD shipped with; rocm-smi reports the "
+                          "kernel module's own version (6.8.5, 30.30.2), which no source read here maps to a ROCm "
+                          "release, so the driver is reported, not judged"],
+            "sources": [PYTORCH_MATRIX, AMD_MATRIX, AMD_KERNEL_MATRIX], "releases": releases}
 
 
 def xpu_facts() -> dict[str, Any]:
