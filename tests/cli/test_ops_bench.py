@@ -65,6 +65,7 @@ def test_paired_speedups_find_the_faster_alternative():
     device_s, alternatives = paired_speedups(candidates, nothing, rounds=3)
     assert device_s >= 0.002
     assert alternatives["fast"]["speedup"] > 10 * SLOW
+    assert alternatives["fast"]["low"] > SLOW
     assert 0.5 < alternatives["same"]["speedup"] < 2
 
 
@@ -76,9 +77,11 @@ def _null():
 
 def test_the_verdict_is_slow_only_when_an_alternative_is_clearly_faster():
     timing = Timing("aten::gelu.default", "float32", "native", 1e-3,
-                    {"translate": {"seconds": 5e-4, "speedup": 2.0}, "reference": {"seconds": 9e-4, "speedup": 1.1}})
+                    {"translate": {"seconds": 5e-4, "speedup": 2.0, "low": 1.6},
+                     "reference": {"seconds": 9e-4, "speedup": 1.1, "low": 0.9}})
     assert (timing.verdict, timing.faster) == ("slow", "translate")
-    timing.alternatives["translate"]["speedup"] = SLOW - 0.01
+    # a median past the threshold is not enough: a quarter of the rounds found it no faster
+    timing.alternatives["translate"]["low"] = SLOW - 0.01
     assert (timing.verdict, timing.faster) == ("measured", None)
 
 

@@ -16,8 +16,8 @@ from .args import add_device, add_model, add_quiet, add_report_files, command_pa
 DESCRIPTION = ("Time every op a step of MODEL runs natively on a device (the kernel the device has) against "
                "the alternatives torch-fl could route it to: its translation (decomposition), a registered "
                "kernel, and the reference device (the CPU, on a real chip), in interleaved rounds with one "
-               "intra-op thread; an alternative 1.25x faster makes the op 'slow'. Without MODEL, the ops of "
-               "PyTorch's OpInfo samples (float32; narrow them with --op). --overlay FILE writes the verdicts "
+               "intra-op thread; an alternative 1.25x faster in three rounds of four makes the op 'slow'. "
+               "Without MODEL, the ops of PyTorch's OpInfo samples (float32; narrow them with --op). --overlay FILE writes the verdicts "
                "as [ops.measured] / [ops.slow] of a description that extends the chip's; put FILE's folder in "
                "FL_DESCRIPTION_PATH and coverage and grade show those ops as 'native but slow'.")
 EPILOG = ("Examples:\n  torchfl ops-bench examples/gpt.py:factory --device acc0 --overlay ~/.config/fl/npu.toml\n"
@@ -35,8 +35,8 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> No
                              "with --no-train, of a forward")
     parser.add_argument("--op", action="append", metavar="OP", default=None,
                         help="measure only this op (aten::name or aten::name.overload; repeatable)")
-    parser.add_argument("--rounds", type=positive_int, default=7, metavar="N",
-                        help="timed rounds per op, each timing every alternative once (default 7)")
+    parser.add_argument("--rounds", type=positive_int, default=15, metavar="N",
+                        help="timed rounds per op, each timing every alternative once (default 15)")
     parser.add_argument("--overlay", metavar="FILE",
                         help="write the verdicts into this user description overlay (created, or updated: the "
                              "pairs measured now replace their earlier verdicts)")
