@@ -213,7 +213,7 @@ BAD_VALUES = {
     "FL_FALLBACK": "eror", "FL_ROUTE": "aten::gleu=fallback", "FL_DEVICE_MAP": "acc0=cpu,acc0=cpu",
     "FL_LOG": "nosuchmodule=DEBUG", "FL_CACHE_KEEP": "abc", "FL_COLLECTIVE_TIMEOUT": "abc",
     "FL_PREFLIGHT": "maybe", "FL_CUDA_ALIAS": "perhaps", "FL_ROUTE_LOG": "/nonexistent-folder-fl/x.json",
-    "FL_EMU_DEVICES": "0", "FL_SANITIZE": "stream",
+    "FL_EMU_DEVICES": "0", "FL_SANITIZE": "stream", "FL_RANK_DEVICES": "node1=emu:npu",
 }
 
 

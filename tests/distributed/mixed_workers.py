@@ -2,7 +2,7 @@
 
     FL_RANK_DEVICES=emu:npu,emu:cuda,emu:mlu torchrun --nproc-per-node 3 mixed_workers.py SCENARIO OUT [ARGS]
 
-Every scenario trains `tiny_transformer` on its share of one global batch per step and writes this
+Every scenario (ddp, uneven, fsdp) trains `tiny_transformer` on its share of one global batch per step and writes this
 rank's final weights and facts to OUT/rank<N>.pt; the test compares them with `reference_weights`, the
 same training as one process on the whole batch.
 """
@@ -66,6 +66,10 @@ def main() -> int:
     steps = int(args[0]) if args else 20
     from torch_fl import distributed as fld
 
+    if os.environ.get("MIXED_OTHER_VERSION_RANK") == os.environ["RANK"]:
+        import torch_fl._version
+
+        torch_fl._version.__version__ = "0.0.1+other"  # what a node with an older install reports
     report = fld.init_process_group(timeout=60)
     rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
     dev = fld.device()
@@ -92,16 +96,6 @@ def main() -> int:
         shares = [GLOBAL_BATCH // world] * world
         _train(model, list(model.parameters()), steps, shares, rank, dev, 1.0)
         state = {k: v.full_tensor() for k, v in model.state_dict().items()}
-    elif scenario == "missing_op":
-        # This rank's chip refuses an op the model uses: it stops at its first forward, and the others
-        # must name it instead of reporting gloo's lost connection.
-        ddp = fld.wrap_ddp(tiny_transformer())
-        if rank == int(os.environ["MIXED_BAD_RANK"]):
-            from torch_fl.errors import UnsupportedOperatorError
-
-            raise UnsupportedOperatorError(f"aten::_fused_thing is not supported on {dev} (planted)")
-        _train(ddp, list(ddp.parameters()), steps, [GLOBAL_BATCH // world] * world, rank, dev, 1.0)
-        state = ddp.module.state_dict()
     else:
         raise SystemExit(f"unknown scenario {scenario}")
     torch.save({"state": {k: v.detach().cpu() for k, v in state.items()}, **facts}, Path(out) / f"rank{rank}.pt")

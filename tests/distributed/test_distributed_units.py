@@ -54,13 +54,17 @@ def test_a_description_difference_shows_the_file_of_each_variant():
 
 def test_ranks_of_two_vendors_use_flagcx_when_every_rank_has_it():
     prints = [_print(flagcx=True), _print(**NPU, flagcx=True)]
-    assert fingerprint.decide(prints) == fingerprint.Verdict("flagcx")
+    verdict = fingerprint.decide(prints)
+    assert verdict.backend == "flagcx" and not verdict.error
+    assert "between kinds: FlagCX (installed on every rank)" in verdict.plan
 
 
-def test_ranks_of_two_vendors_without_flagcx_fail_naming_the_ranks_that_lack_it():
-    error = fingerprint.decide([_print(flagcx=True), _print(**NPU), _print(**NPU)]).error
-    assert "the ranks span vendors (NVIDIA cuda with nccl on rank 0; Huawei npu with hccl on ranks 1-2)" in error
-    assert "not installed on ranks 1-2" in error
+def test_ranks_of_two_vendors_without_flagcx_stage_through_the_host_naming_the_ranks_that_lack_it():
+    verdict = fingerprint.decide([_print(flagcx=True), _print(**NPU), _print(**NPU)])
+    assert verdict.backend == "flmixed" and not verdict.error
+    assert "NVIDIA cuda (cuda) on rank 0: nccl inside, leader rank 0" in verdict.plan
+    assert "Huawei npu (npu) on ranks 1-2: hccl inside, leader rank 1" in verdict.plan
+    assert "FlagCX would replace this, but it is not installed on ranks 1-2" in verdict.plan
 
 
 def test_a_rank_on_the_host_among_accelerators_is_a_rank_that_lost_its_device():

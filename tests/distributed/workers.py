@@ -93,6 +93,22 @@ def hang() -> dict:
     return {"returned_after": time.time() - began}
 
 
+def dies_mid_job(how: str = "raise") -> dict:
+    """Rank 1 ends after two good steps: by an exception ('raise'), by SIGKILL ('kill') or by a normal
+    exit ('exit'); the others are left in the next all_reduce."""
+    init(preflight_timeout=10)
+    values = torch.ones(4)
+    for step in range(4):
+        if RANK == 1 and step == 2:
+            if how == "raise":
+                raise RuntimeError("planted failure on rank 1: CUDA out of memory (emulated)")
+            if how == "kill":
+                os.kill(os.getpid(), 9)
+            sys.exit(0)
+        dist.all_reduce(values)
+    return {"finished": True}
+
+
 def ddp(steps: str, out: str) -> dict:
     """A few DDP steps of the example language model; this rank trains on its share of the batch."""
     sys.path.insert(0, str(EXAMPLES))

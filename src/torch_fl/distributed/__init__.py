@@ -47,6 +47,7 @@ from . import checks as _checks
 from . import fingerprint, mixed
 from .checks import DistributedError, PreflightError, PreflightReport, RanksMissingError
 from .fingerprint import host_traffic
+from .liveness import Liveness
 from .uneven import UnevenBatchSampler, UnevenSplit, shares_for, uneven_split
 from .watchdog import CollectiveTimeoutError, Watchdog, enable_flight_recorder, grace, unavailable
 
@@ -85,6 +86,7 @@ class _State:
     store: dist.Store | None
     report: PreflightReport | None
     watchdog: Watchdog | None
+    liveness: Liveness | None = None
 
 
 _state: _State | None = None
@@ -193,6 +195,8 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
                                "torch.fl.distributed.preflight() to check a group created elsewhere).")
     if _state is not None and _state.watchdog is not None:
         _state.watchdog.stop()  # the group it watched is gone; a new one gets a new watchdog
+    if _state is not None and _state.liveness is not None:
+        _state.liveness.stop()
     began = time.perf_counter()
     seconds = _seconds(timeout)
     # A negative or NaN wait would fail the first check as "the ranks cannot reach each other".
@@ -268,7 +272,8 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
                      unavailable(), torch_timeout.total_seconds())
     elif seconds:
         watch = Watchdog(seconds, rank, world_size, space, context=f" ({dev}, {chosen})").start()
-    _state = _State(rank, world_size, local_rank, dev, chosen, space, report, watch)
+    live = Liveness(space, rank, world_size, str(dev)).start() if space is not None else None
+    _state = _State(rank, world_size, local_rank, dev, chosen, space, report, watch, live)
     return report
 
 

@@ -192,16 +192,16 @@ def _common_autocast(prints: Sequence[Fingerprint], kinds: dict[tuple[str, str],
     """(the autocast dtype of every rank, '') or ('', the error naming the chip that has none in common).
     Chips whose own autocast dtypes agree keep it; otherwise the job takes the dtype most of them use
     that every chip computes, so that every rank rounds alike."""
-    own = Counter(prints[members[0]]["autocast"] for members in kinds.values())
+    own = Counter(prints[members[0]].get("autocast", "") for members in kinds.values())
     if len(own) == 1:
         return next(iter(own)), ""
-    common = [d for d in _AUTOCAST if all(d in prints[m[0]]["dtypes"] for m in kinds.values())]
+    common = [d for d in _AUTOCAST if all(d in prints[m[0]].get("dtypes", ()) for m in kinds.values())]
     if common:
         return max(common, key=lambda d: (own[d], -_AUTOCAST.index(d))), ""
     lacking = "; ".join(f"{_kind_text(prints, members)} lacks "
-                        f"{', '.join(d for d in _AUTOCAST if d not in prints[members[0]]['dtypes'])}"
+                        f"{', '.join(d for d in _AUTOCAST if d not in prints[members[0]].get('dtypes', ()))}"
                         for members in kinds.values()
-                        if not all(d in prints[members[0]]["dtypes"] for d in _AUTOCAST))
+                        if not all(d in prints[members[0]].get("dtypes", ()) for d in _AUTOCAST))
     return "", ("the chips of this job have no low-precision dtype in common for autocast ("
                 f"{lacking}), so their ranks would round differently. Fix: train in float32 on this mix "
                 "(no autocast), or run the ranks of each chip as a separate job.")
@@ -214,15 +214,16 @@ def _plan(prints: Sequence[Fingerprint], kinds: dict[tuple[str, str], list[int]]
     lines = [f"this job spans {len(kinds)} kinds of chip; backend '{backend}':"]
     for members in kinds.values():
         fp = prints[members[0]]
-        inside = fp["library"] + (" (emulated: gloo on the host data)" if _emulated_print(fp) else "")
+        inside = fp.get("library", fp["backend"]) + (" (emulated: gloo on the host data)" if _emulated_print(fp) else "")
         lines.append(f"  - {fp['vendor']} {fp['description'].split('@')[0]} ({fp['device_type']}) on {ranks_text(members)}: {inside} inside, "
                      f"leader rank {members[0]}")
     if backend == "flagcx":
         lines.append("  - between kinds: FlagCX (installed on every rank)")
     else:
+        lacking = [r for r, fp in enumerate(prints) if not fp["flagcx"]]
         lines.append(f"  - between kinds: gloo on host copies among the leaders ({ranks_text(leaders)}); "
-                     "FlagCX, when installed on every rank, replaces this")
-    own = {prints[m[0]]["autocast"] for m in kinds.values()}
+                     f"FlagCX would replace this, but it is not installed on {ranks_text(lacking)}")
+    own = {prints[m[0]].get("autocast", "") for m in kinds.values()}
     why = "every chip's own" if len(own) == 1 else f"computed by every chip; their own: {', '.join(sorted(own))}"
     lines.append(f"  - autocast dtype: {autocast} ({why})")
     return "\n".join(lines)
