@@ -171,3 +171,25 @@ def test_a_registered_kernel_faster_than_the_native_one_makes_it_slow_and_covera
     assert main(["coverage", f"{models}:mlp", "--device", "cpu", "-q"]) == 0
     text = capsys.readouterr().out
     assert "Native but slow on cpu" in text and "native but slow      1 call" in text
+
+
+def test_an_op_filter_that_matches_nothing_says_so(models, capsys):
+    from torch_fl.cli import main
+
+    assert main(["ops-bench", f"{models}:mlp", "--device", "cpu", "--op", "aten::conv2d", "--rounds", "1", "-q"]) == 0
+    out = capsys.readouterr().out
+    assert "measured  0 native (op, dtype) pairs, 0 slow" in out
+    assert "--op aten::conv2d matched no native op of" in out
+
+
+def test_a_model_the_device_cannot_run_exits_1_naming_the_op(tmp_path, capsys):
+    from torch_fl.cli import main
+
+    path = tmp_path / "m.py"
+    path.write_text("import torch\n\n\ndef bf16():\n    return torch.nn.Linear(8, 8).to(torch.bfloat16), "
+                    "(torch.randn(4, 8, dtype=torch.bfloat16),)\n")
+    out = tmp_path / "e.json"
+    assert main(["ops-bench", f"{path}:bf16", "--device", "emu:minimal", "--json", str(out), "-q"]) == 1
+    err = capsys.readouterr().err
+    assert "emu:minimal cannot run" in err and "Traceback" not in err
+    assert "bfloat16" in json.loads(out.read_text())["error"]

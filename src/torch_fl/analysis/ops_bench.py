@@ -291,7 +291,8 @@ def _measure(samples: list[Sample], model: str, device: str, description: str, *
             timings.append(time_sample(sample, device, rounds=rounds))
             counter.advance()
     data = {"model": model, "device": device, "description": description, "train": train, "rounds": rounds,
-            "slow_ratio": SLOW, "timings": [t.row() for t in timings], "verdicts": verdicts(timings)}
+            "slow_ratio": SLOW, "timings": [t.row() for t in timings], "verdicts": verdicts(timings),
+            "ops": ops or None}
     return report(data)
 
 
@@ -368,11 +369,17 @@ def report(data: dict[str, Any]) -> Report:
                ("measured", f"{len(rows)} native (op, dtype) pairs, {len(slow)} slow")]
     if "overlay" in data:
         summary.append(("overlay", data["overlay"]))
-    warnings = [f"{len(slow)} native op{'' if len(slow) == 1 else 's'} {'is' if len(slow) == 1 else 'are'} "
-                f"slower on {data['device']} than an alternative: "
-                + ", ".join(f"{r['op']} ({r['dtype']}: {r['faster']} "
-                            f"{r['alternatives'][r['faster']]['speedup']:.1f}x faster)" for r in slow[:5])]\
-        if slow else []
+    unmatched = [op for op in data.get("ops") or () if not any(
+        r["op"] == op or r["op"].rsplit(".", 1)[0] == op for r in rows)]
+    notes = [f"--op {op} matched no native op of {data['model']} on {data['device']} (not called, not native "
+             f"there, or a bookkeeping op ops-bench does not time): nothing measured for it" for op in unmatched]
+    warnings = notes
+    if slow:
+        one = len(slow) == 1
+        warnings.append(f"{len(slow)} native op{'' if one else 's'} {'is' if one else 'are'} slower on "
+                        f"{data['device']} than an alternative: " + ", ".join(
+                            f"{r['op']} ({r['dtype']}: {r['faster']} "
+                            f"{r['alternatives'][r['faster']]['speedup']:.1f}x faster)" for r in slow[:5]))
     return Report(f"torchfl ops-bench: {data['model']}", data, summary, [section], warnings)
 
 
