@@ -235,7 +235,8 @@ def test_json_shape() -> None:
     assert data["device"] == "minimal" and data["model"].endswith("cnn.py:factory")
     summary = data["summary"]
     assert list(summary) == ["native_ops_share", "native_calls_share", "ops", "calls", "routes",
-                             "in_translations", "unsupported_calls", "traced_on", "on_cpu_calls"]
+                             "in_translations", "unsupported_calls", "traced_on", "on_cpu_calls",
+                             "native_slow_calls", "native_slow"]
     assert list(summary["routes"]) == list(ROUTES) == list(summary["in_translations"])
     top = [op for op in data["ops"] if not op["via"]]
     assert summary["ops"] == len(top) and summary["calls"] == sum(op["calls"] for op in top)
