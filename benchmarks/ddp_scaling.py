@@ -9,11 +9,17 @@ description, preflight on) and wraps the model with torch.fl.distributed.wrap_dd
 
     python benchmarks/ddp_scaling.py                        # 1 and 2 ranks on the CPU (gloo)
     python benchmarks/ddp_scaling.py --nproc 1,2,4,8        # a node with 8 accelerators
+    python benchmarks/ddp_scaling.py --nproc 1,3 --mixed emu:npu,emu:cuda,emu:mlu   # a job across vendors
 
 On the CPU every rank gets `--threads` torch threads (default 1), so that N ranks use N cores and the
 comparison is one core against N; do not ask for more ranks x threads than the machine has cores. A
 control row (N independent processes without DDP) shows what the machine itself allows N processes,
 so that a low efficiency can be told apart from a slow collective path.
+
+`--mixed CHIP,CHIP,...` adds a job across vendors: the largest rank count once with every rank on the
+first chip and once with the ranks cycling through the list (FL_RANK_DEVICES, so torch-fl's flmixed
+group stages the gradients through the host between vendors), and prints their ratio measured in the
+same run; then a model on paper of the host-staging cost for 2 to 64 ranks (bandwidth only).
 """
 
 from __future__ import annotations
@@ -88,6 +94,27 @@ def run(nproc: int, args: argparse.Namespace, independent: bool = False) -> dict
     return max(results.values(), key=lambda r: r["seconds"])  # the job is as fast as its slowest rank
 
 
+def paper_model(parameters: int, kinds: int, link_gbps: float, fabric_gbs: float, pcie_gbs: float) -> None:
+    """Gradient all_reduce time per step, on paper (bandwidth only: no latency, no overlap with the
+    backward pass): one vendor's ring over its fabric against flmixed (a ring inside each kind, the
+    leaders' host copies over PCIe, gloo's ring between `kinds` leaders over the link)."""
+    from torch_fl.distributed import host_traffic
+
+    payload = parameters * 4  # float32 gradients
+    print(f"\non paper: {payload / 1e6:.1f} MB of gradients per step; vendor fabric {fabric_gbs:g} GB/s, PCIe "
+          f"{pcie_gbs:g} GB/s, link between vendors {link_gbps:g} Gb/s; bandwidth only (no latency, no overlap)")
+    print(f"{'ranks':>5}  {'kinds':>5}  {'one vendor ms':>13}  {'flmixed ms':>10}  {'ratio':>6}  {'host MB/leader':>14}")
+    for ranks in (2, 4, 8, 16, 32, 64):
+        k = min(kinds, ranks)
+        per_kind = ranks / k
+        single = 2 * (ranks - 1) / ranks * payload / (fabric_gbs * 1e9)
+        inside = 2 * 2 * (per_kind - 1) / per_kind * payload / (fabric_gbs * 1e9)  # reduce + broadcast
+        cost = host_traffic(payload, k, link_gbps)
+        mixed = inside + cost["device_host_bytes"] / (pcie_gbs * 1e9) + cost["link_seconds"]
+        print(f"{ranks:>5}  {k:>5}  {single * 1e3:>13.2f}  {mixed * 1e3:>10.2f}  {mixed / single:>5.1f}x  "
+              f"{(cost['device_host_bytes'] + 2 * cost['link_bytes']) / 1e6:>14.1f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--nproc", default="1,2", help="rank counts to compare, the first is the baseline")
@@ -100,6 +127,11 @@ def main() -> None:
     parser.add_argument("--no-control", dest="control", action="store_false",
                         help="skip the control row (the largest rank count as independent processes "
                              "without DDP: the ceiling this machine allows)")
+    parser.add_argument("--mixed", default="", help="chips for a job across vendors, e.g. "
+                        "emu:npu,emu:cuda,emu:mlu: the largest rank count on the first chip alone and on all")
+    parser.add_argument("--link-gbps", type=float, default=25.0, help="paper model: link between vendors, Gb/s")
+    parser.add_argument("--fabric-gbs", type=float, default=200.0, help="paper model: a vendor's fabric, GB/s")
+    parser.add_argument("--pcie-gbs", type=float, default=25.0, help="paper model: device<->host, GB/s")
     args = parser.parse_args()
     logging.getLogger("torch.distributed.elastic").setLevel(logging.ERROR)
 
@@ -129,6 +161,25 @@ def main() -> None:
               "machine allows that many processes, whatever the communication")
     print(f"article target (section 4.3): {TARGET_DEVICES} devices >= {TARGET_SPEEDUP}x one device "
           f"({TARGET_SPEEDUP / TARGET_DEVICES:.0%} efficiency)")
+    if args.mixed:
+        mixed(args, counts[-1])
+
+
+def mixed(args: argparse.Namespace, n: int) -> None:
+    """The same job on one chip and across the --mixed chips, measured in this run; then the paper model."""
+    chips = [c.strip() for c in args.mixed.split(",") if c.strip()]
+    os.environ.pop("FL_DEVICE", None)
+    rows = []
+    for label, devices in (("one vendor", [chips[0]] * n), ("mixed", [chips[i % len(chips)] for i in range(n)])):
+        os.environ["FL_RANK_DEVICES"] = ",".join(devices)  # the spawned ranks read it (torch_fl._env)
+        r = run(n, args)
+        rows.append((label, ",".join(devices), r))
+    os.environ.pop("FL_RANK_DEVICES")
+    print(f"\n{n} ranks, the same job on one chip and across vendors (FL_RANK_DEVICES), measured in this run:")
+    for label, devices, r in rows:
+        print(f"  {label:10} {devices:32} {r['backend']:18} step {r['seconds'] / args.steps * 1000:7.1f} ms")
+    print(f"  mixed / one vendor: {rows[1][2]['seconds'] / rows[0][2]['seconds']:.2f}x step time")
+    paper_model(rows[0][2]["parameters"], len(set(chips)), args.link_gbps, args.fabric_gbs, args.pcie_gbs)
 
 
 if __name__ == "__main__":

@@ -56,6 +56,7 @@ def test_ddp_across_three_vendors_ends_with_the_full_batch_weights(tmp_path):
     assert {r["backend"] for r in results} == {"flmixed"}
     assert "this job spans 3 kinds of chip; backend 'flmixed'" in run.stderr
     assert "Huawei npu (npu) on rank 0: hccl" in run.stderr
+    assert "DDP on flmixed across 3 kinds of chip: " in run.stderr  # the host traffic per step
     assert "gloo on host copies among the leaders (ranks 0-2); FlagCX would replace this" in run.stderr
     assert results[0]["plan"].startswith("this job spans 3 kinds")
     assert_full_batch(results, 20)
@@ -140,6 +141,17 @@ def test_autocast_dtypes_that_differ_settle_on_one_every_chip_computes():
                                   _print(1, "mlu", "Cambricon", autocast="float16", dtypes=("float32", "float16"))])
     assert lacking.backend == "" and "no low-precision dtype in common" in lacking.error
     assert "Huawei npu with cpu:gloo,npu:x on rank 0 lacks float16" in lacking.error
+
+
+def test_ranks_of_one_kind_must_agree_on_their_locked_environment():
+    lock = {"python.abi": "cpython-311", "glibc": "2.36", "driver.nvidia": "550.54"}
+    prints = [dict(_print(r, "npu", "Huawei"), lock=dict(lock)) for r in range(3)]
+    prints[2]["lock"]["glibc"] = "2.31"
+    prints.append(dict(_print(3, "mlu", "Cambricon"), lock={**lock, "glibc": "2.17"}))  # another kind may differ
+    verdict = fingerprint.decide(prints)
+    assert not verdict.backend
+    assert "  - glibc (torchfl env lock): 2.36 on ranks 0-1; 2.31 on rank 2" in verdict.error
+    assert "Differing from the others: rank 2." in verdict.error
 
 
 def test_host_traffic_of_one_all_reduce():

@@ -277,6 +277,23 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
     return report
 
 
+def _log_host_traffic(model: nn.Module, link_gbps: float = 25.0) -> None:
+    """What DDP's gradient all_reduce moves through each leader's host per step on a flmixed job."""
+    payload = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
+    group = dist.group.WORLD
+    kinds = len(group.layout.kinds) if isinstance(group, mixed.MixedProcessGroup) else 2
+    cost = host_traffic(payload, kinds, link_gbps)
+    _log.warning("DDP on %s across %d kinds of chip: %s of gradients per step; each leader copies %s between "
+                 "device and host and sends %s over the link between vendors (%.2f ms at %g Gb/s; "
+                 "torch.fl.distributed.host_traffic for another link)", mixed.BACKEND, kinds, _size(payload),
+                 _size(cost["device_host_bytes"]), _size(cost["link_bytes"]), cost["link_seconds"] * 1e3,
+                 link_gbps)
+
+
+def _size(n: float) -> str:
+    return f"{n / 1e6:.1f} MB" if n >= 1e5 else f"{n / 1e3:.1f} kB"
+
+
 def _settle_autocast(dev: torch.device, dtype: str, rank: int) -> None:
     """Make torch.autocast on this rank's device use the dtype the job agreed on (fingerprint's rule)."""
     wanted = getattr(torch, dtype)
@@ -435,6 +452,8 @@ def wrap_ddp(model: nn.Module, **kwargs: Any) -> nn.parallel.DistributedDataPara
     """
     dev = device()
     model = model.to(dev)
+    if _state is not None and _state.backend == mixed.BACKEND and _state.rank == 0:
+        _log_host_traffic(model)
     if dev.type != "cpu" and "device_ids" not in kwargs:
         kwargs.update(device_ids=[dev], output_device=dev)
     return nn.parallel.DistributedDataParallel(model, **kwargs)

@@ -74,7 +74,18 @@ def collect(device: torch.device, desc: Description, backend: str, *, explicit: 
         "library": desc.collective_backend,  # the vendor's own library, what it runs inside its kind
         "dtypes": list(desc.dtypes),
         "autocast": desc.autocast_dtype,
+        "lock": _lock_facts(),
     }
+
+
+def _lock_facts() -> dict[str, str]:
+    """What `torchfl env lock` records (Python ABI, glibc, libstdc++, drivers, toolkits) that the other
+    fields do not already compare (torch, torch-fl, the description in use): ranks of one kind must agree
+    on all of it. Optional packages and other chips' descriptions are left out."""
+    from ..analysis.envlock import lock_facts
+
+    return {k: v for k, v in lock_facts().items()
+            if k not in ("torch", "torch_fl") and not k.startswith(("package.", "description."))}
 
 
 def ranks_text(ranks: Sequence[int]) -> str:
@@ -135,6 +146,9 @@ def decide(prints: Sequence[Fingerprint]) -> Verdict:
             if found:
                 lines.append(found[0])
                 odd |= found[1]
+        found_lock = _lock_differences(prints, members)
+        lines += found_lock[0]
+        odd |= found_lock[1]
     if lines:
         return Verdict("", _mismatch_message(lines, odd))
     if prints[0]["explicit_backend"] or len(kinds) == 1:
@@ -146,6 +160,22 @@ def decide(prints: Sequence[Fingerprint]) -> Verdict:
     if error:
         return Verdict("", error)
     return replace(verdict, autocast=autocast, plan=_plan(prints, kinds, verdict.backend, autocast))
+
+
+def _lock_differences(prints: Sequence[Fingerprint], members: list[int]) -> tuple[list[str], set[int]]:
+    """The `torchfl env lock` components that differ among ranks of one kind, one line each."""
+    locks = [prints[r].get("lock") for r in members]
+    if any(lock is None for lock in locks):  # a peer from before the lock existed: versions differ anyway
+        return [], set()
+    lines: list[str] = []
+    odd: set[int] = set()
+    for key in sorted({k for lock in locks for k in lock}):
+        shown = {r: {"value": prints[r]["lock"].get(key, "(absent)")} for r in members}
+        found = _differences(shown, members, "value", f"{key} (torchfl env lock)")
+        if found:
+            lines.append(found[0])
+            odd |= found[1]
+    return lines, odd
 
 
 def _kinds(prints: Sequence[Fingerprint]) -> dict[tuple[str, str], list[int]]:
