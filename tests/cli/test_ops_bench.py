@@ -193,3 +193,26 @@ def test_a_model_the_device_cannot_run_exits_1_naming_the_op(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "emu:minimal cannot run" in err and "Traceback" not in err
     assert "bfloat16" in json.loads(out.read_text())["error"]
+
+
+def test_opt_in_preference_routes_ops_whose_translation_wins_in_every_dtype(tmp_path, capsys):
+    from torch_fl.analysis.ops_bench import preferred_translations
+    from torch_fl.cli import main
+    from torch_fl.routing.table import RouteTable
+
+    def row(op, dtype, verdict, faster):
+        return {"op": op, "dtype": dtype, "verdict": verdict, "faster": faster}
+
+    timings = [row("aten::a.default", "float32", "slow", "translate"),
+               row("aten::a.default", "float16", "slow", "translate"),
+               row("aten::b.default", "float32", "slow", "translate"),
+               row("aten::b.default", "float16", "measured", None),  # b holds its own in float16
+               row("aten::c.default", "float32", "slow", "reference")]  # the CPU: copies not counted
+    assert preferred_translations(timings) == ["aten::a.default"]
+    path = tmp_path / "cpu.toml"
+    write_overlay(path, "cpu", {"aten::ones_like.default": {"float32": "slow"}}, prefer=["aten::ones_like.default"])
+    desc = load_file(path)
+    assert desc.data["ops"]["translate"] == ["aten::ones_like.default"]
+    assert str(RouteTable(desc).route("aten::ones_like.default", "float32").kind) == "translate"
+    assert main(["ops-bench", "--device", "cpu", "--prefer", "-q"]) == 2
+    assert "give --overlay FILE too" in capsys.readouterr().err

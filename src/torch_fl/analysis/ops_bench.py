@@ -384,11 +384,25 @@ def report(data: dict[str, Any]) -> Report:
 
 
 # The overlay ---------------------------------------------------------------------------------------------
-def write_overlay(path: str | Path, description: str, found: dict[str, dict[str, str]]) -> dict[str, Any]:
+def preferred_translations(timings: list[dict[str, Any]]) -> list[str]:
+    """The ops to route to their translation when the user opts in (--prefer): every dtype measured of the op
+    is slow and its translation is the faster alternative (ops.translate forces an op for all dtypes, so a
+    dtype where the native kernel holds its own keeps the op native)."""
+    by_op: dict[str, list[dict[str, Any]]] = {}
+    for row in timings:
+        by_op.setdefault(row["op"], []).append(row)
+    return sorted(op for op, rows in by_op.items()
+                  if all(r["verdict"] == "slow" and r["faster"] == "translate" for r in rows))
+
+
+def write_overlay(path: str | Path, description: str, found: dict[str, dict[str, str]], *,
+                  prefer: list[str] = ()) -> dict[str, Any]:
     """Write (or update) the user description overlay `path`: a description named `description` that
     extends the description of that name, with [ops.measured] and [ops.slow] (op -> dtypes). An existing
     overlay keeps its other keys and its verdicts for pairs not measured now; the pairs measured now
-    replace theirs. Returns the written data."""
+    replace theirs. `prefer`: ops added to the overlay's ops.translate (the opt-in route preference; a list
+    replaces the extended description's, so a new one starts from that description's list). Returns the
+    written data."""
     from .. import _toml
 
     path = Path(path)
@@ -412,6 +426,12 @@ def write_overlay(path: str | Path, description: str, found: dict[str, dict[str,
                     table[op] = sorted(dtypes)
                 else:
                     table.pop(op, None)
+    if prefer:
+        if "translate" not in ops:
+            from ..description import registry
+
+            ops["translate"] = list(registry.descriptions()[description].data["ops"]["translate"])
+        ops["translate"] += [op for op in prefer if op not in ops["translate"]]
     path.write_text("# written by torchfl ops-bench: native ops measured on this machine, and the ones an "
                     "alternative beats\n" + _toml.dumps(data), encoding="utf-8")
     return data

@@ -19,7 +19,8 @@ DESCRIPTION = ("Time every op a step of MODEL runs natively on a device (the ker
                "intra-op thread; an alternative 1.25x faster in three rounds of four makes the op 'slow'. "
                "Without MODEL, the ops of PyTorch's OpInfo samples (float32; narrow them with --op). --overlay FILE writes the verdicts "
                "as [ops.measured] / [ops.slow] of a description that extends the chip's; put FILE's folder in "
-               "FL_DESCRIPTION_PATH and coverage and grade show those ops as 'native but slow'.")
+               "FL_DESCRIPTION_PATH and coverage and grade show those ops as 'native but slow'; with --prefer the "
+               "overlay also routes the ops whose translation is faster to it.")
 EPILOG = ("Examples:\n  torchfl ops-bench examples/gpt.py:factory --device acc0 --overlay ~/.config/fl/npu.toml\n"
           "  torchfl ops-bench --device cuda --op aten::gelu --op aten::layer_norm --json -\n"
           "  FL_DESCRIPTION_PATH=~/.config/fl torchfl coverage examples/gpt.py:factory --device npu\n"
@@ -40,6 +41,9 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> No
     parser.add_argument("--overlay", metavar="FILE",
                         help="write the verdicts into this user description overlay (created, or updated: the "
                              "pairs measured now replace their earlier verdicts)")
+    parser.add_argument("--prefer", action="store_true",
+                        help="with --overlay: also route the ops whose translation is faster in every measured "
+                             "dtype to it (ops.translate of the overlay); opt-in, as the overlay itself is")
     add_report_files(parser)
     add_quiet(parser)
 
@@ -48,11 +52,15 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from ..analysis.model import load_model
-    from ..analysis.ops_bench import opinfo_ops_bench, ops_bench, write_overlay
+    from ..analysis.ops_bench import opinfo_ops_bench, ops_bench, preferred_translations, write_overlay
     from ..errors import UnsupportedOperatorError
     from ..report import end_progress, progress
     from .output import emit, emit_json
 
+    if args.prefer and not args.overlay:
+        print("torchfl ops-bench: --prefer writes the preferred routes into the overlay: give --overlay FILE too",
+              file=sys.stderr)
+        return 2
     if args.overlay:
         folder = Path(args.overlay).expanduser().resolve().parent
         if not folder.is_dir():
@@ -63,8 +71,12 @@ def run(args: argparse.Namespace) -> int:
     def finish(report):
         if args.overlay:
             path = str(Path(args.overlay).expanduser())
-            write_overlay(path, report.data["description"], report.data["verdicts"])
-            report.data["overlay"] = path
+            prefer = preferred_translations(report.data["timings"]) if args.prefer else []
+            write_overlay(path, report.data["description"], report.data["verdicts"], prefer=prefer)
+            report.data["overlay"], report.data["preferred"] = path, prefer
+            if prefer:
+                report.summary.append(("preferred", f"routed to their translation in the overlay (ops.translate): "
+                                                    f"{', '.join(prefer)}"))
             report.summary.append(("overlay", f"{path} (extends '{report.data['description']}')"))
         return report
 
