@@ -144,7 +144,8 @@ rule(
         "Replace with `{replacement}`", "unsafe",
         what="A `\"cuda\"` string bound to a variable, attribute, config-dict key, dataclass field, "
              "argparse default or parameter default that later reaches a device argument in the same "
-             "module (`.to(device)`, `device=cfg.device`, `torch.device(args.device)`); also a name holding "
+             "module (`.to(device)`, `device=cfg.device`, `torch.device(args.device)`), or the default of a "
+             "click option named like a device; also a name holding "
              "the device handed to a function of another module of the project (`from .loop import fit`; "
              "`fit(net, device)`: used there as a device), and a string (an f-string too) handed to a "
              "function or a class of this module whose parameter reaches a device argument "
@@ -581,6 +582,24 @@ def argparse_default(det: RuleContext, node: ast.Call, attr: str) -> None:
             # receives `args` (timm's train.py hands args to timm.utils.distributed).
             key = ("device", ("member", dest))
             det.sinks[key] = min(det.sinks.get(key, node.lineno), node.lineno)
+
+
+@on_method("option")
+def click_default(det: RuleContext, node: ast.Call, attr: str) -> None:
+    """@click.option("-d", "--device", default="cuda:0"): the option's value is the decorated function's
+    `device` parameter, the device it runs on (argparse's `--device` default is the same coupling)."""
+    default = next((kw.value for kw in node.keywords if kw.arg == "default"), None)
+    options = [str_value(a) or "" for a in node.args]
+    if default is None or not any("device" in o.lower() for o in options):
+        return
+    target = next((o for o in options if o.startswith("--")), options[0] if options else "option")
+    for literal, index in cuda_strings(default):
+        if index == "?" or id(literal) in det.done:
+            continue
+        replacement = "torch.fl.device_type()" if index is None else f'str(torch.fl.device("acc{index}"))'
+        det.report("FL105", literal, "unsafe", text=source_text(literal), target=target, sink_line=node.lineno,
+                   replacement=replacement)
+        det.done.add(id(literal))
 
 
 @on("flow")

@@ -142,8 +142,10 @@ def backend_comparison(det: RuleContext, node: ast.Compare) -> None:
     if not any(str_value(o) == NCCL for o in operands):
         return
     for operand in operands:
+        # A subscript is named by its key: `meta["dist_backend"] == "nccl"` (a saved run's metadata).
+        named = str_value(operand.slice) if type(operand) is ast.Subscript else terminal_name(operand)
         if (type(operand) is ast.Call and terminal_name(operand.func) == "get_backend") \
-                or "backend" in (terminal_name(operand) or "").lower():
+                or "backend" in (named or "").lower():
             literal = next(o for o in operands if str_value(o) == NCCL)
             det.report("FL501", literal, backend=NCCL, detail=" compared in code: ask `torch.fl.is_accelerator()` for device "
                        "collectives, or compare with `torch.fl.dist_backend()`")

@@ -13,7 +13,7 @@ from .dispatch import Dispatch
 from .flow import Flow, ModuleFacts
 from .guards import Guards
 from .results import from_raw
-from .scopes import DEFAULT_ALIASES, Scopes
+from .scopes import DEFAULT_ALIASES, Scopes, own_package
 
 
 class Detector(Scopes, Guards, Flow):
@@ -56,6 +56,7 @@ class Detector(Scopes, Guards, Flow):
         self.local_calls = []
         self.project_calls = []
         self.guards: list[tuple[list[int], Any, Any]] = []  # (test findings, start mark, end mark)
+        self.picked_words: list[tuple[list[int], tuple[str, int, str | None]]] = []  # ("gpu" if check else ...)
         self.cuda_literals: list[tuple[ast.Constant, int]] = []  # "cuda" strings met (not quiet), statement line
         self.literal_findings: dict[int, tuple[str, int, str | None]] = {}  # guarded literal -> what a guard counts
         self.table_keys: dict[Any, int] = {}  # keys that index a table (TABLE[device]) -> first line
@@ -117,8 +118,9 @@ def has_trigger(text: str) -> bool:
         pattern.search(text) is not None for pattern in HOOKS.trigger_patterns)
 
 
-def _walk(tree: ast.Module) -> Detector:
+def _walk(tree: ast.Module, package: str | None = None) -> Detector:
     detector = Detector()
+    detector.package = package
     detector.visit(tree)
     detector.flows()
     detector.settle_guards()
@@ -136,7 +138,7 @@ def scan_text(text: str, path: str, codes: frozenset[str], unsafe_fixes: bool,
     try:
         # Valid Python nested deeper than the default recursion limit allows our walk (a 500-arm
         # `x if c else ...` chain) is walked again on a deep stack (migrate/deep.py).
-        detector = call_deep(_walk, tree)
+        detector = call_deep(_walk, tree, own_package(path))
     except RecursionError:
         raise SyntaxError("too deeply nested for the scanner", (path, 1, 1, None)) from None
     lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")

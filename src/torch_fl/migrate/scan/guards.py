@@ -20,7 +20,11 @@ from .guards_settle import GuardSettling, Mark
 from .guards_tests import CudaOnlyTests
 from .guards_vendors import VendorDispatch
 
-__all__ = ["Guards", "Mark"]
+__all__ = ["CUDA_WORDS", "Guards", "Mark"]
+
+# Values a CUDA check picks that name CUDA (or its mixed precision) without saying "cuda": composer's and
+# Lightning's device "gpu", precision "amp". A check rewritten alone would pick them on every accelerator.
+CUDA_WORDS = frozenset({"gpu", "gpus", "amp"})
 
 
 class Guards(CudaOnlyTests, VendorDispatch, GuardSettling):
@@ -173,4 +177,11 @@ class Guards(CudaOnlyTests, VendorDispatch, GuardSettling):
         orelse = self.mark()
         self.visit(node.orelse)
         if test:  # `torch.cuda.memory_reserved() if torch.cuda.is_available() else 0`: a guard too
-            self.guards.append((test, orelse, self.mark()) if self.negated_check(node.test) else (test, body, orelse))
+            negated = self.negated_check(node.test)
+            self.guards.append((test, orelse, self.mark()) if negated else (test, body, orelse))
+            picked = node.orelse if negated else node.body
+            if type(picked) is ast.Constant and type(picked.value) is str and picked.value.lower() in CUDA_WORDS:
+                # `device="gpu" if torch.cuda.is_available() else "cpu"` handed to a trainer: "gpu" is
+                # CUDA's name there (composer, Lightning), and no fix rewrites it.
+                self.picked_words.append((test, (f'the string "{picked.value}" the check picks, which the code it '
+                                                 f'is given to reads as CUDA', picked.lineno, None)))

@@ -65,6 +65,10 @@ class GuardSettling(Dispatch):
             if test and all(i in self.dropped for i in test):
                 continue  # the guard is a skip flag's: left as it is, and so is what it guards
             self.settle_guard(test, start, end)
+        for test, candidate in self.picked_words:  # type: ignore[attr-defined]
+            test = [i for i in test if i not in self.dropped]
+            if test:
+                self.weaken_test(test, candidate[2], f"{candidate[0]}, line {candidate[1]}")
         unfixed = self.unfixed_ordinals()
         for name, line, checks, like in self.ordinal_binds:  # `index = 0 if cuda_available else -1`
             checks = [i for i in checks if i not in self.dropped]

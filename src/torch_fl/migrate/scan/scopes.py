@@ -5,6 +5,7 @@ per iteration)."""
 from __future__ import annotations
 
 import ast
+import os
 from typing import Any
 
 from .dispatch import Dispatch
@@ -13,8 +14,34 @@ from .dispatch import Dispatch
 DEFAULT_ALIASES = {"torch": "torch", "os": "os"}
 
 
+_PACKAGES: dict[str, str | None] = {}  # directory -> the top-level package it is in (None: not in one)
+
+
+def own_package(path: str) -> str | None:
+    """The top-level package a scanned file belongs to: the outermost folder of the run of folders with an
+    __init__.py that holds it (composer/composer/utils/device.py -> "composer"). None for a file outside a
+    package, a path that is not a file (source given as text), and torch's own sources, whose torch
+    names the rules read as torch's."""
+    if not os.path.isfile(path):
+        return None
+    folder = os.path.dirname(os.path.abspath(path))
+    if folder in _PACKAGES:
+        return _PACKAGES[folder]
+    top, current = None, folder
+    while os.path.isfile(os.path.join(current, "__init__.py")):
+        top = os.path.basename(current)
+        parent = os.path.dirname(current)
+        if parent == current:
+            break
+        current = parent
+    _PACKAGES[folder] = None if top == "torch" else top
+    return _PACKAGES[folder]
+
+
 class Scopes(Dispatch):
     """Imports, functions, classes, loops (a mixin of the detector)."""
+
+    package: str | None = None  # the top-level package of the file (own_package), None when unknown
 
     def bind_local(self, name: str) -> None:
         if self.scope:
@@ -38,12 +65,19 @@ class Scopes(Dispatch):
                     self.imported[alias.asname or alias.name] = (node.module or "", node.level, alias.name)
 
     def relative_import(self, func: ast.expr) -> bool:
-        """Whether a call's function comes from the project's own package by a relative import:
-        `from .util import dev` then `dev()`, or `from . import dist_util` then `dist_util.dev()`."""
+        """Whether a call's function comes from the project's own package: by a relative import (`from
+        .util import dev` then `dev()`, or `from . import dist_util` then `dist_util.dev()`), or by an
+        absolute one that names the package this file is in (`from composer.devices import DeviceGPU` in
+        composer/utils/device.py, also inside a function)."""
         name = func.id if type(func) is ast.Name else \
             func.value.id if type(func) is ast.Attribute and type(func.value) is ast.Name else None
-        found = self.imported.get(name) if name is not None else None
-        return found is not None and found[1] > 0
+        if name is None:
+            return False
+        found = self.imported.get(name)
+        if found is not None and found[1] > 0:
+            return True
+        qual = self.aliases.get(name)
+        return bool(self.package) and qual is not None and qual.split(".")[0] == self.package
 
     def visit_Import(self, node: ast.Import) -> None:
         self.stmt_line = node.lineno
