@@ -19,6 +19,11 @@ MODEL = '''
 import torch
 
 
+def log_softmax():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.LogSoftmax(dim=-1)), (torch.randn(256, 64),)
+
+
 def mlp():
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 4))
@@ -101,3 +106,26 @@ def test_grade_text_explains_a_planted_slow_kernel(tmp_path, slow_gelu, capsys):
     assert "FAIL" in text
     assert "where the time goes (3 profiled steps): 1 registered-kernel op takes" in text
     assert "of the step: aten::gelu.default" in text and f"torchfl profile {path}:mlp --device cpu" in text
+
+
+@needs_get_kernel
+def test_profile_explains_a_translated_op(tmp_path, monkeypatch):
+    # _log_softmax's translation (amax, sub, exp, sum, log, sub) is several times the native kernel
+    from torch_fl.analysis.model import load_model
+    from torch_fl.analysis.profile import profile_model
+
+    path = tmp_path / "m.py"
+    path.write_text(MODEL)
+    monkeypatch.setenv("FL_ROUTE", "aten::_log_softmax=translate")
+    torch_fl.reset()
+    try:
+        data = profile_model(load_model(f"{path}:log_softmax"), "cpu", steps=3, warmup=1, train=False).data
+    finally:
+        torch_fl.deactivate()
+        torch_fl.reset()
+    text = cite(data)
+    assert text.startswith("1 translated op takes ") and "of the step: aten::_log_softmax.default (" in text
+    # the route's time includes the aten call around its range: more than the range alone
+    ranges = sum(r["self_cpu_s"] for r in data["top_ops"] if r["op"].startswith("fl::translate")) + sum(
+        r["self_cpu_s"] for r in data["top_ops"] if r["inside"].startswith("fl::translate"))
+    assert data["by_route"]["translate"]["seconds"] > ranges > 0

@@ -4,8 +4,9 @@ Every non-native call runs inside a profiler range ``fl::ROUTE OP`` (routing/rou
 fallback's copies inside ``fl::to_host`` / ``fl::to_device``; native calls are never intercepted, so
 they are plain aten events. From one profile this module gives:
 
-- the time by route: the inclusive CPU time of the outermost ``fl::`` ranges per route (a translation's
-  sub-ops routed again are counted once, in their outermost range), against the profiled wall time;
+- the time by route: the inclusive CPU time of the outermost ``fl::`` ranges per route, each with the aten
+  event around it (the call into the router) where there is one (a translation's sub-ops routed again are
+  counted once, in their outermost range), against the profiled wall time;
 - the top ops by self time with their routes: each aten event's route is the ``fl::`` range directly
   under it (the router it reached), else ``native``; ``inside`` names the ``fl::`` range it ran in (a
   translation's sub-op), and the ``fl::`` ranges themselves appear with their own time (the router's
@@ -82,8 +83,12 @@ class Profile:
             if routed is not None:
                 calls[routed] += 1
                 if not any(_route_of(a.name) for a in _ancestors(event)):
-                    route_us[routed[0]] += event.cpu_time_total
-                    op_us[routed] += event.cpu_time_total
+                    # the aten event around the range: the call into the router (dispatch, argument
+                    # handling before the range opens) is the route's time too
+                    parent = event.cpu_parent
+                    owner = parent if parent is not None and parent.name == _op_base(routed[1]) else event
+                    route_us[routed[0]] += owner.cpu_time_total
+                    op_us[routed] += owner.cpu_time_total
             elif name in COPY_RANGES:
                 copy_ = copies[COPY_RANGES[name]]
                 copy_[0] += 1
@@ -252,8 +257,9 @@ def report(data: dict[str, Any]) -> Report:
                   data["by_route"].items()]
     routes = Section(
         "Time by route",
-        text=["CPU time of the outermost fl:: ranges per route (inclusive: a translation's sub-ops count in "
-              "it); share is of the profiled wall time. Native ops are not intercepted: the rest of the step."]
+        text=["CPU time of the outermost fl:: ranges per route, with the aten call around each (inclusive: a "
+              "translation's sub-ops count in it); share is of the profiled wall time. Native ops are not "
+              "intercepted: the rest of the step."]
         if route_rows else ["No op left its native route: every op ran on the device's own kernels."],
         tables=[Table(["route", "calls", "ms", "share of wall"], route_rows)] if route_rows else [],
         charts=[Chart("bar", "Time by route", list(data["by_route"]),
