@@ -212,10 +212,9 @@ def one_thread() -> Iterator[None]:
             torch.set_flush_denormal(False)
 
 
-def time_sample(sample: Sample, device: str, *, rounds: int = ROUNDS, reference: bool = True) -> Timing:
+def time_sample(sample: Sample, device: str, *, rounds: int = ROUNDS) -> Timing:
     """The device kernel of `sample` against its alternatives (module docstring)."""
     from .. import runtime
-    from ..device import is_emulated
     from ..routing import activated, suspended
     from ..routing.current import use_device
     from ..routing.translate import is_composite_implicit, translation
@@ -240,25 +239,32 @@ def time_sample(sample: Sample, device: str, *, rounds: int = ROUNDS, reference:
             candidates["translate"] = (routed, lambda: fn(*args, **kwargs))
         else:
             timing.skipped["translate"] = "the translation does not take these arguments"
-    if not reference:
-        pass
-    elif dev.type == "cpu":
-        timing.skipped["reference"] = "the device is the reference (the CPU)"
-    elif is_emulated(dev):
-        timing.skipped["reference"] = "an emulated chip computes on the CPU: it would time the emulation"
+    why_not = _no_reference(dev)
+    if why_not:
+        timing.skipped["reference"] = why_not
     else:
         with activated(device):
             host = tree_map(lambda t: t.detach().to("cpu") if _on(t, dev) else t, (args, kwargs))
         candidates["reference"] = (suspended, lambda: func(*host[0], **host[1]))
-    if len(candidates) == 1:
-        with activated(device):
-            timing.device_s = paired_speedups(candidates | {"again": candidates["device"]},
-                                              lambda: runtime.synchronize(dev), rounds=1)[0]
-        return timing
+    if len(candidates) == 1:  # nothing to compare with: the device's time alone, against itself
+        candidates["itself"] = candidates["device"]
+        rounds = 1
     with one_thread():
-        timing.device_s, timing.alternatives = paired_speedups(candidates, lambda: runtime.synchronize(dev),
-                                                               rounds=rounds)
+        timing.device_s, alternatives = paired_speedups(candidates, lambda: runtime.synchronize(dev),
+                                                        rounds=rounds)
+    timing.alternatives = {name: alt for name, alt in alternatives.items() if name != "itself"}
     return timing
+
+
+def _no_reference(dev: torch.device) -> str | None:
+    """Why the reference device (the CPU) is not timed for `dev`, or None when it is."""
+    from ..device import is_emulated
+
+    if dev.type == "cpu":
+        return "the device is the reference (the CPU)"
+    if is_emulated(dev):
+        return "an emulated chip computes on the CPU: it would time the emulation"
+    return None
 
 
 def _works(context: Callable[[], Any], fn: Callable, args: tuple, kwargs: dict) -> bool:
