@@ -1,5 +1,6 @@
 """`torchfl profile`: a model's steps under torch.profiler with routing active; time by route, the top ops
-by self time with their routes, host<->device copies, and the Chrome/Perfetto trace.
+by self time with their routes, host<->device copies, host syncs by source line, and the Chrome/Perfetto
+trace.
 
 Exit status: 0 profiled, 1 the device cannot run the model (an unsupported operator), 2 on a usage error.
 """
@@ -14,7 +15,8 @@ from .args import add_device, add_model, add_quiet, add_report_files, add_steps,
 DESCRIPTION = ("Run MODEL's warm-up and N steps on a device with torch-fl routing active, the steps under "
                "torch.profiler; write the trace (every translate, fallback and kernel call is a range "
                "'fl::ROUTE OP' in it) and report the time by route, the top ops by self time with the route "
-               "each took, and the host<->device copies.")
+               "each took, the host<->device copies, and the host syncs per step (.item(), nonzero, "
+               "boolean masks, copies to the host, synchronize()) with the source line of each.")
 EPILOG = ("Open the trace in Perfetto (ui.perfetto.dev), chrome://tracing or TensorBoard's profiler plugin.\n"
           "Examples:\n  torchfl profile examples/gpt.py:factory --device emu:npu --steps 5 --trace gpt.json\n"
           "  FL_ROUTE=aten::gelu=translate torchfl profile examples/gpt.py:factory --device cpu --json -\n"
