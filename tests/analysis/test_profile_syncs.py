@@ -83,3 +83,13 @@ def test_host_tensors_are_not_syncs_of_a_device():
     host, on_device = torch.ones(3), torch.ones(3, device=dev)
     found = locate(lambda: (host.sum().item(), on_device.cpu()), dev)
     assert [s["what"].split(" ")[0] for s in found] == ["copy"]
+
+
+def test_ops_whose_output_size_is_data_are_syncs():
+    from torch_fl.routing.current import use_device
+
+    dev = use_device("emu:npu")
+    x = torch.tensor([1, 2, 2, 3], device=dev)
+    found = locate(lambda: (torch.unique(x), x.repeat_interleave(x), torch.bincount(x),
+                            x.repeat_interleave(2)), dev)
+    assert sorted(s["what"].split(" ")[0] for s in found) == ["bincount", "repeat_interleave", "torch.unique"]

@@ -36,6 +36,11 @@ SYNC_OPS: dict[Any, str] = {
     aten.is_nonzero.default: "bool(tensor)",
     aten.equal.default: "torch.equal",
     aten.masked_select.default: "masked_select (its size)",
+    aten._unique2.default: "torch.unique (its size)",
+    aten.unique_dim.default: "torch.unique(dim=) (its size)",
+    aten.unique_consecutive.default: "torch.unique_consecutive (its size)",
+    aten.repeat_interleave.Tensor: "repeat_interleave with tensor repeats (its size; output_size= avoids it)",
+    aten.bincount.default: "bincount (its size: the input's max)",
 }
 COPY_OPS = (aten._to_copy.default, aten.copy_.default)
 # indexing with a boolean mask computes the mask's nonzero inside the op's kernel (below any dispatch mode)
