@@ -115,21 +115,25 @@ class _Recorder(TorchDispatchMode):
 
         kwargs = kwargs or {}
         name = op_name(func)
+        sample = None
         if name.startswith("aten::") and name not in SKIPPED and not func.is_view:
             key = (name, first_dtype(args, kwargs))
             if key not in self.samples and any(_on(a, self.device) for a in tree_leaves((args, kwargs))):
-                self._keep(func, key, args, kwargs)
-        return func(*args, **kwargs)
+                sample = self._sample(func, key, args, kwargs)
+        out = func(*args, **kwargs)
+        if sample is not None:  # (kept once the call worked: a call that raises is nobody's kernel to time)
+            self.samples[key] = sample
+        return out
 
-    def _keep(self, func: Any, key: tuple[str, str | None], args: tuple, kwargs: dict) -> None:
+    def _sample(self, func: Any, key: tuple[str, str | None], args: tuple, kwargs: dict) -> Sample | None:
         route = self.table.route(*key)
         kind = str(route.kind)
         if kind == "kernel" and not (self.kernels and self.table.is_native(*key)):
-            return
+            return None
         if kind not in ("native", "kernel"):
-            return
+            return None
         clone = tree_map(lambda t: t.detach().clone() if isinstance(t, torch.Tensor) else t, (args, kwargs))
-        self.samples[key] = Sample(func, key[1], kind, clone[0], clone[1], route.kernel)
+        return Sample(func, key[1], kind, clone[0], clone[1], route.kernel)
 
 
 def collect(spec: ModelSpec, device: str, *, train: bool = True) -> tuple[list[Sample], str]:
@@ -291,14 +295,18 @@ def _measure(samples: list[Sample], model: str, device: str, description: str, *
     if ops:
         samples = [s for s in samples if s.op in ops or s.op.rsplit(".", 1)[0] in ops]
     timings: list[Timing] = []
+    failed: list[dict[str, Any]] = []
     with stage(f"timing {len(samples)} native (op, dtype) pairs on {device}", total=len(samples),
                unit="ops") as counter:
         for sample in samples:
-            timings.append(time_sample(sample, device, rounds=rounds))
+            try:
+                timings.append(time_sample(sample, device, rounds=rounds))
+            except Exception as exc:  # (a kernel that fails when called again: named, not measured)
+                failed.append({"op": sample.op, "dtype": sample.dtype, "error": f"{type(exc).__name__}: {exc}"})
             counter.advance()
     data = {"model": model, "device": device, "description": description, "train": train, "rounds": rounds,
             "slow_ratio": SLOW, "timings": [t.row() for t in timings], "verdicts": verdicts(timings),
-            "ops": ops or None}
+            "ops": ops or None, "failed": failed}
     return report(data)
 
 
@@ -379,7 +387,8 @@ def report(data: dict[str, Any]) -> Report:
         r["op"] == op or r["op"].rsplit(".", 1)[0] == op for r in rows)]
     notes = [f"--op {op} matched no native op of {data['model']} on {data['device']} (not called, not native "
              f"there, or a bookkeeping op ops-bench does not time): nothing measured for it" for op in unmatched]
-    warnings = notes
+    warnings = notes + [f"{f['op']} ({f['dtype']}) was not measured: called again with its recorded arguments "
+                        f"it raised {f['error'].splitlines()[0][:200]}" for f in data.get("failed", [])]
     if slow:
         one = len(slow) == 1
         warnings.append(f"{len(slow)} native op{'' if one else 's'} {'is' if one else 'are'} slower on "
