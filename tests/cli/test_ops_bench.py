@@ -216,3 +216,15 @@ def test_opt_in_preference_routes_ops_whose_translation_wins_in_every_dtype(tmp_
     assert str(RouteTable(desc).route("aten::ones_like.default", "float32").kind) == "translate"
     assert main(["ops-bench", "--device", "cpu", "--prefer", "-q"]) == 2
     assert "give --overlay FILE too" in capsys.readouterr().err
+
+
+def test_a_sample_that_raises_when_timed_is_named_not_fatal():
+    import torch
+
+    from torch_fl.analysis.ops_bench import Sample, _measure
+
+    bad = Sample(torch.ops.aten.__rshift__.Tensor, "float32", "native", (torch.ones(2), torch.ones(2)), {})
+    report = _measure([bad], "m", "cpu", "cpu", train=False, rounds=1, ops=None)
+    assert report.data["timings"] == [] and report.data["failed"][0]["op"] == "aten::__rshift__.Tensor"
+    assert any("aten::__rshift__.Tensor (float32) was not measured" in w and "not implemented for 'Float'" in w
+               for w in report.warnings)
