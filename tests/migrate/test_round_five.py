@@ -28,6 +28,13 @@ def test_a_word_for_cuda_picked_by_the_check_holds_the_check_back(word: str) -> 
     assert "port the guarded code, then the check" in message
 
 
+def test_a_device_index_picked_against_cpu_holds_the_check_back() -> None:
+    # select_device("0") reads "0" as the first CUDA GPU (it sets CUDA_VISIBLE_DEVICES from it).
+    source = "import torch\ndevice = select_device('0' if torch.cuda.is_available() else 'cpu')\n"
+    [(_, safety, message)] = _checks(source)
+    assert safety is None and 'the string "0" the check picks' in message
+
+
 def test_a_negated_check_picks_its_else_arm() -> None:
     source = "import torch\nmode = 'fp32' if not torch.cuda.is_available() else 'amp'\n"
     [(_, safety, message)] = _checks(source)

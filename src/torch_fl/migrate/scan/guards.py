@@ -179,8 +179,11 @@ class Guards(CudaOnlyTests, VendorDispatch, GuardSettling):
         if test:  # `torch.cuda.memory_reserved() if torch.cuda.is_available() else 0`: a guard too
             negated = self.negated_check(node.test)
             self.guards.append((test, orelse, self.mark()) if negated else (test, body, orelse))
-            picked = node.orelse if negated else node.body
-            if type(picked) is ast.Constant and type(picked.value) is str and picked.value.lower() in CUDA_WORDS:
+            picked, other = (node.orelse, node.body) if negated else (node.body, node.orelse)
+            word = picked.value if type(picked) is ast.Constant and type(picked.value) is str else None
+            # "0" against "cpu" (yolov7's select_device): CUDA's device index, written as a string.
+            index = word is not None and word.isdigit() and type(other) is ast.Constant and other.value == "cpu"
+            if word is not None and (word.lower() in CUDA_WORDS or index):
                 # `device="gpu" if torch.cuda.is_available() else "cpu"` handed to a trainer: "gpu" is
                 # CUDA's name there (composer, Lightning), and no fix rewrites it.
                 self.picked_words.append((test, (f'the string "{picked.value}" the check picks, which the code it '
