@@ -27,6 +27,7 @@ import contextlib
 import copy
 import statistics
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -315,6 +316,7 @@ def opinfo_samples(device: str, ops: list[str] | None = None) -> tuple[list[Samp
     `device` (those named by `ops` only, when given), with their arguments: the table's native set, where no
     model says which ops matter."""
     from ..device import is_emulated
+    from ..errors import FallbackWarning
     from ..routing import activated
     from ..routing.current import use_device
 
@@ -329,7 +331,9 @@ def opinfo_samples(device: str, ops: list[str] | None = None) -> tuple[list[Samp
         recorder = _Recorder(dev, activation.table, kernels=not is_emulated(dev))
         infos = [info for info in op_db if not wanted or {info.name, info.aten_name} & wanted]
         with stage(f"recording the float32 samples of {len(infos)} OpInfos on {device}", total=len(infos),
-                   unit="ops") as counter:
+                   unit="ops") as counter, warnings.catch_warnings():
+            # the samples call every op PyTorch tests, fallbacks too: their warnings say nothing of a model
+            warnings.simplefilter("ignore", FallbackWarning)
             for info in infos:
                 _record_sample(info, dev, recorder)
                 counter.advance()
