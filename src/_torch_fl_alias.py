@@ -116,6 +116,8 @@ def _emulated_here():
     entries = _os.environ.get("FL_RANK_DEVICES", "").strip()
     if not value and entries:
         rank, local = _os.environ.get("RANK", "").strip(), _os.environ.get("LOCAL_RANK", "").strip()
+        if not (rank or local):
+            return False  # a spawn launcher sets them after `import torch`: decide at the first device use
         table = {}
         for position, item in enumerate(entries.split(",")):
             key, sep, text = item.partition("=")

@@ -426,6 +426,13 @@ ALL: tuple[EnvVar, ...] = (
 BY_NAME: dict[str, EnvVar] = {var.name: var for var in ALL}
 
 
+def rank_known() -> bool:
+    """Whether this process knows its rank yet: torchrun sets RANK/LOCAL_RANK before the interpreter
+    starts, a spawn launcher (mp.spawn, torch.distributed.elastic with start_method='spawn') only inside
+    the worker function, after `import torch`."""
+    return bool(os.environ.get("RANK", "").strip() or os.environ.get("LOCAL_RANK", "").strip())
+
+
 def device_choice() -> tuple[str, str]:
     """(device text, where it came from) set for this process in the environment: FL_DEVICE, else this
     rank's FL_RANK_DEVICES entry (global RANK first, then LOCAL_RANK; a process not started by a

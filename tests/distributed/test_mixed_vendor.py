@@ -247,3 +247,18 @@ def test_the_import_hook_reads_the_same_entry_as_torch_fl(monkeypatch):
     monkeypatch.setenv("RANK", "0")
     monkeypatch.setenv("LOCAL_RANK", "0")
     assert not _torch_fl_alias._emulated_here()
+
+
+def test_a_spawn_launcher_that_sets_the_rank_after_import_gets_its_own_chip():
+    # mp.spawn and elastic's start_method='spawn' set LOCAL_RANK inside the worker, after `import torch`:
+    # the chip must follow the rank set then, not entry 0 guessed at import.
+    code = ("import os, torch, torch_fl\n"
+            "os.environ['LOCAL_RANK'] = '1'\n"
+            "from torch_fl.device import description_for\n"
+            "d = torch.fl.device(); print(d, description_for(d).name)\n")
+    env = {**os.environ, "FL_RANK_DEVICES": "emu:npu,emu:cuda", "OMP_NUM_THREADS": "1"}
+    for name in ("FL_DEVICE", "RANK", "LOCAL_RANK"):
+        env.pop(name, None)
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["emu:0", "cuda"]  # emulated CUDA on the emu type, not the npu slot

@@ -123,8 +123,11 @@ class Runtime:
         is free."""
         from .. import _env
 
-        if not _env.device_choice()[0].startswith(EMULATION_PREFIX):
+        value, origin = _env.device_choice()
+        if not value.startswith(EMULATION_PREFIX):
             return
+        if origin.startswith(_env.FL_RANK_DEVICES.name) and not _env.rank_known():
+            return  # which entry is this process's is known only once the launcher sets its rank
         if not _device.emulated_early():
             return
         from . import emu
