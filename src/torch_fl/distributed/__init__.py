@@ -339,11 +339,49 @@ def _tcp_store(host: str, port: int, world_size: int, master: bool, bound: float
         left = deadline - time.monotonic()
         attempt = bound if master else max(0.5, min(2.0, left))
         try:
-            return dist.TCPStore(host, port, world_size, is_master=master,
-                                 timeout=timedelta(seconds=attempt), wait_for_workers=False, multi_tenant=True)
+            if master:
+                return dist.TCPStore(host, port, world_size, is_master=True, timeout=timedelta(seconds=attempt),
+                                     wait_for_workers=False, multi_tenant=True)
+            return _client_store(host, port, world_size, attempt)
         except _checks._StoreError:
             if master or time.monotonic() + 0.5 > deadline:
                 raise
+
+
+# How long a connected client may take to finish torch's store handshake: milliseconds when the server
+# is a TCPStore, forever when it is another program that accepted the connection and never answers.
+_HANDSHAKE = 10.0
+
+
+def _client_store(host: str, port: int, world_size: int, attempt: float) -> dist.Store:
+    """A TCPStore client, given up on (with the cause named) when whatever listens at host:port accepts
+    the connection but never answers torch's handshake: another program holds MASTER_PORT. torch's
+    client would wait in that handshake without a timeout (measured: over 400 s on torch 2.13)."""
+    import threading
+
+    result: list[Any] = []
+
+    def connect() -> None:
+        try:
+            result.append(dist.TCPStore(host, port, world_size, is_master=False, timeout=timedelta(seconds=attempt),
+                                        wait_for_workers=False, multi_tenant=True))
+        except BaseException as exc:  # handed to the caller's thread
+            result.append(exc)
+
+    worker = threading.Thread(target=connect, name="torch_fl-store-connect", daemon=True)
+    worker.start()
+    worker.join(attempt + _HANDSHAKE)
+    if not result:
+        rank = os.environ.get("RANK", "?")
+        raise DistributedError(
+            f"rank {rank}: a program at {host}:{port} (MASTER_ADDR:MASTER_PORT) accepted the connection but "
+            f"did not answer as torch's rendezvous store within {attempt + _HANDSHAKE:g} s: another program "
+            "holds MASTER_PORT (rank 0 then fails to open the store there, or is about to). Fix: pick a free "
+            "MASTER_PORT for this job (torchrun --master-port, or --rdzv-endpoint host:0 to let torchrun pick "
+            "one); `ss -ltnp` on the master node shows which program holds the port.")
+    if isinstance(result[0], BaseException):
+        raise result[0]
+    return result[0]
 
 
 def _rendezvous(init_method: str | None, rank: int, world_size: int, bound: float,
