@@ -8,7 +8,10 @@ import subprocess
 import sys
 import threading
 
+import pytest
 
+
+@pytest.mark.slow  # a subprocess that waits for its bound
 def test_a_foreign_program_on_master_port_is_named_instead_of_waiting_forever():
     # A server that accepts connections and never answers, as an HTTP server or a stale job would:
     # torch's store client waits in its handshake with no timeout (over 400 s measured).

@@ -48,6 +48,7 @@ def assert_full_batch(results: list[dict], steps: int) -> None:
 
 
 # Rehearsals ------------------------------------------------------------------------------------------
+@pytest.mark.slow  # torchrun / a subprocess
 def test_ddp_across_three_vendors_ends_with_the_full_batch_weights(tmp_path):
     run = torchrun("ddp", tmp_path)
     assert run.returncode == 0, run.stderr[-3000:]
@@ -62,12 +63,14 @@ def test_ddp_across_three_vendors_ends_with_the_full_batch_weights(tmp_path):
     assert_full_batch(results, 20)
 
 
+@pytest.mark.slow  # torchrun / a subprocess
 def test_fsdp2_across_three_vendors_ends_with_the_full_batch_weights(tmp_path):
     run = torchrun("fsdp", tmp_path)
     assert run.returncode == 0, run.stderr[-3000:]
     assert_full_batch(weights_of(tmp_path, 3), 20)
 
 
+@pytest.mark.slow  # torchrun / a subprocess
 def test_uneven_shares_by_throughput_still_take_the_full_batch_step(tmp_path):
     run = torchrun("uneven", tmp_path, MIXED_THROUGHPUT="3,1,2")
     assert run.returncode == 0, run.stderr[-3000:]
@@ -76,6 +79,7 @@ def test_uneven_shares_by_throughput_still_take_the_full_batch_step(tmp_path):
     assert_full_batch(results, 20)
 
 
+@pytest.mark.slow  # torchrun / a subprocess
 def test_a_chip_that_lacks_an_op_the_model_uses_is_named_by_the_other_ranks(tmp_path):
     # minimal's table has no aten::empty_permuted; with fallbacks forbidden its rank stops at step 0.
     run = torchrun("ddp", tmp_path, devices="emu:npu,emu:cuda,emu:minimal", FL_FALLBACK="error")
@@ -86,6 +90,7 @@ def test_a_chip_that_lacks_an_op_the_model_uses_is_named_by_the_other_ranks(tmp_
     assert all("because rank 2 (emu:0) died: UnsupportedOperatorError: aten::empty_permuted" in line for line in named)
 
 
+@pytest.mark.slow  # torchrun / a subprocess
 def test_a_rank_with_another_torch_fl_version_fails_at_step_0_named(tmp_path):
     run = torchrun("ddp", tmp_path, MIXED_OTHER_VERSION_RANK="1", timeout=90)
     assert run.returncode != 0
@@ -94,6 +99,7 @@ def test_a_rank_with_another_torch_fl_version_fails_at_step_0_named(tmp_path):
     assert not list(tmp_path.glob("rank*.pt"))  # nobody trained
 
 
+@pytest.mark.slow  # three processes
 @pytest.mark.parametrize("how, says", [
     ("raise", "because rank 1 (cpu) died: RuntimeError: planted failure on rank 1"),
     ("kill", "because rank 1 died without a word (killed by a signal"),
@@ -249,6 +255,7 @@ def test_the_import_hook_reads_the_same_entry_as_torch_fl(monkeypatch):
     assert not _torch_fl_alias._emulated_here()
 
 
+@pytest.mark.slow  # torchrun / a subprocess
 def test_a_spawn_launcher_that_sets_the_rank_after_import_gets_its_own_chip():
     # mp.spawn and elastic's start_method='spawn' set LOCAL_RANK inside the worker, after `import torch`:
     # the chip must follow the rank set then, not entry 0 guessed at import.
