@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -70,6 +72,7 @@ def test_report_section_names_lines_and_says_when_nothing_waits(model_file):
     text = render_text(report(data))
     # (the text table may cut a long path short: the line's file name and number are at its end)
     assert "Host syncs per step: 3" in text and line_of(model_file, "MASK").split("/")[-1][:13] in text
+    assert re.search(r"host syncs +3 per step from 3 source lines\n", text)
     quiet = profile_model(load_model(f"{model_file}:quiet"), "emu:npu", steps=1, warmup=0, train=False).data
     assert quiet["host_syncs"] == {"per_step": 0, "sites": [], "device_is_host": False}
     assert "No op of the step made the host wait" in render_text(report(quiet))

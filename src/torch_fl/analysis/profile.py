@@ -253,6 +253,12 @@ def report(data: dict[str, Any]) -> Report:
                             + (f", {wall / steps * 1e3:.2f} ms/step" if steps else "")),
                ("non-native", f"{routed * 1e3:.2f} ms, {routed / wall if wall else 0:.1%} of the wall time"),
                ("trace", data.get("trace") or "not written (--trace FILE)")]
+    if "host_syncs" in data:
+        syncs = data["host_syncs"]
+        lines = len(syncs["sites"])
+        summary.insert(-1, ("host syncs", f"{syncs['per_step']} per step from {lines} source line"
+                                          f"{'' if lines == 1 else 's'}"
+                                          + (" (on the CPU nothing waits)" if syncs["device_is_host"] else "")))
     route_rows = [[route, v["calls"], v["seconds"] * 1e3, f"{v['share']:.1%}"] for route, v in
                   data["by_route"].items()]
     routes = Section(
