@@ -1,14 +1,16 @@
-"""`torchfl fix` without libcst for the common fixes (issue 37 item 3): importing libcst alone costs about
-as much CPU as scanning a 15k-line tree, so on a small tree a fix that imports it cannot stay within 1.5x
-of the scan. Most fixes replace one expression with another whose text the scanner already knows (a device
-string, ``.cuda()``, ``torch.cuda.synchronize``, a device choice); for those the rewrite edits the source at
-the positions the scan has, and adds the ``torch_fl`` import after the top-of-file imports.
+"""`torchfl fix` without libcst (issue 37 item 3): importing libcst alone costs about as much CPU as scanning
+a 15k-line tree, so on a small tree a fix that imports it cannot stay within 1.5x of the scan. A fix
+replaces an expression with one whose text the scanner already knows (a device string, ``.cuda()``,
+``torch.cuda.synchronize``, a device choice, an autocast or scaler call); the rewrite edits the source at
+the positions the scan has (a call's arguments through textargs.py, which keeps their layout as libcst
+does), and adds the ``torch_fl`` import after the top-of-file imports.
 
 It is the libcst rewrite's shortcut, never a second opinion: every edit here is the text the rule's libcst
-fix (rules/*.py) produces for that shape, and anything else (autocast and scaler calls, arguments that
-move, imports to drop, a file that starts with code, nested findings, CRLF files) raises :class:`Unsure`,
-and the file goes to libcst. tests/migrate/test_fix_speed.py checks that both give the same text on every
-fixture.
+fix (rules/*.py) produces for that shape, and anything else (overlapping findings, a line continuation
+inside a call, an import to drop from a shared line, mixed line endings, the unsafe device checks)
+raises :class:`Unsure`, and the file goes to libcst. tests/migrate/test_fix_cost.py checks that both give
+the same text on every fixture (as written, with CRLF endings, without a final newline) and on a corpus of
+call layouts.
 """
 
 from __future__ import annotations
