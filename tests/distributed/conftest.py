@@ -40,9 +40,9 @@ def _free_port() -> int:
 
 def _launch(scenario: str, *args: str, nproc: int = 2, timeout: float = 60,
            env: dict[str, str] | None = None, rank_env: dict[int, dict[str, str]] | None = None,
-           wait_for: set[int] | None = None) -> list[Rank]:
-    """Start `nproc` ranks of workers.py SCENARIO and wait at most `timeout` seconds for the ranks in
-    `wait_for` (default all); every rank still running after that is killed. A rank in `wait_for` that
+           wait_for: set[int] | None = None, script: Path = WORKERS) -> list[Rank]:
+    """Start `nproc` ranks of `script` (workers.py) SCENARIO and wait at most `timeout` seconds for the
+    ranks in `wait_for` (default all); every rank still running after that is killed. A rank in `wait_for` that
     is still running at the deadline fails the test."""
     port = _free_port()
     procs = []
@@ -52,7 +52,7 @@ def _launch(scenario: str, *args: str, nproc: int = 2, timeout: float = 60,
                      "LOCAL_WORLD_SIZE": str(nproc), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
                      "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
         child_env = {**os.environ, **(env or {}), **rank_vars, **(rank_env or {}).get(rank, {})}
-        procs.append(subprocess.Popen([sys.executable, str(WORKERS), scenario, *args], env=child_env,
+        procs.append(subprocess.Popen([sys.executable, str(script), scenario, *args], env=child_env,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     waited = set(range(nproc)) if wait_for is None else wait_for
     results: dict[int, Rank] = {}

@@ -38,7 +38,17 @@ def _host(value: Any) -> Any:
 
 
 class EmuProcessGroup(dist.ProcessGroup):
-    """The collectives DDP and FSDP-style code call, forwarded to a gloo group on the host data."""
+    """The collectives DDP and FSDP-style code call, forwarded to a gloo group on the host data.
+
+    Every method PyTorch's C++ calls through this Python subclass (its PyProcessGroup trampoline: the
+    ``_c10d_functional`` ops of DTensor and FSDP2, DDP's reducer, send/recv) is overridden here. Where
+    one is not, the trampoline runs ProcessGroup's own method while it still holds the GIL, and that
+    enqueues on gloo's work lock: a gloo worker that is freeing an earlier work holds that lock and waits
+    for the GIL (the work's host tensors have Python objects: each is an EmuTensor's data), so both
+    ranks stopped for good (2 of 16 runs of FSDP2 training then ``full_tensor()`` of every parameter;
+    both runs of 400 functional all-gathers in a loop). The gloo methods called below release the GIL
+    first, as every c10d binding does.
+    """
 
     def __init__(self, store: Any, rank: int, size: int, timeout: timedelta) -> None:
         super().__init__(rank, size)
@@ -70,6 +80,36 @@ class EmuProcessGroup(dist.ProcessGroup):
     def reduce_scatter(self, outputs: Any, inputs: Any, opts: Any = None) -> Any:
         return self._gloo.reduce_scatter(_host(outputs), _host(inputs), opts or dist.ReduceScatterOptions())
 
+    def all_gather_single_coalesced(self, outputs: Any, inputs: Any, opts: Any = None) -> Any:
+        """All-gathers of several tensors at once (all_gather_into_tensor of DTensor's full_tensor and of
+        FSDP2 go through here): gloo's allgather_coalesced on each output's per-rank chunks, as gloo's
+        own C++ allgather_into_tensor_coalesced does (its binding is not in Python)."""
+        size = self.size()
+        per_rank: list[list[torch.Tensor]] = [[] for _ in range(size)]
+        for output in _host(outputs):
+            for rank, chunk in enumerate(output.chunk(size)):
+                per_rank[rank].append(chunk)
+        return self._gloo.allgather_coalesced(per_rank, _host(inputs), opts or dist.AllgatherOptions())
+
+    def reduce_scatter_single_coalesced(self, outputs: Any, inputs: Any, opts: Any = None) -> Any:
+        """Reduce-scatters of several tensors at once: one gloo _reduce_scatter_base per tensor (gloo's
+        Python binding has no coalesced form), finished together as one work."""
+        opts = opts or dist.ReduceScatterOptions()
+        works = [self._gloo._reduce_scatter_base(output, input, opts)
+                 for output, input in zip(_host(outputs), _host(inputs), strict=True)]
+        return works[0] if len(works) == 1 else _AllOf(works)
+
+    def all_to_all_single(self, output: Any, input: Any, output_split_sizes: Any, input_split_sizes: Any,
+                          opts: Any = None) -> Any:
+        return self._gloo.alltoall_base(_host(output), _host(input), output_split_sizes, input_split_sizes,
+                                        opts or dist.AllToAllOptions())
+
+    def send(self, tensors: Any, dst: int, tag: int = 0) -> Any:
+        return self._gloo.send(_host(tensors), dst, tag)
+
+    def recv(self, tensors: Any, src: int, tag: int = 0) -> Any:
+        return self._gloo.recv(_host(tensors), src, tag)
+
     def reduce(self, tensors: Any, opts: Any = None) -> Any:
         return self._gloo.reduce(_host(tensors), opts or dist.ReduceOptions())
 
@@ -81,6 +121,21 @@ class EmuProcessGroup(dist.ProcessGroup):
 
     def barrier(self, opts: Any = None) -> Any:
         return self._gloo.barrier(opts or dist.BarrierOptions())
+
+
+class _AllOf(dist.Work):
+    """One work for several of gloo's, done when each is (waits go through Work's trampoline, which
+    c10d's wait_tensor and _coalescing_manager call). No future: gloo's _reduce_scatter_base has none."""
+
+    def __init__(self, works: list[Any]) -> None:
+        super().__init__()
+        self._works = works
+
+    def wait(self, timeout: timedelta = timedelta(0)) -> bool:
+        return all([work.wait(timeout) for work in self._works])  # (a list: every work waited)
+
+    def is_completed(self) -> bool:
+        return all(work.is_completed() for work in self._works)
 
 
 def register(vendor_backend: str | None = None) -> None:
