@@ -227,6 +227,8 @@ def _code_like(value: str) -> bool:
         return True
     if re.fullmatch(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+", v) and _wordy(v):
         return True
+    if not quoted and v.startswith("_") and _identifier(v):  # a private name: `password: _AccessToken`
+        return True
     return (not quoted and re.fullmatch(r"[a-z_][a-z0-9_]*|[A-Za-z]+_\w+", v) is not None
             and _name_kind(v) > 0)
 
@@ -341,7 +343,18 @@ def _redacts(name: str, value: str) -> bool:
         word = value.strip("\"'")
         if word.isalpha() and len(word) <= 12 and word[0].isupper() and _WORD.fullmatch(word):
             return False
+        # CHECKPOINT_HYPER_PARAMS_KEY = "hyper_parameters", ACCESS_TOKEN = "_AccessToken": the name of a
+        # field or a class, replaced everywhere it would blank every use of it (issue 42)
+        if _identifier(word) and not _strong(name):  # SECRET_KEY = "django_insecure_key" stays a secret
+            return False
     return (kind == 2 and not _code_like(value)) or (kind == 1 and credential_like(value))
+
+
+def _identifier(value: str) -> bool:
+    """A Python identifier made of words (hyper_parameters, _AccessToken), not a password in one word."""
+    return (re.fullmatch(r"_*[A-Za-z][A-Za-z0-9]*(?:_+[A-Za-z0-9]+)*", value) is not None
+            and "_" in value and not _PASSWORD_WORD.search(value)
+            and all(_readable(p) for p in re.split(r"_+", value) if p) and not looks_random(value))
 
 
 def _scan(text: str, found: _Found, detector: bool = True) -> str:
@@ -409,6 +422,107 @@ _HASH_PARENTS = frozenset({"commit", "commits", "blob", "tree", "raw", "resolve"
                            "refs", "sha", "sha256", "blobs", "snapshots", "revision", "revisions"})
 
 
+# Default deny ---------------------------------------------------------------------------------------
+# Most real tokens have no vendor shape and no name beside them (a bare token in an exception message, a
+# pasted route log), so every run of characters that looks random is masked, whatever surrounds it; what
+# stays is what reads as words, numbers, versions, paths and identifiers (docs/cli.md, "Default deny").
+_CANDIDATE = re.compile(r"[A-Za-z0-9_+/=.~%-]{12,}")
+_PIECE_SEP = re.compile(r"([/.=+~%])")
+_UUID = re.compile(r"(?i)(?<![0-9a-z])[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}(?![0-9a-z])")
+# a hex string right after these is a digest or a commit, not a secret: sha256 <hex>, commit <sha>,
+# snapshots/<sha>, git+<sha>
+_DIGEST_WORDS = ("md5", "sha", "sha1", "sha256", "sha512", "blake2b", "digest", "hash", "checksum", "commit", "rev",
+                 "revision", "etag", "git", "fingerprint", *sorted(_HASH_PARENTS))
+_DIGEST_BEFORE = re.compile(rf"(?i)\b(?:{'|'.join(_DIGEST_WORDS)})[\s:=@\"'(#+/-]{{1,3}}$")
+# Pure hex up to this length stays anywhere: torch-fl's cache keys (16), short commits, digest prefixes.
+_SHORT_HEX = 16
+_VOWELS = frozenset("aeiouy")
+_HUMP = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")
+
+
+def _pronounceable(word: str) -> bool:
+    """Letters as a word is written (Attention, tokenizer, GPTQ): vowels between consonants, no long
+    consonant run; random letters (zbxqwk, hzllzzquv) fail."""
+    w = word.lower()
+    if len(w) <= 3:
+        return True
+    vowels = sum(c in _VOWELS for c in w)
+    return 0.2 <= vowels / len(w) <= 0.8 and re.search(r"[^aeiouy]{5,}", w) is None
+
+
+def _readable(part: str) -> bool:
+    """A part of an identifier, a version or a file name (hyper_parameters, _AccessToken, Llama-2-7b-hf,
+    model-00001-of-00002): made of words and numbers. A random token has many short humps of letters
+    and digits, or long letter runs no one could pronounce."""
+    humps = _HUMP.findall(part)
+    if "".join(humps) != part:  # characters outside [A-Za-z0-9]
+        return False
+    letters = [h for h in humps if not h.isdigit()]
+    digits = len(humps) - len(letters)
+    if digits >= 3 and digits * 4 >= len(humps):  # letters and digits interleaved: ao8phgyh6zbiv1y1kdis
+        return False
+    total = sum(len(h) for h in letters)
+    if not total:
+        return True  # a number: the digits-only rule decides
+    if any(len(h) >= 4 and not _pronounceable(h) for h in letters):
+        return False
+    worded = sum(len(h) for h in letters if len(h) >= 4 or h.isupper())
+    return worded * 5 >= total * 3 or len(letters) <= 2
+
+
+def looks_random(piece: str, before: str = "") -> bool:
+    """A token of a secret's form by length and character mix (not by a vendor's shape): 12+ characters
+    that are not words, a number, a version or a short hex digest; `before` is the text in front of it
+    (a hex string after 'sha256 ' or 'commit ' is a digest)."""
+    parts = [p for p in re.split(r"[-_]+", piece) if p]
+    # shorter random parts joined by separators (_x775enma6d7f_l5j9cxqcy575gr_dyqahw)
+    unread = sum(len(p) for p in parts if len(p) >= 6 and not p.isdigit() and not _readable(p))
+    if unread >= 16 and unread * 2 >= len(piece) and not re.fullmatch(r"[0-9a-fA-F_-]+", piece):
+        return True
+    for part in parts:
+        if len(part) < 12:
+            continue
+        if part.isdigit():
+            if len(part) >= 20:
+                return True
+            continue
+        if re.fullmatch(r"[0-9a-f]+|[0-9A-F]+", part):
+            if len(part) > _SHORT_HEX and not part.isalpha() and not _DIGEST_BEFORE.search(before):
+                return True
+            continue
+        if re.fullmatch(r"0x[0-9a-fA-F]+", part) or _readable(part) or _entropy(part) < 3.0:
+            continue
+        kinds = sum(bool(re.search(c, part)) for c in ("[a-z]", "[A-Z]", "[0-9]"))
+        if len(part) >= 16 or kinds == 3:
+            return True
+    return False
+
+
+def _deny(text: str, found: _Found, safe: frozenset[str] = frozenset()) -> str:
+    """Every UUID and every piece of a word that `looks_random` masked, unless `safe` (torch-fl's own
+    digests) holds it."""
+    text = _UUID.sub(lambda m: m.group(0) if m.group(0) in safe else found.hide(m.group(0)), text)
+
+    def candidate(m: re.Match[str]) -> str:
+        if m.group(0) in safe:
+            return m.group(0)
+        out, offset = [], m.start()
+        for piece in _PIECE_SEP.split(m.group(0)):
+            before = m.string[max(0, offset - 24):offset]
+            if piece not in safe and looks_random(piece, before):
+                out.append(found.hide(piece))
+            else:
+                out.append(piece)
+            offset += len(piece)
+        if "/" not in m.group(0) and any(REDACTED in piece for piece in out):
+            # one word: a secret's every part goes, not its random half (a sentence's full stop stays)
+            word = m.group(0).rstrip(".")
+            return found.hide(word) + m.group(0)[len(word):]
+        return "".join(out)
+
+    return _CANDIDATE.sub(candidate, text)
+
+
 @functools.cache
 def detectors() -> tuple[Callable[[str], object], ...]:
     """The detect-secrets plugins' analyze_string functions, or () when detect-secrets is not installed."""
@@ -461,35 +575,45 @@ def _everywhere(text: str, values: Iterable[str]) -> str:
 def find_secrets(text: str, *, detector: bool = True) -> set[str]:
     """The secret values in `text` (what `redact_shapes` replaces)."""
     found = _Found()
-    _scan(text, found, detector)
+    _passes(text, found, detector)
     return found.values
 
 
+def _passes(text: str, found: _Found, detector: bool = True, known: Iterable[str] = (),
+            safe: frozenset[str] = frozenset()) -> str:
+    """The rules (`_scan`), each value found (and `known`) replaced everywhere, then the default deny
+    (`_deny`) on what is left and its finds replaced everywhere too. The deny comes last so that a value
+    a rule found whole is replaced whole before the deny could split it."""
+    text = _everywhere(_scan(text, found, detector), {*found.values, *known})
+    denied = _Found()
+    text = _everywhere(_deny(text, denied, safe), denied.values)
+    found.values |= denied.values
+    return text
+
+
 def redact(text: str, environ: Mapping[str, str] | None = None, *, home: str | None = None,
-           user: str | None = None, detector: bool = True, known: Iterable[str] = ()) -> str:
+           user: str | None = None, detector: bool = True, known: Iterable[str] = (),
+           safe: Iterable[str] = ()) -> str:
     """`text` without secrets, in two passes: every rule finds secrets (by name, by shape, in the
     environment: values of secret-named variables and the secret parts of FL_* values), then each one
     found is replaced wherever it occurs, also where no rule would see it (a token printed bare two
-    lines below its assignment). `known`: more values to replace everywhere. Home as ~, the user as
-    <user>. `detector=False` leaves detect-secrets out (the floor alone)."""
+    lines below its assignment). `known`: more values to replace everywhere; `safe`: values the default
+    deny keeps (torch-fl's own digests). Home as ~, the user as <user>. `detector=False` leaves
+    detect-secrets out (the floor alone)."""
     environ = os.environ if environ is None else environ
-    found = _Found()
-    text = _scan(text, found, detector)
-    secrets = set(found.values) | {v for v in known if v}
+    secrets = {v for v in known if v}
     secrets |= {v for k, v in environ.items() if is_secret(k) and len(v) >= _MIN_VERBATIM}
     for name, value in environ.items():
         if name.startswith("FL_") and not is_secret(name):
             secrets |= secret_values(name, value)
-    text = _everywhere(text, secrets)
+    text = _passes(text, _Found(), detector, secrets, frozenset(safe))
     return _anonymise(text, home if home is not None else _home(environ),
                       user if user is not None else _user(environ))
 
 
 def redact_shapes(text: str, *, detector: bool = True) -> str:
     """Every rule that looks at the text itself (not at the environment), both passes."""
-    found = _Found()
-    text = _scan(text, found, detector)
-    return _everywhere(text, found.values)
+    return _passes(text, _Found(), detector)
 
 
 def secret_values(name: str, value: str) -> set[str]:
