@@ -119,6 +119,8 @@ torch.cuda.synchronize(device=0)
 name = torch.cuda.get_device_name(
     0)
 ok = x.type() == "torch.cuda.HalfTensor" or y
+if (a + b).is_cuda and "cuda" in str(dev) and x.device.type != "cuda":
+    picked = not dev.startswith("cuda") or [t.is_cuda for t in ts]
 
 
 @torch.amp.custom_fwd(device_type="cuda")
@@ -175,6 +177,10 @@ def test_call_layouts_are_edited_in_place_as_libcst_writes_them(monkeypatch: pyt
     assert "enabled = torch.fl.is_accelerator() and None)" in fixed and "enabled=(False))" in fixed
     assert "enabled=torch.fl.is_accelerator() and (a or b))" in fixed
     assert "@torch.amp.custom_fwd(device_type=torch.fl.device_type())" in fixed
+    checks = fix.fix_source(LAYOUTS, unsafe=True).new_source  # FL902, unsafe fixes
+    assert "if torch.fl.is_accelerator((a + b).device) and torch.fl.is_accelerator(str(dev)) and not " \
+           "torch.fl.is_accelerator(x.device.type):" in checks
+    assert "picked = not torch.fl.is_accelerator(dev) or [torch.fl.is_accelerator(t.device) for t in ts]" in checks
 
 
 def test_precedence_and_imports_as_libcst_writes_them() -> None:

@@ -143,11 +143,60 @@ def _replace_whole(edits: TextEdits, finding: Any, node: ast.expr) -> str:
         return edits.fl_call("device_type")
     if code == "FL103" and kind is ast.Compare and finding.replacement is not None:
         return edits.expr(finding.replacement)
+    if code == "FL902" and finding.replacement is not None:
+        return _device_check(edits, finding, node)
     if finding.replacement is not None and ((code == "FL901" and kind is ast.IfExp) or (
             code == "FL106" and ((kind is ast.Constant and type(node.value) is int)  # type: ignore[attr-defined]
                                  or (kind is ast.Call and edits.qual(node.func) == "torch.device")))):  # type: ignore[attr-defined]
         return edits.expr(finding.replacement)
     raise Unsure
+
+
+def _plain_string(edits: TextEdits, node: ast.expr) -> bool:
+    """Whether `node` is what libcst calls a SimpleString: one string literal. Unsure for a string constant
+    written otherwise (concatenated, triple-quoted, escaped), where the two might disagree."""
+    if type(node) is not ast.Constant or type(node.value) is not str:  # type: ignore[attr-defined]
+        return False
+    _literal(edits, node)
+    return True
+
+
+def _bare(edits: TextEdits, node: ast.expr) -> str:
+    """An expression's text without parentheses of its own (libcst's lpar=[]); ast's range already leaves
+    them out, except for a tuple or a generator, whose parentheses are part of them."""
+    if type(node) in (ast.Tuple, ast.GeneratorExp):
+        raise Unsure
+    start, end = edits.node_offsets(node)
+    return edits.source[start:end]
+
+
+def _device_check(edits: TextEdits, finding: Any, node: ast.expr) -> str:
+    """FL902 as rules/control.py's fix: `torch.fl.is_accelerator(<the device>)`, `not` in front for `!=`."""
+    kind = type(node)
+    if kind is ast.Attribute:
+        start, end = edits.node_offsets(node)
+        text = edits.source[start:end]
+        if node.attr != "is_cuda" or not text.endswith(".is_cuda"):  # type: ignore[attr-defined]
+            raise Unsure
+        subject = text[:-len(".is_cuda")] + ".device"
+    elif kind is ast.Call:
+        func = node.func  # type: ignore[attr-defined]
+        if type(func) is not ast.Attribute or func.attr != "startswith":
+            raise Unsure
+        subject = _bare(edits, func.value)
+    elif kind is ast.Compare:
+        if len(node.ops) != 1:  # type: ignore[attr-defined]
+            raise Unsure
+        left, right = node.left, node.comparators[0]  # type: ignore[attr-defined]
+        right_plain, left_plain = _plain_string(edits, right), _plain_string(edits, left)
+        chosen = left if right_plain and not left_plain else right
+        if type(node.ops[0]) in (ast.In, ast.NotIn):  # type: ignore[attr-defined]
+            chosen = right
+        subject = _bare(edits, chosen)
+    else:
+        raise Unsure
+    call = edits.fl_call("is_accelerator", subject)
+    return f"not {call}" if finding.replacement.startswith("not ") else call
 
 
 def _torch_device(edits: TextEdits, node: ast.Call) -> str:
