@@ -183,6 +183,21 @@ def test_call_layouts_are_edited_in_place_as_libcst_writes_them(monkeypatch: pyt
     assert "picked = not torch.fl.is_accelerator(dev) or [torch.fl.is_accelerator(t.device) for t in ts]" in checks
 
 
+@pytest.mark.parametrize("source", [
+    'import os\nos.environ["X"] = "1"\nimport torch  # noqa: E402\nx = torch.zeros(1).cuda()\n',
+    'import os\nos.environ["X"] = "1"\nimport torch\nimport numpy\nfrom torch.cuda.amp import autocast\n'
+    'with autocast():\n    pass\n',
+    '"""Doc."""\nimport os\nx = 1\nimport torch as th  # noqa: E402,F401\nimport torch\ny = th.zeros(1).cuda()\n',
+], ids=["silenced", "plain", "alias"])
+def test_imports_after_a_late_torch_import_are_edited_in_place(monkeypatch: pytest.MonkeyPatch, source: str) -> None:
+    # A script that sets the environment before importing torch: torch_fl goes right after that import
+    # (importing it imports torch), silenced for E402 where the user silenced it.
+    result, fell_back = _same_as_libcst(monkeypatch, source, False, "late.py")
+    assert result.applied and not fell_back
+    noqa = "E402" in source
+    assert ("import torch_fl  # noqa: E402, F401" in result.new_source) is noqa
+
+
 def test_precedence_and_imports_as_libcst_writes_them() -> None:
     source = ('"""Doc."""\nimport os\nimport torch as th  # the alias\n\n# a comment\n'
               "x = th.ones(1).cuda(1)\ny = th.device('cuda:0')\nth.cuda.synchronize()\n"

@@ -515,7 +515,10 @@ def rewrite(source: str, findings: Sequence[Any], tree: ast.Module, names: dict[
     if new_fl > 0 and not has_torch_fl:
         imports.append(import_line)
     if imports:
-        at = _import_offset(edits, removed)
+        at, noqa = _import_offset(edits, removed)
+        if noqa:  # after a late torch import that silences E402: ours are as late, and silenced alike
+            imports = [line.replace("F401", f"{noqa}, F401") if line == import_line else f"{line}  # noqa: {noqa}"
+                       for line in imports]
         changes.append((at, at, "".join(f"{line}\n" for line in imports)))
         changes.sort(key=lambda c: (c[0], c[1]))
     pieces = []
@@ -609,24 +612,37 @@ def _refs(text: str, names: set[str]) -> dict[str, int]:
     return _segment_refs(f"None{text}" if text.startswith(".") else text, names)
 
 
-def _import_offset(edits: TextEdits, removed: set[int]) -> int:
-    """Where fix.py's _add_imports puts new imports: the line after the top-of-file imports (after a leading
-    docstring), those that go (`removed`) left out. Unsure where it would do otherwise (a later `import
-    torch` after code, no import at the top) or where the next statement shares the last import's line."""
+def _import_offset(edits: TextEdits, removed: set[int]) -> tuple[int, str]:
+    """Where fix.py's _add_imports puts new imports, and the noqa code they carry: the line after the
+    top-of-file imports (after a leading docstring), those that go (`removed`) left out; where torch is
+    imported only after some code (a script that sets environment variables first), the line after that
+    first later `import torch`, with "E402" when that import silences it. Unsure where it would do
+    otherwise (no import at the top) or where a neighbour shares the chosen line."""
     body = [stmt for i, stmt in enumerate(edits.tree.body) if i not in removed]
     index = 0
     while index < len(body) and (type(body[index]) in (ast.Import, ast.ImportFrom) or (
             index == 0 and type(body[index]) is ast.Expr and type(body[index].value) is ast.Constant  # type: ignore[attr-defined]
             and type(body[index].value.value) is str)):  # type: ignore[attr-defined]
         index += 1
-    if index == 0 or (not any(_imports_torch(stmt) for stmt in body[:index]) and any(
-            _imports_torch(stmt) for stmt in body[index:])):
+    if index == 0:
         raise Unsure
+    noqa = ""
+    if not any(_imports_torch(stmt) for stmt in body[:index]):
+        later = next((j for j in range(index + 1, len(body)) if _imports_torch(body[j])), None)
+        if later is not None:
+            index = later + 1
+            statement = body[later]
+            end_line = statement.end_lineno or statement.lineno
+            if body[later - 1].end_lineno == statement.lineno:
+                raise Unsure  # `x = 1; import torch`: libcst's line holds both
+            after = edits.lines[end_line - 1][char_col(edits.lines, end_line, statement.end_col_offset or 0):]
+            comment = after[after.find("#"):] if "#" in after else ""
+            noqa = "E402" if "E402" in comment else ""
     last = body[index - 1]
     end_line = last.end_lineno or last.lineno
     if index < len(body) and body[index].lineno <= end_line:
         raise Unsure
-    return edits.starts[end_line]
+    return edits.starts[end_line], noqa
 
 
 def _imports_torch(stmt: ast.stmt) -> bool:
