@@ -411,6 +411,8 @@ def _path(path: str, found: _Found) -> str:
             continue
         if re.fullmatch(r"[0-9a-f]{7,64}", seg) and i and segments[i - 1] in _HASH_PARENTS:
             continue
+        if all(_readable(p) for p in re.split(r"[^A-Za-z0-9]+", seg) if p):  # a model id: all-MiniLM-L6-v2
+            continue
         if re.search(r"\.[A-Za-z][A-Za-z0-9]{0,7}$", seg):  # a file name: weights.safetensors
             continue
         segments[i] = found.hide(seg)
@@ -426,7 +428,7 @@ _HASH_PARENTS = frozenset({"commit", "commits", "blob", "tree", "raw", "resolve"
 # Most real tokens have no vendor shape and no name beside them (a bare token in an exception message, a
 # pasted route log), so every run of characters that looks random is masked, whatever surrounds it; what
 # stays is what reads as words, numbers, versions, paths and identifiers (docs/cli.md, "Default deny").
-_CANDIDATE = re.compile(r"[A-Za-z0-9_+/=.~%-]{12,}")
+_CANDIDATE = re.compile(r"[A-Za-z0-9_+/=.~%@!$#-]{12,}")
 _PIECE_SEP = re.compile(r"([/.=+~%])")
 _UUID = re.compile(r"(?i)(?<![0-9a-z])[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}(?![0-9a-z])")
 # a hex string right after these is a digest or a commit, not a secret: sha256 <hex>, commit <sha>,
@@ -436,18 +438,30 @@ _DIGEST_WORDS = ("md5", "sha", "sha1", "sha256", "sha512", "blake2b", "digest", 
 _DIGEST_BEFORE = re.compile(rf"(?i)\b(?:{'|'.join(_DIGEST_WORDS)})[\s:=@\"'(#+/-]{{1,3}}$")
 # Pure hex up to this length stays anywhere: torch-fl's cache keys (16), short commits, digest prefixes.
 _SHORT_HEX = 16
-_VOWELS = frozenset("aeiouy")
 _HUMP = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")
+# Letter pairs (of 676) that make up 0.2% of the words in torch's and transformers' sources (identifiers,
+# docstrings), less a few of common words (ascii, yaml): random letters have one in 2.6 pairs.
+_RARE_BIGRAMS = frozenset(
+    "aj aq bh bk bq bv bx bz cb cg cj cn cq cv cw cx cz dh dj dk dm dq dv dw dz ej ek fb fd fg fh fj fk "
+    "fv fz gc gd gj gk gq gv gw gx gz hb hc hd hg hh hj hk hl hn hp hq hv hx hz ih ij iw jb jc jd jf jg "
+    "jh jj jk jl jm jn jp jq jr jt jv jw jx jy jz kc kd kf kg kh kj kk kq kr kt kx kz lh lj lq lx lz mc "
+    "mf mh mj mq mr mw mx mz nq nr nz oz pb pf pj pq pv pw px pz qb qd qe qf qg qh qi qj qm qo qp qq qt "
+    "qv qx qy qz rj rq rx rz sb sj sx sz tb tg tj tk tq tz uh uj uk uq uv uw uy uz vb vc vd vf vh vj vk "
+    "vn vp vq vr vu vv vw vx vy vz wb wc wf wj wk wl wm wp wq wt wu wv wx wy wz xb xd xf xg xh xj xk xl "
+    "xm xn xq xr xu xv xw xx xz yd yf yg yh yj yk yq yu yv yx yy yz zb zc zd zf zg zh zj zk zl zm zn zo "
+    "zp zq zr zs zt zu zw zx zz"
+    .split())
 
 
 def _pronounceable(word: str) -> bool:
-    """Letters as a word is written (Attention, tokenizer, GPTQ): vowels between consonants, no long
-    consonant run; random letters (zbxqwk, hzllzzquv) fail."""
+    """Letters as a word is written (Attention, tokenizer, GPTQ): vowels between consonants, almost no
+    letter pair that words lack; random letters (zbxqwk, hdoeimtywlqykls) fail."""
     w = word.lower()
     if len(w) <= 3:
         return True
-    vowels = sum(c in _VOWELS for c in w)
-    return 0.2 <= vowels / len(w) <= 0.8 and re.search(r"[^aeiouy]{5,}", w) is None
+    vowels = sum(c in "aeiouy" for c in w)
+    rare = sum(w[i:i + 2] in _RARE_BIGRAMS for i in range(len(w) - 1))
+    return 0.15 <= vowels / len(w) <= 0.8 and re.search(r"[^aeiouy]{5,}", w) is None and rare <= len(w) // 10
 
 
 def _readable(part: str) -> bool:
@@ -464,6 +478,8 @@ def _readable(part: str) -> bool:
     total = sum(len(h) for h in letters)
     if not total:
         return True  # a number: the digits-only rule decides
+    if _choppy(humps):
+        return False
     if any(len(h) >= 4 and not _pronounceable(h) for h in letters):
         return False
     worded = sum(len(h) for h in letters if len(h) >= 4 or h.isupper())
@@ -474,28 +490,45 @@ def looks_random(piece: str, before: str = "") -> bool:
     """A token of a secret's form by length and character mix (not by a vendor's shape): 12+ characters
     that are not words, a number, a version or a short hex digest; `before` is the text in front of it
     (a hex string after 'sha256 ' or 'commit ' is a digest)."""
-    parts = [p for p in re.split(r"[-_]+", piece) if p]
-    # shorter random parts joined by separators (_x775enma6d7f_l5j9cxqcy575gr_dyqahw)
-    unread = sum(len(p) for p in parts if len(p) >= 6 and not p.isdigit() and not _readable(p))
-    if unread >= 16 and unread * 2 >= len(piece) and not re.fullmatch(r"[0-9a-fA-F_-]+", piece):
+    parts = [p for p in re.split(r"[^A-Za-z0-9]+", piece) if p]
+    if any(_random_part(p, before) for p in parts):
         return True
-    for part in parts:
-        if len(part) < 12:
-            continue
-        if part.isdigit():
-            if len(part) >= 20:
-                return True
-            continue
-        if re.fullmatch(r"[0-9a-f]+|[0-9A-F]+", part):
-            if len(part) > _SHORT_HEX and not part.isalpha() and not _DIGEST_BEFORE.search(before):
-                return True
-            continue
-        if re.fullmatch(r"0x[0-9a-fA-F]+", part) or _readable(part) or _entropy(part) < 3.0:
-            continue
-        kinds = sum(bool(re.search(c, part)) for c in ("[a-z]", "[A-Z]", "[0-9]"))
-        if len(part) >= 16 or kinds == 3:
-            return True
-    return False
+    # short random chunks joined by separators (a UUID-like ybz1tdsi-qv8j-g9ro-supy-y2ny56fma2pl): most
+    # chunks mix letters and digits or cannot be read; parts under 4 characters are a version's or a
+    # platform's (x86_64-with-glibc2), and most chunks of an op name read as words (slow_conv_dilated2d)
+    chunks = [p for p in parts if len(p) >= 4]
+    joined = "".join(chunks)
+    odd = sum(_odd(c) for c in chunks)
+    if re.fullmatch(r"[0-9a-fA-F]+", joined):  # dashed hex (ace3-9641-f29e5e-...): no digest is written so
+        return len(chunks) >= 3 and len(joined) > _SHORT_HEX and not _DIGEST_BEFORE.search(before)
+    return len(chunks) >= 2 and odd * 2 > len(chunks) and len(joined) >= 14 and _entropy(joined) >= 3.0
+
+
+def _odd(chunk: str) -> bool:
+    """A chunk no one would write: letters and digits interleaved (qv8j, g9ro) or letters without a word's
+    shape (htbc, FSHLLQ)."""
+    humps = _HUMP.findall(chunk)
+    runs = len(re.findall(r"[A-Za-z]+|\d+", chunk))
+    return (runs >= 3 or _choppy(humps)
+            or any(not h.isdigit() and len(h) >= 4 and not _pronounceable(h) for h in humps))
+
+
+def _choppy(humps: list[str]) -> bool:
+    # case flipping every few letters (DSwxXcwQ, ibTnQKZlSKBNtsli): words in camelCase have longer humps
+    letters = [h for h in humps if not h.isdigit()]
+    return len(letters) >= 4 and sum(map(len, letters)) < 3 * len(letters)
+
+
+def _random_part(part: str, before: str) -> bool:
+    if len(part) < 12:
+        return False
+    if part.isdigit():  # 15+ digits: no count or millisecond time stamp is that long; Discord's ids are
+        return len(part) >= 15
+    if re.fullmatch(r"[0-9a-f]+|[0-9A-F]+", part):
+        return len(part) > _SHORT_HEX and not part.isalpha() and not _DIGEST_BEFORE.search(before)
+    if re.fullmatch(r"0x[0-9a-fA-F]+", part):  # an address in a repr
+        return False
+    return not _readable(part) and _entropy(part) >= 3.0
 
 
 def _deny(text: str, found: _Found, safe: frozenset[str] = frozenset()) -> str:
@@ -514,7 +547,8 @@ def _deny(text: str, found: _Found, safe: frozenset[str] = frozenset()) -> str:
             else:
                 out.append(piece)
             offset += len(piece)
-        if "/" not in m.group(0) and any(REDACTED in piece for piece in out):
+        if "/" not in m.group(0) and (any(REDACTED in piece for piece in out)
+                                      or looks_random(m.group(0), m.string[max(0, m.start() - 24):m.start()])):
             # one word: a secret's every part goes, not its random half (a sentence's full stop stays)
             word = m.group(0).rstrip(".")
             return found.hide(word) + m.group(0)[len(word):]
