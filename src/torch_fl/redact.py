@@ -441,7 +441,7 @@ _SHORT_HEX = 16
 _HUMP = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")
 # Letter pairs (of 676) that make up 0.2% of the words in torch's and transformers' sources (identifiers,
 # docstrings), less a few of common words (ascii, yaml): random letters have one in 2.6 pairs.
-_RARE_BIGRAMS = frozenset(
+_RARE_BIGRAMS = frozenset(re.findall(r"[a-z]{2}",
     "aj aq bh bk bq bv bx bz cb cg cj cn cq cv cw cx cz dh dj dk dm dq dv dw dz ej ek fb fd fg fh fj fk "
     "fv fz gc gd gj gk gq gv gw gx gz hb hc hd hg hh hj hk hl hn hp hq hv hx hz ih ij iw jb jc jd jf jg "
     "jh jj jk jl jm jn jp jq jr jt jv jw jx jy jz kc kd kf kg kh kj kk kq kr kt kx kz lh lj lq lx lz mc "
@@ -449,8 +449,7 @@ _RARE_BIGRAMS = frozenset(
     "qv qx qy qz rj rq rx rz sb sj sx sz tb tg tj tk tq tz uh uj uk uq uv uw uy uz vb vc vd vf vh vj vk "
     "vn vp vq vr vu vv vw vx vy vz wb wc wf wj wk wl wm wp wq wt wu wv wx wy wz xb xd xf xg xh xj xk xl "
     "xm xn xq xr xu xv xw xx xz yd yf yg yh yj yk yq yu yv yx yy yz zb zc zd zf zg zh zj zk zl zm zn zo "
-    "zp zq zr zs zt zu zw zx zz"
-    .split())
+    "zp zq zr zs zt zu zw zx zz"))
 
 
 def _pronounceable(word: str) -> bool:
