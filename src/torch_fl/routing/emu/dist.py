@@ -80,6 +80,14 @@ class EmuProcessGroup(dist.ProcessGroup):
     def reduce_scatter(self, outputs: Any, inputs: Any, opts: Any = None) -> Any:
         return self._gloo.reduce_scatter(_host(outputs), _host(inputs), opts or dist.ReduceScatterOptions())
 
+    def _reduce_scatter_base(self, output: Any, input: Any, opts: Any = None) -> Any:
+        return self._gloo._reduce_scatter_base(_host(output), _host(input), opts or dist.ReduceScatterOptions())
+
+    # torch >= 2.13's names of the two (dist.all_gather_into_tensor and reduce_scatter_tensor, which FSDP2
+    # calls every step, look them up on the group): the same host path on every torch version
+    all_gather_single = _allgather_base
+    reduce_scatter_single = _reduce_scatter_base
+
     def all_gather_single_coalesced(self, outputs: Any, inputs: Any, opts: Any = None) -> Any:
         """All-gathers of several tensors at once (all_gather_into_tensor of DTensor's full_tensor and of
         FSDP2 go through here): gloo's allgather_coalesced on each output's per-rank chunks, as gloo's
