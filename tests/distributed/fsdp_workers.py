@@ -176,12 +176,18 @@ def collectives(rounds: str) -> dict:
         reduced = fc.reduce_scatter_tensor(mine, "sum", 0, group).cpu()
         both = [t.cpu() for t in fc.reduce_scatter_tensor_coalesced([mine, mine[:4] * 2], "sum", [0, 0], group)]
         exchanged = fc.all_to_all_single(mine, None, None, group).cpu()
+        passed = mine.clone()
+        if rank == 0:
+            dist.send(mine, 1)
+        else:
+            dist.recv(passed, 0)
         total = 2.0 * i + 10  # rank 0's i plus rank 1's 10 + i
         checks = {"all_gather": gathered.tolist() == [float(i)] * 8 + [10.0 + i] * 8,
                   "all_gather coalesced": coalesced[1].tolist() == [2.0 * i] * 2 + [2.0 * (10 + i)] * 2,
                   "reduce_scatter": reduced.tolist() == [total] * 4,
                   "reduce_scatter coalesced": [t.tolist() for t in both] == [[total] * 4, [2 * total] * 2],
-                  "all_to_all": exchanged.tolist() == [float(i)] * 4 + [10.0 + i] * 4}
+                  "all_to_all": exchanged.tolist() == [float(i)] * 4 + [10.0 + i] * 4,
+                  "send/recv": passed.cpu().tolist() == [float(i)] * 8}
         wrong += [f"round {i}: {name}" for name, ok in checks.items() if not ok]
     return {"device": str(dev), "rounds": int(rounds), "wrong": wrong[:5]}
 

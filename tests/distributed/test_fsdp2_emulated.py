@@ -70,8 +70,9 @@ def test_fsdp2_and_ddp_on_an_emulated_chip_end_with_the_weights_of_one_process(l
 @pytest.mark.slow  # measured: 2.5-6.5 s of collectives (machine load) plus two interpreter starts
 @pytest.mark.skipif(not emu_dist.supports_distributed(), reason="torch.distributed with gloo is unavailable")
 def test_functional_collectives_on_an_emulated_chip_give_their_results_and_never_hang(launch):
-    """DTensor's and FSDP2's collectives (c10d's functional ops) on emulated tensors, 300 rounds: before
-    EmuProcessGroup took the coalesced all-gather, both ranks deadlocked on the GIL within these rounds."""
+    """DTensor's and FSDP2's collectives (c10d's functional ops) and send/recv on emulated tensors, 300
+    rounds: before EmuProcessGroup took the coalesced all-gather, both ranks deadlocked on the GIL within
+    these rounds."""
     ranks = launch("collectives", "300", script=SCRIPT, timeout=120,
                    env={"FL_DEVICE": "emu:npu", "FL_EMU_DEVICES": "2"})
     for r in ranks:
