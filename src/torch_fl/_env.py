@@ -473,13 +473,20 @@ class one_reading:  # (lower case: used as a context manager, like contextlib's)
         _PINNED.pop()
 
 
+_CONFIG_MODULE: Any = None  # torch_fl.config, once config_files has imported it
+
+
 def config_files() -> list[tuple[str, Any]]:
     """[('project config', ConfigFile), ('user config', ConfigFile)], the files that exist, each with its
     keys checked (an unknown key is an error with a did-you-mean, the same in both)."""
     global _CHECKED
     if _PINNED and _PINNED[-1] is not None:
         return list(_PINNED[-1])
-    from . import config
+    global _CONFIG_MODULE
+    config = _CONFIG_MODULE
+    if config is None:  # (imported once: a function-level import costs four calls on every lookup)
+        from . import config
+        _CONFIG_MODULE = config
 
     user = FL_CONFIG.value()  # (the files are read here with the path it names: config never reads FL_*)
     files = (config.project_config(), config.user_config(user))

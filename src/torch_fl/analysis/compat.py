@@ -210,21 +210,21 @@ def _tidy(command: str) -> str:
 
 def installed_check(plugin: str, plugin_version: str, runtime: str = "") -> dict[str, Any] | None:
     """doctor's release check, JSON-ready: the installed plugin release against its facts, with the vendor
-    toolkit found on disk when torch reports no runtime; for a description with no plugin facts, torch's own
-    CUDA / ROCm / XPU build against the driver and runtime here (build_compat.py). None when neither applies."""
+    toolkit found on disk when torch reports no runtime. None when the plugin has no facts (doctor then
+    checks torch's own CUDA / ROCm / XPU build: build_compat.py, which imports this module) or is not
+    installed."""
     import sys
 
-    from . import build_compat, installed
+    from . import installed
 
     data = facts(plugin)
     if data is None:
-        result = build_compat.check_here()
-        return {**result.json(), "problem": result.problem()} if result is not None else None
+        return None
     if not plugin_version:
         return None
     import torch
 
-    found = installed.chip_toolkit(data["chip"]) if not runtime else None
+    found = installed.chip_toolkit(data) if not runtime else None
     python = f"{sys.version_info.major}.{sys.version_info.minor}"
     result = check(plugin, plugin_version, torch=torch.__version__, python=python,
                    runtime=runtime or (found.version if found else ""))

@@ -324,11 +324,14 @@ def compat_check(desc: Description, plugin: str, runtime: str) -> dict[str, dict
 
 def release_check(desc: Description, plugin: str, runtime: str) -> dict[str, Any] | None:
     """The installed plugin release, torch, Python and vendor toolkit against the vendor's release facts, or
-    torch's own CUDA/ROCm/XPU build against the driver (analysis/compat.py installed_check); None when neither
+    torch's own CUDA/ROCm/XPU build against the driver (analysis/build_compat.py); None when neither
     applies (no facts for the plugin, or it is not installed; a CPU-only torch)."""
-    from . import compat
+    from . import build_compat, compat
 
-    return compat.installed_check(desc.plugin, plugin, runtime)
+    if compat.facts(desc.plugin) is not None:
+        return compat.installed_check(desc.plugin, plugin, runtime)
+    result = build_compat.check_here()
+    return {**result.json(), "problem": result.problem()} if result is not None else None
 
 
 def route_counts(desc: Description) -> dict[str, int]:
@@ -714,8 +717,14 @@ class DoctorReport:
         return {**self.data, "problems": self.problems, "warnings": self.warnings, "healthy": self.healthy}
 
     def report(self) -> Report:
-        """The report ``torchfl doctor`` prints: its text (torch_fl.report.render_text), with `json` as its data."""
-        return build_report(self.json(), self.problems, self.warnings)
+        """The report ``torchfl doctor`` prints: its text (torch_fl.report.render_text), with `json` as its
+        data; both redacted as `torchfl bugreport` redacts (FL_* values, paths, random tokens: people paste
+        doctor's output into issues), torch-fl's own description digest kept."""
+        from ..redact import redact_data
+
+        data = redact_data(self.json(), safe={self.data["description"]["sha256"]} - {""})
+        assert isinstance(data, dict)
+        return build_report(data, data["problems"], data["warnings"])
 
     def text(self) -> str:
         return render_text(self.report())

@@ -87,7 +87,7 @@ def _machine() -> dict[str, str]:
     if gpu is not None:
         found[f"driver.{gpu.kind}"] = gpu.version
     for data in compat.all_facts().values():
-        kit = installed.chip_toolkit(data["chip"])
+        kit = installed.chip_toolkit(data)
         if kit is not None:
             found[f"toolkit.{kit.name}"] = kit.version
     rocm = installed.rocm_version()

@@ -157,11 +157,10 @@ def toolkit(recipe: dict[str, Any], env: dict[str, str] | None = None, *, defaul
     return None
 
 
-def chip_toolkit(chip: str, env: dict[str, str] | None = None, *, default_roots: bool = True) -> Toolkit | None:
-    """The toolkit of `chip` ('npu') per its generated facts' recipe; None when it has none or none is found."""
-    from .compat import build_facts, facts_of_chip
-
-    data = facts_of_chip(chip) or build_facts(chip)
+def chip_toolkit(data: dict[str, Any] | None, env: dict[str, str] | None = None, *,
+                 default_roots: bool = True) -> Toolkit | None:
+    """The toolkit a chip's generated facts (`data`, from analysis/compat.py) say how to find, by their
+    recipe; None when they have none or none is found. (The facts are passed in: this module only probes.)"""
     recipe = (data or {}).get("installed")
     return toolkit(recipe, env, default_roots=default_roots) if recipe else None
 

@@ -209,8 +209,6 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
     step_timeout = preflight_timeout or min(_checks.DEFAULT_TIMEOUT, seconds or _checks.DEFAULT_TIMEOUT)
     torch_timeout = timedelta(seconds=seconds + grace(seconds)) if seconds else None
     wanted = str(backend or "")
-    if wanted == mixed.BACKEND:
-        mixed.register()
     if backend is not None:
         # Before the rendezvous: every rank fails alike, and none is left waiting for one that did.
         early = rank if rank >= 0 else int(os.environ.get("RANK", "0"))
@@ -239,7 +237,7 @@ def init_process_group(backend: str | None = None, init_method: str | None = Non
     if chosen == "flagcx":
         importlib.import_module("flagcx")  # its torch plugin registers the 'flagcx' backend
     elif chosen == mixed.BACKEND:
-        mixed.register()
+        mixed.register(dev)
     if verdict is not None and verdict.plan:
         _settle_autocast(dev, verdict.autocast, rank)
         if rank == 0:
@@ -311,8 +309,9 @@ def _first_line(exc: BaseException) -> str:
 def _check_backend(backend: str, dev: torch.device, rank: int) -> None:
     """A backend this torch lacks, or one that cannot take this device's tensors, is an error now, not
     raw c10d text later."""
-    if backend in _STORELESS or backend in dist.Backend._plugins or not hasattr(dist, "is_backend_available"):
-        return
+    if backend in _STORELESS or backend.upper() in dist.Backend._plugins or backend == mixed.BACKEND or \
+            not hasattr(dist, "is_backend_available"):
+        return  # (flmixed is registered once the device is known)
     build = f"torch {torch.__version__}"
     if not dist.is_backend_available(backend):
         have = ", ".join(b for b in ("gloo", "nccl", "mpi", "ucc", "xccl") if dist.is_backend_available(b))

@@ -39,6 +39,8 @@ Fingerprint = dict[str, Any]
 EVERYWHERE = {"torch": "torch version", "torch_fl": "torch-fl version"}
 PER_KIND = {"description": "device description", "plugin": "vendor plugin", "backend": "collective backend"}
 HOST = "cpu"
+# The backend of a job across vendors without FlagCX (distributed/mixed.py registers it under this name).
+MIXED_BACKEND = "flmixed"
 
 
 @dataclass(frozen=True)
@@ -209,9 +211,7 @@ def _across_vendors(prints: Sequence[Fingerprint], kinds: dict[tuple[str, str], 
                            "of the description (CUDA_VISIBLE_DEVICES, ASCEND_RT_VISIBLE_DEVICES, ...).")
     if all(fp["flagcx"] for fp in prints):
         return Verdict("flagcx")
-    from .mixed import BACKEND
-
-    return Verdict(BACKEND)
+    return Verdict(MIXED_BACKEND)
 
 
 # Low-precision dtypes autocast may settle on, preferred first when the chips' own choices differ.

@@ -24,7 +24,7 @@ anyway: the host copy must hold the vendor step's result before gloo reads it.
 
 Usage outside ``torch.fl.distributed.init_process_group`` (which chooses it by itself)::
 
-    torch.fl.distributed.mixed.register()
+    torch.fl.distributed.mixed.register()              # this rank's device: torch.fl.device()
     torch.distributed.init_process_group("flmixed")     # every rank, whatever its chip
 """
 
@@ -42,11 +42,11 @@ import torch.distributed as dist
 from torch._C._distributed_c10d import AllgatherOptions, _create_work_from_future
 
 from .checks import DistributedError
-from .fingerprint import ranks_text
+from .fingerprint import MIXED_BACKEND, ranks_text
 
 _log = logging.getLogger("torch_fl.distributed")
 
-BACKEND = "flmixed"
+BACKEND = MIXED_BACKEND
 # ReduceOps that compose level by level (a sum of sums is the sum); AVG is a SUM divided once at the end.
 _COMPOSABLE = ("SUM", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR")
 
@@ -340,10 +340,15 @@ def _broadcast_opts(root: int) -> dist.BroadcastOptions:
 
 
 # Who is who ----------------------------------------------------------------------------------------
-def _this_device() -> torch.device:
-    from . import device
+_device: torch.device | None = None  # this rank's device, set by `register`
 
-    return device()
+
+def _this_device() -> torch.device:
+    if _device is None:
+        raise DistributedError(f"the {BACKEND} backend was not registered on this rank: call "
+                               "torch.fl.distributed.mixed.register() before torch.distributed.init_process_group"
+                               f"('{BACKEND}'), or let torch.fl.distributed.init_process_group() choose it.")
+    return _device
 
 
 def _describe_self(rank: int, dev: torch.device) -> Member:
@@ -391,10 +396,13 @@ def _vendor_backend(name: str, store: dist.Store, rank: int, size: int, timeout:
     return plugin.creator_fn(store, rank, size, timeout)
 
 
-def register() -> None:
-    """Make ``flmixed`` a torch.distributed backend on this rank (idempotent). Every rank of the job
-    registers it before init_process_group; ``cpu`` comes first among its devices, so every rank builds it
-    under the same store prefix whatever its own device type."""
-    if BACKEND in dist.Backend.backend_list:
-        return
-    dist.Backend.register_backend(BACKEND, MixedProcessGroup, devices=["cpu", _this_device().type])
+def register(device: torch.device | str | None = None) -> None:
+    """Make ``flmixed`` a torch.distributed backend on this rank, whose device is `device` (default
+    torch.fl.device()). Every rank of the job registers it before init_process_group; ``cpu`` comes first
+    among its devices, so every rank builds it under the same store prefix whatever its own device type."""
+    global _device
+    from ..routing.current import use_device
+
+    _device = use_device(device)
+    if BACKEND not in dist.Backend.backend_list:
+        dist.Backend.register_backend(BACKEND, MixedProcessGroup, devices=["cpu", _device.type])
