@@ -548,9 +548,13 @@ def _deny(text: str, found: _Found, safe: frozenset[str] = frozenset()) -> str:
             offset += len(piece)
         if "/" not in m.group(0) and (any(REDACTED in piece for piece in out)
                                       or looks_random(m.group(0), m.string[max(0, m.start() - 24):m.start()])):
-            # one word: a secret's every part goes, not its random half (a sentence's full stop stays)
+            # one word: a secret's every part goes, not its random half (a sentence's full stop stays), but a
+            # readable name before '=' stays (acc1=<redacted>, sig=<redacted>)
             word = m.group(0).rstrip(".")
-            return found.hide(word) + m.group(0)[len(word):]
+            name = re.match(r"(?:[A-Za-z_][\w.-]*=)+", word)
+            keep = name.group(0) if name and all(_readable(p) for p in re.split(r"[^A-Za-z0-9]+", name.group(0))
+                                                 if p) else ""
+            return keep + found.hide(word[len(keep):]) + m.group(0)[len(word):]
         return "".join(out)
 
     return _CANDIDATE.sub(candidate, text)
@@ -634,14 +638,39 @@ def redact(text: str, environ: Mapping[str, str] | None = None, *, home: str | N
     deny keeps (torch-fl's own digests). Home as ~, the user as <user>. `detector=False` leaves
     detect-secrets out (the floor alone)."""
     environ = os.environ if environ is None else environ
-    secrets = {v for v in known if v}
-    secrets |= {v for k, v in environ.items() if is_secret(k) and len(v) >= _MIN_VERBATIM}
-    for name, value in environ.items():
-        if name.startswith("FL_") and not is_secret(name):
-            secrets |= secret_values(name, value)
+    secrets = {v for v in known if v} | environment_secrets(environ)
     text = _passes(text, _Found(), detector, secrets, frozenset(safe))
     return _anonymise(text, home if home is not None else _home(environ),
                       user if user is not None else _user(environ))
+
+
+def environment_secrets(environ: Mapping[str, str]) -> set[str]:
+    """The values of secret-named variables and the secret parts of FL_* values: replaced wherever they
+    occur, so a problem text that echoes an FL_* value echoes none of its secret."""
+    secrets = {v for k, v in environ.items() if is_secret(k) and len(v) >= _MIN_VERBATIM}
+    for name, value in environ.items():
+        if name.startswith("FL_") and not is_secret(name):
+            secrets |= secret_values(name, value)
+    return secrets
+
+
+def redact_data(data: object, environ: Mapping[str, str] | None = None, *, safe: Iterable[str] = ()) -> object:
+    """JSON-ready `data` (dicts, lists, strings, numbers) with every string redacted as `redact` redacts a
+    report: what `torchfl doctor --json` prints. Keys stay; the environment's secrets are found once."""
+    environ = os.environ if environ is None else environ
+    known = environment_secrets(environ)
+    home, user, kept = _home(environ), _user(environ), frozenset(safe)
+
+    def walk(item: object) -> object:
+        if isinstance(item, str):
+            return _anonymise(_passes(item, _Found(), True, known, kept), home, user)
+        if isinstance(item, dict):
+            return {key: walk(value) for key, value in item.items()}
+        if isinstance(item, (list, tuple)):
+            return [walk(value) for value in item]
+        return item
+
+    return walk(data)
 
 
 def redact_shapes(text: str, *, detector: bool = True) -> str:

@@ -109,12 +109,20 @@ def excerpt(lines: list[str], budget: int) -> tuple[list[str], str]:
         first = max(0, first - spare * 2 // 3)
         end = min(n, end + budget - (end - first))
         first = max(0, first - (budget - (end - first)))
+    if end - first > budget:  # fewer lines after the error first
+        end = min(end, last + 1 + min(_BEFORE, budget // 6))
     span = lines[first:end]
     cut_middle = 0
-    if len(span) > budget:  # keep the head (what ran) and the tail (where it failed), cut the frames between
-        head = max(_BEFORE + 2, budget // 3)
+    if len(span) > budget:
+        # a long traceback: its head (what ran) and its tail (where it failed), the frames between cut;
+        # a lone error line: the lines that led to it
+        head = budget // 3 if start < last else 0
         cut_middle = len(span) - budget
-        span = [*span[:head], f"[... {cut_middle} lines of the traceback cut ...]", *span[head + cut_middle:]]
+        if head:
+            span = [*span[:head], f"[... {cut_middle} lines of the traceback cut ...]", *span[head + cut_middle:]]
+        else:
+            first += cut_middle
+            span, cut_middle = span[cut_middle:], 0
     parts = [f"lines {first + 1}-{end} of {n}, around the last "
              + ("traceback" if start < last else "error line")]
     if first:
