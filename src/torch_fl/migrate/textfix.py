@@ -572,7 +572,8 @@ def _dead_imports(edits: TextEdits, names: dict[str, str],
             continue
         line = stmt.lineno
         text = edits.lines[line - 1]
-        if stmt.end_lineno != line or i == 0 or text.strip() != ast.get_source_segment(edits.source, stmt) \
+        own = text[char_col(edits.lines, line, stmt.col_offset):char_col(edits.lines, line, stmt.end_col_offset or 0)]
+        if stmt.end_lineno != line or i == 0 or text.strip() != own \
                 or any(a.name == "*" for a in aliases) or body[i - 1].end_lineno == line:
             raise Unsure  # over lines, sharing its line, or first in the file: libcst does it
         if keep:
@@ -609,6 +610,8 @@ def _unused_elsewhere(edits: TextEdits, wanted: set[str], changes: list[tuple[in
 def _refs(text: str, names: set[str]) -> dict[str, int]:
     """_segment_refs of an edit's text; an edit that starts at a receiver's end (`.cuda()` -> `.to(...)`)
     is read after a receiver that names nothing."""
+    if not any(name in text for name in names):
+        return {}  # no parse for a text that cannot name them
     return _segment_refs(f"None{text}" if text.startswith(".") else text, names)
 
 
