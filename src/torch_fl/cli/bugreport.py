@@ -126,12 +126,16 @@ def excerpt(lines: list[str], budget: int) -> tuple[list[str], str]:
     parts = [f"lines {first + 1}-{end} of {n}, around the last "
              + ("traceback" if start < last else "error line")]
     if first:
-        parts.append(f"{first} lines before cut")
+        parts.append(f"{_lines(first)} before cut")
     if cut_middle:
-        parts.append(f"{cut_middle} in the middle cut")
+        parts.append(f"{_lines(cut_middle)} of the traceback cut")
     if n - end:
-        parts.append(f"{n - end} after cut")
+        parts.append(f"{_lines(n - end)} after cut")
     return span, "; ".join(parts)
+
+
+def _lines(n: int) -> str:
+    return f"{n} line{'s' * (n != 1)}"
 
 
 def last_exception(lines: list[str]) -> str:
@@ -224,8 +228,9 @@ def _facts(data: dict[str, Any]) -> Iterable[tuple[str, str]]:
 
 def _emulated(data: dict[str, Any]) -> bool:
     """The device is torch-fl's emulation of a chip (FL_DEVICE=emu:NAME), not the chip."""
-    return bool(data["emulation"].get("emulator") or data.get("plugin_emulated")
-                or (data["device"]["requested"] or "").startswith("emu:"))
+    # an emulator loaded earlier in this process does not make a cpu device emulated
+    return bool((data["emulation"].get("emulator") and data["device_type"] not in ("", "cpu"))
+                or data.get("plugin_emulated") or (data["device"]["requested"] or "").startswith("emu:"))
 
 
 def _plugin(data: dict[str, Any], emulated: bool) -> str:
