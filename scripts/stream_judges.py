@@ -15,7 +15,9 @@ Judges (each in a fresh process: the emulated chip is fixed per process, as ``FL
   ``emu:cuda`` with the CUDA alias (its ``torch.cuda`` branch).
 - NVIDIA apex's ``data_prefetcher`` (NVIDIA/apex, examples/imagenet/main_amp.py): the same with
   ``record_stream`` of the batch on the current stream; ``torch.cuda`` only, so ``emu:cuda`` with the alias.
-- PyTorch's own ``torch.autograd.graph.save_on_cpu(pin_memory=True)`` (installed torch, unmodified).
+- PyTorch's own ``torch.autograd.graph.save_on_cpu(pin_memory=True)`` and ``DistributedDataParallel`` with
+  its own ``fp16_compress_hook`` communication hook (one rank, the emulator's process group), both from the
+  installed torch, unmodified.
 
 Each runs a small conv net's training loop (forward, cross entropy, backward, SGD) two ways: ``item``
 reads the loss with ``loss.item()`` after every step, as timm's train.py does (a host synchronisation);
@@ -62,6 +64,8 @@ RUNS: list[tuple[str, str, dict[str, str]]] = [
     ("save_on_cpu(pin_memory=True)", "emu:npu", {}),
     ("save_on_cpu(pin_memory=True)", "emu:mlu", {}),
     ("save_on_cpu(pin_memory=True)", "emu:cuda", {"FL_CUDA_ALIAS": "1"}),
+    ("DDP + fp16_compress_hook", "emu:npu", {}),
+    ("DDP + fp16_compress_hook", "emu:mlu", {}),
 ]
 
 
@@ -160,6 +164,16 @@ def child(judge: str, deleted: str, loop: str, mirror: Path) -> dict[str, Any]:
             if loop == "item":
                 loss.item()
         steps = 3
+    elif judge.startswith("DDP"):
+        import torch.distributed as dist
+        from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import fp16_compress_hook
+
+        dist.init_process_group(torch.fl.dist_backend(), store=dist.HashStore(), rank=0, world_size=1)
+        ddp = torch.nn.parallel.DistributedDataParallel(model)
+        ddp.register_comm_hook(None, fp16_compress_hook)
+        batches = ((x.to(device), y.to(device)) for x, y in _loader(torch))
+        steps = _train(torch, ddp, batches, loop)
+        dist.destroy_process_group()
     else:
         _, code = load(judge, mirror)  # type: ignore[misc]
         if deleted != "none":
