@@ -28,7 +28,7 @@ def reference() -> tuple[dict[str, torch.Tensor], list[float]]:
     return fsdp_workers.reference(STEPS)
 
 
-@pytest.mark.slow  # measured: 6 s of training per chip plus two interpreter starts (~30 s on a loaded machine)
+@pytest.mark.slow  # measured: 4-6 s of training per chip, 13-25 s a launch on the shared 2-core machine (load 7-9)
 @pytest.mark.skipif(not emu_dist.supports_distributed(), reason="torch.distributed with gloo is unavailable")
 @pytest.mark.parametrize("chip", list(CHIPS))
 def test_fsdp2_and_ddp_on_an_emulated_chip_end_with_the_weights_of_one_process(launch, tmp_path, reference, chip):
