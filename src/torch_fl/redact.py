@@ -435,7 +435,7 @@ _UUID = re.compile(r"(?i)(?<![0-9a-z])[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-
 # snapshots/<sha>, git+<sha>
 _DIGEST_WORDS = ("md5", "sha", "sha1", "sha256", "sha512", "blake2b", "digest", "hash", "checksum", "commit", "rev",
                  "revision", "etag", "git", "fingerprint", *sorted(_HASH_PARENTS))
-_DIGEST_BEFORE = re.compile(rf"(?i)\b(?:{'|'.join(_DIGEST_WORDS)})[\s:=@\"'(#+/-]{{1,3}}$")
+_DIGEST_BEFORE = re.compile(rf"(?i)(?<![a-z])(?:{'|'.join(_DIGEST_WORDS)})[\s:=@\"'(#+/_-]{{1,6}}$")
 # Pure hex up to this length stays anywhere: torch-fl's cache keys (16), short commits, digest prefixes.
 _SHORT_HEX = 16
 _HUMP = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")
@@ -465,8 +465,8 @@ def _pronounceable(word: str) -> bool:
 
 def _readable(part: str) -> bool:
     """A part of an identifier, a version or a file name (hyper_parameters, _AccessToken, Llama-2-7b-hf,
-    model-00001-of-00002): made of words and numbers. A random token has many short humps of letters
-    and digits, or long letter runs no one could pronounce."""
+    HunyuanImageRefinerCausalConv3d, FSDPStrategy): made of words, acronyms and numbers. A random token has
+    letters and digits interleaved, case flipping every few letters, or letter runs no one could read."""
     humps = _HUMP.findall(part)
     if "".join(humps) != part:  # characters outside [A-Za-z0-9]
         return False
@@ -474,15 +474,18 @@ def _readable(part: str) -> bool:
     digits = len(humps) - len(letters)
     if digits >= 3 and digits * 4 >= len(humps):  # letters and digits interleaved: ao8phgyh6zbiv1y1kdis
         return False
-    total = sum(len(h) for h in letters)
-    if not total:
-        return True  # a number: the digits-only rule decides
     if _choppy(humps):
         return False
-    if any(len(h) >= 4 and not _pronounceable(h) for h in letters):
-        return False
-    worded = sum(len(h) for h in letters if len(h) >= 4 or h.isupper())
-    return worded * 5 >= total * 3 or len(letters) <= 2
+    # humps of one or two letters (the d of Conv3d, hf, v2) say nothing; a foreign word (Hunyuan) may
+    # fail the letter-pair test, so a third of the letters may be odd
+    words = [h for h in letters if len(h) >= 3]
+    acronyms = sum(h.isupper() for h in words) <= 2  # three in one name are random capitals (VDR...JXKF...TUNXU)
+    odd = sum(len(h) for h in words if not _wordlike(h, acronyms))
+    return odd * 3 <= sum(map(len, words))
+
+
+def _wordlike(hump: str, acronyms: bool = True) -> bool:
+    return (acronyms and hump.isupper() and len(hump) <= 5) or _pronounceable(hump)  # FSDP, NCCL; a word
 
 
 def looks_random(piece: str, before: str = "") -> bool:
@@ -509,7 +512,7 @@ def _odd(chunk: str) -> bool:
     humps = _HUMP.findall(chunk)
     runs = len(re.findall(r"[A-Za-z]+|\d+", chunk))
     return (runs >= 3 or _choppy(humps)
-            or any(not h.isdigit() and len(h) >= 4 and not _pronounceable(h) for h in humps))
+            or any(not h.isdigit() and len(h) >= 4 and not _wordlike(h) for h in humps))
 
 
 def _choppy(humps: list[str]) -> bool:
@@ -530,13 +533,17 @@ def _random_part(part: str, before: str) -> bool:
     return not _readable(part) and _entropy(part) >= 3.0
 
 
+# a number with a point or an exponent (a loss printed in full: 0.6931471805599453), a version, a time
+_NUMBER = re.compile(r"[-+]?\d*[.,:]\d[\d.,:eE+-]*|[-+]?\d+[eE][-+]?\d+")
+
+
 def _deny(text: str, found: _Found, safe: frozenset[str] = frozenset()) -> str:
     """Every UUID and every piece of a word that `looks_random` masked, unless `safe` (torch-fl's own
     digests) holds it."""
     text = _UUID.sub(lambda m: m.group(0) if m.group(0) in safe else found.hide(m.group(0)), text)
 
     def candidate(m: re.Match[str]) -> str:
-        if m.group(0) in safe:
+        if m.group(0) in safe or _NUMBER.fullmatch(m.group(0)):
             return m.group(0)
         out, offset = [], m.start()
         for piece in _PIECE_SEP.split(m.group(0)):
