@@ -542,27 +542,32 @@ def _deny(text: str, found: _Found, safe: frozenset[str] = frozenset()) -> str:
     digests) holds it."""
     text = _UUID.sub(lambda m: m.group(0) if m.group(0) in safe else found.hide(m.group(0)), text)
 
+    def word(segment: str, start: int, text: str) -> str:
+        if not segment or segment in safe:
+            return segment
+        out, offset = [], start
+        for piece in _PIECE_SEP.split(segment):
+            before = text[max(0, offset - 24):offset]
+            out.append(found.hide(piece) if piece not in safe and looks_random(piece, before) else piece)
+            offset += len(piece)
+        if any(REDACTED in piece for piece in out) or looks_random(segment, text[max(0, start - 24):start]):
+            # one word: a secret's every part goes, not its random half (a sentence's full stop stays), but a
+            # readable name before '=' stays (acc1=<redacted>, sig=<redacted>)
+            whole = segment.rstrip(".")
+            name = re.match(r"(?:[A-Za-z_][\w.-]*=)+", whole)
+            keep = name.group(0) if name and all(_readable(p) for p in re.split(r"[^A-Za-z0-9]+", name.group(0))
+                                                 if p) else ""
+            return keep + found.hide(whole[len(keep):]) + segment[len(whole):]
+        return "".join(out)
+
     def candidate(m: re.Match[str]) -> str:
         if m.group(0) in safe or _NUMBER.fullmatch(m.group(0)):
             return m.group(0)
         out, offset = [], m.start()
-        for piece in _PIECE_SEP.split(m.group(0)):
-            before = m.string[max(0, offset - 24):offset]
-            if piece not in safe and looks_random(piece, before):
-                out.append(found.hide(piece))
-            else:
-                out.append(piece)
-            offset += len(piece)
-        if "/" not in m.group(0) and (any(REDACTED in piece for piece in out)
-                                      or looks_random(m.group(0), m.string[max(0, m.start() - 24):m.start()])):
-            # one word: a secret's every part goes, not its random half (a sentence's full stop stays), but a
-            # readable name before '=' stays (acc1=<redacted>, sig=<redacted>)
-            word = m.group(0).rstrip(".")
-            name = re.match(r"(?:[A-Za-z_][\w.-]*=)+", word)
-            keep = name.group(0) if name and all(_readable(p) for p in re.split(r"[^A-Za-z0-9]+", name.group(0))
-                                                 if p) else ""
-            return keep + found.hide(word[len(keep):]) + m.group(0)[len(word):]
-        return "".join(out)
+        for segment in m.group(0).split("/"):  # a path or URL: each segment a word of its own
+            out.append(word(segment, offset, m.string))
+            offset += len(segment) + 1
+        return "/".join(out)
 
     return _CANDIDATE.sub(candidate, text)
 
