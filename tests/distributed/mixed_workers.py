@@ -61,6 +61,53 @@ def _train(model: nn.Module, params: list[torch.Tensor], steps: int, shares: lis
         opt.step()
 
 
+def collectives(dev: torch.device, rank: int, world: int, rounds: int) -> int:
+    """Every collective torch and DTensor reach a process group by, checked, `rounds` times over."""
+    import torch.distributed as dist
+    from torch.distributed.tensor import DTensor, Shard, init_device_mesh
+
+    mesh = init_device_mesh(dev.type, (world,))
+    everyone = [float(r) for r in range(world)]
+    for step in range(rounds):
+        t = torch.full((4,), float(rank + step), device=dev)
+        dist.all_reduce(t)
+        assert t.cpu().tolist() == [sum(everyone) + world * step] * 4, t
+        b = torch.full((3,), float(rank), device=dev)
+        dist.broadcast(b, src=(world - 1 - step) % world)
+        assert b.cpu().tolist() == [float((world - 1 - step) % world)] * 3, b
+        outs = [torch.empty(2, device=dev) for _ in range(world)]
+        dist.all_gather(outs, torch.full((2,), float(rank), device=dev))
+        assert [o.cpu()[0].item() for o in outs] == everyone
+        flat = torch.empty(2 * world, device=dev)
+        dist.all_gather_into_tensor(flat, torch.full((2,), float(rank), device=dev))
+        assert flat.cpu().tolist() == [r for r in everyone for _ in range(2)]
+        mine = torch.empty(2, device=dev)
+        dist.reduce_scatter_tensor(mine, torch.arange(2.0 * world, device=dev))
+        assert mine.cpu().tolist() == [world * (2.0 * rank), world * (2.0 * rank + 1)]
+        avg = torch.full((2,), float(rank + 1), device=dev)
+        dist.all_reduce(avg, op=dist.ReduceOp.AVG)
+        assert avg.cpu().tolist() == [(world + 1) / 2] * 2
+        outs2 = [torch.empty(2 * world, device=dev), torch.empty(3 * world, device=dev)]
+        with dist._coalescing_manager(async_ops=False):
+            dist.all_gather_into_tensor(outs2[0], torch.full((2,), float(rank), device=dev))
+            dist.all_gather_into_tensor(outs2[1], torch.full((3,), float(rank), device=dev))
+        assert outs2[1].cpu().tolist() == [r for r in everyone for _ in range(3)]
+        dt = DTensor.from_local(torch.full((2,), float(rank), device=dev), mesh, [Shard(0)])
+        assert dt.full_tensor().cpu().tolist() == [r for r in everyone for _ in range(2)]
+        if rank == 0:
+            for peer in range(1, world):
+                dist.send(torch.arange(3.0, device=dev) + peer, dst=peer)
+        else:
+            got = torch.empty(3, device=dev)
+            dist.recv(got, src=0)
+            assert got.cpu().tolist() == [rank + 0.0, rank + 1.0, rank + 2.0]
+        objects: list = [None] * world
+        dist.all_gather_object(objects, (rank, str(dev)))
+        assert [o[0] for o in objects] == list(range(world))
+        dist.barrier()
+    return rounds
+
+
 def main() -> int:
     scenario, out, *args = sys.argv[1:]
     steps = int(args[0]) if args else 20
@@ -96,6 +143,9 @@ def main() -> int:
         shares = [GLOBAL_BATCH // world] * world
         _train(model, list(model.parameters()), steps, shares, rank, dev, 1.0)
         state = {k: v.full_tensor() for k, v in model.state_dict().items()}
+    elif scenario == "collectives":
+        facts["rounds"] = collectives(dev, rank, world, steps)
+        state = {}
     else:
         raise SystemExit(f"unknown scenario {scenario}")
     torch.save({"state": {k: v.detach().cpu() for k, v in state.items()}, **facts}, Path(out) / f"rank{rank}.pt")

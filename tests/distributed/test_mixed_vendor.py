@@ -71,6 +71,15 @@ def test_fsdp2_across_three_vendors_ends_with_the_full_batch_weights(tmp_path):
 
 
 @pytest.mark.slow  # torchrun / a subprocess
+def test_every_collective_across_vendors_many_times_over(tmp_path):
+    # Every method c10d's C++ reaches a Python process group by must be one of flmixed's: a missing one
+    # runs ProcessGroup's own with the GIL held, which deadlocked gloo (routing/emu/dist.py).
+    run = torchrun("collectives", tmp_path, devices="emu:npu,emu:cuda,emu:mlu,emu:npu", steps=30)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert [r["rounds"] for r in weights_of(tmp_path, 4)] == [30] * 4
+
+
+@pytest.mark.slow  # torchrun / a subprocess
 def test_uneven_shares_by_throughput_still_take_the_full_batch_step(tmp_path):
     run = torchrun("uneven", tmp_path, MIXED_THROUGHPUT="3,1,2")
     assert run.returncode == 0, run.stderr[-3000:]

@@ -271,6 +271,55 @@ class MixedProcessGroup(dist.ProcessGroup):
             output.copy_(full[self.rank()].reshape(output.shape))
         return _done([output])
 
+    # torch 2.13's names for the same calls (dist.all_gather_into_tensor, reduce_scatter_tensor), and the
+    # coalesced forms DTensor's full_tensor and FSDP2 use: every one must reach a method here, or c10d
+    # hands device tensors to the host group with the GIL held (routing/emu/dist.py has the measured hang)
+    all_gather_single = _allgather_base
+    reduce_scatter_single = _reduce_scatter_base
+
+    def all_gather_single_coalesced(self, outputs: Any, inputs: Any, opts: Any = None) -> dist.Work:
+        opts = opts or AllgatherOptions()
+        for output, input in zip(outputs, inputs, strict=True):
+            self._allgather_base(output, input, opts).wait()  # (host tensors: gloo's work runs on)
+        return _done(list(outputs))
+
+    allgather_into_tensor_coalesced = all_gather_single_coalesced
+
+    def reduce_scatter_single_coalesced(self, outputs: Any, inputs: Any, opts: Any = None) -> dist.Work:
+        opts = opts or dist.ReduceScatterOptions()
+        for output, input in zip(outputs, inputs, strict=True):
+            self._reduce_scatter_base(output, input, opts).wait()
+        return _done(list(outputs))
+
+    reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
+
+    def allgather_coalesced(self, outputs: Any, inputs: Any, opts: Any = None) -> dist.Work:
+        opts = opts or AllgatherOptions()
+        if self._on_host([outputs, inputs]):
+            return self.host.allgather_coalesced(outputs, inputs, opts)
+        return self.allgather([list(group) for group in outputs], list(inputs), opts)
+
+    def send(self, tensors: Any, dst: int, tag: int = 0) -> dist.Work:
+        """Point to point: inside one kind on the vendor's library, across kinds through a host copy."""
+        if self._same_kind_p2p(dst):
+            return self.intra.send(tensors, self.kind_ranks.index(dst), tag)
+        for tensor in tensors:
+            self.host.send([tensor.detach().to("cpu")], dst, tag).wait()
+        return _done(list(tensors))
+
+    def recv(self, tensors: Any, src: int, tag: int = 0) -> dist.Work:
+        if self._same_kind_p2p(src):
+            return self.intra.recv(tensors, self.kind_ranks.index(src), tag)
+        for tensor in tensors:
+            host = torch.empty(tensor.shape, dtype=tensor.dtype)
+            self.host.recv([host], src, tag).wait()
+            with torch.no_grad():
+                tensor.copy_(host)
+        return _done(list(tensors))
+
+    def _same_kind_p2p(self, peer: int) -> bool:
+        return self.intra is not None and self.layout.kind_of(peer) == self.layout.kind_of(self.rank())
+
     def reduce(self, tensors: Any, opts: Any = None) -> dist.Work:
         opts = opts or dist.ReduceOptions()
         if self._on_host(tensors):
@@ -306,6 +355,9 @@ class MixedProcessGroup(dist.ProcessGroup):
 
     def barrier(self, opts: Any = None) -> dist.Work:
         return self.host.barrier(opts or dist.BarrierOptions())
+
+    def all_to_all_single(self, *args: Any, **kwargs: Any) -> dist.Work:
+        return self.alltoall_base()
 
     def alltoall_base(self, *args: Any, **kwargs: Any) -> dist.Work:
         raise DistributedError(f"the {BACKEND} process group has no all_to_all across vendors yet. Fix: run "
