@@ -175,10 +175,14 @@ def test_a_side_stream_ddp_comm_hook_is_clean_and_gives_ddps_gradients(group):
         torch.testing.assert_close(got, want)
 
 
-def test_a_side_stream_ddp_comm_hook_missing_its_first_wait_is_reported(group):
+@pytest.mark.parametrize(("deleted", "names"), [
+    ("before", ("now:    aten::div_ on stream", "before: aten::copy_ on the default stream")),
+    ("after", ("now:    aten::copy_ on the default stream", "before: aten::div_ on stream")),
+])
+def test_a_side_stream_ddp_comm_hook_missing_one_wait_is_reported(group, deleted, names):
     mod, d = group
-    _, reports = _checked(lambda: _ddp_grads(d, allreduce.side_stream_comm_hook(mod, before=False)))
-    _assert_reported(reports, RACE, "aten::div_ on stream", "aten::copy_ on the default stream")
+    _, reports = _checked(lambda: _ddp_grads(d, allreduce.side_stream_comm_hook(mod, **{deleted: False})))
+    _assert_reported(reports, RACE, *names)
 
 
 def _apex_step(mod, d, **deleted):
