@@ -96,3 +96,14 @@ def test_a_click_option_defaulting_to_a_cuda_device_is_reported_with_its_fix(tmp
 def test_nccl_compared_with_a_backend_entry_of_a_mapping() -> None:
     source = 'meta = load()\nassert meta["dist_backend"] == "nccl"\nassert meta["title"] == "nccl"\n'
     assert [(f.code, f.line) for f in scan_source(source, "check.py")] == [("FL501", 2)]
+
+
+def test_an_error_recognised_by_cudas_words_is_reported() -> None:
+    # A trainer halving its batch when "cuda" appears in the error: an NPU's out-of-memory error never says
+    # so, and the retry never happens there.
+    source = ("import torch\n\n\ndef fit(step, batch):\n    try:\n        step(batch)\n"
+              "    except RuntimeError as oom_error:\n        if 'cuda' in str(oom_error).lower():\n"
+              "            return fit(step, batch // 2)\n        raise\n")
+    [finding] = scan_source(source, "fit.py")
+    assert (finding.code, finding.line, finding.safety) == ("FL903", 8, None)
+    assert "torch.OutOfMemoryError" in (finding.fix_title or "")

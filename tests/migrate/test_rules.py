@@ -77,7 +77,7 @@ def test_codes_are_stable():
     assert list(RULES) == [
         "FL101", "FL102", "FL103", "FL104", "FL105", "FL106", "FL107", "FL201", "FL202", "FL203", "FL204",
         "FL301", "FL302", "FL303", "FL401", "FL402", "FL501", "FL502", "FL503", "FL504", "FL601", "FL602",
-        "FL603", "FL604", "FL701", "FL702", "FL703", "FL704", "FL705", "FL801", "FL901", "FL902"]
+        "FL603", "FL604", "FL701", "FL702", "FL703", "FL704", "FL705", "FL801", "FL901", "FL902", "FL903"]
     assert {r.fix for r in RULES.values()} <= {"safe", "unsafe", None}
     assert by_name("cuda-device-string").code == "FL101"
     with pytest.raises(KeyError, match="Did you mean 'cuda-method'"):

@@ -48,7 +48,7 @@ def expand(selector: str) -> list[str]:
         return list(RULES)
     codes = [code for code in RULES if code.startswith(selector)]
     if not codes:
-        raise ValueError(f"'{selector}' selects no rule (codes FL101 ... FL902, prefixes like FL1 or "
+        raise ValueError(f"'{selector}' selects no rule (codes FL101 ... FL903, prefixes like FL1 or "
                          f"FL10, or ALL).{did_you_mean(selector, RULES)}")
     return codes
 

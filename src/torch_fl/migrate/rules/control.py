@@ -98,6 +98,32 @@ if torch.fl.is_accelerator(device_type):
         runs_off_cuda=True, pairs_as="comparison",
 )
 
+rule(
+        "FL903", "cuda-error-text",
+        "CUDA's error text matched: `{text}`",
+        "Match the error the same way on every accelerator (its type, e.g. `torch.OutOfMemoryError`, or "
+        "the words other backends use too, such as \"out of memory\")", None, level="warning",
+        what="An error recognised by CUDA's words in its text, in an exception handler: `\"cuda\" in "
+             "str(e).lower()`, `\"CUDA out of memory\" in str(err)` (a trainer that retries with a smaller "
+             "batch when CUDA runs out of memory).",
+        why="Other accelerators word their errors differently (`NPU out of memory`, `MPS backend out of "
+            "memory`): the test never matches there, and the error it was written for goes unhandled.",
+        example="""
+try:
+    loss = step(batch)
+except RuntimeError as e:
+    if "cuda" in str(e).lower() and "out of memory" in str(e).lower():
+        batch_size //= 2
+""",
+        use_instead="""
+try:
+    loss = step(batch)
+except torch.OutOfMemoryError:
+    batch_size //= 2
+""",
+        runs_off_cuda=True,
+)
+
 
 def _asks_availability(det: RuleContext, test: ast.expr) -> bool:
     """torch.cuda.is_available(), torch.cuda.device_count(), device_count() > 0 / >= 1."""
@@ -232,6 +258,33 @@ def device_comparison(det: RuleContext, node: ast.Compare) -> None:
                 and not names_vendors(str_value(e) for e in right.elts):  # type: ignore[attr-defined]
             # `device.type in ("cuda", "cpu")` asks for CUDA; `in ["cuda", "npu", "xpu"]` is multi-vendor.
             _report_check(det, node, None, None, False)
+
+
+# Names an `except ... as NAME` handler usually gives the error (the rule reads the comparison alone).
+_ERROR_NAMES = frozenset({"e", "err", "error", "exc", "ex", "exception", "oom", "ex_"})
+_TEXT_METHODS = frozenset({"lower", "upper", "casefold", "strip"})
+
+
+def _error_text(node: ast.expr) -> bool:
+    """`str(e)`, `repr(err)`, `str(e).lower()`: the text of a caught error."""
+    while type(node) is ast.Call and type(node.func) is ast.Attribute and node.func.attr in _TEXT_METHODS \
+            and not node.args:
+        node = node.func.value
+    if type(node) is not ast.Call or type(node.func) is not ast.Name or node.func.id not in ("str", "repr") \
+            or len(node.args) != 1 or type(node.args[0]) is not ast.Name:
+        return False
+    name = node.args[0].id.lower()  # type: ignore[attr-defined]
+    return name in _ERROR_NAMES or name.endswith(("error", "exception", "exc", "err"))
+
+
+@on("compare")
+def cuda_error_text(det: RuleContext, node: ast.Compare) -> None:
+    if len(node.ops) != 1 or type(node.ops[0]) not in (ast.In, ast.NotIn):
+        return
+    words = str_value(node.left)
+    if words is not None and "cuda" in words.lower() and _error_text(node.comparators[0]):
+        det.report("FL903", node, text=ast.unparse(node))
+        det.done.add(id(node.left))
 
 
 @on_method("startswith")
