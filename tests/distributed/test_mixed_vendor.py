@@ -278,3 +278,14 @@ def test_a_spawn_launcher_that_sets_the_rank_after_import_gets_its_own_chip():
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["emu:0", "cuda"]  # emulated CUDA on the emu type, not the npu slot
+
+
+@pytest.mark.slow  # a subprocess
+def test_each_rank_of_an_emulated_job_is_a_chip_of_its_own():
+    # FL_DEVICE=emu:npu torchrun --nproc-per-node 4: LOCAL_RANK=3 has no acc3 in its process, and needs none
+    code = "import torch, torch_fl; print(torch.fl.distributed.device())"
+    env = {**os.environ, "FL_DEVICE": "emu:npu", "LOCAL_RANK": "3", "RANK": "3", "OMP_NUM_THREADS": "1"}
+    env.pop("FL_RANK_DEVICES", None)
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "npu:0"

@@ -40,7 +40,7 @@ from torch import nn
 
 from .. import _env
 from ..description.model import Description
-from ..device import description_for, device_map
+from ..device import description_for, device_map, emulating
 from ..errors import DeviceNotFoundError
 from ..routing.current import use_device
 from . import checks as _checks
@@ -126,6 +126,10 @@ def _rank_device(local_rank: int) -> torch.device:
     wanted = f"acc{local_rank}"
     if wanted in mapping:
         return use_device(wanted)
+    if emulating() is not None:
+        # An emulated chip lives in its process's host memory: every rank's process is a chip of its own
+        # (FL_DEVICE=emu:npu torchrun --nproc-per-node 4: each rank on its own emu:0).
+        return use_device("acc0")
     if all(dev.type == "cpu" for dev in mapping.values()):
         return use_device("acc0")
     listing = ", ".join(f"{k} -> {v}" for k, v in mapping.items())
