@@ -130,14 +130,15 @@ def _print(rank: int, device_type: str, vendor: str, autocast: str = "float16",
             "vendor": vendor, "torch": "2.13.0", "torch_fl": "1", "python": "3.11", "plugin": "-",
             "description": f"{device_type}@abc", "description_path": "-", "backend": f"cpu:gloo,{device_type}:x",
             "explicit_backend": False, "flagcx": flagcx, "library": "hccl", "dtypes": list(dtypes),
-            "autocast": autocast}
+            "autocast": autocast, "native_ops": 100 + rank}
 
 
 def test_ranks_of_different_vendors_get_flmixed_with_a_plan():
     verdict = fingerprint.decide([_print(0, "npu", "Huawei"), _print(1, "mlu", "Cambricon"),
                                   _print(2, "npu", "Huawei")])
     assert verdict.backend == "flmixed" and not verdict.error
-    assert "Huawei npu (npu) on ranks 0, 2" in verdict.plan and "leader rank 0" in verdict.plan
+    assert "Huawei npu (npu) on ranks 0, 2: hccl inside, 100 native ops, leader rank 0" in verdict.plan
+    assert "an op one chip's table lacks stops that rank at its first use, and the others name it" in verdict.plan
     assert verdict.autocast == "float16"
 
 

@@ -76,6 +76,7 @@ def collect(device: torch.device, desc: Description, backend: str, *, explicit: 
         "library": desc.collective_backend,  # the vendor's own library, what it runs inside its kind
         "dtypes": list(desc.dtypes),
         "autocast": desc.autocast_dtype,
+        "native_ops": len(desc.native_ops()),  # the op table's size: a job across vendors shows each
         "lock": _lock_facts(),
     }
 
@@ -245,14 +246,16 @@ def _plan(prints: Sequence[Fingerprint], kinds: dict[tuple[str, str], list[int]]
     for members in kinds.values():
         fp = prints[members[0]]
         inside = fp.get("library", fp["backend"]) + (" (emulated: gloo on the host data)" if _emulated_print(fp) else "")
-        lines.append(f"  - {fp['vendor']} {fp['description'].split('@')[0]} ({fp['device_type']}) on {ranks_text(members)}: {inside} inside, "
-                     f"leader rank {members[0]}")
+        table = f", {fp['native_ops']} native ops" if "native_ops" in fp else ""
+        lines.append(f"  - {fp['vendor']} {fp['description'].split('@')[0]} ({fp['device_type']}) on "
+                     f"{ranks_text(members)}: {inside} inside{table}, leader rank {members[0]}")
     if backend == "flagcx":
         lines.append("  - between kinds: FlagCX (installed on every rank)")
     else:
         lacking = [r for r, fp in enumerate(prints) if not fp["flagcx"]]
         lines.append(f"  - between kinds: gloo on host copies among the leaders ({ranks_text(leaders)}); "
                      f"FlagCX would replace this, but it is not installed on {ranks_text(lacking)}")
+    lines.append("  - an op one chip's table lacks stops that rank at its first use, and the others name it")
     own = {prints[m[0]].get("autocast", "") for m in kinds.values()}
     why = "every chip's own" if len(own) == 1 else f"computed by every chip; their own: {', '.join(sorted(own))}"
     lines.append(f"  - autocast dtype: {autocast} ({why})")
