@@ -137,7 +137,7 @@ def test_ranks_of_different_vendors_get_flmixed_with_a_plan():
     verdict = fingerprint.decide([_print(0, "npu", "Huawei"), _print(1, "mlu", "Cambricon"),
                                   _print(2, "npu", "Huawei")])
     assert verdict.backend == "flmixed" and not verdict.error
-    assert "Huawei npu (npu) on ranks 0, 2: hccl inside, 100 native ops, leader rank 0" in verdict.plan
+    assert "Huawei npu (npu) on ranks 0, 2: hccl (emulated: gloo on the host data) inside, 100 native ops, leader rank 0" in verdict.plan
     assert "an op one chip's table lacks stops that rank at its first use, and the others name it" in verdict.plan
     assert verdict.autocast == "float16"
 
