@@ -237,3 +237,14 @@ def test_fl_sanitize_stops_a_prefetcher_missing_its_record_stream():
                             env=env, timeout=300)
     assert broken.returncode != 0 and "StreamRaceError" in broken.stderr, broken.stderr[-2000:]
     assert FREED in broken.stderr and "record_stream" in broken.stderr
+
+
+@pytest.mark.slow  # a fresh process per chip
+@pytest.mark.parametrize("name", ["cuda", "npu", "mlu"])
+def test_every_pattern_runs_clean_under_fl_sanitize(name):
+    env = {**os.environ, "FL_DEVICE": f"emu:{name}", "FL_SANITIZE": "streams", "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, str(Path(__file__).parent / "fixtures" / "streams_all_clean.py")],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "RAN prefetchers,offloading,pipeline,all-reduce" in done.stdout
+    assert "torch-fl stream sanitizer" not in done.stderr
