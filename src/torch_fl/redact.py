@@ -460,7 +460,7 @@ def _pronounceable(word: str) -> bool:
         return True
     vowels = sum(c in "aeiouy" for c in w)
     rare = sum(w[i:i + 2] in _RARE_BIGRAMS for i in range(len(w) - 1))
-    return 0.15 <= vowels / len(w) <= 0.8 and re.search(r"[^aeiouy]{5,}", w) is None and rare <= len(w) // 10
+    return 0.15 <= vowels / len(w) <= 0.8 and re.search(r"[^aeiouy]{6,}", w) is None and rare <= len(w) // 6
 
 
 def _readable(part: str) -> bool:
@@ -472,7 +472,7 @@ def _readable(part: str) -> bool:
         return False
     letters = [h for h in humps if not h.isdigit()]
     digits = len(humps) - len(letters)
-    if digits >= 3 and digits * 4 >= len(humps):  # letters and digits interleaved: ao8phgyh6zbiv1y1kdis
+    if digits >= 3 and digits * 5 >= len(humps):  # letters and digits interleaved: ao8phgyh6zbiv1y1kdis
         return False
     if _choppy(humps):
         return False
@@ -509,16 +509,24 @@ def looks_random(piece: str, before: str = "") -> bool:
 def _odd(chunk: str) -> bool:
     """A chunk no one would write: letters and digits interleaved (qv8j, g9ro) or letters without a word's
     shape (htbc, FSHLLQ)."""
-    humps = _HUMP.findall(chunk)
     runs = len(re.findall(r"[A-Za-z]+|\d+", chunk))
-    return (runs >= 3 or _choppy(humps)
+    if len(chunk) >= 12:  # long enough to be read as a name (nvmlDeviceGetHandleByIndex, HunyuanVideo15Block)
+        return runs >= 5 or not _readable(chunk)
+    humps = _HUMP.findall(chunk)
+    letters = [h for h in humps if not h.isdigit()]
+    flips = len(letters) >= 4 and sum(map(len, letters)) < 2.5 * len(letters)  # mFarrvEeT
+    return (runs >= 3 or flips or _choppy(humps)
             or any(not h.isdigit() and len(h) >= 4 and not _wordlike(h) for h in humps))
 
 
 def _choppy(humps: list[str]) -> bool:
-    # case flipping every few letters (DSwxXcwQ, ibTnQKZlSKBNtsli): words in camelCase have longer humps
+    # case flipping every few letters (DSwxXcwQ, ibTnQKZlSKBNtsli): words in camelCase have longer humps,
+    # or short ones with vowels (UNetMidBlock2D, SeqAllToAllDim)
     letters = [h for h in humps if not h.isdigit()]
-    return len(letters) >= 4 and sum(map(len, letters)) < 3 * len(letters)
+    total = sum(map(len, letters))
+    titled = sum(len(h) for h in letters if re.fullmatch(r"[A-Z][a-z]{2,}", h) and re.search("[aeiouy]", h.lower())
+                 and _pronounceable(h))
+    return len(letters) >= 4 and total < 3.5 * len(letters) and titled * 2 < total
 
 
 def _random_part(part: str, before: str) -> bool:
