@@ -150,6 +150,69 @@ def test_device_work_ordered_after_the_copy_sees_its_values(chip):
         assert torch.empty(3, device=d).copy_(offloaded, non_blocking=True).tolist() == [1, 2, 3]
 
 
+def test_a_non_blocking_copy_to_the_device_reads_pinned_memory_when_its_stream_reaches_it(chip):
+    """A host buffer changed after a non-blocking host-to-device copy was issued from it: the device gets the
+    changed values, as a GPU or NPU reading the buffer later would, until a sync or later work on the stream."""
+    mod, d = chip
+    for issue in (lambda src: torch.zeros(4, device=d).copy_(src, non_blocking=True),
+                  lambda src: src.to(d, non_blocking=True)):
+        src = torch.ones(4, pin_memory=True)
+        dst = issue(src)
+        src.fill_(7)  # the chip has not read src yet
+        mod.synchronize()
+        src.fill_(9)  # read by now: too late to change the device's copy
+        assert dst.tolist() == [7] * 4
+
+    src = torch.ones(4, pin_memory=True)
+    dst = src.to(d, non_blocking=True)
+    src.fill_(5)
+    later = dst * 2  # later work on the same stream: the chip read src before it
+    src.fill_(9)
+    assert later.tolist() == [10] * 4 and dst.tolist() == [5] * 4
+
+    # a copy on a side stream: work on another stream does not reach it, until that stream waits for its event
+    side, src = mod.Stream(), torch.ones(4, pin_memory=True)
+    with mod.stream(side):
+        dst = src.to(d, non_blocking=True)
+        copied = side.record_event()
+    src.fill_(3)
+    torch.ones(2, device=d).sum()  # (the default stream, unordered: the copy may still be pending)
+    src.fill_(4)
+    mod.current_stream().wait_event(copied)
+    assert (dst + 0).tolist() == [4] * 4
+    src.fill_(5)
+    assert dst.tolist() == [4] * 4
+
+
+def test_a_non_blocking_copy_from_pageable_memory_reads_it_when_issued(chip):
+    # (CUDA and torch_npu stage pageable memory before the call returns: changing it after is safe)
+    _, d = chip
+    src = torch.ones(4)
+    dst = src.to(d, non_blocking=True)
+    src.fill_(7)
+    assert dst.tolist() == [1] * 4
+
+
+def test_each_host_sync_lands_a_pending_copy_to_the_device(chip):
+    mod, d = chip
+    for sync in (lambda s, e: mod.synchronize(), lambda s, e: s.synchronize(), lambda s, e: e.synchronize(),
+                 lambda s, e: torch.accelerator.synchronize()):
+        src = torch.zeros(2, pin_memory=True)
+        dst = src.to(d, non_blocking=True)
+        event = mod.current_stream().record_event()
+        src.fill_(1)
+        sync(mod.current_stream(), event)
+        src.fill_(2)
+        assert dst.tolist() == [1, 1]
+    src = torch.zeros(2, pin_memory=True)
+    dst = src.to(d, non_blocking=True)
+    event = mod.current_stream().record_event()
+    src.fill_(1)
+    assert event.query() is False and event.query() is True  # (a poll loop ends: the copy lands)
+    src.fill_(2)
+    assert dst.tolist() == [1, 1]
+
+
 def test_record_stream_is_accepted(chip):
     mod, d = chip
     side = mod.Stream()
@@ -202,6 +265,10 @@ def test_a_sync_chip_completes_every_copy_when_issued():
         mod = getattr(torch, d.type)
         host = torch.arange(3.0, device=d).to("cpu", non_blocking=True)
         assert host.tolist() == [0, 1, 2]  # (streams.submission = "sync": nothing is deferred)
+        src = torch.ones(2, pin_memory=True)
+        dst = src.to(d, non_blocking=True)
+        src.fill_(7)
+        assert dst.tolist() == [1, 1]
         assert mod.current_stream() is mod.default_stream() and mod.Stream() != mod.Stream()
 
 

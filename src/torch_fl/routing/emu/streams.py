@@ -9,7 +9,10 @@ for integers, True for bool) until a synchronisation covers the copy (``Stream.s
 ``Event.synchronize`` or ``query`` of a later event, the device's ``synchronize``, a blocking copy or
 ``.item()`` on the same stream), so a missing sync shows as wrong numbers, as on the hardware. Device work
 ordered after the copy (a later copy on the same stream, or on a stream that waited for its event, as
-``save_on_cpu(pin_memory=True)``'s reload does) sees the real values.
+``save_on_cpu(pin_memory=True)``'s reload does) sees the real values. The other way, a non-blocking copy
+from pinned host memory to the device reads its source when its stream is reached (the next op issued on
+the stream or on one ordered after it, or a host synchronisation that covers it; tensor.py's
+``on_device_op`` hook), so a host buffer refilled before then sends the refilled values, as DMA would.
 
 Order is kept as PyTorch's CUDA sanitizer keeps it (``torch.cuda._sanitizer.StreamSynchronizations``, used
 here as it is): each stream has a vector clock; recording an event copies it, waiting on one merges it,
@@ -35,6 +38,7 @@ import torch
 from torch.cuda._sanitizer import StreamSynchronizations
 from torch.utils._python_dispatch import _disable_current_modes
 
+from .memory import _nbytes
 from .slot import _no_device, backend_name, state
 
 aten = torch.ops.aten
@@ -53,6 +57,7 @@ class _Timeline:
         self.syncs = StreamSynchronizations()
         self.seq = 0
         self.pending: list[_Pending] = []  # deferred host-visible results (non-blocking D2H copies)
+        self.landing: list[_Landing] = []  # non-blocking H2D copies from pinned memory not yet reached
         self.in_flight: dict[int, _InFlight] = {}  # host data_ptr -> unfinished non-blocking copy touching it
         self.lock = threading.RLock()
         self.listener: Any = None  # the sanitizer (sanitizer.py), told of every synchronisation
@@ -60,7 +65,7 @@ class _Timeline:
     def idle(self) -> bool:
         """Nothing deferred and no sanitizer: a synchronisation has nothing to update (the clocks matter
         only for results deferred later, which get later sequence numbers)."""
-        return not self.pending and not self.in_flight and self.listener is None
+        return not self.pending and not self.in_flight and not self.landing and self.listener is None
 
     def tick(self, key: StreamKey) -> int:
         self.seq += 1
@@ -72,8 +77,10 @@ class _Timeline:
 
     def settle(self) -> None:
         """Complete every deferred result the host's clock covers now."""
-        if not self.pending and not self.in_flight:
+        if not self.pending and not self.in_flight and not self.landing:
             return
+        if self.landing:
+            self.land([c for c in self.landing if self.covered(c.key, c.seq)])
         done = [p for p in self.pending if self.covered(p.key, p.seq)]
         if done:
             self.pending = [p for p in self.pending if not self.covered(p.key, p.seq)]
@@ -112,7 +119,28 @@ class _Timeline:
     def outstanding(self, clock: dict[StreamKey, int]) -> list[_Pending]:
         """Deferred results a clock (an event's or a stream's) covers but the host has not seen."""
         return [p for p in self.pending if p.seq <= clock.get(p.key, -1)] + \
+            [c for c in self.landing if c.seq <= clock.get(c.key, -1)] + \
             [f for f in self.in_flight.values() if f.seq <= clock.get(f.key, -1) and not self.covered(f.key, f.seq)]
+
+    def land(self, copies: list[_Landing]) -> None:
+        """The chip reaches these host-to-device copies: each reads its source now, in issue order."""
+        if not copies:
+            return
+        self.landing = [c for c in self.landing if c not in copies]
+        if not self.landing:
+            tensor_module().on_device_op = None
+        for copy in copies:
+            copy.land()
+
+    def reached(self, key: StreamKey, touched: set[int]) -> None:
+        """Device work is issued on stream `key`, on device memory `touched` (storage addresses): the
+        host-to-device copies it is ordered after (its own stream's earlier ones, those before an event it
+        waited for) have been read by the chip. A copy into memory the work touches lands too, though
+        nothing orders it: that is a race between streams on the device, which the emulator, running
+        kernels when issued, shows as the sanitizer's report, not as values."""
+        with self.lock:
+            self.land([c for c in self.landing
+                       if c.ptr in touched or self.syncs.is_ordered_after(key, c.seq, c.key)])
 
     def reach(self, key: StreamKey, host: torch.Tensor) -> None:
         """Device work on stream `key` reads host tensor `host`: a deferred copy into it that the stream is
@@ -143,6 +171,23 @@ class _Pending:
         self.values = self.dst = None  # type: ignore[assignment]
 
 
+class _Landing:
+    """A non-blocking host-to-device copy from pinned host memory that its stream has not reached: land()
+    reads the source, with the values the host has put there meanwhile, as the chip's DMA would."""
+
+    __slots__ = ("dst", "key", "ptr", "seq", "src")
+
+    def __init__(self, key: StreamKey, seq: int, dst: Any, src: torch.Tensor) -> None:
+        self.key, self.seq, self.dst, self.src = key, seq, dst, src
+        self.ptr = dst._data.untyped_storage().data_ptr()
+
+    def land(self) -> None:
+        # (the chip's read of the source: no user op, so no dispatch mode (the sanitizer's) sees it)
+        with torch.no_grad(), _disable_current_modes():
+            self.dst._data.copy_(self.src)
+        self.dst = self.src = None
+
+
 class _InFlight:
     """A host buffer an unfinished non-blocking copy reads (H2D source) or writes (D2H destination)."""
 
@@ -153,6 +198,12 @@ class _InFlight:
 
 
 timeline = _Timeline()
+
+
+def tensor_module() -> Any:
+    from . import tensor
+
+    return tensor
 
 
 def _storage_ptr(tensor: torch.Tensor) -> int:
@@ -283,7 +334,8 @@ def _forget_stream(key: StreamKey) -> None:
         with timeline.lock:
             # (the sanitizer needs every stream's last clock: an access of it is ordered by later syncs)
             if timeline.listener is not None or any(p.key == key for p in timeline.pending) or \
-                    any(f.key == key for f in timeline.in_flight.values()):
+                    any(f.key == key for f in timeline.in_flight.values()) or \
+                    any(c.key == key for c in timeline.landing):
                 return
             timeline.syncs.current_sync_states.pop(key, None)
             timeline.syncs.host_sync_state.pop(key, None)
@@ -502,6 +554,38 @@ def _read_in_flight(src: torch.Tensor, key: StreamKey, op: str) -> None:
             timeline.in_flight[_storage_ptr(src)] = _InFlight(key, seq, "source", op, timeline.listener.stack())
 
 
+def _deferrable(src: torch.Tensor, dst: Any) -> bool:
+    """Whether a non-blocking host-to-device copy reads `src` later, when its stream reaches it: from pinned
+    memory only (from pageable memory CUDA, and torch_npu alike, stage the source before the call returns),
+    into a strided real tensor of the emulated device (the others keep the copy at issue)."""
+    from . import storage
+
+    return bool(src.numel()) and isinstance(dst, state.tensor_type) and dst._plain and storage.is_pinned(src)
+
+
+def _land_later(dst: Any, src: torch.Tensor, key: StreamKey) -> None:
+    """`dst` (device) receives `src` (pinned host) when stream `key` is reached: a later op on it (or on a
+    stream ordered after it), or a host synchronisation that covers it."""
+    with timeline.lock:
+        timeline.landing.append(_Landing(key, timeline.tick(key), dst, src))
+        tensor_module().on_device_op = _reach_landings
+
+
+def _reach_landings(args: tuple) -> None:
+    """tensor.py's hook while copies wait to land: the op about to run on the emulated device is issued
+    on the current stream of its first device tensor's device."""
+    device = state.tensor_type
+    index = state.current
+    touched: set[int] = set()
+    for arg in args:
+        for item in (arg if isinstance(arg, (list, tuple)) else (arg,)):
+            if type(item) is device:
+                if not touched:
+                    index = item._index
+                touched.add(_storage_ptr(item._data))
+    timeline.reached(current_stream(index)._key, touched)
+
+
 def _non_blocking(args: tuple, kwargs: dict, position: int) -> bool:
     return bool(args[position] if len(args) > position else kwargs.get("non_blocking", False))
 
@@ -528,9 +612,16 @@ def _wrap_copy(original: Any) -> Any:
         if isinstance(dst, device) and _host(src) and src.dim():  # host -> device
             key = current_stream(dst._index)._key
             timeline.reach(key, src)
-            out = original(func, args, kwargs)
-            if _non_blocking(args, kwargs, 2) and is_async():
-                _read_in_flight(src, key, "copy_")
+            if not (_non_blocking(args, kwargs, 2) and is_async()):
+                return original(func, args, kwargs)
+            if _deferrable(src, dst):
+                state.h2d_bytes += _nbytes(src)
+                state.h2d_calls += 1
+                out = dst
+                _land_later(dst, src, key)
+            else:
+                out = original(func, args, kwargs)
+            _read_in_flight(src, key, "copy_")
             return out
         return original(func, args, kwargs)
 
@@ -557,6 +648,8 @@ def _wrap_to_copy(original: Any) -> Any:
             timeline.reach(key, src)
             out = original(func, args, kwargs)
             if kwargs.get("non_blocking") and is_async():
+                if _deferrable(src, out):
+                    _land_later(out, src, key)
                 _read_in_flight(src, key, "_to_copy")
             return out
         return original(func, args, kwargs)

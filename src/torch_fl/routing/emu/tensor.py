@@ -45,6 +45,11 @@ aten = torch.ops.aten
 _TENSOR_DATA = torch._C.TensorBase.data  # PyTorch's own .data descriptor
 
 
+# Called with an op's arguments before the op runs on the emulated device, while there is something to
+# do then (streams.py: non-blocking host-to-device copies its stream reaches); None otherwise, so the
+# dispatch pays one global read.
+on_device_op: Callable[[tuple], None] | None = None
+
 # torch.device of each emulated index (the slot's name is fixed before the first tensor exists)
 _devices: dict[int, torch.device] = {}
 
@@ -96,6 +101,8 @@ class EmuTensor(torch.Tensor):
 
     def __repr__(self, *, tensor_contents: Any = None) -> str:
         state.syncs += 1
+        if on_device_op is not None:  # (printing reads the device data: a copy on the current stream)
+            on_device_op((self,))
         text = repr(_logical(self).detach())
         return text[:-1] + f", device='{self.device}')" if text.endswith(")") else text
 
@@ -150,6 +157,8 @@ class EmuTensor(torch.Tensor):
 
     def tolist(self) -> Any:
         state.syncs += 1
+        if on_device_op is not None:  # (a copy to the host on the current stream)
+            on_device_op((self,))
         state.d2h_calls += 1
         state.d2h_bytes += _nbytes(self._data)
         return _logical(self).tolist()
@@ -193,6 +202,8 @@ class EmuTensor(torch.Tensor):
 
     @classmethod
     def __torch_dispatch__(cls, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        if on_device_op is not None:
+            on_device_op(args)
         try:
             plan = _plans.get(id(func))
             if plan is not None and plan.fast and args and type(args[0]) is EmuTensor and \
