@@ -134,6 +134,29 @@ def freed_after_record_stream(mod, d):
     return locals()
 
 
+def freed_after_record_stream_of_a_view(mod, d):
+    side = mod.Stream()
+    x = torch.ones(8, device=d)
+    side.wait_stream(mod.current_stream())
+    with mod.stream(side):
+        x.sum()
+    x[4:].record_stream(side)  # (CUDA's record_stream marks the whole block: a view at an offset covers x)
+    del x
+    return locals()
+
+
+def view_used_on_a_side_stream_and_its_base_recorded(mod, d):
+    side = mod.Stream()
+    x = torch.ones(8, device=d)
+    tail = x[4:]
+    side.wait_stream(mod.current_stream())
+    with mod.stream(side):
+        tail.sum()
+    x.record_stream(side)
+    del x, tail
+    return locals()
+
+
 def host_read_after_sync(mod, d):
     host = torch.ones(4, device=d).to("cpu", non_blocking=True)
     mod.current_stream().synchronize()
@@ -143,7 +166,8 @@ def host_read_after_sync(mod, d):
 
 GOOD = [read_after_write_on_one_stream, write_after_read_on_one_stream, reads_on_two_streams,
         read_after_wait_stream, read_after_event_wait, read_after_device_synchronize, read_after_stream_synchronize,
-        read_after_event_synchronize, transitive_waits, freed_after_record_stream, host_read_after_sync]
+        read_after_event_synchronize, transitive_waits, freed_after_record_stream, freed_after_record_stream_of_a_view,
+        view_used_on_a_side_stream_and_its_base_recorded, host_read_after_sync]
 
 
 # bad programs --------------------------------------------------------------------------------------------

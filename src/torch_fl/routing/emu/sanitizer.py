@@ -270,7 +270,9 @@ class Sanitizer:
         self.note_host_sync(what)
 
     def record_stream(self, tensor: Any, stream: Any) -> None:
-        self.recorded[tensor._data.data_ptr() or id(tensor)].add(stream._key)
+        # keyed by the allocation, not the tensor's own pointer: CUDA's record_stream marks the whole block,
+        # so recording a view at an offset (a micro-batch chunk, as torchgpipe does) covers its base tensor
+        self.recorded[_allocation(tensor)].add(stream._key)
 
     # reports
     def report(self, text: str, *, now: bool = True) -> None:
@@ -302,6 +304,7 @@ class Sanitizer:
         with timeline.lock:
             for ptr in fresh:
                 self.handler._handle_memory_allocation(ptr)
+                self.recorded.pop(ptr, None)  # (a record_stream of an earlier tensor at this address)
             self.handler.seq_num = timeline.seq
             errors = self.handler._handle_kernel_launch(
                 key, accesses.dataptrs_read - accesses.dataptrs_written, accesses.dataptrs_written,
@@ -329,12 +332,16 @@ class Sanitizer:
             except RuntimeError:
                 return
             # (a weak reference with a callback, kept here: weakref.finalize costs several times more per tensor)
-            self.watched[ptr] = weakref.ref(storage, functools.partial(_freed, weakref.ref(self), ptr, key))
+            self.watched[ptr] = weakref.ref(storage, functools.partial(_freed, weakref.ref(self), ptr, key,
+                                                                       storage.data_ptr() or ptr))
             return
 
-    def freed(self, ptr: int, key: Any) -> None:
+    def freed(self, ptr: int, key: Any, allocation: int | None = None) -> None:
+        """The memory at ptr (a tensor of the allocation at `allocation`, allocated on stream `key`) is free."""
         info = self.handler.tensors_accessed.accesses.pop(ptr, None)
-        recorded = self.recorded.pop(ptr, set())
+        # (left for the allocation's other tensors, whose frees come in any order; dropped when the address
+        # is allocated again)
+        recorded = self.recorded.get(ptr if allocation is None else allocation, set())
         if info is None:
             return
         syncs = self.handler.syncs
@@ -388,12 +395,20 @@ class Sanitizer:
             return
 
 
-def _freed(owner: Any, ptr: int, key: Any, _storage: Any) -> None:
+def _freed(owner: Any, ptr: int, key: Any, allocation: int, _storage: Any) -> None:
     sanitizer = owner()
     if sanitizer is not None:
         sanitizer.watched.pop(ptr, None)
         if sanitizer.active:
-            sanitizer.freed(ptr, key)
+            sanitizer.freed(ptr, key, allocation)
+
+
+def _allocation(tensor: Any) -> int:
+    """Where the memory of an emulated tensor's allocation starts (its storage's pointer)."""
+    try:
+        return tensor._data.untyped_storage().data_ptr() or id(tensor)
+    except RuntimeError:
+        return tensor._data.data_ptr() or id(tensor)
 
 
 def _zip(schema: Any, args: tuple, kwargs: dict) -> Any:
