@@ -13,9 +13,19 @@ wherever it occurs (a token redacted in one line is not printed two lines below)
    names (password, api_key, HF_TOKEN) always; weak ones (token, x_key, X-Vendor-Key) when the value has a
    credential's shape (`credential_like`).
 
-Values of environment variables are redacted by name and by shape (`redact_value`, `secret_values`).
-Measured by scripts/redact_leak_rate.py (gitleaks' examples in 20 shapes) and
-scripts/redact_false_positives.py (public code); docs/cli.md has the numbers.
+4. **Default deny** (`_deny`, `looks_random`), last: every other token of a secret's form is masked
+   whatever surrounds it, judged by length and character mix, not by a vendor's shape: 12+ characters that
+   do not read as words, acronyms and numbers (letters and digits interleaved, case flipping every few
+   letters, letter pairs words lack, random chunks joined by dashes), 15+ digits, hex over 16 digits
+   outside a digest's context, UUIDs. Op names, identifiers, versions, paths, model ids and torch-fl's own
+   digests (`safe`) stay. It runs after the rules' values are replaced everywhere, so a value a rule found
+   whole is replaced whole.
+
+Values of environment variables are redacted by name and by shape (`redact_value`, `secret_values`), and
+their secret parts everywhere (`environment_secrets`); `redact_data` redacts each string of JSON data
+(`torchfl doctor --json`). Measured by scripts/redact_heldout.py (a held-out corpus: secrets-patterns-db's
+token shapes in 14 contexts, and harmless lines), scripts/redact_leak_rate.py (gitleaks' examples in 20
+shapes) and scripts/redact_false_positives.py (public code); docs/cli.md has the numbers.
 """
 
 from __future__ import annotations
