@@ -67,16 +67,25 @@ def test_tensorboard_plugin_loads_the_trace_and_counts_the_routes(traced):
     assert len(run.steps_names) == 2
     assert stats and fl_counts((o.name, o.calls) for o in run.op_list_groupby_name) == stats
     assert stats == Counter({f"fl::{r['route']} {r['op']}": r["calls"] for r in data["route_calls"]})
+    if data["device"].startswith("emu:"):  # the emulated chip's kernels and copies: device activity (issue 41)
+        assert run.has_kernel  # (memcpy events: tests/routing/test_emu_profiling.py; these steps copy nothing)
+        kernels = set(run.kernel_stat["name"]) if "name" in run.kernel_stat else set(run.kernel_stat.index)
+        assert any(str(name).startswith("aten::") for name in kernels), kernels
 
 
 def test_holistic_trace_analysis_loads_the_trace_and_counts_the_routes(traced):
     pytest.importorskip("hta")
     from hta.trace_analysis import TraceAnalysis
 
-    trace, stats, _ = traced
+    trace, stats, data = traced
     # (HTA drops the last profiler step unless told: it is often cut short by the profiler's end)
     analysis = TraceAnalysis(trace_dir=str(trace.parent), include_last_profiler_step=True)
     assert len(analysis.get_profiler_steps()) == 2
     frame = analysis.t.get_trace(0)
     symbols = analysis.t.symbol_table.sym_table
     assert stats and fl_counts(Counter(symbols[i] for i in frame["name"]).items()) == stats
+    if data["device"].startswith("emu:"):  # the emulated chip's kernels and copies on its streams (issue 41)
+        on_device = {symbols[i] for i in frame[frame["stream"] >= 0]["name"]}
+        assert any(n.startswith("aten::") for n in on_device), on_device
+        breakdown = analysis.get_gpu_kernel_breakdown(visualize=False)[0]
+        assert "COMPUTATION" in set(breakdown["kernel_type"])

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -187,7 +188,8 @@ def profile(trace: str | None = None, *, device: Any = None, **kwargs: Any) -> I
     kwargs.setdefault("activities", activities(dev))
     result = Profile()
     before = _transfers()
-    with torch.profiler.profile(**kwargs) as prof:
+    kernels = _emulated_kernels()
+    with torch.profiler.profile(**kwargs) as prof, kernels:
         start = time.perf_counter()
         try:
             yield result
@@ -199,6 +201,21 @@ def profile(trace: str | None = None, *, device: Any = None, **kwargs: Any) -> I
     if trace:
         prof.export_chrome_trace(str(trace))
         result.trace = str(trace)
+        if getattr(kernels, "records", None):
+            from ..routing.emu.profiling import add_device_tracks
+            from ..routing.emu.slot import backend_name
+
+            add_device_tracks(str(trace), kernels.records, backend_name())
+
+
+def _emulated_kernels() -> Any:
+    """The emulated device's op recorder (its kernels and copies become device activity in the trace:
+    routing/emu/profiling.py) when an emulated device can exist in this process, else nothing."""
+    if "torch_fl.routing.emu.tensor" not in sys.modules:
+        return contextlib.nullcontext()
+    from ..routing.emu.profiling import KernelRecorder
+
+    return KernelRecorder()
 
 
 def profile_model(spec: ModelSpec, device: str, *, steps: int = 5, warmup: int = 2, train: bool = True,

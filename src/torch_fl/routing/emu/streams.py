@@ -12,7 +12,7 @@ ordered after the copy (a later copy on the same stream, or on a stream that wai
 ``save_on_cpu(pin_memory=True)``'s reload does) sees the real values. The other way, a non-blocking copy
 from pinned host memory to the device reads its source when its stream is reached (the next op issued on
 the stream or on one ordered after it, or a host synchronisation that covers it; tensor.py's
-``on_device_op`` hook), so a host buffer refilled before then sends the refilled values, as DMA would.
+device-op hook), so a host buffer refilled before then sends the refilled values, as DMA would.
 
 Order is kept as PyTorch's CUDA sanitizer keeps it (``torch.cuda._sanitizer.StreamSynchronizations``, used
 here as it is): each stream has a vector clock; recording an event copies it, waiting on one merges it,
@@ -128,7 +128,7 @@ class _Timeline:
             return
         self.landing = [c for c in self.landing if c not in copies]
         if not self.landing:
-            tensor_module().on_device_op = None
+            tensor_module().set_device_op_hook("landing", None)
         for copy in copies:
             copy.land()
 
@@ -568,10 +568,11 @@ def _land_later(dst: Any, src: torch.Tensor, key: StreamKey) -> None:
     stream ordered after it), or a host synchronisation that covers it."""
     with timeline.lock:
         timeline.landing.append(_Landing(key, timeline.tick(key), dst, src))
-        tensor_module().on_device_op = _reach_landings
+        if len(timeline.landing) == 1:
+            tensor_module().set_device_op_hook("landing", _reach_landings)
 
 
-def _reach_landings(args: tuple) -> None:
+def _reach_landings(func: Any, args: tuple) -> None:
     """tensor.py's hook while copies wait to land: the op about to run on the emulated device is issued
     on the current stream of its first device tensor's device."""
     device = state.tensor_type

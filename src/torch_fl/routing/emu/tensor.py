@@ -45,10 +45,29 @@ aten = torch.ops.aten
 _TENSOR_DATA = torch._C.TensorBase.data  # PyTorch's own .data descriptor
 
 
-# Called with an op's arguments before the op runs on the emulated device, while there is something to
-# do then (streams.py: non-blocking host-to-device copies its stream reaches); None otherwise, so the
-# dispatch pays one global read.
-on_device_op: Callable[[tuple], None] | None = None
+# Called with (op, arguments) before an op runs on the emulated device while something needs to know
+# (streams.py: non-blocking host-to-device copies its stream reaches; profiling.py: the device's kernels
+# for a trace); None otherwise, so the dispatch pays one global read. Set through set_device_op_hook.
+on_device_op: Callable[[Any, tuple], None] | None = None
+_device_op_hooks: dict[str, Callable[[Any, tuple], None]] = {}
+
+
+def set_device_op_hook(name: str, hook: Callable[[Any, tuple], None] | None) -> None:
+    """Install (or, with None, remove) the hook `name` called before each op on the emulated device."""
+    global on_device_op
+    if hook is None:
+        _device_op_hooks.pop(name, None)
+    else:
+        _device_op_hooks[name] = hook
+    hooks = tuple(_device_op_hooks.values())
+    if len(hooks) > 1:
+        def each(func: Any, args: tuple) -> None:
+            for one in hooks:
+                one(func, args)
+
+        on_device_op = each
+    else:
+        on_device_op = hooks[0] if hooks else None
 
 # torch.device of each emulated index (the slot's name is fixed before the first tensor exists)
 _devices: dict[int, torch.device] = {}
@@ -102,7 +121,7 @@ class EmuTensor(torch.Tensor):
     def __repr__(self, *, tensor_contents: Any = None) -> str:
         state.syncs += 1
         if on_device_op is not None:  # (printing reads the device data: a copy on the current stream)
-            on_device_op((self,))
+            on_device_op(None, (self,))
         text = repr(_logical(self).detach())
         return text[:-1] + f", device='{self.device}')" if text.endswith(")") else text
 
@@ -158,7 +177,7 @@ class EmuTensor(torch.Tensor):
     def tolist(self) -> Any:
         state.syncs += 1
         if on_device_op is not None:  # (a copy to the host on the current stream)
-            on_device_op((self,))
+            on_device_op(None, (self,))
         state.d2h_calls += 1
         state.d2h_bytes += _nbytes(self._data)
         return _logical(self).tolist()
@@ -203,7 +222,7 @@ class EmuTensor(torch.Tensor):
     @classmethod
     def __torch_dispatch__(cls, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         if on_device_op is not None:
-            on_device_op(args)
+            on_device_op(func, args)
         try:
             plan = _plans.get(id(func))
             if plan is not None and plan.fast and args and type(args[0]) is EmuTensor and \
