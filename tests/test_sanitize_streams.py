@@ -221,8 +221,18 @@ def one_of_a_list_unsynchronised(mod, d):
     return locals()
 
 
+def race_through_a_view_at_an_offset(mod, d):
+    x = torch.ones(8, device=d)
+    side = mod.Stream()
+    side.wait_stream(mod.current_stream())
+    with mod.stream(side):
+        x[4:].add_(1)
+    x[4:].sum()  # (a second view at the same place: the same memory, not a new allocation)
+    return locals()
+
+
 BAD = [read_after_write_on_two_streams, write_after_read_on_two_streams, write_after_write_on_two_streams,
-       wait_recorded_before_the_write, one_of_a_list_unsynchronised]
+       wait_recorded_before_the_write, one_of_a_list_unsynchronised, race_through_a_view_at_an_offset]
 
 
 @pytest.mark.parametrize("program", GOOD, ids=lambda f: f.__name__)
@@ -266,6 +276,24 @@ def test_memory_freed_without_record_stream_is_reported(chip):
     reports = _reports(program, mod, d)
     assert len(reports) == 1 and "freed while another stream may still use it" in reports[0]
     assert "record_stream" in reports[0]
+
+
+def test_memory_used_through_a_view_on_another_stream_is_checked_at_its_free(chip):
+    """The view is sliced on the side stream, but its memory is the allocation's, made on the default stream."""
+    mod, d = chip
+
+    def program(mod, d):
+        side = mod.Stream()
+        x = torch.ones(8, device=d)
+        side.wait_stream(mod.current_stream())
+        with mod.stream(side):
+            tail = x[4:]
+            tail.mul_(2)
+        del x, tail
+
+    reports = _reports(program, mod, d)
+    assert len(reports) == 1 and "freed while another stream may still use it" in reports[0], reports
+    assert "allocated on the default stream" in reports[0] and "aten::mul_ on stream" in reports[0]
 
 
 def test_host_access_to_an_unfinished_non_blocking_copy_is_reported(chip):

@@ -70,7 +70,7 @@ class _Signature:
     """What the sanitizer reads of an op's schema, once: (name, writes, metadata only) per argument, and
     whether its result is metadata only (None: no result)."""
 
-    __slots__ = ("arguments", "named", "returns")
+    __slots__ = ("arguments", "named", "returns", "views")
 
     def __init__(self, schema: Any, is_factory: bool) -> None:
         self.arguments = tuple(
@@ -80,6 +80,8 @@ class _Signature:
         returns = schema.returns
         alias = returns[0].alias_info if returns else None
         self.returns = None if not returns else is_factory or (alias is not None and not alias.is_write)
+        # a view op: its result is memory of its input's allocation, not a new allocation
+        self.views = bool(returns) and not is_factory and alias is not None and not alias.is_write
 
 
 _signatures: dict[tuple[Any, bool], _Signature] = {}
@@ -257,6 +259,7 @@ class Sanitizer:
         self.handler.syncs = streams.timeline.syncs  # (one order for the deferred copies and the check)
         self.recorded: dict[int, set[Any]] = collections.defaultdict(set)  # data_ptr -> streams of record_stream
         self.watched: dict[int, Any] = {}  # data_ptr -> weak reference to its storage (its free is checked)
+        self.views: dict[int, set[int]] = {}  # allocation -> data_ptrs of its views at an offset
         self.deferred: list[str] = []  # found where no exception can be raised (a free): raised at the next op
         self.host_sync_sites: collections.Counter[tuple[str, str]] = collections.Counter()
         self.mode = _Mode(self)
@@ -298,9 +301,17 @@ class Sanitizer:
                 for (what, where), count in self.host_sync_sites.most_common()]
 
     # the check
-    def launch(self, func: Any, index: int, accesses: _Accesses, fresh: set[int], outputs: Any) -> None:
+    def launch(self, func: Any, index: int, accesses: _Accesses, fresh: set[int], outputs: Any,
+               views: bool = False) -> None:
         timeline = streams.timeline
         key = streams.current_stream(index)._key
+        if views:
+            # (a view at a new pointer is not an allocation: counting it one forgot the accesses made at that
+            # pointer before, and freed it on the stream that sliced it; its accesses are checked at the
+            # free of its allocation instead)
+            for ptr in fresh:
+                self._note_view(outputs, ptr, key)
+            fresh = set()
         with timeline.lock:
             for ptr in fresh:
                 self.handler._handle_memory_allocation(ptr)
@@ -336,16 +347,33 @@ class Sanitizer:
                                                                        storage.data_ptr() or ptr))
             return
 
+    def _note_view(self, outputs: Any, ptr: int, key: Any) -> None:
+        for tensor in _tensors(outputs):
+            if (tensor._data.data_ptr() or id(tensor)) != ptr:
+                continue
+            try:
+                storage = tensor._data.untyped_storage()
+            except RuntimeError:
+                return
+            base = storage.data_ptr()
+            if not base or base == ptr:
+                return
+            self.views.setdefault(base, set()).add(ptr)
+            if base not in self.watched:  # (allocated before the check began: its stream is not known)
+                self.watched[base] = weakref.ref(storage, functools.partial(_freed, weakref.ref(self), base, key,
+                                                                            base))
+            return
+
     def freed(self, ptr: int, key: Any, allocation: int | None = None) -> None:
         """The memory at ptr (a tensor of the allocation at `allocation`, allocated on stream `key`) is free."""
-        info = self.handler.tensors_accessed.accesses.pop(ptr, None)
+        accesses = self.handler.tensors_accessed.accesses
+        found = [accesses.pop(view, None) for view in self.views.pop(ptr, ())]
+        found.append(accesses.pop(ptr, None))
         # (left for the allocation's other tensors, whose frees come in any order; dropped when the address
         # is allocated again)
         recorded = self.recorded.get(ptr if allocation is None else allocation, set())
-        if info is None:
-            return
         syncs = self.handler.syncs
-        for access in [info.write, *info.reads]:
+        for access in [a for info in found if info is not None for a in (info.write, *info.reads)]:
             if access is None or access.stream == key or access.stream in recorded:
                 continue
             if syncs.is_ordered_after(key, access.seq_num, access.stream):
@@ -492,7 +520,7 @@ class _Mode(TorchDispatchMode):
         inputs = set(accesses.tensor_aliases)
         outputs = func(*args, **kwargs)
         accesses.read_outputs(signature, outputs)
-        sanitizer.launch(func, index, accesses, accesses.outputs - inputs, outputs)
+        sanitizer.launch(func, index, accesses, accesses.outputs - inputs, outputs, signature.views)
         if _blocking_transfer(func, args, kwargs):
             # a blocking copy between host and device ends with a synchronisation of its stream, as
             # PyTorch's CUDA copy does (cudaStreamSynchronize, which CSAN's trace sees): after the copy
