@@ -149,3 +149,14 @@ def test_emulation_is_named_as_such() -> None:
 def test_a_real_backend_is_not_called_emulated(capsys) -> None:
     out = _report(capsys)
     assert "EMULATED" not in out
+
+
+def test_a_long_log_is_read_in_bounded_memory_and_numbered_as_the_file(capsys, monkeypatch, tmp_path) -> None:
+    monkeypatch.setattr(bugreport, "_SCAN_LINES", 100)  # only the last 100 lines are kept while reading
+    log = tmp_path / "big.log"
+    log.write_text("\n".join([*(f"INFO {i}" for i in range(1000)), *TRACEBACK, "INFO end"]) + "\n",
+                   encoding="utf-8")
+    out = _report(capsys, "--log", str(log))
+    # the traceback starts on line 1001 of 1007: the 30 lines end with the file, the rest are before it
+    assert "lines 978-1007 of 1007, around the last traceback; 977 lines before cut." in out, out
+    assert "**Actual:** `RuntimeError: CUDA error: device-side assert triggered`" in out

@@ -91,17 +91,18 @@ _TRACEBACK = "Traceback (most recent call last):"
 _BEFORE = 5  # lines of context kept before the traceback (what the program was doing)
 
 
-def excerpt(lines: list[str], budget: int) -> tuple[list[str], str]:
+def excerpt(lines: list[str], budget: int, skipped: int = 0) -> tuple[list[str], str]:
     """About `budget` lines around the last error of a log: the last traceback (from a few lines before it
     to its exception line and a few after) or the last error line; the lines of a longer traceback's middle
-    are cut, and the note says what was left out. Without an error, the last `budget` lines."""
+    are cut, and the note says what was left out. Without an error, the last `budget` lines. `skipped`:
+    lines of the log before `lines` (not kept in memory)."""
     n = len(lines)
     last = next((i for i in range(n - 1, -1, -1) if _EXCEPTION.match(lines[i].strip())
                  or _ERROR.search(lines[i])), None)
     if last is None:
         kept = lines[-budget:]
-        return kept, (f"the last {len(kept)} of {n} lines (no error or traceback found)" if n > len(kept)
-                      else f"all {n} lines (no error or traceback found)")
+        return kept, (f"the last {len(kept)} of {n + skipped} lines (no error or traceback found)"
+                      if n + skipped > len(kept) else f"all {n} lines (no error or traceback found)")
     start = next((i for i in range(last, max(-1, last - 2000), -1) if lines[i].strip() == _TRACEBACK), last)
     first, end = max(0, start - _BEFORE), min(n, last + 1 + _BEFORE)
     spare = budget - (end - first)
@@ -123,10 +124,10 @@ def excerpt(lines: list[str], budget: int) -> tuple[list[str], str]:
         else:
             first += cut_middle
             span, cut_middle = span[cut_middle:], 0
-    parts = [f"lines {first + 1}-{end} of {n}, around the last "
+    parts = [f"lines {first + 1 + skipped}-{end + skipped} of {n + skipped}, around the last "
              + ("traceback" if start < last else "error line")]
-    if first:
-        parts.append(f"{_lines(first)} before cut")
+    if first + skipped:
+        parts.append(f"{_lines(first + skipped)} before cut")
     if cut_middle:
         parts.append(f"{_lines(cut_middle)} of the traceback cut")
     if n - end:
@@ -158,7 +159,7 @@ def build_report(log: Path | None, lines: int, environ: Mapping[str, str] | None
     except Exception as exc:  # the report is how a broken setup gets reported: never let doctor stop it
         data = doctor._skeleton()
         data["errors"].append({"stage": "doctor", "type": type(exc).__name__, "message": str(exc)})
-    log_lines = _read(log) if log is not None else []
+    log_lines, skipped = _read(log) if log is not None else ([], 0)
     actual = last_exception(log_lines)
     sections = [
         "# torch-fl bug report",
@@ -167,7 +168,7 @@ def build_report(log: Path | None, lines: int, environ: Mapping[str, str] | None
         "value found redacted everywhere; every other random-looking token) are redacted, the home "
         "folder is ~ and the user name <user>; check the rest before posting. -->",
         "## Environment and versions", _environment(data, environ),
-        "## Error log", _log_section(log, log_lines, lines),
+        "## Error log", _log_section(log, log_lines, lines, skipped),
         "## Expected vs actual behaviour",
         "**Expected:** <!-- what should happen -->\n\n"
         + (f"**Actual:** `{actual}` (the log's last exception; say so if it is not the problem)" if actual else
@@ -187,8 +188,19 @@ def build_report(log: Path | None, lines: int, environ: Mapping[str, str] | None
     return redact("\n\n".join(sections) + "\n", environ, known=known, safe=safe)
 
 
-def _read(log: Path) -> list[str]:
-    return log.read_text(encoding="utf-8", errors="replace").splitlines()
+# The log lines kept in memory: the last error is looked for among them (a log of gigabytes stays cheap).
+_SCAN_LINES = 20_000
+
+
+def _read(log: Path) -> tuple[list[str], int]:
+    """The log's last _SCAN_LINES lines, and how many lines came before them."""
+    total = 0
+    kept: deque[str] = deque(maxlen=_SCAN_LINES)
+    with log.open(encoding="utf-8", errors="replace") as handle:
+        for line in handle:
+            kept.append(line.rstrip("\r\n"))
+            total += 1
+    return list(kept), total - len(kept)
 
 
 def _environment(data: dict[str, Any], environ: Mapping[str, str]) -> str:
@@ -282,14 +294,14 @@ def installed_as(name: str = "torch-fl") -> str:
     return f"{kind} {url} by {installer}"
 
 
-def _log_section(log: Path | None, log_lines: list[str], lines: int) -> str:
+def _log_section(log: Path | None, log_lines: list[str], lines: int, skipped: int = 0) -> str:
     if log is None:
         return ("No log attached. Capture one and run bugreport again:\n\n"
                 + _fence("FL_LOG=DEBUG python train.py 2> err.log\n"
                          "torchfl bugreport --log err.log", "sh"))
     if not log_lines:
         return f"From `{log}`: the file is empty."
-    kept, note = excerpt(log_lines, lines)
+    kept, note = excerpt(log_lines, lines, skipped)
     return f"From `{log}`: {note}.\n\n" + _fence("\n".join(kept), "text")
 
 
