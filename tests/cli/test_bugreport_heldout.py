@@ -41,6 +41,7 @@ def test_the_corpus_is_held_out_attributed_and_large_enough() -> None:
             "identifier", "string constant", "over-redaction"} <= {row["category"] for row in harmless}
 
 
+@pytest.mark.slow  # a child process / 9,212 redactions: seconds of CPU
 def test_at_most_one_percent_leaks_and_one_percent_of_harmless_lines_change() -> None:
     heldout = _heldout()
     # our own rules alone (detect-secrets off): the floor every install has

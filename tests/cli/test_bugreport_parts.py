@@ -134,6 +134,7 @@ def test_the_report_says_how_torch_fl_was_installed(capsys) -> None:
     assert line.startswith(f"- **torch-fl**: {torch_fl.__version__} (") and bugreport.installed_as().split()[0] in line
 
 
+@pytest.mark.slow  # a child process / 9,212 redactions: seconds of CPU
 def test_emulation_is_named_as_such() -> None:
     # a child process: an emulated chip stays registered in the process that loaded it
     env = {**os.environ, "FL_DEVICE": "emu:npu"}
