@@ -976,15 +976,18 @@ def reclassify(paths: list[str]) -> dict[str, dict[str, Any]]:
 def merge_files(earlier: list[dict[str, Any]], later: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Files of two runs of a suite: a later run of a whole file replaces it; a later run of some of its
     tests (--select) replaces only those tests' outcomes (by node id), so a file too slow to finish in one
-    run is measured in parts. The earlier run's timeout goes with it (the parts say how far each got; a part
-    that times out brings its own); a crash by a signal stays."""
+    run is measured in parts. A whole run's timeout goes with the first part (the parts say how far each got; a
+    part that times out brings its own, which the next part keeps); a crash by a signal stays."""
     merged = {f["file"]: f for f in earlier}
     for f in later:
         before = merged.get(f["file"])
         if f.get("select") and before is not None:
             ids = {t.get("nodeid") for t in f["tests"] if t.get("nodeid")}
-            kept = [t for t in before["tests"] if t.get("nodeid") not in ids and t.get("kind") != "timeout"]
-            merged[f["file"]] = {**before, "tests": kept + f["tests"]}
+            whole = not before.get("select")
+            kept = [t for t in before["tests"]
+                    if t.get("nodeid") not in ids and not (whole and t.get("kind") == "timeout")]
+            parts = " | ".join(filter(None, [before.get("select"), f["select"]]))
+            merged[f["file"]] = {**before, "tests": kept + f["tests"], "select": parts}
         else:
             merged[f["file"]] = f
     return list(merged.values())

@@ -173,7 +173,11 @@ def test_a_selected_part_of_a_file_replaces_only_its_own_tests(tmp_path):
         ("t.py::T::a_float32", "passed"), ("t.py::T::a_complex64", "passed"), ("t.py::T::b_complex64", "passed")]
     crashed = {**full, "tests": [*full["tests"][:2], {"kind": "signal", "rc": -11, "weight": 5}]}
     assert {"kind": "signal", "rc": -11, "weight": 5} in vs.merge_files([crashed], [part])[0]["tests"]
-    assert "select" not in merged[0]  # (still the whole file's record)
+    # a second part keeps the first part's timeout (the tests it did not reach are still unrun)
+    first = {**part, "tests": [*part["tests"], {"kind": "timeout", "seconds": 600, "weight": 1}]}
+    second = {"file": "t.py", "select": "not complex64", "tests": [test("a_float32", "failed")]}
+    kinds = [t.get("kind", "test") for t in vs.merge_files(vs.merge_files([full], [first]), [second])[0]["tests"]]
+    assert kinds.count("timeout") == 1 and len(kinds) == 4
     # a whole-file run replaces the file; a part with nothing before it is the file's record
     assert vs.merge_files([full], [{**full, "tests": []}])[0]["tests"] == []
     assert vs.merge_files([], [part]) == [part]
