@@ -14,6 +14,9 @@ they are plain aten events. From one profile this module gives:
 - the host<->device copies: the fallback copies' ranges, the device's memcpy activities where the
   profiler records them (CUDA), and the emulated device's transfer counters (route_stats()["transfers"]).
 
+On an emulated chip the written trace also shows its kernels and copies as device activity, as Kineto
+writes a GPU's (routing/emu/profiling.py's add_device_tracks).
+
 ``torch.fl.profile()`` (profile below) is the context manager; ``torchfl profile MODEL --device D`` runs
 warm-up and N steps of a model entry point with routing active and prints the report.
 """
@@ -188,7 +191,7 @@ def profile(trace: str | None = None, *, device: Any = None, **kwargs: Any) -> I
     kwargs.setdefault("activities", activities(dev))
     result = Profile()
     before = _transfers()
-    kernels = _emulated_kernels()
+    kernels = _emulated_kernels() if trace else contextlib.nullcontext()
     with torch.profiler.profile(**kwargs) as prof, kernels:
         start = time.perf_counter()
         try:
