@@ -86,7 +86,7 @@ class KernelRecorder:
 
 _NO_KERNEL = frozenset({"aten::empty_like", "aten::empty_strided", "aten::empty.memory_format", "aten::new_empty",
                         "aten::new_empty_strided", "aten::resize_", "aten::set_", "aten::lift_fresh",
-                        "aten::record_stream"})
+                        "aten::record_stream", "aten::_unsafe_view"})  # (_unsafe_view: a view by another name)
 
 
 def _copy_kind(func: Any, args: tuple, device: type) -> tuple[str, int]:
