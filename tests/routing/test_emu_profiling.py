@@ -113,6 +113,8 @@ def test_the_trace_shows_the_emulated_kernels_and_copies_as_device_activity(tmp_
         y.cpu()
 
     events = _trace_of(tmp_path, monkeypatch, "", work)
+    from torch_fl.routing.emu import tensor
+    assert tensor.on_device_op is None  # (the recorder is off after the profile: the dispatch pays nothing)
     names = {(e["name"], e["tid"]) for e in _device_events(events, "kernel")}
     assert {("aten::mm", 0), ("aten::relu", 0), ("aten::add_", 0)} <= names
     assert any(name == "aten::mul_" and tid != 0 for name, tid in names)  # the side stream's own thread

@@ -182,6 +182,9 @@ def test_a_non_blocking_copy_to_the_device_reads_pinned_memory_when_its_stream_r
     assert (dst + 0).tolist() == [4] * 4
     src.fill_(5)
     assert dst.tolist() == [4] * 4
+    # nothing left to land: the dispatch's hook is gone again (the dispatch pays one global read)
+    from torch_fl.routing.emu import tensor
+    assert tensor.on_device_op is None
 
 
 def test_a_non_blocking_copy_from_pageable_memory_reads_it_when_issued(chip):
