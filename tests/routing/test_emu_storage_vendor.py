@@ -319,3 +319,18 @@ def test_storages_under_the_vendor_name():
     assert out == {"new": ["npu:0", 0], "npu": ["npu:0", [1, 2]], "tensor": [0.0, 1.0, 2.0],
                    "data": ["npu:0", "npu:0", True], "legacy": [["npu:0", [0.0, 1.0, 2.0, 3.0]]] * 4,
                    "dlpack": ["npu:0", True]}
+
+
+@pytest.mark.slow  # a fresh process
+def test_a_typed_storage_class_of_the_chip_wraps_an_untyped_storage():
+    # torch_mlu's tests: torch.mlu.ComplexDoubleStorage(wrap_storage=s.untyped()) (the wrapped storage says
+    # where it lives; TypedStorage refuses a device= beside it)
+    got = _run("""
+import json, torch, torch_mlu
+s = torch.mlu.ComplexDoubleStorage(4)
+w = torch.mlu.ComplexDoubleStorage(wrap_storage=s.untyped())
+print(json.dumps({"dtype": str(w.dtype), "device": str(w.device), "size": len(w),
+                  "same": w.untyped().data_ptr() == s.untyped().data_ptr(),
+                  "isinstance": isinstance(w, torch.mlu.ComplexDoubleStorage)}))
+""", chip="mlu")
+    assert got == {"dtype": "torch.complex128", "device": "mlu:0", "size": 4, "same": True, "isinstance": True}

@@ -141,6 +141,10 @@ class _StorageType(type):
     dtype: torch.dtype
 
     def __call__(cls, *args: Any, **kwargs: Any) -> torch.TypedStorage:
+        if "wrap_storage" in kwargs:
+            # the wrapped untyped storage says where it lives; TypedStorage refuses a device beside it
+            # (torch_mlu's tests: ComplexDoubleStorage(wrap_storage=s.untyped()))
+            return torch.TypedStorage(*args, dtype=cls.dtype, **kwargs)
         device = torch.device(backend_name(), state.current)
         return torch.TypedStorage(*args, dtype=cls.dtype, device=device, **kwargs)
 
