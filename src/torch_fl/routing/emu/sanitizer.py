@@ -367,8 +367,15 @@ class Sanitizer:
     def freed(self, ptr: int, key: Any, allocation: int | None = None) -> None:
         """The memory at ptr (a tensor of the allocation at `allocation`, allocated on stream `key`) is free."""
         accesses = self.handler.tensors_accessed.accesses
-        found = [accesses.pop(view, None) for view in self.views.pop(ptr, ())]
-        found.append(accesses.pop(ptr, None))
+        info = accesses.pop(ptr, None)
+        views = self.views.pop(ptr, None)
+        if views is None:
+            if info is None:
+                return  # (most frees: nothing used it since the check began)
+            found = [info]
+        else:
+            found = [accesses.pop(view, None) for view in views]
+            found.append(info)
         # (left for the allocation's other tensors, whose frees come in any order; dropped when the address
         # is allocated again)
         recorded = self.recorded.get(ptr if allocation is None else allocation, set())
