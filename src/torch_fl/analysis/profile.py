@@ -339,7 +339,14 @@ def _syncs_section(data: dict[str, Any]) -> Section:
     if syncs["device_is_host"]:
         text.append("On the CPU the host is the device and nothing waits; on a chip each of these lines would.")
     return Section(title, text=text, tables=[Table(["per step", "what", "where"],
-                                                   [[s["count"], s["what"], s["where"]] for s in syncs["sites"]])])
+                                                   [[s["count"], s["what"], _tail(s["where"])]
+                                                    for s in syncs["sites"]])])
+
+
+def _tail(where: str, width: int = 48) -> str:
+    """A source line's place cut from the left, so that a narrow table keeps the file name and line
+    (the JSON keeps the whole path)."""
+    return where if len(where) <= width else "…" + where[-(width - 1):]
 
 
 # What a route's ops are called in a sentence ("3 translated ops take ...").
