@@ -5,6 +5,9 @@ the plugin refuses where it has none. The checks are the ones torch_npu's own te
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import warnings
 
 import pytest
@@ -182,3 +185,22 @@ def test_compressed_layouts_are_refused_with_the_emulators_reason(chip):
     s, _ = _pair(chip)
     with pytest.raises(NotImplementedError, match=r"sparse_csr tensor on .* is not emulated by torch-fl"):
         s.coalesce().to_sparse_csr()
+
+
+@pytest.mark.slow  # a fresh process: the bug aborted it
+def test_a_sparse_backward_the_chip_refuses_raises_instead_of_aborting():
+    # torch_npu's test_sparse.py gradcheck of sparse erfinv: its backward needs sparse exp, which neither
+    # the chip nor the host has; the error surfaced in backward killed the process (SIGABRT)
+    code = """
+import torch, torch_fl
+x = torch.ones(3, device=torch.fl.device()).to_sparse().requires_grad_(True)
+y = torch.erfinv(x).to_dense().sum()
+try:
+    y.backward()
+except RuntimeError as exc:
+    print("RAISED", str(exc).splitlines()[0])
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "FL_DEVICE": "emu:npu", "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, f"exit {done.returncode} (negative: a signal)\n{done.stderr[-2000:]}"
+    assert "RAISED CAUTION: The operator 'aten::exp' is not currently supported on the NPU backend." in done.stdout
