@@ -172,7 +172,7 @@ CASES: tuple[Case, ...] = (
          expect="describe 'twin': a.toml and b.toml. Fix: keep one of them", rc=2),
     Case("`FL_EMU_DEVICES` over Python's int range, at import (it used to be an OverflowError traceback)",
          ("doctor", "--json"), env={"FL_EMU_DEVICES": "99999999999999999999", "FL_DEVICE": "emu:cpu"}, fresh=True,
-         expect="FL_EMU_DEVICES: '99999999999999999999' is not a whole number >= 1 (at most 1024, in ASCII digits",
+         expect="FL_EMU_DEVICES: '<redacted>' is not a whole number >= 1 (at most 1024, in ASCII digits",
          show="doctor"),
     Case("`FL_EMU_DEVICES` in Arabic-Indic digits (Python's int() used to accept them)", ("doctor", "--json"),
          env={"FL_EMU_DEVICES": "\u0661\u0660"}, expect="is not a whole number >= 1 (at most 1024, in ASCII digits",
