@@ -15,7 +15,16 @@ from .._versions import check_spec
 from ..errors import DescriptionError, did_you_mean
 from .fallback import parse_switch
 from .model import Description
-from .schema import BACKEND_DISPATCH_KEYS, SCHEMA, SCHEMA_VERSION, Key, backend_dispatch_keys, defaults
+from .schema import (
+    BACKEND_DISPATCH_KEYS,
+    MAX_MESSAGE,
+    MAX_TEXT,
+    SCHEMA,
+    SCHEMA_VERSION,
+    Key,
+    backend_dispatch_keys,
+    defaults,
+)
 
 _NAME = re.compile(r"\A[a-z0-9][a-z0-9_.-]*\Z")  # \Z: "$" also matches before a final newline ("chip\n")
 _OP = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*::[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)?$")
@@ -61,6 +70,7 @@ class _Validator:
                                 + did_you_mean(value, spec.allowed), section, key)
             if spec.pattern and value != "" and not re.fullmatch(spec.pattern, value):
                 raise self.fail(f"{value!r} is not {spec.form}", section, key)
+            self.check_text(section, key, value)
         elif kind == "int":
             if isinstance(value, bool) or not isinstance(value, int):
                 raise self.fail(f"must be an integer, got {value!r}", section, key)
@@ -88,10 +98,26 @@ class _Validator:
                 self.check_table_item(section, key, spec, item_key, item)
         return value
 
+    def check_text(self, section: str | None, key: str, value: str) -> None:
+        """Every string value is printable text of bounded length, and blank only when empty: these values
+        reach paths, messages, torch.compile and the environment as they are."""
+        limit = MAX_MESSAGE if key.endswith("message") else MAX_TEXT
+        if len(value) > limit:
+            raise self.fail(f"is {len(value)} characters long ({value[:40]!r}...); at most {limit}", section, key)
+        bad = next((c for c in value if ord(c) < 32 or ord(c) == 127), None)
+        if bad is not None:
+            raise self.fail(f"{value[:80]!r} holds the control character {bad!r}; write one line of printable text",
+                            section, key)
+        if value and not value.strip():
+            raise self.fail(f"{value!r} is blank; write '' for none", section, key)
+
     def check_list(self, section: str | None, key: str, spec: Key, value: Any) -> None:
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise self.fail(f"must be a list of strings, got {value!r}", section, key)
         for item in value:
+            if spec.pattern and not re.fullmatch(spec.pattern, item):
+                raise self.fail(f"{item!r} is not {spec.form}", section, key)
+            self.check_text(section, key, item)
             if spec.item_allowed and item not in spec.item_allowed:
                 raise self.fail(f"'{item}' is not allowed; allowed values: {', '.join(spec.item_allowed)}."
                                 + did_you_mean(item, spec.item_allowed), section, key)

@@ -48,6 +48,12 @@ MODULE_FORM = (r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*", "a Python m
 # form, not against the known list, so that a chip whose collective library is its own can be described.
 COLLECTIVE_FORM = (r"[a-z][a-z0-9_]*", "a torch.distributed backend name: lowercase letters, digits and '_', "
                    "starting with a letter (nccl, hccl, gloo, or the vendor's own)")
+# A torch.compile backend as torch.compile(backend=NAME) takes a registered one (inductor, aot_eager, a vendor's).
+COMPILE_BACKEND_FORM = (r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*", "a torch.compile backend name: "
+                        "an identifier, or identifiers joined by '.' (inductor, aot_eager, the vendor's own)")
+# Every string value: one line of printable text, at most this long (a message key may take more).
+MAX_TEXT = 300
+MAX_MESSAGE = 2000
 PRIORITY_BOUNDS = (-1000, 1000)
 
 # The dense backend keys of c10's DispatchKey (torch._C.DispatchKey, between StartOfDenseBackends and
@@ -144,7 +150,8 @@ SCHEMA: dict[str | None, dict[str, Key]] = {
     "compile": {
         "jit": Key("bool", True, "Whether torch.compile is used on this device."),
         "aot": Key("bool", False, "Whether AOTInductor packages are supported."),
-        "backend": Key("str", "inductor", "torch.compile backend name."),
+        "backend": Key("str", "inductor", "torch.compile backend name.", pattern=COMPILE_BACKEND_FORM[0],
+                       form=COMPILE_BACKEND_FORM[1]),
         "dynamic_shapes": Key("str", "jit", "static: no dynamic shapes; jit: dynamic shapes via JIT; "
                               "dynamic: dynamic also for AOT.", ("static", "jit", "dynamic")),
         "cache_dir": Key("str", "~/.cache/torch_fl/{name}", "Compile cache root ({name} expands)."),
@@ -206,7 +213,8 @@ SCHEMA: dict[str | None, dict[str, Key]] = {
     "emulation": {
         "plugin_migration": Key("list[str]", [], "Submodules of the plugin whose import turns on the vendor's "
                                 "CUDA-to-chip migration (torch_npu's contrib.transfer_to_npu); in the emulated "
-                                "plugin they turn on torch-fl's CUDA alias."),
+                                "plugin they turn on torch-fl's CUDA alias.", pattern=MODULE_FORM[0],
+                                form=MODULE_FORM[1]),
         "plugin_native": Key("str", "_C", "The plugin's C-extension module (torch_npu._C, torch_mlu._MLUC): the "
                              "emulated plugin offers it as a module of the device calls vendor code and tests "
                              "import from it (_npu_setDevice, _npu_hasPrimaryContext, ...).",
