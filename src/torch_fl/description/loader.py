@@ -70,7 +70,8 @@ class _Validator:
                                 + did_you_mean(value, spec.allowed), section, key)
             if spec.pattern and value != "" and not re.fullmatch(spec.pattern, value):
                 raise self.fail(f"{value!r} is not {spec.form}", section, key)
-            self.check_text(section, key, value)
+            if (section, key) != (None, "name"):  # (the name has its own, stricter check and message)
+                self.check_text(section, key, value)
         elif kind == "int":
             if isinstance(value, bool) or not isinstance(value, int):
                 raise self.fail(f"must be an integer, got {value!r}", section, key)
