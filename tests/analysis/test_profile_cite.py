@@ -47,12 +47,12 @@ def test_the_sentence_names_the_route_share_and_ops():
 
 @pytest.fixture
 def slow_gelu(monkeypatch):
-    """A registered CPU kernel for gelu that sleeps 10 ms: routing on is far slower than routing off."""
+    """A registered CPU kernel for gelu that sleeps 50 ms: routing on is far slower than routing off."""
     monkeypatch.setenv("FL_ROUTE", "")
     torch_fl.reset()
 
     def gelu(x, approximate="none"):
-        time.sleep(0.01)
+        time.sleep(0.05)  # (dominates the step even on a loaded machine)
         return x * 0.5
 
     handle = torch_fl.register_kernel("aten::gelu.default", gelu, device_type="cpu")
