@@ -8,6 +8,7 @@ import json
 import time
 
 import pytest
+import torch
 
 import torch_fl
 from torch_fl.analysis.ops_bench import SLOW, Timing, paired_speedups, write_overlay
@@ -139,6 +140,9 @@ def test_opinfo_samples_without_a_model(capsys):
     assert data["model"] == "PyTorch's OpInfo samples (float32)" and data["description"] == "npu"
     row = next(r for r in data["timings"] if r["op"] == "aten::sigmoid.default")
     assert row["skipped"]["reference"].startswith("an emulated chip computes on the CPU")
+    # PyTorch's OpInfo module freezes torch.backends' flags on import; the command must not leave them so
+    # (a later torch.backends.cudnn.benchmark = True in the same process raised)
+    assert not torch.backends.flags_frozen()
 
 
 @needs_get_kernel

@@ -315,6 +315,17 @@ def opinfo_samples(device: str, ops: list[str] | None = None) -> tuple[list[Samp
     """The native (op, dtype) pairs that the first float32 sample of each of PyTorch's OpInfos calls on
     `device` (those named by `ops` only, when given), with their arguments: the table's native set, where no
     model says which ops matter."""
+    frozen = torch.backends.flags_frozen()
+    try:
+        return _opinfo_samples(device, ops)
+    finally:
+        if not frozen:
+            # PyTorch's test utilities freeze torch.backends' global flags when they load (disable_global_flags):
+            # the caller's process must still be able to set cudnn/mkldnn flags afterwards
+            torch.backends.flags_frozen.__globals__["__allow_nonbracketed_mutation_flag"] = True
+
+
+def _opinfo_samples(device: str, ops: list[str] | None) -> tuple[list[Sample], str]:
     from ..device import is_emulated
     from ..errors import FallbackWarning
     from ..routing import activated
