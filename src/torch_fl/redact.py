@@ -70,6 +70,14 @@ _PHRASE = re.compile(rf"([\"']?)(?<![\w.-])({_NAME})\1([ \t]*[:：=＝][ \t]*)(?
 _NATIVE_PASSWORD = re.compile(r"(?i)(密码|密碼|口令|パスワード|비밀번호|passwort|contraseña|mot de passe)"
                               r"(\s*[:=：＝]\s*)([^\s,;]+)")
 _OPTION = re.compile(rf"(--{_NAME})(=|\s+){_VALUE}")
+# Short options that are a password only for the command that owns them (`-p` is a port or a flag elsewhere):
+# twine's, docker/podman/buildah/skopeo/nerdctl login's, sshpass's, Azure CLI's and OpenShift's `-p VALUE`, and the
+# MySQL clients' attached `-pVALUE` (their manual: no space between -p and the password).
+_SHORT_PASSWORD = re.compile(
+    r"(\b(?:twine|sshpass|(?:docker|podman|buildah|skopeo|nerdctl|az|oc)[ \t]+login)\b[^\n|;&]*?\s-p[ \t]+)"
+    r"(\"[^\"]*\"|'[^']*'|[^\s\"']+)")
+_ATTACHED_PASSWORD = re.compile(
+    r"(\b(?:mysql|mysqldump|mysqladmin|mysqlimport|mariadb|mariadb-dump)\b[^\n|;&]*?\s-p)(\"[^\"]*\"|'[^']*'|[^\s\"']+)")
 _QUERY = re.compile(r"([?&;])([\w.-]+)=([^&;#\s'\"<>]+)")
 # scheme://user:password@host: the password may hold '@', '/' or quotes; ':digits/' is a port, not one.
 _URL_CREDENTIALS = re.compile(
@@ -401,6 +409,8 @@ def _scan(text: str, found: _Found, detector: bool = True) -> str:
                           if _redacts(m.group(2), m.group(4)) else m.group(0), text)
     text = _OPTION.sub(lambda m: f"{m.group(1)}{m.group(2)}{hide(m.group(3))}" if _option_secret(m) else m.group(0),
                        text)
+    for short in (_SHORT_PASSWORD, _ATTACHED_PASSWORD):
+        text = short.sub(lambda m: m.group(0) if REDACTED in m.group(2) else f"{m.group(1)}{hide(m.group(2))}", text)
     return _URL_PATH.sub(lambda m: m.group(1) + _path(m.group(2), found), text)
 
 
