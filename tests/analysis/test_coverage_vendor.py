@@ -30,6 +30,7 @@ def factory():
     return Shift(), (torch.randn(2, 4), torch.ones(2, 4, dtype=torch.int64)), None
 '''
 SHIFT = "aten::bitwise_left_shift.Tensor"
+GPT = Path(__file__).resolve().parents[2] / "examples" / "gpt.py"
 
 
 @pytest.fixture
@@ -50,7 +51,8 @@ def test_an_op_ascend_added_in_2_7(shift):
     assert _route(old, SHIFT) == "fallback"
     assert old["plugin"]["version"] == "2.5" and old["plugin"]["plugin"] == "torch_npu"
     assert old["plugin"]["changes"] == [
-        {"op": SHIFT, "change": "native in 2.7, 2.9-2.14 (not in 2.5) (through aten::bitwise_left_shift.Tensor_out)"}]
+        {"op": SHIFT, "change": "native in 2.7, 2.9-2.14 (not in 2.5): through aten::bitwise_left_shift.Tensor_out "
+                                "in 2.7, 2.9-2.14"}]
     new = coverage(load_model(shift), "npu", plugin_version="2.7").data
     assert _route(new, SHIFT) == "native"
     newest = coverage(load_model(shift), "npu").data  # torch_npu not installed: the newest line
@@ -64,6 +66,17 @@ def test_cli_spelling_and_report(shift, tmp_path, capsys):
     assert "native in 2.7, 2.9-2.14" in capsys.readouterr().out
     data = json.loads(out.read_text(encoding="utf-8"))
     assert data["plugin"]["changes"][0]["change"].startswith("native in 2.7, 2.9-2.14")
+
+
+def test_a_row_agrees_with_its_route():
+    # gelu.default is registered itself in torch_npu 2.1-2.6 only, but runs natively in every line
+    # through gelu.out: the row said "native in 2.1-2.6 (not in 2.14)" beside route "native" (issue 42)
+    data = coverage(load_model(f"{GPT}:factory"), "npu", train=True, plugin_version="2.14").data
+    routes = {o["op"]: o["route"] for o in data["ops"] if not o["via"]}
+    assert _route(data, "aten::gelu.default") == "native"
+    assert "aten::gelu.default" not in {c["op"] for c in data["plugin"]["changes"]}
+    for change in data["plugin"]["changes"]:  # "(not in V)" exactly where the route with V is not native
+        assert ("(not in 2.14)" in change["change"]) == (routes[change["op"]] != "native"), change
 
 
 def test_plugin_version_on_a_chip_without_a_table(shift):

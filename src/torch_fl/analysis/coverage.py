@@ -119,14 +119,36 @@ def _plugin_data(desc: Any, records: list[OpRecord]) -> dict[str, Any] | None:
     changes = table.changes(version)
     delegates = structured_delegates()
     composite = composite_ops()  # native in every line whatever the vendor registers
+    native = {v: table.ops(v) for v in table.versions}  # each line's registered ops, read once
     rows = []
     for op in sorted({r.op for r in records} - composite):
-        if op in changes:
-            rows.append({"op": op, "change": changes[op]})
-        elif delegates.get(op) in changes:  # runs through its out= overload, which changes
-            rows.append({"op": op, "change": f"{changes[delegates[op]]} (through {delegates[op]})"})
+        delegate = delegates.get(op)
+        if delegate is None:
+            if op in changes:
+                rows.append({"op": op, "change": changes[op]})
+        elif op in changes or delegate in changes:
+            change = _through_delegate(table, native, version, op, delegate)
+            if change:
+                rows.append({"op": op, "change": change})
     return {"table": table.path, "plugin": table.plugin, "version": version, "why": why,
             "sources": table.sources(), "changes": rows}
+
+
+def _through_delegate(table: Any, native: dict[str, frozenset[str]], version: str | None, op: str,
+                      delegate: str) -> str | None:
+    """How a structured `op` varies across the table's lines: it runs natively where it is registered
+    itself or where its out= overload (`delegate`) is, so its own row alone would say 'not in 2.14' of a
+    line that runs it through the delegate (issue 42). None: native in every line."""
+    own = {v for v, ops in native.items() if op in ops}
+    through = {v for v, ops in native.items() if delegate in ops} - own
+    lines = own | through
+    if lines == set(native):
+        return None
+    spans = table._spans  # the table's own wording of a set of release lines
+    missing = "" if version is None or version in lines else f" (not in {version})"
+    parts = ([f"itself in {spans(own)}"] if own else []) + ([f"through {delegate} in {spans(through)}"]
+                                                            if through else [])
+    return f"native in {spans(lines)}{missing}: " + "; ".join(parts) if parts else f"not native{missing}"
 
 
 def _emulated(device: str) -> bool:
@@ -480,7 +502,8 @@ def _plugin_section(data: dict[str, Any]) -> Section:
     line = f"{plugin['plugin']} {plugin['version']}" if plugin["version"] else plugin["plugin"]
     section = Section(f"Plugin versions ({line}: {plugin['why']})")
     if not plugin["changes"]:
-        section.text.append(f"Every traced op is registered alike in all release lines of {plugin['table']}.")
+        section.text.append(f"Every traced op runs natively in the same release lines of {plugin['table']} "
+                            "(registered itself or through its out= overload).")
         return section
     routes = {}
     for op in data["ops"]:
