@@ -177,7 +177,8 @@ def test_a_side_stream_ddp_comm_hook_is_clean_and_gives_ddps_gradients(group):
 
 @pytest.mark.parametrize(("deleted", "names"), [
     ("before", ("now:    aten::div_ on stream", "before: aten::copy_ on the default stream")),
-    ("after", ("now:    aten::copy_ on the default stream", "before: aten::div_ on stream")),
+    # (the all-reduce on the side stream is the last write of the bucket before DDP's copy_: issue 38 item 1)
+    ("after", ("now:    aten::copy_ on the default stream", "before: c10d::allreduce_ on stream")),
 ])
 def test_a_side_stream_ddp_comm_hook_missing_one_wait_is_reported(group, deleted, names):
     mod, d = group

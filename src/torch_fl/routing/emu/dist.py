@@ -9,6 +9,11 @@ process per emulated device (each on its own ``emu:0``), which is how DDP runs o
 
 An EmuTensor's data is a CPU tensor over the same storage, so gloo's in-place results (allreduce,
 broadcast, allgather outputs) land in the device tensors themselves.
+
+Under the stream sanitizer (sanitizer.py) every collective is also a kernel of the current stream that reads
+its inputs and writes its outputs, as NCCL's is (its stream waits for the current one when it is issued), and
+its work's ``wait()`` makes the stream current then wait for it, as NCCL's work does: a collective that races
+with another stream's kernel is reported like any op.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from . import sanitizer
 from .slot import backend_name
 from .tensor import EmuTensor
 
@@ -35,6 +41,32 @@ def _host(value: Any) -> Any:
     if isinstance(value, list):
         return [_host(v) for v in value]
     return value
+
+
+def _device(*values: Any) -> list[Any]:
+    """The tensors of the emulated device in `values` (tensors, lists of them, lists of lists)."""
+    found: list[Any] = []
+    for value in values:
+        if isinstance(value, EmuTensor):
+            found.append(value)
+        elif isinstance(value, (list, tuple)):
+            found.extend(_device(*value))
+    return found
+
+
+def _seen(name: str, work: Any, *, reads: Any = (), writes: Any = ()) -> Any:
+    """`work`, the collective `name` just issued on `reads` and `writes`, as the stream sanitizer sees it when
+    it checks this thread: a kernel of the current stream, and a work whose wait() orders the stream current
+    then after it (`_Ordered`). Without the sanitizer: `work` itself."""
+    checking = sanitizer.checking()
+    if checking is None:
+        return work
+    event = checking.collective(f"c10d::{name}", _device(reads), _device(writes))
+    return work if event is None else _Ordered(work, event)
+
+
+def _root(opts: Any, rank: int) -> bool:
+    return (opts.rootRank if opts is not None else 0) == rank
 
 
 class EmuProcessGroup(dist.ProcessGroup):
@@ -63,25 +95,35 @@ class EmuProcessGroup(dist.ProcessGroup):
         return backend_name()
 
     def allreduce(self, tensors: Any, opts: Any = None) -> Any:
-        return self._gloo.allreduce(_host(tensors), opts or dist.AllreduceOptions())
+        return _seen("allreduce_", self._gloo.allreduce(_host(tensors), opts or dist.AllreduceOptions()),
+                     writes=tensors)
 
     def allreduce_coalesced(self, tensors: Any, opts: Any = None) -> Any:
-        return self._gloo.allreduce_coalesced(_host(tensors), opts or dist.AllreduceCoalescedOptions())
+        return _seen("allreduce_coalesced_", self._gloo.allreduce_coalesced(
+            _host(tensors), opts or dist.AllreduceCoalescedOptions()), writes=tensors)
 
     def broadcast(self, tensors: Any, opts: Any = None) -> Any:
-        return self._gloo.broadcast(_host(tensors), opts or dist.BroadcastOptions())
+        work = self._gloo.broadcast(_host(tensors), opts or dist.BroadcastOptions())
+        return _seen("broadcast_", work, **{"reads" if _root(opts, self.rank()) else "writes": tensors})
 
     def allgather(self, outputs: Any, inputs: Any, opts: Any = None) -> Any:
-        return self._gloo.allgather(_host(outputs), _host(inputs), opts or dist.AllgatherOptions())
+        return _seen("allgather_", self._gloo.allgather(_host(outputs), _host(inputs),
+                                                         opts or dist.AllgatherOptions()),
+                     reads=inputs, writes=outputs)
 
     def _allgather_base(self, output: Any, input: Any, opts: Any = None) -> Any:
-        return self._gloo._allgather_base(_host(output), _host(input), opts or dist.AllgatherOptions())
+        return _seen("_allgather_base_", self._gloo._allgather_base(_host(output), _host(input),
+                                                                     opts or dist.AllgatherOptions()),
+                     reads=input, writes=output)
 
     def reduce_scatter(self, outputs: Any, inputs: Any, opts: Any = None) -> Any:
-        return self._gloo.reduce_scatter(_host(outputs), _host(inputs), opts or dist.ReduceScatterOptions())
+        return _seen("reduce_scatter_", self._gloo.reduce_scatter(_host(outputs), _host(inputs),
+                                                                   opts or dist.ReduceScatterOptions()),
+                     reads=inputs, writes=outputs)
 
     def _reduce_scatter_base(self, output: Any, input: Any, opts: Any = None) -> Any:
-        return self._gloo._reduce_scatter_base(_host(output), _host(input), opts or dist.ReduceScatterOptions())
+        return _seen("_reduce_scatter_base_", self._gloo._reduce_scatter_base(
+            _host(output), _host(input), opts or dist.ReduceScatterOptions()), reads=input, writes=output)
 
     # torch >= 2.13's names of the two (dist.all_gather_into_tensor and reduce_scatter_tensor, which FSDP2
     # calls every step, look them up on the group): the same host path on every torch version
@@ -97,7 +139,8 @@ class EmuProcessGroup(dist.ProcessGroup):
         for output in _host(outputs):
             for rank, chunk in enumerate(output.chunk(size)):
                 per_rank[rank].append(chunk)
-        return self._gloo.allgather_coalesced(per_rank, _host(inputs), opts or dist.AllgatherOptions())
+        return _seen("allgather_into_tensor_coalesced_", self._gloo.allgather_coalesced(
+            per_rank, _host(inputs), opts or dist.AllgatherOptions()), reads=inputs, writes=outputs)
 
     def reduce_scatter_single_coalesced(self, outputs: Any, inputs: Any, opts: Any = None) -> Any:
         """Reduce-scatters of several tensors at once: one gloo _reduce_scatter_base per tensor (gloo's
@@ -105,27 +148,32 @@ class EmuProcessGroup(dist.ProcessGroup):
         opts = opts or dist.ReduceScatterOptions()
         works = [self._gloo._reduce_scatter_base(output, input, opts)
                  for output, input in zip(_host(outputs), _host(inputs), strict=True)]
-        return works[0] if len(works) == 1 else _AllOf(works)
+        return _seen("reduce_scatter_tensor_coalesced_", works[0] if len(works) == 1 else _AllOf(works),
+                     reads=inputs, writes=outputs)
 
     def all_to_all_single(self, output: Any, input: Any, output_split_sizes: Any, input_split_sizes: Any,
                           opts: Any = None) -> Any:
-        return self._gloo.alltoall_base(_host(output), _host(input), output_split_sizes, input_split_sizes,
-                                        opts or dist.AllToAllOptions())
+        return _seen("alltoall_base_", self._gloo.alltoall_base(_host(output), _host(input), output_split_sizes,
+                                                                input_split_sizes, opts or dist.AllToAllOptions()),
+                     reads=input, writes=output)
 
     def send(self, tensors: Any, dst: int, tag: int = 0) -> Any:
-        return self._gloo.send(_host(tensors), dst, tag)
+        return _seen("send", self._gloo.send(_host(tensors), dst, tag), reads=tensors)
 
     def recv(self, tensors: Any, src: int, tag: int = 0) -> Any:
-        return self._gloo.recv(_host(tensors), src, tag)
+        return _seen("recv_", self._gloo.recv(_host(tensors), src, tag), writes=tensors)
 
     def reduce(self, tensors: Any, opts: Any = None) -> Any:
-        return self._gloo.reduce(_host(tensors), opts or dist.ReduceOptions())
+        work = self._gloo.reduce(_host(tensors), opts or dist.ReduceOptions())
+        return _seen("reduce_", work, **{"writes" if _root(opts, self.rank()) else "reads": tensors})
 
     def gather(self, outputs: Any, inputs: Any, opts: Any = None) -> Any:
-        return self._gloo.gather(_host(outputs), _host(inputs), opts or dist.GatherOptions())
+        return _seen("gather_", self._gloo.gather(_host(outputs), _host(inputs), opts or dist.GatherOptions()),
+                     reads=inputs, writes=outputs)
 
     def scatter(self, outputs: Any, inputs: Any, opts: Any = None) -> Any:
-        return self._gloo.scatter(_host(outputs), _host(inputs), opts or dist.ScatterOptions())
+        return _seen("scatter_", self._gloo.scatter(_host(outputs), _host(inputs), opts or dist.ScatterOptions()),
+                     reads=inputs, writes=outputs)
 
     def barrier(self, opts: Any = None) -> Any:
         return self._gloo.barrier(opts or dist.BarrierOptions())
@@ -144,6 +192,42 @@ class _AllOf(dist.Work):
 
     def is_completed(self) -> bool:
         return all(work.is_completed() for work in self._works)
+
+
+class _Ordered(dist.Work):
+    """A collective's work under the stream sanitizer: wait() (and synchronize()) also make the stream current
+    then wait for the collective's event, as NCCL's work does, so a kernel after ``work.wait()`` on another
+    stream is ordered after the collective; everything else is the work's own."""
+
+    def __init__(self, work: Any, event: Any) -> None:
+        super().__init__()
+        self._work, self._event = work, event
+
+    def wait(self, timeout: timedelta = timedelta(0)) -> bool:
+        done = self._work.wait(timeout)
+        self._event.wait()
+        return done
+
+    def synchronize(self) -> None:
+        self._event.wait()
+
+    def is_completed(self) -> bool:
+        return self._work.is_completed()
+
+    def is_success(self) -> bool:
+        return self._work.is_success()
+
+    def exception(self) -> Any:
+        return self._work.exception()
+
+    def source_rank(self) -> int:
+        return self._work.source_rank()
+
+    def result(self) -> Any:
+        return self._work.result()
+
+    def get_future(self) -> Any:
+        return self._work.get_future()
 
 
 def register(vendor_backend: str | None = None) -> None:

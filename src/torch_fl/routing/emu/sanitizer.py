@@ -38,6 +38,7 @@ import weakref
 from typing import Any
 
 import torch
+from torch._C._dynamo.eval_frame import set_eval_frame as _set_eval_frame
 from torch.cuda._sanitizer import (
     FACTORY_FUNCTION_REGEX,
     Access,
@@ -46,7 +47,7 @@ from torch.cuda._sanitizer import (
     EventHandler,
     UnsynchronizedAccessError,
 )
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode_stack
 
 from . import streams
 from .slot import backend_name, state
@@ -95,9 +96,38 @@ def _signature(schema: Any, is_factory: bool) -> _Signature:
     return found
 
 
+Span = tuple[int, int, int]  # (allocation: its storage's address, first byte, end byte) of a tensor's memory
+
+
+def _span(data: torch.Tensor) -> Span | None:
+    """The bytes an emulated tensor's host data covers in its allocation (None: no bytes). Views share their
+    base's allocation, so `x[4:]` and `x` overlap and `x[:4]` and `x[4:]` do not (CSAN keys accesses by the
+    tensor's data pointer: a view at an offset is another tensor there, and its race with the base is missed).
+    A strided view covers the bytes from its first to its last element."""
+    ptr = data.data_ptr()
+    if not ptr:
+        return None
+    size = data.itemsize
+    start = data.storage_offset() * size
+    if data.is_contiguous():
+        length = data.nbytes
+        if not length:
+            return None
+    else:
+        if not data.numel():
+            return None
+        length = (sum((n - 1) * stride for n, stride in zip(data.shape, data.stride(), strict=True)) + 1) * size
+    return (ptr - start, start, start + length)
+
+
 class _Accesses(ArgumentHandler):
-    """CSAN's argument reader, for tensors of the emulated device (CSAN's asks ``is_cuda``), walking the
-    schema's arguments with a loop of its own (CSAN's pytree walk is a third of a sanitized step)."""
+    """CSAN's argument reader, for tensors of the emulated device (CSAN's asks ``is_cuda``), keyed by the
+    tensor's span of its allocation (`_span`; CSAN's by its data pointer) and walking the schema's arguments
+    with a loop of its own (CSAN's pytree walk is a third of a sanitized step)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.output_tensors: dict[Span, Any] = {}  # span -> an output tensor there (its storage is watched)
 
     def parse_inputs(self, schema: Any, args: tuple, kwargs: dict, *, is_factory: bool) -> None:
         self.read_arguments(_signature(schema, is_factory), args, kwargs)
@@ -140,16 +170,21 @@ class _Accesses(ArgumentHandler):
                          is_output: bool = False) -> None:
         if type(value) is not state.tensor_type:
             return
-        data_ptr = value._data.data_ptr() or id(value)
+        span = _span(value._data)
+        if span is None:
+            return  # (no memory: nothing to race on)
         if is_write:
-            self.dataptrs_written.add(data_ptr)
+            self.dataptrs_written.add(span)
         elif not metadata_only:
-            self.dataptrs_read.add(data_ptr)
-        self.tensor_aliases.setdefault(data_ptr, [])
+            self.dataptrs_read.add(span)
+        aliases = self.tensor_aliases.get(span)
+        if aliases is None:
+            aliases = self.tensor_aliases[span] = []
         if name is not None:
-            self.tensor_aliases[data_ptr].append(name)
+            aliases.append(name)
         if is_output:
-            self.outputs.add(data_ptr)
+            self.outputs.add(span)
+            self.output_tensors[span] = value
 
 
 _INTERNAL = (os.path.dirname(torch.__file__) + os.sep, os.path.dirname(os.path.dirname(os.path.dirname(
@@ -176,44 +211,72 @@ def _user_stack() -> list[tuple[str, int, str]]:
 
 
 class _Handler(EventHandler):
-    """CSAN's event handler (its clocks, its tensor accesses, its conflict rule) with `_user_stack`."""
+    """CSAN's event handler (its clocks, its tensor accesses, its conflict rule) with `_user_stack`, over
+    spans of allocations: an access is checked against the accesses of every span of its allocation that
+    overlaps it (most allocations are only ever accessed whole: one span, one check)."""
 
-    def _handle_kernel_launch(self, stream: Any, read_only: set[int], read_write: set[int], outputs: set[int],
-                              operator: Any, tensor_aliases: dict[int, list[str]]) -> list[Any]:
+    def __init__(self) -> None:
+        super().__init__()
+        self.spans: dict[int, set[Span]] = {}  # allocation -> its spans accessed so far
+
+    def _overlapping(self, span: Span) -> Any:
+        """The spans of `span`'s allocation that overlap it, itself included (made known if it is new)."""
+        known = self.spans.get(span[0])
+        if known is None:
+            self.spans[span[0]] = {span}
+            self.tensors_accessed.create_tensor(span, None)
+            return (span,)
+        if span not in known:
+            known.add(span)
+            self.tensors_accessed.create_tensor(span, None)
+        if len(known) == 1:
+            return (span,)
+        start, end = span[1], span[2]
+        return [other for other in known if other[1] < end and start < other[2]]
+
+    def _handle_kernel_launch(self, stream: Any, read_only: set[Span], read_write: set[Span], outputs: set[Span],
+                              operator: Any, tensor_aliases: dict[Span, list[str]]) -> list[Any]:
         errors: list[Any] = []
-        accessed = self.tensors_accessed
+        infos = self.tensors_accessed.accesses
+        syncs = self.syncs
 
-        def check(ptr: int, current: Access, previous: Access | None) -> None:
-            if previous is not None and not self.syncs.is_ordered_after(current.stream, previous.seq_num,
-                                                                        previous.stream):
-                errors.append(UnsynchronizedAccessError(ptr, accessed.get_allocation_stack_trace(ptr), current,
-                                                        previous))
+        def check(span: Span, current: Access, previous: Access | None) -> None:
+            if previous is not None and not syncs.is_ordered_after(current.stream, previous.seq_num,
+                                                                   previous.stream):
+                errors.append(UnsynchronizedAccessError(span, None, current, previous))
 
         self.seq_num += 1
-        self.syncs.update_seq_num(stream, self.seq_num)
+        syncs.update_seq_num(stream, self.seq_num)
         stack = _user_stack()
-        for ptr in read_only:
-            accessed.ensure_tensor_exists(ptr)
-            current = Access(AccessType.READ, self.seq_num, stream, operator, tensor_aliases[ptr], ptr in outputs,
+        for span in read_only:
+            current = Access(AccessType.READ, self.seq_num, stream, operator, tensor_aliases[span], span in outputs,
                              stack)
-            check(ptr, current, accessed.get_write(ptr))
-            accessed.add_read(ptr, current)
-        for ptr in read_write:
-            accessed.ensure_tensor_exists(ptr)
-            current = Access(AccessType.WRITE, self.seq_num, stream, operator, tensor_aliases[ptr], ptr in outputs,
-                             stack)
-            if accessed.were_there_reads_since_last_write(ptr):
-                for previous in accessed.get_reads(ptr):
-                    check(ptr, current, previous)
-            else:
-                check(ptr, current, accessed.get_write(ptr))
-            accessed.set_write(ptr, current)
+            for other in self._overlapping(span):
+                check(span, current, infos[other].write)
+            infos[span].reads.append(current)
+        for span in read_write:
+            current = Access(AccessType.WRITE, self.seq_num, stream, operator, tensor_aliases[span],
+                             span in outputs, stack)
+            for other in self._overlapping(span):
+                info = infos[other]
+                if info.reads:
+                    for previous in info.reads:
+                        check(span, current, previous)
+                else:
+                    check(span, current, info.write)
+            info = infos[span]
+            info.write, info.reads = current, []
         return errors
 
     def _handle_memory_allocation(self, data_ptr: int) -> None:
-        # (no stack: the reports name the two accesses, not the allocation)
-        self.tensors_accessed.ensure_tensor_does_not_exist(data_ptr)
-        self.tensors_accessed.create_tensor(data_ptr, None)
+        # a new allocation at this address: what was known of the memory there before is gone (no stack: the
+        # reports name the two accesses, not the allocation)
+        self.forget(data_ptr)
+
+    def forget(self, allocation: int) -> list[Any]:
+        """Drop what is known of an allocation's accesses; returns their records."""
+        infos = self.tensors_accessed.accesses
+        return [info for span in self.spans.pop(allocation, ()) if (info := infos.pop(span, None)) is not None]
 
 
 def _user_frame(stack: Any) -> str:
@@ -257,9 +320,8 @@ class Sanitizer:
         self.reports: list[str] = []
         self.handler = _Handler()
         self.handler.syncs = streams.timeline.syncs  # (one order for the deferred copies and the check)
-        self.recorded: dict[int, set[Any]] = collections.defaultdict(set)  # data_ptr -> streams of record_stream
-        self.watched: dict[int, Any] = {}  # data_ptr -> weak reference to its storage (its free is checked)
-        self.views: dict[int, set[int]] = {}  # allocation -> data_ptrs of its views at an offset
+        self.recorded: dict[int, set[Any]] = collections.defaultdict(set)  # allocation -> streams of record_stream
+        self.watched: dict[int, Any] = {}  # allocation -> weak reference to its storage (its free is checked)
         self.deferred: list[str] = []  # found where no exception can be raised (a free): raised at the next op
         self.host_sync_sites: collections.Counter[tuple[str, str]] = collections.Counter()
         self.mode = _Mode(self)
@@ -301,28 +363,33 @@ class Sanitizer:
                 for (what, where), count in self.host_sync_sites.most_common()]
 
     # the check
-    def launch(self, func: Any, index: int, accesses: _Accesses, fresh: set[int], outputs: Any,
-               views: bool = False) -> None:
+    def launch(self, operator: Any, index: int, accesses: _Accesses, fresh: set[Span], views: bool = False) -> None:
+        """One kernel (`operator`: its schema, or what names a collective) issued on the current stream of
+        device `index`, with its accesses; `fresh`: the spans of its outputs that are new memory (none of a view
+        op: its result is memory of its input's allocation)."""
         timeline = streams.timeline
         key = streams.current_stream(index)._key
+        allocated: dict[int, Any] = {}
+        for span in fresh:
+            allocated.setdefault(span[0], accesses.output_tensors[span])
         if views:
-            # (a view at a new pointer is not an allocation: counting it one forgot the accesses made at that
-            # pointer before, and freed it on the stream that sliced it; its accesses are checked at the
-            # free of its allocation instead)
-            for ptr in fresh:
-                self._note_view(outputs, ptr, key)
-            fresh = set()
+            # (a view at a new pointer is not an allocation: counting it one forgot the accesses made through
+            # the allocation before, and freed it on the stream that sliced it)
+            for span in fresh:
+                if span[0] not in self.watched:  # (allocated before the check began: its stream is not known)
+                    self._watch(accesses.output_tensors[span], span[0], key)
+            allocated = {}
         with timeline.lock:
-            for ptr in fresh:
-                self.handler._handle_memory_allocation(ptr)
-                self.recorded.pop(ptr, None)  # (a record_stream of an earlier tensor at this address)
+            for allocation in allocated:
+                self.handler._handle_memory_allocation(allocation)
+                self.recorded.pop(allocation, None)  # (a record_stream of an earlier tensor at this address)
             self.handler.seq_num = timeline.seq
             errors = self.handler._handle_kernel_launch(
                 key, accesses.dataptrs_read - accesses.dataptrs_written, accesses.dataptrs_written,
-                accesses.outputs, func._schema, accesses.tensor_aliases)
+                accesses.outputs, operator, accesses.tensor_aliases)
             timeline.seq = self.handler.seq_num
-        for ptr in fresh:
-            self._watch_free(outputs, ptr, key)
+        for allocation, tensor in allocated.items():
+            self._watch(tensor, allocation, key)
         for error in errors:
             self.report(
                 f"torch-fl stream sanitizer: a data race on a tensor of {backend_name()}:{index}\n"
@@ -334,53 +401,42 @@ class Sanitizer:
                 f"(current.wait_stream(other), or event = other.record_event() then current.wait_event(event)), "
                 f"or synchronize the other stream before.")
 
-    def _watch_free(self, outputs: Any, ptr: int, key: Any) -> None:
-        for tensor in _tensors(outputs):
-            if (tensor._data.data_ptr() or id(tensor)) != ptr:
-                continue
-            try:
-                storage = tensor._data.untyped_storage()
-            except RuntimeError:
-                return
-            # (a weak reference with a callback, kept here: weakref.finalize costs several times more per tensor)
-            self.watched[ptr] = weakref.ref(storage, functools.partial(_freed, weakref.ref(self), ptr, key,
-                                                                       storage.data_ptr() or ptr))
-            return
+    def collective(self, name: str, reads: list[Any], writes: list[Any]) -> Any:
+        """A collective of routing/emu/dist.py reads `reads` and writes `writes` (tensors of the emulated
+        device): checked as a kernel on the current stream, as NCCL's runs on its stream after waiting for the
+        current one. Returns an event recorded after it (its work's wait() makes the then current stream wait
+        for it, as NCCL's work.wait() does), or None when no tensor of the emulated device is in it."""
+        accesses = _Accesses()
+        for tensor in writes:
+            accesses._handle_argument(tensor, True, False, "output" if reads else "tensor")
+        for tensor in reads:
+            accesses._handle_argument(tensor, False, False, "input")
+        device = [t for t in (*writes, *reads) if type(t) is state.tensor_type]
+        if not device:
+            return None
+        index = device[0]._index
+        self.launch(_Collective(name), index, accesses, set())
+        return streams.current_stream(index).record_event()
 
-    def _note_view(self, outputs: Any, ptr: int, key: Any) -> None:
-        for tensor in _tensors(outputs):
-            if (tensor._data.data_ptr() or id(tensor)) != ptr:
-                continue
-            try:
-                storage = tensor._data.untyped_storage()
-            except RuntimeError:
-                return
-            base = storage.data_ptr()
-            if not base or base == ptr:
-                return
-            self.views.setdefault(base, set()).add(ptr)
-            if base not in self.watched:  # (allocated before the check began: its stream is not known)
-                self.watched[base] = weakref.ref(storage, functools.partial(_freed, weakref.ref(self), base, key,
-                                                                            base))
+    def _watch(self, tensor: Any, allocation: int, key: Any) -> None:
+        """Check the free of `tensor`'s allocation, made on stream `key`, when its storage goes."""
+        try:
+            storage = tensor._data.untyped_storage()
+        except RuntimeError:
             return
+        # (a weak reference with a callback, kept here: weakref.finalize costs several times more per tensor)
+        self.watched[allocation] = weakref.ref(storage, functools.partial(_freed, weakref.ref(self), allocation,
+                                                                          key))
 
-    def freed(self, ptr: int, key: Any, allocation: int | None = None) -> None:
-        """The memory at ptr (a tensor of the allocation at `allocation`, allocated on stream `key`) is free."""
-        accesses = self.handler.tensors_accessed.accesses
-        info = accesses.pop(ptr, None)
-        views = self.views.pop(ptr, None)
-        if views is None:
-            if info is None:
-                return  # (most frees: nothing used it since the check began)
-            found = [info]
-        else:
-            found = [accesses.pop(view, None) for view in views]
-            found.append(info)
-        # (left for the allocation's other tensors, whose frees come in any order; dropped when the address
-        # is allocated again)
-        recorded = self.recorded.get(ptr if allocation is None else allocation, set())
+    def freed(self, allocation: int, key: Any) -> None:
+        """The memory of `allocation` (allocated on stream `key`) is free: was every access of it, through
+        any of its tensors, ordered before the allocating stream, or recorded with record_stream?"""
+        found = self.handler.forget(allocation)
+        recorded = self.recorded.pop(allocation, set())
+        if not found:
+            return  # (most frees: nothing used it since the check began)
         syncs = self.handler.syncs
-        for access in [a for info in found if info is not None for a in (info.write, *info.reads)]:
+        for access in [a for info in found for a in (info.write, *info.reads)]:
             if access is None or access.stream == key or access.stream in recorded:
                 continue
             if syncs.is_ordered_after(key, access.seq_num, access.stream):
@@ -430,12 +486,21 @@ class Sanitizer:
             return
 
 
-def _freed(owner: Any, ptr: int, key: Any, allocation: int, _storage: Any) -> None:
+class _Collective:
+    """What names a collective in a report (where a kernel has its schema)."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+def _freed(owner: Any, allocation: int, key: Any, _storage: Any) -> None:
     sanitizer = owner()
     if sanitizer is not None:
-        sanitizer.watched.pop(ptr, None)
+        sanitizer.watched.pop(allocation, None)
         if sanitizer.active:
-            sanitizer.freed(ptr, key, allocation)
+            sanitizer.freed(allocation, key)
 
 
 def _allocation(tensor: Any) -> int:
@@ -504,8 +569,23 @@ class _Mode(TorchDispatchMode):
         super().__init__()
         self.sanitizer = sanitizer
 
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # (TorchDispatchMode wraps __torch_dispatch__ in torch._disable_dynamo, whose wrapper alone was 11 us
+        # of every op, half of the sanitizer's cost per op: `__torch_dispatch__` below turns Dynamo off for
+        # the call itself, with one C call each way)
+        return False
+
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
-        kwargs = kwargs or {}
+        prior = _set_eval_frame(None)  # (Dynamo never traces the check, as torch._disable_dynamo ensures)
+        try:
+            return self._dispatch(func, args, kwargs or {})
+        finally:
+            _set_eval_frame(prior)
+
+    __torch_dispatch__._torchdynamo_disable = True  # type: ignore[attr-defined]
+
+    def _dispatch(self, func: Any, args: tuple, kwargs: dict) -> Any:
         sanitizer = self.sanitizer
         sanitizer.raise_deferred()
         if func is aten.record_stream.default:
@@ -527,7 +607,7 @@ class _Mode(TorchDispatchMode):
         inputs = set(accesses.tensor_aliases)
         outputs = func(*args, **kwargs)
         accesses.read_outputs(signature, outputs)
-        sanitizer.launch(func, index, accesses, accesses.outputs - inputs, outputs, signature.views)
+        sanitizer.launch(func._schema, index, accesses, accesses.outputs - inputs, signature.views)
         if _blocking_transfer(func, args, kwargs):
             # a blocking copy between host and device ends with a synchronisation of its stream, as
             # PyTorch's CUDA copy does (cudaStreamSynchronize, which CSAN's trace sees): after the copy
@@ -566,6 +646,15 @@ def disable() -> None:
 
 def active() -> Sanitizer | None:
     return _active
+
+
+def checking() -> Sanitizer | None:
+    """The sanitizer, if it checks the ops of this thread (the one that enabled it, and the autograd threads
+    that run its backward: PyTorch hands them its dispatch modes); else None."""
+    sanitizer = _active
+    if sanitizer is None or sanitizer.mode not in _get_current_dispatch_mode_stack():
+        return None
+    return sanitizer
 
 
 # The public API (torch.fl.sanitize) -----------------------------------------------------------------------
