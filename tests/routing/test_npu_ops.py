@@ -15,7 +15,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import torch_fl
-from torch_fl.routing.emu import npu_ops
+from torch_fl.routing.emu import npu_attention, npu_fused, npu_ops
 
 npu_ops.register()
 npu = npu_ops  # the functions as torch_npu.<name> would be
@@ -229,7 +229,7 @@ def test_dropout_regenerates_its_mask_from_the_returned_seed():
     out, _, _, _, seed, offset, numels = npu.npu_fusion_attention(q, k, v, n, "BNSD", keep_prob=0.7, scale=0.5)
     # no seed given: the generator's seed (the chip's Philox seed), at an offset drawn since the seeding
     assert seed == torch.initial_seed() == 0 and offset > 0 and numels == b * n * s * s
-    keep = npu_ops._Dropout(0.7, seed, offset).next((b, n, s, s), q.device)
+    keep = npu_attention._Dropout(0.7, seed, offset).next((b, n, s, s), q.device)
     probs = torch.softmax(q @ k.transpose(-1, -2) * 0.5, -1)
     expected = (probs * keep / 0.7) @ v  # the vendor's op-plugin test reference: softmax * drop_mask / keep_prob
     torch.testing.assert_close(out, expected)
@@ -509,7 +509,7 @@ def test_kernel_route_names_the_vendors_kernel():
     assert route.kind == "kernel" and "reference math" in route.source and route.kernel is not None
     assert npu_ops.kernel_route("npu::npu_rms_norm.default") == route
     assert npu_ops.kernel_route("aten::mm.default") is None
-    assert npu_ops.kernel_route("npu::npu_apply_adam_w.out").kernel is npu_ops._apply_adam_w_out
+    assert npu_ops.kernel_route("npu::npu_apply_adam_w.out").kernel is npu_fused._apply_adam_w_out
 
 
 def test_on_the_emulated_npu_the_reference_maths_aten_ops_meet_the_route_table(monkeypatch):
