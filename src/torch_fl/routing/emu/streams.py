@@ -554,13 +554,10 @@ def _read_in_flight(src: torch.Tensor, key: StreamKey, op: str) -> None:
             timeline.in_flight[_storage_ptr(src)] = _InFlight(key, seq, "source", op, timeline.listener.stack())
 
 
-def _deferrable(src: torch.Tensor, dst: Any) -> bool:
-    """Whether a non-blocking host-to-device copy reads `src` later, when its stream reaches it: from pinned
-    memory only (from pageable memory CUDA, and torch_npu alike, stage the source before the call returns),
-    into a strided real tensor of the emulated device (the others keep the copy at issue)."""
-    from . import storage
-
-    return bool(src.numel()) and isinstance(dst, state.tensor_type) and dst._plain and storage.is_pinned(src)
+def _lands_later(src: torch.Tensor, dst: Any) -> bool:
+    """Whether a non-blocking copy from pinned host memory `src` to `dst` reads its source later, when its
+    stream reaches it: into a strided real tensor of the emulated device (the others keep the copy at issue)."""
+    return bool(src.numel()) and isinstance(dst, state.tensor_type) and dst._plain
 
 
 def _land_later(dst: Any, src: torch.Tensor, key: StreamKey) -> None:
@@ -596,34 +593,65 @@ def _host(tensor: Any) -> bool:
         tensor.device.type == "cpu"
 
 
+def _pinned(tensor: torch.Tensor) -> bool:
+    from . import storage
+
+    return storage.is_pinned(tensor)
+
+
+def _to_host(original: Any, func: Any, args: tuple, kwargs: dict, src: Any, op: str, deferred: bool,
+             dst: torch.Tensor | None = None) -> Any:
+    """A copy of device tensor `src` to the host (into `dst`, or a new tensor: the op's result). `deferred`:
+    the host may see it complete later (non-blocking, into pinned memory); any other copy to the host waits
+    for its stream before it returns (CUDA and torch_npu copy into pageable memory synchronously)."""
+    key = current_stream(src._index)._key
+    if not (deferred and is_async()):
+        timeline.sync_stream(key, "a blocking copy to the host (.cpu(), .to('cpu'), copy_)")
+        return original(func, args, kwargs)
+    out = original(func, args, kwargs)
+    if dst is None:
+        dst = out
+        _mark_pinned(out)  # (a non-blocking copy to a new host tensor lands in pinned memory, as on CUDA)
+    _defer(dst, key, op)
+    return out
+
+
+def _to_device(original: Any, func: Any, args: tuple, kwargs: dict, src: torch.Tensor, index: int, op: str,
+               non_blocking: bool, dst: Any = None) -> Any:
+    """A copy of host tensor `src` to device `index` (into `dst`, or a new tensor: the op's result). Only a
+    non-blocking copy from pinned memory leaves the host before the chip has read the source: from pageable
+    memory CUDA and torch_npu stage the source before the call returns, so the host may change it at once."""
+    key = current_stream(index)._key
+    timeline.reach(key, src)
+    if not (non_blocking and is_async()):
+        return original(func, args, kwargs)
+    if not _pinned(src):
+        return original(func, args, kwargs)
+    if dst is not None and _lands_later(src, dst):
+        # (nothing copied now: the source is read when the stream reaches the copy)
+        state.h2d_bytes += _nbytes(src)
+        state.h2d_calls += 1
+        out = dst
+        _land_later(dst, src, key)
+    else:
+        out = original(func, args, kwargs)
+        if dst is None and _lands_later(src, out):
+            _land_later(out, src, key)
+    _read_in_flight(src, key, op)
+    return out
+
+
 def _wrap_copy(original: Any) -> Any:
     def copy_(func: Any, args: tuple, kwargs: dict) -> Any:
-        if timeline.idle() and not _non_blocking(args, kwargs, 2):
+        non_blocking = _non_blocking(args, kwargs, 2)
+        if timeline.idle() and not non_blocking:
             return original(func, args, kwargs)  # (nothing deferred, nothing to defer: the copy as it was)
         dst, src = args[0], args[1]
         device = state.tensor_type
-        if isinstance(src, device) and _host(dst):  # device -> host
-            key = current_stream(src._index)._key
-            if not (_non_blocking(args, kwargs, 2) and is_async()):
-                timeline.sync_stream(key, "a blocking copy to the host")  # (it waits for its stream)
-                return original(func, args, kwargs)
-            out = original(func, args, kwargs)
-            _defer(dst, key, "copy_")
-            return out
-        if isinstance(dst, device) and _host(src) and src.dim():  # host -> device
-            key = current_stream(dst._index)._key
-            timeline.reach(key, src)
-            if not (_non_blocking(args, kwargs, 2) and is_async()):
-                return original(func, args, kwargs)
-            if _deferrable(src, dst):
-                state.h2d_bytes += _nbytes(src)
-                state.h2d_calls += 1
-                out = dst
-                _land_later(dst, src, key)
-            else:
-                out = original(func, args, kwargs)
-            _read_in_flight(src, key, "copy_")
-            return out
+        if isinstance(src, device) and _host(dst):
+            return _to_host(original, func, args, kwargs, src, "copy_", non_blocking and _pinned(dst), dst)
+        if isinstance(dst, device) and _host(src) and src.dim():
+            return _to_device(original, func, args, kwargs, src, dst._index, "copy_", non_blocking, dst)
         return original(func, args, kwargs)
 
     return copy_
@@ -631,28 +659,17 @@ def _wrap_copy(original: Any) -> Any:
 
 def _wrap_to_copy(original: Any) -> Any:
     def to_copy(func: Any, args: tuple, kwargs: dict) -> Any:
-        if timeline.idle() and not kwargs.get("non_blocking"):
+        non_blocking = bool(kwargs.get("non_blocking"))
+        if timeline.idle() and not non_blocking:
             return original(func, args, kwargs)
         src, target = args[0], kwargs.get("device")
-        device = state.tensor_type
-        if isinstance(src, device) and target is not None and target.type == "cpu":
-            key = current_stream(src._index)._key
-            if not (kwargs.get("non_blocking") and is_async()):
-                timeline.sync_stream(key, "a blocking copy to the host (.cpu(), .to('cpu'))")
-                return original(func, args, kwargs)
-            out = original(func, args, kwargs)
-            _mark_pinned(out)  # (a non-blocking copy to the host lands in pinned memory, as on CUDA)
-            _defer(out, key, "_to_copy")
-            return out
-        if _host(src) and target is not None and target.type == backend_name() and src.dim():
-            key = current_stream(target.index if target.index is not None else state.current)._key
-            timeline.reach(key, src)
-            out = original(func, args, kwargs)
-            if kwargs.get("non_blocking") and is_async():
-                if _deferrable(src, out):
-                    _land_later(out, src, key)
-                _read_in_flight(src, key, "_to_copy")
-            return out
+        if target is None:
+            return original(func, args, kwargs)
+        if isinstance(src, state.tensor_type) and target.type == "cpu":
+            return _to_host(original, func, args, kwargs, src, "_to_copy", non_blocking)
+        if _host(src) and target.type == backend_name() and src.dim():
+            index = target.index if target.index is not None else state.current
+            return _to_device(original, func, args, kwargs, src, index, "_to_copy", non_blocking)
         return original(func, args, kwargs)
 
     return to_copy
