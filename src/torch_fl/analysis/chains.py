@@ -39,8 +39,9 @@ from ..routing.translate import guard, translation, untranslatable_reason
 
 # A translated call a sub-call was reached through: (op, dtype).
 Link = tuple[str, str | None]
-# A call as recorded: (op, dtype, module, chain of translated calls outermost first, route kind, source).
-CallKey = tuple[str, str | None, str, tuple[Link, ...], str, str]
+# A call as recorded: (op, dtype, module, chain of translated calls outermost first, route kind, source);
+# the kind is None in a trace without a route table.
+CallKey = tuple[str, str | None, str, tuple[Link, ...], RouteKind | None, str]
 
 
 _PLACEHOLDER = Route(RouteKind.NATIVE, "a placeholder of no elements: no device needs a kernel or a dtype for it")
@@ -71,14 +72,14 @@ class Replay:
                 return out
         route = self.table.route(op, dtype)
         kind = route.kind
-        if kind == RouteKind.TRANSLATE:
+        if kind is RouteKind.TRANSLATE:
             return self._translate(mode, func, op, dtype, module, route, args, kwargs)
-        if kind == RouteKind.KERNEL and route.kernel is not None and not guard.in_kernel[op]:
+        if kind is RouteKind.KERNEL and route.kernel is not None and not guard.in_kernel[op]:
             return self._kernel(mode, func, op, dtype, module, route, args, kwargs)
-        if kind == RouteKind.FALLBACK:
+        if kind is RouteKind.FALLBACK:
             route = self._fallback(op, route)
         out = func(*args, **kwargs)
-        if kind == RouteKind.NATIVE:
+        if kind is RouteKind.NATIVE:
             produced = foreign_output_dtype(func, out, self.dtypes)
             if produced is not None:
                 route = Route(RouteKind.UNSUPPORTED, f"{route.source}; it produces {produced}, which is not in "

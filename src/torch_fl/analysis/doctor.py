@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from .. import _env, _platform, runtime
+from .._names import RouteKind
 from .._version import __version__
 from .._versions import satisfies
 from ..description import registry
@@ -334,12 +335,12 @@ def release_check(desc: Description, plugin: str, runtime: str) -> dict[str, Any
     return {**result.json(), "problem": result.problem()} if result is not None else None
 
 
-def route_counts(desc: Description) -> dict[str, int]:
+def route_counts(desc: Description) -> dict[RouteKind, int]:
     """How many aten overloads this dispatcher knows take each route under `desc` (regardless of
     dtype), from the routing module's route table with every override in force."""
     from ..routing import RouteTable, registered_kernels
 
-    return RouteTable(desc, registered_kernels()).summary()
+    return {RouteKind(kind): n for kind, n in RouteTable(desc, registered_kernels()).summary().items()}
 
 
 def device_name(dev: torch.device) -> str:

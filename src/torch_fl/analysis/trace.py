@@ -39,6 +39,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from .._mode_exit import entered
+from .._names import RouteKind
 from .._opnames import canonical_op_name
 from ..errors import TraceError
 from ..routing.emu.slot import backend_name
@@ -74,7 +75,7 @@ class OpRecord:
     # With a route table (coverage): the translated ops this call was reached through, outermost
     # first (() for a call the model makes itself), and the route the router would take.
     via: tuple[tuple[str, str | None], ...] = ()  # (op, dtype) of each translated call
-    route: str | None = None
+    route: RouteKind | None = None
     source: str = ""
     copied_bytes: int = 0    # route fallback: bytes its calls copy host<->device, from the traced shapes
 
@@ -199,7 +200,7 @@ class _Recorder(TorchDispatchMode):
         if self.replay is not None:
             out = self.replay.call(self, func, op, dtype, module, args, kwargs)
         else:
-            self.calls[op, dtype, module, (), "", ""] += 1
+            self.calls[op, dtype, module, (), None, ""] += 1
             out = func(*args, **kwargs)
         self.side.mark(out)
         return out
@@ -509,12 +510,12 @@ def _autocast_type(backend: str) -> str:
 
 
 def _records(calls: Counter[CallKey], copied: Counter[CallKey] | None = None) -> list[OpRecord]:
-    records: dict[tuple[str, str | None, tuple[tuple[str, str | None], ...], str], OpRecord] = {}
+    records: dict[tuple[str, str | None, tuple[tuple[str, str | None], ...], RouteKind | None], OpRecord] = {}
     for key, count in calls.items():
         op, dtype, module, via, route, source = key
         record = records.get((op, dtype, via, route))
         if record is None:
-            record = records[op, dtype, via, route] = OpRecord(op, dtype, via=via, route=route or None,
+            record = records[op, dtype, via, route] = OpRecord(op, dtype, via=via, route=route,
                                                                source=source)
         record.calls += count
         record.copied_bytes += copied.get(key, 0) if copied else 0
