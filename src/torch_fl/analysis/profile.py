@@ -68,6 +68,7 @@ class Profile:
     steps: int = 0
     transfers: dict[str, int] = field(default_factory=dict)
     trace: str | None = None
+    device_tracks: dict[str, Any] | None = None  # what the trace's export added as an emulated chip's activity
 
     def summary(self, top: int = TOP) -> dict[str, Any]:
         """The time by route, the top ops by self time and the copies, as JSON-ready data."""
@@ -118,6 +119,10 @@ class Profile:
             if "memcpy" in event.name.lower() and getattr(event, "device_type", None) is not None \
                     and not str(event.device_type).endswith("CPU"):
                 memcpy[event.name] += 1
+        memcpy_bytes: Counter[str] = Counter()
+        for name, row in ((self.device_tracks or {}).get("memcpy") or {}).items():  # (an emulated chip's)
+            memcpy[name] += row["calls"]
+            memcpy_bytes[name] += row["bytes"]
         wall = self.wall_s or 0.0
         by_route = {route: {"seconds": us * US, "share": (us * US / wall) if wall else 0.0,
                             "calls": sum(n for (r, _), n in calls.items() if r == route)}
@@ -133,7 +138,8 @@ class Profile:
                               for (r, op), us in sorted(op_us.items(), key=lambda kv: -kv[1])],
                 "top_ops": top_ops,
                 "copies": {"fallback": {k: {"calls": v[0], "seconds": v[1]} for k, v in copies.items()},
-                           "device_memcpy": dict(memcpy), "emulated": self.transfers}}
+                           "device_memcpy": dict(memcpy), "device_memcpy_bytes": dict(memcpy_bytes),
+                           "emulated": self.transfers}}
 
 
 def _ancestors(event: Any) -> Iterator[Any]:
@@ -144,15 +150,20 @@ def _ancestors(event: Any) -> Iterator[Any]:
 
 
 def activities(device: torch.device | None) -> list[Any]:
-    """The CPU, plus the device's own activity where torch.profiler has one for it and the device is real
-    (CUDA's CUPTI, XPU, a vendor plugin's PrivateUse1 profiler); an emulated device records CPU events."""
+    """The CPU, plus the device's own activity where torch.profiler has one for it (CUDA's CUPTI, XPU, a vendor
+    plugin's PrivateUse1 profiler, and an emulated chip's, whose ops become device activity in the trace:
+    routing/emu/profiling.py). With no device: the CPU, and the emulated chip's activity where this process
+    has one (its trace shows its kernels as a profile with torch.profiler's default activities does)."""
     kinds = [torch.profiler.ProfilerActivity.CPU]
-    if device is None or device.type == "cpu":
+    if device is not None and device.type == "cpu":
         return kinds
+    emulated = _emulated_activity()
+    if device is None:
+        return kinds + ([emulated] if emulated is not None else [])
     from ..device import is_emulated
 
     if is_emulated(device):
-        return kinds
+        return kinds + ([emulated] if emulated is not None else [])
     by_type = {"cuda": "CUDA", "xpu": "XPU", "mtia": "MTIA"}
     name = by_type.get(device.type) or ("PrivateUse1" if device.type == torch._C._get_privateuse1_backend_name()
                                          else None)
@@ -160,6 +171,16 @@ def activities(device: torch.device | None) -> list[Any]:
     if activity is not None and activity in torch.profiler.supported_activities():
         kinds.append(activity)
     return kinds
+
+
+def _emulated_activity() -> Any:
+    """torch.profiler's PrivateUse1 activity when an emulated device is set up in this process (its profiles
+    record the device's ops: routing/emu/profiling.py) and torch.profiler supports it, else None."""
+    tracks = sys.modules.get("torch_fl.routing.emu.profiling")
+    activity = getattr(torch.profiler.ProfilerActivity, "PrivateUse1", None)
+    if tracks is None or tracks._original_init is None or activity not in torch.profiler.supported_activities():
+        return None
+    return activity
 
 
 def _transfers() -> dict[str, int]:
@@ -191,8 +212,7 @@ def profile(trace: str | None = None, *, device: Any = None, **kwargs: Any) -> I
     kwargs.setdefault("activities", activities(dev))
     result = Profile()
     before = _transfers()
-    kernels = _emulated_kernels() if trace else contextlib.nullcontext()
-    with torch.profiler.profile(**kwargs) as prof, kernels:
+    with torch.profiler.profile(**kwargs) as prof:
         start = time.perf_counter()
         try:
             yield result
@@ -202,23 +222,10 @@ def profile(trace: str | None = None, *, device: Any = None, **kwargs: Any) -> I
     after = _transfers()
     result.transfers = {k: after.get(k, 0) - before.get(k, 0) for k in after}
     if trace:
-        prof.export_chrome_trace(str(trace))
+        prof.export_chrome_trace(str(trace))  # (on an emulated chip the export adds its device tracks)
         result.trace = str(trace)
-        if getattr(kernels, "records", None):
-            from ..routing.emu.profiling import add_device_tracks
-            from ..routing.emu.slot import backend_name
-
-            add_device_tracks(str(trace), kernels.records, backend_name())
-
-
-def _emulated_kernels() -> Any:
-    """The emulated device's op recorder (its kernels and copies become device activity in the trace:
-    routing/emu/profiling.py) when an emulated device can exist in this process, else nothing."""
-    if "torch_fl.routing.emu.tensor" not in sys.modules:
-        return contextlib.nullcontext()
-    from ..routing.emu.profiling import KernelRecorder
-
-    return KernelRecorder()
+        tracks = sys.modules.get("torch_fl.routing.emu.profiling")
+        result.device_tracks = tracks.device_tracks(prof) if tracks is not None else None
 
 
 def profile_model(spec: ModelSpec, device: str, *, steps: int = 5, warmup: int = 2, train: bool = True,
@@ -303,17 +310,20 @@ def report(data: dict[str, Any]) -> Report:
                       [[r["op"], r["route"], r["inside"] or "-", r["calls"], r["self_cpu_s"] * 1e3,
                         r["self_device_s"] * 1e3] for r in data["top_ops"]])])
     copies = data["copies"]
-    rows = [[f"fallback {kind}", v["calls"], v["seconds"] * 1e3] for kind, v in copies["fallback"].items()]
-    rows += [[name, n, "-"] for name, n in copies["device_memcpy"].items()]
+    sized = copies.get("device_memcpy_bytes", {})
+    rows = [[f"fallback {kind}", v["calls"], v["seconds"] * 1e3, "-"] for kind, v in copies["fallback"].items()]
+    rows += [[name, n, "-", sized.get(name, "-")] for name, n in copies["device_memcpy"].items()]
     emu = copies["emulated"]
     if any(emu.values()):
-        rows += [["emulated host->device", emu.get("h2d_calls", 0), "-"],
-                 ["emulated device->host", emu.get("d2h_calls", 0), "-"],
-                 ["emulated syncs", emu.get("syncs", 0), "-"]]
+        rows += [["emulated host->device", emu.get("h2d_calls", 0), "-", emu.get("h2d_bytes", 0)],
+                 ["emulated device->host", emu.get("d2h_calls", 0), "-", emu.get("d2h_bytes", 0)],
+                 ["emulated syncs", emu.get("syncs", 0), "-", "-"]]
     transfers = Section("Host<->device copies", text=[
         "Fallback copies are the fl::to_host / fl::to_device ranges of ops that ran on the CPU; device memcpy "
-        "events are the profiler's own (CUDA); an emulated device counts its copies and syncs."],
-        tables=[Table(["copy", "calls", "ms"], rows)])
+        "events are the profiler's own (CUDA), and on an emulated chip those of its trace (its copies, and the "
+        "two copies each CPU fallback would make on the chip); the emulated device also counts its copies and "
+        "syncs."],
+        tables=[Table(["copy", "calls", "ms", "bytes"], rows)])
     sections = [routes, top, transfers]
     if "host_syncs" in data:
         sections.append(_syncs_section(data))
