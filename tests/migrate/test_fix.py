@@ -317,7 +317,8 @@ def test_cli_without_libcst(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                             monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(fixmod, "have_libcst", lambda: False)
     assert main(["fix", str(_project(tmp_path))]) == 2
-    assert "torchfl fix needs libcst: pip install 'torch-fl[migrate]'" in capsys.readouterr().err
+    # The words are the CLI's (cli/exits.py names every command's missing dependency the same way).
+    assert "needs libcst: pip install 'torch-fl[migrate]'" in capsys.readouterr().err
 
 
 def test_fix_paths_without_libcst_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -135,10 +135,10 @@ def _same_as_libcst(monkeypatch: pytest.MonkeyPatch, source: str, unsafe: bool, 
     reference = fix.fix_source(source, unsafe=unsafe, path=name)
     monkeypatch.setattr(fix, "TEXT_EDITS", True)
     fell_back = []
-    segments = fix._rewrite_segments
-    monkeypatch.setattr(fix, "_rewrite_segments", lambda *a, **k: fell_back.append(1) or segments(*a, **k))
+    segments = fix.rewrite_segments
+    monkeypatch.setattr(fix, "rewrite_segments", lambda *a, **k: fell_back.append(1) or segments(*a, **k))
     fast = fix.fix_source(source, unsafe=unsafe, path=name)
-    monkeypatch.setattr(fix, "_rewrite_segments", segments)
+    monkeypatch.setattr(fix, "rewrite_segments", segments)
     assert fast == reference, name
     return fast, bool(fell_back)
 

@@ -15,6 +15,7 @@ pytest.importorskip("libcst")
 
 from torch_fl.cli import main
 from torch_fl.migrate import fix as fixmod
+from torch_fl.migrate import fix_segments
 from torch_fl.migrate.fix import fix_paths, fix_source
 from torch_fl.migrate.scan import scan_paths, scan_source
 
@@ -150,8 +151,8 @@ def test_segment_rewrite_equals_the_whole_module_rewrite(name: str) -> None:
     source = CASES[name]
     found = _findings(source)
     assert found
-    segments = fixmod._rewrite_segments(source, found)
-    module = fixmod._rewrite_module(source, found)
+    segments = fix_segments.rewrite_segments(source, found)
+    module = fix_segments.rewrite_module(source, found)
     assert segments[0] == module[0]
     assert len(segments[1]) == len(module[1]) > 0
     ast.parse(segments[0])
@@ -166,7 +167,7 @@ def test_segment_rewrite_equals_the_whole_module_rewrite_on_fixtures(path: Path)
     found = _findings(source)
     if not found:
         pytest.skip("nothing to fix")
-    assert fixmod._rewrite_segments(source, found)[0] == fixmod._rewrite_module(source, found)[0]
+    assert fix_segments.rewrite_segments(source, found)[0] == fix_segments.rewrite_module(source, found)[0]
 
 
 def test_user_parentheses_around_a_rewritten_expression_are_kept() -> None:

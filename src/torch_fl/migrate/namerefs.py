@@ -1,4 +1,4 @@
-"""Which names a piece of Python uses, read with ``ast`` (fix.py's import editor and textfix.py's dead-import
+"""Which names a piece of Python uses, read with ``ast`` (fix_segments.py's import check and textfix.py's dead-import
 check both ask): the counts of uses outside import statements, for a module or a cut-out expression."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ class _Fallback(Exception):
     a line at a region's edge): the whole module is rewritten instead."""
 
 
-def _ast_name_refs(tree: ast.AST, wanted: set[str]) -> dict[str, int]:
-    """`_name_refs` from ``ast``, for the names in `wanted`: uses outside import statements (names,
+def ast_name_refs(tree: ast.AST, wanted: set[str]) -> dict[str, int]:
+    """`fix_rewriter.name_refs` from ``ast``, for the names in `wanted`: uses outside import statements (names,
     definitions, parameters, keyword arguments, global/nonlocal, except ... as, match captures)."""
     counts: dict[str, int] = {}
     for node in ast.walk(tree):
@@ -37,8 +37,8 @@ def _ast_name_refs(tree: ast.AST, wanted: set[str]) -> dict[str, int]:
     return counts
 
 
-def _segment_refs(text: str, wanted: set[str]) -> dict[str, int]:
+def segment_refs(text: str, wanted: set[str]) -> dict[str, int]:
     try:
-        return _ast_name_refs(ast.parse(f"({text})", mode="eval"), wanted)
+        return ast_name_refs(ast.parse(f"({text})", mode="eval"), wanted)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         raise _Fallback from None

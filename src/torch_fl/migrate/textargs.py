@@ -3,7 +3,7 @@
 indentation, comments), so a call over several lines is rewritten in place too.
 
 The model is libcst's: each argument is its text, then its comma (the blanks before and after it) if it
-has one, then the blanks before ``)`` (the last one only). ``commas`` is fix.py's ``_commas``: an argument
+has one, then the blanks before ``)`` (the last one only). ``commas`` is fix_rewriter.py's ``_commas``: an argument
 that gains a follower gets ``", "``, or a comma followed by the blanks after ``(`` where those hold a line
 break (one argument per line); a one-line trailing comma goes where the list changed. Anything this
 cannot read the same way libcst would (a line continuation, ``f (x)``) raises textfix's Unsure.
@@ -82,7 +82,7 @@ class ArgList:
         return "\n" not in self.code()
 
     def commas(self) -> None:
-        """fix.py's _commas on the current list."""
+        """fix_rewriter._commas on the current list."""
         after = self.pre if "\n" in self.pre else " "
         last = len(self.args) - 1
         for i, arg in enumerate(self.args):

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .cuda_api import CUDA_DEVICE, lookup
-from .namerefs import _ast_name_refs, _Fallback, _segment_refs
+from .namerefs import _Fallback, ast_name_refs, segment_refs
 from .precedence import IFEXP, char_col, places, wrap
 from .rules.distributed import VENDOR_BACKENDS
 from .textargs import Arg, ArgList, Unsure
@@ -65,7 +65,7 @@ class TextEdits:
             return f"{head}.{node.attr}" if head else None  # type: ignore[attr-defined]
         return None
 
-    # the texts the libcst fixes write (rewriter's _FixHelpers) --------------------------------------
+    # the texts the libcst fixes write (fix_rewriter.FixHelpers) --------------------------------------
     def expr(self, text: str) -> str:
         text = re.sub(r"\btorch\.", f"{self.torch}.", text)
         if self.quote == "'" and "'" not in text:
@@ -532,7 +532,7 @@ def rewrite(source: str, findings: Sequence[Any], tree: ast.Module, names: dict[
 
 def _dead_imports(edits: TextEdits, names: dict[str, str],
                   changes: list[tuple[int, int, str]]) -> tuple[list[tuple[int, int, str]], set[int]]:
-    """fix.py's _drop_unused_imports as edits: a top-level import of a torch.cuda name the fixes left unused
+    """fix_imports.drop_unused_imports as edits: a top-level import of a torch.cuda name the fixes left unused
     loses that name, or goes with its line (blank lines above it go too; comment lines above it stay).
     Returns the edits and the indices of the statements that go."""
     cuda_names = {local for local, qual in names.items() if qual == "torch.cuda" or qual.startswith("torch.cuda.")}
@@ -540,7 +540,7 @@ def _dead_imports(edits: TextEdits, names: dict[str, str],
     cuda_names = {n for n in cuda_names if re.search(rf"(?<![\w.]){re.escape(n)}\b", old)}
     if not cuda_names:
         return [], set()
-    before = {} if _unused_elsewhere(edits, cuda_names, changes) else _ast_name_refs(edits.tree, cuda_names)
+    before = {} if _unused_elsewhere(edits, cuda_names, changes) else ast_name_refs(edits.tree, cuda_names)
     if not before:
         # No use outside the edited text: the counts are those of the edits' old texts.
         try:
@@ -608,15 +608,15 @@ def _unused_elsewhere(edits: TextEdits, wanted: set[str], changes: list[tuple[in
 
 
 def _refs(text: str, names: set[str]) -> dict[str, int]:
-    """_segment_refs of an edit's text; an edit that starts at a receiver's end (`.cuda()` -> `.to(...)`)
+    """segment_refs of an edit's text; an edit that starts at a receiver's end (`.cuda()` -> `.to(...)`)
     is read after a receiver that names nothing."""
     if not any(name in text for name in names):
         return {}  # no parse for a text that cannot name them
-    return _segment_refs(f"None{text}" if text.startswith(".") else text, names)
+    return segment_refs(f"None{text}" if text.startswith(".") else text, names)
 
 
 def _import_offset(edits: TextEdits, removed: set[int]) -> tuple[int, str]:
-    """Where fix.py's _add_imports puts new imports, and the noqa code they carry: the line after the
+    """Where fix_imports.add_imports puts new imports, and the noqa code they carry: the line after the
     top-of-file imports (after a leading docstring), those that go (`removed`) left out; where torch is
     imported only after some code (a script that sets environment variables first), the line after that
     first later `import torch`, with "E402" when that import silences it. Unsure where it would do
