@@ -37,6 +37,8 @@ import os
 import re
 from collections.abc import Callable, Iterable, Mapping
 
+from .redact_formats import VENDOR_FORMATS
+
 SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH")
 REDACTED = "<redacted>"
 USER = "<user>"
@@ -83,94 +85,6 @@ _QUERY = re.compile(r"([?&;])([\w.-]+)=([^&;#\s'\"<>]+)")
 _URL_CREDENTIALS = re.compile(
     r"\b([a-zA-Z][\w+.-]*://)([^\s/:@'\"]*):(?!\d+(?:[/?#\s]|$))((?:\"[^\"]*\"|[^\s\"])+)"
     r"@(?=[\w\[][\w.\[\]-]*(?:[:/?#\s'\"]|$))")
-# Vendors' published token formats. Cross-checked against gitleaks' rules (config/gitleaks.toml,
-# https://github.com/gitleaks/gitleaks, MIT): every format there with a prefix or shape of its own is
-# here, a little looser where a vendor's lengths vary; formats that are only "32 random characters
-# after the vendor's name" are found by the key-name rules below instead. Each entry: (vendor, regex of
-# the secret alone; context that stays, such as a webhook's host, is a lookbehind).
-VENDOR_FORMATS: tuple[tuple[str, str], ...] = (
-    ("1Password", r"A3-[A-Z0-9]{6}-(?:[A-Z0-9]{11}|[A-Z0-9]{6}-[A-Z0-9]{5})-[A-Z0-9]{5}-[A-Z0-9]{5}-[A-Z0-9]{5}"
-                  r"|ops_eyJ[A-Za-z0-9+/]{100,}={0,3}"),
-    ("Adobe", r"p8e-[A-Za-z0-9]{32}"),
-    ("age", r"AGE-SECRET-KEY-1[0-9A-Z]{58}"),
-    ("Airtable", r"pat[A-Za-z0-9]{14}\.[a-f0-9]{64}"),
-    ("Alibaba", r"LTAI[A-Za-z0-9]{20}"),
-    ("Anthropic, OpenAI", r"sk-[A-Za-z0-9_-]{16,}"),
-    ("Artifactory", r"AKCp[A-Za-z0-9]{69}|cmVmd[A-Za-z0-9]{59}"),
-    ("Atlassian", r"ATATT3[A-Za-z0-9_=-]{100,}|ATCTT3[A-Za-z0-9_=-]{100,}"),
-    ("Authress", r"(?:sc|ext|scauth|authress)_[A-Za-z0-9]{5,30}\.[A-Za-z0-9]{4,6}\.acc[_-][A-Za-z0-9-]{10,32}"
-                 r"\.[A-Za-z0-9+/_=-]{30,120}"),
-    ("AWS", r"(?:A3T[A-Z0-9]|AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}|ABSK[A-Za-z0-9+/]{100,}={0,2}"
-            r"|bedrock-api-key-[A-Za-z0-9+/=]{20,}"),
-    ("Azure AD", r"[A-Za-z0-9_~.]{3}\dQ~[A-Za-z0-9_~.-]{31,34}"),
-    ("ClickHouse", r"4b1d[A-Za-z0-9]{38}"),
-    ("Clojars", r"CLOJARS_[A-Za-z0-9]{60}"),
-    ("Cloudflare", r"v1\.0-[a-f0-9]{24}-[a-f0-9]{146}"),
-    ("Contentful", r"CFPAT-[\w-]{43}"),
-    ("Databricks", r"dapi[a-f0-9]{32}(?:-\d)?"),
-    ("Defined Networking", r"dnkey-[\w=-]{26}-[\w=-]{52}"),
-    ("DigitalOcean", r"do[opr]_v1_[a-f0-9]{64}"),
-    ("Doppler", r"dp\.(?:pt|st|sa|ct|scim|audit)\.[A-Za-z0-9]{40,44}"),
-    ("Dropbox", r"sl\.[A-Za-z0-9_=-]{130,}"),
-    ("Duffel", r"duffel_(?:test|live)_[A-Za-z0-9_=-]{43}"),
-    ("Dynatrace", r"dt0c01\.[A-Za-z0-9]{24}\.[A-Za-z0-9]{64}"),
-    ("EasyPost", r"EZ[AT]K[A-Za-z0-9]{54}"),
-    ("Facebook", r"EAA[MC][A-Za-z0-9]{100,}|\d{15,16}(?:\||%7C)[0-9A-Za-z_-]{27,40}"),
-    ("Flutterwave", r"FLW(?:SECK|PUBK)_TEST-[A-Za-z0-9]{12,32}(?:-X)?"),
-    ("Fly.io", r"fo1_[\w-]{43}|fm[12][ar]?_[A-Za-z0-9+/]{100,}={0,3}"),
-    ("Frame.io", r"fio-u-[A-Za-z0-9_=-]{64}"),
-    ("GitHub", r"gh[pousr]_[A-Za-z0-9]{16,}|github_pat_\w{20,}"),
-    ("GitLab", r"gl(?:pat|dt|ffct|ft|imt|agent|oas|ptt|rt|soat|cbt)-[\w.-]{16,}|GR1348941[\w-]{20}"
-               r"|(?<=_gitlab_session=)[0-9a-z]{32}"),
-    ("Google", r"AIza[\w-]{30,}|ya29\.[\w-]{20,}|GOCSPX-[\w-]{28}"),
-    ("Grafana", r"glsa_[A-Za-z0-9]{32}_[A-Fa-f0-9]{8}|glc_[A-Za-z0-9+/]{32,}={0,3}|eyJrIjoi[A-Za-z0-9]{50,}={0,3}"),
-    ("Harness", r"(?:pat|sat)\.[\w-]{22}\.[A-Za-z0-9]{24}\.[A-Za-z0-9]{20}"),
-    ("HashiCorp", r"[A-Za-z0-9]{14}\.atlasv1\.[\w=-]{60,70}|hv[sb]\.[\w-]{90,300}|s\.(?=[A-Za-z]*\d)[A-Za-z0-9]{24}"),
-    ("Heroku", r"HRKU-[\w-]{58,60}"),
-    ("Hugging Face", r"hf_[A-Za-z0-9]{16,}|api_org_[A-Za-z0-9]{30,}"),
-    ("Infracost", r"ico-[A-Za-z0-9]{32}"),
-    ("Intra 42", r"s-s4t2(?:ud|af)-[a-f0-9]{64}"),
-    ("JWT", r"eyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*"
-            r"|ey[A-Za-z0-9]{17,}\.ey[A-Za-z0-9/\\_-]{17,}\.(?:[A-Za-z0-9/\\_-]{10,}={0,2})?"),
-    ("Linear", r"lin_(?:api|oauth)_[A-Za-z0-9]{40}"),
-    ("Mailchimp", r"[0-9a-f]{32}-us\d{1,2}"),
-    ("Mailgun", r"(?:pub)?key-[0-9a-f]{32}"),
-    ("Mapbox", r"[ps]k\.eyJ[\w.-]{20,}"),
-    ("MaxMind", r"[A-Za-z0-9]{6}_[A-Za-z0-9]{29}_mmk"),
-    ("Microsoft Teams", r"(?<=\.webhook\.office\.com/)webhookb2/[^\s'\"<>]+"),
-    ("New Relic", r"NR(?:AK|JS|II)-[A-Za-z0-9-]{19,32}"),
-    ("Notion", r"ntn_[0-9]{11}[A-Za-z0-9]{35}"),
-    ("npm", r"npm_[A-Za-z0-9]{30,}"),
-    ("Octopus Deploy", r"API-[A-Z0-9]{26}"),
-    ("OpenShift", r"sha256~[\w-]{43}"),
-    ("Perplexity", r"pplx-[A-Za-z0-9]{48}"),
-    ("Plaid", r"access-(?:sandbox|development|production)-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"),
-    ("PlanetScale", r"pscale_(?:tkn|oauth|pw)_[\w=.-]{32,64}"),
-    ("Postman", r"PMAK-[A-Fa-f0-9]{24}-[A-Fa-f0-9]{34}"),
-    ("Prefect", r"pnu_[A-Za-z0-9]{36}"),
-    ("Pulumi", r"pul-[a-f0-9]{40}"),
-    ("PyPI", r"pypi-[A-Za-z0-9_-]{40,}"),
-    ("ReadMe", r"rdme_[a-z0-9]{70}"),
-    ("RubyGems", r"rubygems_[a-f0-9]{48}"),
-    ("Scalingo", r"tk-us-[\w-]{48}"),
-    ("SendGrid", r"SG\.[\w=.-]{60,}|SG\.[\w-]{16,32}\.[\w-]{16,64}"),
-    ("Sendinblue", r"xkeysib-[a-f0-9]{64}-[A-Za-z0-9]{16}"),
-    ("Sentry", r"sntry[us]_[A-Za-z0-9+/=_]{40,}"),
-    ("SettleMint", r"sm_[aps]at_[A-Za-z0-9]{16}"),
-    ("Shippo", r"shippo_(?:live|test)_[A-Fa-f0-9]{40}"),
-    ("Shopify", r"shp(?:at|ca|pa|ss)_[A-Fa-f0-9]{32}"),
-    ("Slack", r"xox[a-z](?:\.xox[a-z])?-[0-9A-Za-z-]{8,}|xapp-\d-[A-Za-z0-9-]{10,}"
-              r"|(?<=hooks\.slack\.com/)(?:services|workflows|triggers)/[A-Za-z0-9+/]{20,}"),
-    ("Sonar", r"sq[uap]_[A-Za-z0-9]{40}"),
-    ("Sourcegraph", r"sgp_(?:[A-Fa-f0-9]{16}|local)_[A-Fa-f0-9]{40}|sgp_[A-Fa-f0-9]{40}"),
-    ("Square", r"(?:EAAA|sq0atp-|sq0csp-)[\w-]{22,60}"),
-    ("Stripe", r"[sr]k_(?:live|test|prod)_[A-Za-z0-9]{10,99}"),
-    ("Telegram", r"\d{5,16}:A[\w-]{34}"),
-    ("Twilio", r"SK[0-9a-fA-F]{32}"),
-    ("Twitter", r"A{22}[A-Za-z0-9%]{80,100}"),
-    ("Typeform", r"tfp_[\w.=-]{40,}"),
-    ("Yandex", r"AQVN[\w-]{35,38}|t1\.[\w-]+={0,2}\.[\w-]{86}={0,2}|YC[\w-]{38}"),
-)
 _VENDOR = re.compile("|".join(f"(?:{regex})" for _, regex in VENDOR_FORMATS))
 # a match inside a longer word is none (a '/' may sit either side: tokens are path segments too)
 _VENDOR_TOKEN = re.compile(rf"(?<![\w+~.\-])(?:{_VENDOR.pattern})(?![\w+=~\-])")
