@@ -10,18 +10,16 @@ and writes the requested files.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import sys
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 __all__ = ["INCONCLUSIVE", "VERDICTS", "Chart", "Report", "Section", "Stage", "Table", "end_progress", "format_cell",
-           "progress", "progress_enabled", "render_table", "render_text", "set_progress", "stage", "write_json"]
+           "plural", "progress", "progress_enabled", "render_table", "render_text", "set_progress", "stage"]
 
 # The verdicts of a measured criterion (torchfl grade's statuses). They live in the report model so that
 # every renderer can show them (the HTML page colours them) without importing the tool that measures.
@@ -65,11 +63,25 @@ class Section:
 
 @dataclass
 class Report:
+    """What a command prints: ``data`` (its JSON), and for a person the title, summary, sections and warnings
+    (rendered by render_text, and as HTML) or, for a command whose text has a form of its own (scan's and
+    fix's compiler-style ``path:line:col: CODE message`` lines, a diff, a TOML file, a Markdown issue), that
+    ``text`` verbatim. ``messages`` go to stderr, not into the report (files skipped, a fix not applied):
+    a pipe of the report gets the report alone."""
+
     title: str
-    data: dict[str, Any]
+    data: Any
     summary: list[tuple[str, str]] = field(default_factory=list)
     sections: list[Section] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    text: str | None = None
+    messages: list[str] = field(default_factory=list)
+
+
+def plural(count: int, one: str, many: str | None = None) -> str:
+    """'1 file', '3 files', '0 files' (`many` for an irregular plural: 'unsafe fixes'): every count a person
+    reads in a report ("in 1 files" was issue 42's)."""
+    return f"{count} {one if count == 1 else many or one + 's'}"
 
 
 def format_cell(value: Any) -> str:
@@ -100,7 +112,9 @@ def render_table(table: Table, max_width: int | None = 60, *, rule: bool = True)
 def render_text(report: Report) -> str:
     """The report for a terminal: the title, the summary rows, each section (its text, its ``key: value``
     fields, its tables), then the warnings. The fields of every section share one column, so that a
-    report of facts reads as one aligned list."""
+    report of facts reads as one aligned list. A report with a text form of its own is that text."""
+    if report.text is not None:
+        return report.text
     out = [report.title, "=" * len(report.title)]
     width = max((len(k) for k, _ in report.summary), default=0)
     out += [f"{k.ljust(width)}  {v}" for k, v in report.summary]
@@ -114,10 +128,6 @@ def render_text(report: Report) -> str:
     for warning in report.warnings:
         out.append(f"WARNING: {warning}")
     return "\n".join(out).rstrip() + "\n"
-
-
-def write_json(report: Report, path: str | Path) -> None:
-    Path(path).write_text(json.dumps(report.data, indent=2, default=str) + "\n", encoding="utf-8")
 
 
 # ------------------------------------------------------------------------------------------- progress

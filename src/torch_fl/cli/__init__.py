@@ -58,11 +58,10 @@ PROGRESS = frozenset({"coverage", "compare", "bench", "grade", "audit", "warmup"
 # launcher's list, which gives them the bare package.
 from _torch_fl_cli import TORCH_FREE  # noqa: E402
 
-# The exit status of every command (docs/cli.md, "Exit status"): 0 ok; 1 a finding, a failed check, or an
-# error while running (the user's code raised, a device or plugin failed, a bug); 2 usage or bad input (an
-# option argparse refuses, a file or folder that does not exist or is not one, a description, FL_* value,
-# config, model entry point or device name that is wrong).
-OK, FAILED, BAD_INPUT = 0, 1, 2
+# The exit status of every command: the table in .exits (docs/cli.md, "Exit status").
+from .exits import BAD_INPUT, FAILED, INTERRUPTED, MISSING_DEPENDENCY, USAGE, CommandError, UsageError  # noqa: E402
+from .exits import DEPENDENCIES as DEPENDENCIES  # noqa: E402
+from .exits import OK as OK  # noqa: E402
 
 
 def build_parser(argv: list[str]) -> argparse.ArgumentParser:
@@ -133,11 +132,10 @@ def main(argv: list[str] | None = None) -> int:
         _innermost(parser, args).error(f"unrecognized arguments: {' '.join(extras)}")
     if not args.command:
         parser.print_help()
-        return 2
+        return USAGE
     if getattr(sys.modules.get("torch_fl"), "__torch_free__", False) and args.command not in TORCH_FREE:
         # the bare package of _torch_fl_cli: torch is not installed; help and --version worked above
-        print(f"torchfl {args.command}: this command needs torch: pip install torch", file=sys.stderr)
-        return 1
+        return _needs(f"torchfl {args.command}", "torch")
     if getattr(args, "verbose", 0):
         from .._logging import configure
 
@@ -150,10 +148,20 @@ def main(argv: list[str] | None = None) -> int:
     try:
         module = importlib.import_module(f"{__name__}.{COMMANDS[args.command][0]}")
         return int(module.run(args) or 0)
+    except UsageError as exc:  # options that do not go together: the (sub-)command's usage, as argparse's errors
+        _end_progress()
+        inner = _innermost(parser, args)
+        inner.print_usage(sys.stderr)
+        print(f"{inner.prog}: error: {exc}", file=sys.stderr)
+        return exc.code
+    except CommandError as exc:
+        _end_progress()
+        print(f"{_innermost(parser, args).prog}: error: {exc}", file=sys.stderr)
+        return exc.code
     except KeyboardInterrupt:
         _end_progress()
         print("interrupted", file=sys.stderr)
-        return 130
+        return INTERRUPTED
     except BrokenPipeError:
         # A reader that stops early (`torchfl describe cuda | head`) is not an error; point stdout at
         # devnull so Python's flush at exit does not report the broken pipe again.
@@ -161,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     except Exception as exc:
         _end_progress()
-        return report_error(f"torchfl {args.command}", exc, debug=args.debug)
+        return report_error(_innermost(parser, args).prog, exc, debug=args.debug)
     finally:
         _end_progress()
         if quiet:
@@ -178,9 +186,10 @@ def _end_progress() -> None:
         report.end_progress()
 
 
-def needs_torch(exc: BaseException) -> bool:
-    """Whether `exc` is torch (or a part of it) failing to import because torch is not installed."""
-    return isinstance(exc, ModuleNotFoundError) and (exc.name or "").split(".")[0] == "torch"
+def _needs(prog: str, dependency: str) -> int:
+    """A missing dependency, said the same way with the same exit status in every command (.exits)."""
+    print(f"{prog}: this command needs {dependency}: {DEPENDENCIES[dependency]}", file=sys.stderr)
+    return MISSING_DEPENDENCY
 
 
 def user_error_text(exc: BaseException) -> str | None:
@@ -247,13 +256,15 @@ def user_code_location(exc: BaseException) -> str | None:
 
 def report_error(prog: str, exc: BaseException, *, debug: bool = False) -> int:
     """Print `exc` as one message: the traceback only with --debug or FL_LOG=DEBUG, and for an error that
-    is not the user's, a pointer to `torchfl bugreport`. Returns the exit status: 2 for bad input
-    (`is_bad_input`), else 1."""
+    is not the user's, a pointer to `torchfl bugreport`. Returns the exit status (.exits): 2 for bad input
+    (`is_bad_input`) and a missing dependency, else 1."""
     import traceback
 
-    if needs_torch(exc):  # torch is not installed (a hook or lint environment): not a bug, not a traceback
-        print(f"{prog}: this command needs torch: pip install torch", file=sys.stderr)
-        return 1
+    from .exits import missing_dependency
+
+    dependency = missing_dependency(exc)
+    if dependency is not None:  # torch or libcst is not installed (a hook or lint environment): not a bug
+        return _needs(prog, dependency)
     from .._logging import debugging
 
     if debug or debugging():
@@ -266,8 +277,8 @@ def report_error(prog: str, exc: BaseException, *, debug: bool = False) -> int:
     if where is not None:  # the user's model or script raised: their bug, not ours
         print(f"{prog}: error in your code ({where}): {type(exc).__name__}: {exc}\n"
               f"Rerun with 'torchfl --debug ...' for the full traceback.", file=sys.stderr)
-        return 1
+        return FAILED
     print(f"{prog}: internal error: {type(exc).__name__}: {exc}\n"
           f"This is a bug in torch-fl, not in your input. Please report it: rerun with 'torchfl --debug ...' "
           f"for the traceback, and attach the output of 'torchfl bugreport'.", file=sys.stderr)
-    return 1
+    return FAILED

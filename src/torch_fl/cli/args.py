@@ -1,5 +1,5 @@
-"""Arguments several commands share, spelled and explained once: --device, --reference, --json/--html,
---quiet.
+"""Arguments several commands share, spelled and explained once: MODEL, --device, --reference, --steps,
+--json/--html, --quiet, --verbose.
 
 A command adds them with these helpers so that ``torchfl bench --help`` and ``torchfl grade --help`` say
 the same thing about the same flag, and a new command gets them right by calling one function.
@@ -7,14 +7,16 @@ the same thing about the same flag, and a new command gets them right by calling
 Example::
 
     def add_parser(sub, name, help_text):
-        parser = sub.add_parser(name, help=help_text)
-        add_device(parser, required=True)
+        parser = command_parser(sub, name, help_text, DESCRIPTION, EPILOG, model="required",
+                                device={"required": True})
+        parser.add_argument("--train", action="store_true", help="...")
         add_report_files(parser)
 """
 
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 __all__ = [
     "DEVICES",
@@ -34,6 +36,7 @@ __all__ = [
     "non_negative_int",
     "positive_int",
     "positive_seconds",
+    "tolerance",
 ]
 
 STDOUT = "-"  # --json's value for "print the JSON instead of the text"
@@ -43,11 +46,24 @@ DESCRIPTIONS = "a description name (cuda, npu, ...) or .toml file"  # where a de
 
 
 def command_parser(sub: argparse._SubParsersAction, name: str, help_text: str, description: str,
-                   epilog: str | None = None) -> argparse.ArgumentParser:
+                   epilog: str | None = None, *, model: str | None = None, device: dict[str, Any] | None = None,
+                   reference: bool = False, steps: dict[str, Any] | None = None) -> argparse.ArgumentParser:
     """The subcommand's parser: its one-line help, description and epilog (examples, exit status, docs),
-    printed as written (line breaks kept)."""
-    return sub.add_parser(name, help=help_text, description=description, epilog=epilog,
-                          formatter_class=argparse.RawDescriptionHelpFormatter)
+    printed as written (line breaks kept), with the arguments the measuring commands share, in one order:
+    MODEL (`model` "required" or "optional", add_model), --device (`device`: add_device's keywords),
+    --reference (add_reference), --steps/--warmup (`steps`: add_steps' keywords). -q and -v every command
+    gets from torch_fl.cli; --json/--html the command adds last (add_report_files, add_json)."""
+    parser = sub.add_parser(name, help=help_text, description=description, epilog=epilog,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    if model is not None:
+        add_model(parser, optional=model == "optional")
+    if device is not None:
+        add_device(parser, **device)
+    if reference:
+        add_reference(parser)
+    if steps is not None:
+        add_steps(parser, **steps)
+    return parser
 
 
 def add_model(parser: argparse.ArgumentParser, *, optional: bool = False) -> None:
@@ -166,4 +182,17 @@ def positive_seconds(text: str) -> float:
     if not 0 < value <= MAX_SECONDS:
         raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got '{text}' (at most "
                                          f"{MAX_SECONDS:g}, in ASCII digits)")
+    return value
+
+
+def tolerance(text: str) -> float:
+    """A finite number >= 0 (compare's --rtol/--atol): nan compares false, so every tensor would "pass"."""
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got '{text}'")
     return value

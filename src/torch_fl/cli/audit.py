@@ -14,7 +14,8 @@ import argparse
 import os
 import sys
 
-from .args import STDOUT, add_model, add_quiet, add_report_files, command_parser
+from .args import STDOUT, add_report_files, command_parser
+from .exits import CommandError, UsageError
 
 OK, FOUND = 0, 1
 
@@ -33,12 +34,10 @@ EPILOG = ("Examples:\n"
 
 
 def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> None:
-    parser = command_parser(sub, name, help_text, DESCRIPTION, EPILOG)
-    add_model(parser, optional=True)
+    parser = command_parser(sub, name, help_text, DESCRIPTION, EPILOG, model="optional")
     parser.add_argument("--train", action="store_true", help="run backward too (model mode)")
     add_report_files(parser, html=False, schema="torchfl docs migrate-runtime")
     parser.add_argument("--strict", action="store_true", help="exit 1 when the run made a CUDA request")
-    add_quiet(parser)
     parser.add_argument("--script", nargs=argparse.REMAINDER, metavar="SCRIPT [ARGS]",
                         help="audit a script run with its arguments instead of a model (must come last); "
                              "--strict and --json there are audit's, arguments after -- are the script's")
@@ -115,15 +114,12 @@ def run(args: argparse.Namespace) -> int:
     if args.script is not None:
         problem = split_script_args(args)
         if problem:
-            print(f"torchfl audit: {problem}", file=sys.stderr)
-            return 2
+            raise UsageError(problem)
         if not args.script or args.model:
-            print("torchfl audit: give either MODEL or --script SCRIPT [ARGS]", file=sys.stderr)
-            return 2
+            raise UsageError("give either MODEL or --script SCRIPT [ARGS]")
         script, argv = args.script[0], args.script[1:]
         if not os.path.isfile(script):
-            print(f"torchfl audit: {script}: no such file", file=sys.stderr)
-            return 2
+            raise CommandError(f"{script}: no such file")
         from ..migrate.script import run_target
 
         progress(f"running {script} under the audit")
@@ -136,8 +132,7 @@ def run(args: argparse.Namespace) -> int:
             return code
     else:
         if not args.model:
-            print("torchfl audit: give a MODEL (path.py:factory) or --script SCRIPT [ARGS]", file=sys.stderr)
-            return 2
+            raise UsageError("give a MODEL (path.py:factory) or --script SCRIPT [ARGS]")
         progress(f"auditing {args.model}{' (train)' if args.train else ''}")
         report, error = audit_model(args.model, train=args.train)
         emit(report, json_path=args.json)

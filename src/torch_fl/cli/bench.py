@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from .args import add_device, add_model, add_quiet, add_report_files, add_steps, command_parser
+from .args import add_report_files, command_parser
 
 DESCRIPTION = ("Time MODEL's training (or inference) steps on a device with torch-fl routing active "
                "and with routing disabled, in interleaved blocks; report the native alignment ratio "
@@ -23,15 +23,12 @@ EPILOG = ("For an emulated chip (emu:NAME), 'routing disabled' is the plain CPU 
 
 
 def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> None:
-    parser = command_parser(sub, name, help_text, DESCRIPTION, EPILOG)
-    add_model(parser)
-    add_device(parser, required=True)
-    add_steps(parser, steps=20, warmup=3)
+    parser = command_parser(sub, name, help_text, DESCRIPTION, EPILOG, model="required", device={"required": True},
+                            steps={"steps": 20, "warmup": 3})
     parser.add_argument("--train", action=argparse.BooleanOptionalAction, default=True,
                         help="time training steps (forward, backward, AdamW update; default) or, with "
                              "--no-train, inference forwards")
     add_report_files(parser)
-    add_quiet(parser)
 
 
 def run(args: argparse.Namespace) -> int:

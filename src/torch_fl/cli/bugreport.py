@@ -27,7 +27,7 @@ from .. import _toml
 from ..description import registry
 from ..errors import TorchFLError
 from ..redact import REDACTED, SECRET_WORDS, USER, is_secret, redact, redact_value, secret_name, secret_values
-from . import positive_int
+from .args import add_json, positive_int
 
 
 class _Doctor:
@@ -319,9 +319,14 @@ def add_parser(subparsers: argparse._SubParsersAction, name: str, help_text: str
                         help=f"about how many log lines to include (default {DEFAULT_LINES})")
     parser.add_argument("-o", "--output", metavar="FILE", type=Path, default=None,
                         help="write the report to FILE instead of stdout")
+    add_json(parser, what="the report (its Markdown in one object)")
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..report import Report
+    from .exits import CommandError
+    from .output import emit
+
     if args.log is not None and not args.log.is_file():
         # say what it is: a FIFO or /dev/zero would be read forever, a folder is not "missing"
         try:
@@ -330,12 +335,10 @@ def run(args: argparse.Namespace) -> int:
             what = "no such file"
         except OSError as exc:
             what = exc.strerror or str(exc)
-        print(f"torchfl bugreport: error: --log {args.log}: {what}", file=sys.stderr)
-        return 2  # bad input (docs/cli.md, exit status)
-    report = build_report(args.log, args.lines)
-    if args.output is None:
-        sys.stdout.write(report)
-    else:
-        args.output.write_text(report, encoding="utf-8")
+        raise CommandError(f"--log {args.log}: {what}")  # bad input (cli/exits)
+    markdown = build_report(args.log, args.lines)
+    data = {"log": None if args.log is None else str(args.log), "markdown": markdown}
+    emit(Report("torch-fl bug report", data, text=markdown), json_path=args.json, output=args.output)
+    if args.output is not None:
         print(f"wrote {args.output}; review it, then paste it into a new issue", file=sys.stderr)
     return 0

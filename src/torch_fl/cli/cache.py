@@ -7,13 +7,13 @@ skipped; 2 on a usage error."""
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from .args import STDOUT, add_device, add_report_files, command_parser
-from .output import emit_json
+from ..report import Report, plural
+from .args import add_device, add_report_files, command_parser
+from .output import emit
 
 DESCRIPTION = ("Inspect, verify or clear the compile cache: one entry per fingerprint of the "
                "stack (torch, Python, torch-fl, description, plugin, runtime, compiler) under the "
@@ -52,13 +52,12 @@ def run(args: argparse.Namespace) -> int:
     desc = description_of(args.device)
     root = cache.cache_root(desc)
     broad = trust.broad_root(root)
-    if broad:  # not even listed: `info` would walk every file of the home directory (or of /)
-        print(f"REFUSED   {trust.root_refusal(root, cache.root_source(desc))}")
-        return 1
-    refusal = trust.root_refusal(root, cache.root_source(desc)) if root.is_dir() else ""
-    if refusal and args.action != "info":
-        # Nothing under a root another user can write is worth reading or removing as this user.
-        print(f"REFUSED   {refusal}")
+    refusal = trust.root_refusal(root, cache.root_source(desc)) if broad or root.is_dir() else ""
+    # A broad root is not even listed: `info` would walk every file of the home directory (or of /); and
+    # nothing under a root another user can write is worth reading or removing as this user.
+    if broad or (refusal and args.action != "info"):
+        emit(Report(f"torchfl cache {args.action}", {"root": str(root), "refused": refusal},
+                    text=f"REFUSED   {refusal}\n"), json_path=getattr(args, "json", None))
         return 1
     current = fingerprint(desc)
     entries = cache.scan(root, full=args.action == "verify")
@@ -66,14 +65,9 @@ def run(args: argparse.Namespace) -> int:
         return _clear(root, entries, current, args)
     data = _data(root, desc, current, entries)
     data["refused"] = refusal
-    if args.json:
-        emit_json(data, args.json)
-        if args.json == STDOUT:
-            return 0 if args.action == "info" else _verdict(data)
-    if args.action == "info":
-        _print_info(data)
-        return 0
-    return _print_verify(data)
+    lines = _info(data) if args.action == "info" else _verify(data)
+    emit(Report(f"torchfl cache {args.action}", data, text="\n".join(lines) + "\n"), json_path=args.json)
+    return 0 if args.action == "info" else _verdict(data)
 
 
 def _data(root: Path, desc: Any, current: Any, entries: list) -> dict[str, Any]:
@@ -110,15 +104,15 @@ def _when(t: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M", time.localtime(t)) if t else "-"
 
 
-def _print_info(data: dict[str, Any]) -> None:
+def _info(data: dict[str, Any]) -> list[str]:
     from ..compiler.fingerprint import describe_change
     from ..report import Table, render_table
 
-    print(f"compile cache root: {data['root']} (from {data['root_source']})")
+    lines = [f"compile cache root: {data['root']} (from {data['root_source']})"]
     if data["refused"]:
-        print(f"REFUSED: {data['refused']}")
+        lines.append(f"REFUSED: {data['refused']}")
     state = "exists" if data["current_exists"] else "not created yet: the next compile creates it"
-    print(f"current entry:      {data['current']} ({state})")
+    lines.append(f"current entry:      {data['current']} ({state})")
     rows = []
     for row in data["entries"]:
         if row["status"] == "leftover":
@@ -137,15 +131,13 @@ def _print_info(data: dict[str, Any]) -> None:
             note += " [in use]"
         rows.append([("* " if row["current"] else "  ") + row["name"], _size(row["size"]),
                      _when(row["last_used"]), row.get("warmup", "-"), note])
-    print()
-    if rows:
-        print(render_table(Table(["entry", "size", "last used", "warm-ups", "note"], rows), max_width=100))
-    else:
-        print("no entries")
-    print("\ncurrent fingerprint components:")
+    lines.append("")
+    lines.append(render_table(Table(["entry", "size", "last used", "warm-ups", "note"], rows), max_width=100)
+                 if rows else "no entries")
+    lines += ["", "current fingerprint components:"]
     width = max(map(len, data["components"]))
-    for name, value in data["components"].items():
-        print(f"  {name.ljust(width)}  {value}")
+    lines += [f"  {name.ljust(width)}  {value}" for name, value in data["components"].items()]
+    return lines
 
 
 def _verdict(data: dict[str, Any]) -> int:
@@ -153,34 +145,34 @@ def _verdict(data: dict[str, Any]) -> int:
     return 1 if any(row["status"] in ("corrupt", "untrusted") for row in data["entries"]) else 0
 
 
-def _print_verify(data: dict[str, Any]) -> int:
-    corrupt = 0
+def _verify(data: dict[str, Any]) -> list[str]:
+    lines, corrupt = [], 0
     for row in data["entries"]:
         if row["status"] in ("corrupt", "untrusted"):
             corrupt += 1
-            print(f"{row['status'].upper():<9} {row['name']}: {row['problem']}")
-            for altered in row["altered"]:
-                print(f"  ALTERED {altered}")
+            lines.append(f"{row['status'].upper():<9} {row['name']}: {row['problem']}")
+            lines += [f"  ALTERED {altered}" for altered in row["altered"]]
         elif row["status"] == "quarantined":
-            print(f"quarantine {row['name']}: {row['problem']} (`torchfl cache clear --corrupt` removes it)")
+            lines.append(f"quarantine {row['name']}: {row['problem']} (`torchfl cache clear --corrupt` removes it)")
         elif row["status"] == "shared":
-            print(f"shared    {row['name']}: {row['problem']}")
+            lines.append(f"shared    {row['name']}: {row['problem']}")
         elif row["status"] == "leftover":
-            print(f"leftover  {row['name']}: {row['problem']} (harmless; removed by the next writer or "
-                  f"`torchfl cache clear --corrupt`)")
+            lines.append(f"leftover  {row['name']}: {row['problem']} (harmless; removed by the next writer or "
+                         f"`torchfl cache clear --corrupt`)")
         else:
             state = "current" if row["current"] else "stale" if "differs" in row else "other description"
             extra = f"; {row['problem']}" if row["problem"] else ""
             unrecorded = (f", {row['unrecorded']} not recorded yet (a compile in progress or killed)"
                           if row["unrecorded"] else "")
-            print(f"ok        {row['name']}: manifest valid, fingerprint re-hashes to its name, "
-                  f"{row['artifacts']} artifacts match their sha256{unrecorded} ({state}{extra})")
+            lines.append(f"ok        {row['name']}: manifest valid, fingerprint re-hashes to its name, "
+                         f"{plural(row['artifacts'], 'artifact')} "
+                         f"{'matches its' if row['artifacts'] == 1 else 'match their'} sha256{unrecorded} ({state}{extra})")
     entries = sum(1 for r in data["entries"] if r["status"] not in ("leftover", "quarantined", "shared"))
-    print(f"{entries} entries under {data['root']}: {corrupt} corrupt or untrusted")
+    lines.append(f"{plural(entries, 'entry', 'entries')} under {data['root']}: {corrupt} corrupt or untrusted")
     if corrupt:
-        print("remove them with `torchfl cache clear --corrupt` (the current entry is moved aside and "
-              "rebuilt automatically at its next use)")
-    return _verdict(data)
+        lines.append("remove them with `torchfl cache clear --corrupt` (the current entry is moved aside and "
+                     "rebuilt automatically at its next use)")
+    return lines
 
 
 def _clear(root: Path, entries: list, current: Any, args: argparse.Namespace) -> int:
@@ -194,15 +186,15 @@ def _clear(root: Path, entries: list, current: Any, args: argparse.Namespace) ->
         mine = [e for e in entries if e.status == "ok" and e.description == current.description]
         names = [e.name for e in mine if not (args.stale and e.name == current.entry_name)]
     if not names:
-        print(f"nothing to remove under {root}")
+        emit(Report("torchfl cache clear", {"root": str(root), "removed": [], "skipped": [], "kept": []},
+                    text=f"nothing to remove under {root}\n"))
         return 0
     foreign: list[str] = []
     removed, skipped = cache.remove(root, names, force=args.force, foreign=foreign)
-    for name in removed:
-        print(f"removed {root / name}")
-    for name in skipped:
-        print(f"skipped {root / name}: a running process uses it (--force removes it anyway)", file=sys.stderr)
-    for name in foreign:
-        print(f"kept    {root / name}: torch-fl did not create it (no {cache.MARKER} marker, no valid manifest); "
-              f"remove it yourself if it is not yours to keep", file=sys.stderr)
+    messages = [f"skipped {root / name}: a running process uses it (--force removes it anyway)" for name in skipped]
+    messages += [f"kept    {root / name}: torch-fl did not create it (no {cache.MARKER} marker, no valid manifest); "
+                 f"remove it yourself if it is not yours to keep" for name in foreign]
+    data = {"root": str(root), "removed": removed, "skipped": skipped, "kept": foreign}
+    emit(Report("torchfl cache clear", data, text="".join(f"removed {root / name}\n" for name in removed),
+                messages=messages))
     return 1 if skipped else 0

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .args import add_device, add_model, add_quiet, add_report_files, command_parser
+from .args import add_report_files, command_parser
 
 OK, UNSUPPORTED, NOT_TRACED = 0, 1, 2
 
@@ -32,9 +32,9 @@ EPILOG = ("Examples:\n"
 
 
 def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> None:
-    parser = command_parser(sub, name, help_text, DESCRIPTION, EPILOG)
-    add_model(parser)
-    add_device(parser, required=True, what="the chip whose routes classify the trace", descriptions=True)
+    parser = command_parser(sub, name, help_text, DESCRIPTION, EPILOG, model="required",
+                            device={"required": True, "what": "the chip whose routes classify the trace",
+                                    "descriptions": True})
     parser.add_argument("--train", action="store_true",
                         help="trace a training step (forward, loss, backward, AdamW step), not inference")
     parser.add_argument("--amp", action="store_true",
@@ -44,7 +44,6 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> No
                              "plugin release line (e.g. 2.5), and list the traced ops that change between "
                              "lines ('native from 2.7'); default: the installed plugin's, else the newest")
     add_report_files(parser)
-    add_quiet(parser)
     parser.add_argument("--strict", action="store_true",
                         help="exit 1 when some op is unsupported on the device (for CI)")
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import copy
 import sys
-from pathlib import Path
 
-from .args import add_device, command_parser
+from .args import add_device, add_json, command_parser
+from .exits import UsageError
 
 DESCRIPTION = ("Print a device description as TOML that loads back unchanged (start a vendor "
                "description from a copy), list known descriptions, or write one for the live "
@@ -27,6 +27,7 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> No
                         help="rename the copy (its `name` key): a new chip's description, which loads next to "
                              "the original instead of replacing it")
     parser.add_argument("-o", "--output", help="write to this file instead of stdout")
+    add_json(parser, what="the description's data (with --list, the list)")
 
 
 def _list() -> str:
@@ -39,12 +40,12 @@ def _list() -> str:
     return render_table(Table(header, [list(row) for row in rows]), None, rule=False) + "\n"
 
 
-def _warn_shadowed() -> None:
+def _shadowed() -> list[str]:
     from ..analysis.doctor import shadowing_warning
     from ..description import registry
 
-    for name, (path, origin) in registry.shadowed().items():
-        print(f"torchfl describe: warning: {shadowing_warning(name, f'{path} ({origin})')}", file=sys.stderr)
+    return [f"torchfl describe: warning: {shadowing_warning(name, f'{path} ({origin})')}"
+            for name, (path, origin) in registry.shadowed().items()]
 
 
 def probed_description(device: str | None = None):
@@ -102,21 +103,24 @@ def _same_name_note(desc) -> str:
 def run(args: argparse.Namespace) -> int:
     import torch_fl
 
+    from ..report import Report
+    from .output import emit
+
     if args.list:
         if args.rename:
-            print("torchfl describe: --as renames a copy of one description; it does not go with --list",
-                  file=sys.stderr)
-            return 2
-        text = _list()
-        _warn_shadowed()
+            raise UsageError("--as renames a copy of one description; it does not go with --list")
+        from ..description import registry
+
+        known = sorted(registry.descriptions().values(), key=lambda d: d.name)
+        data = [{"name": d.name, "vendor": d.vendor, "device_type": d.device_type, "dispatch_key": d.dispatch_key,
+                 "source": "built-in" if d.builtin else str(d.path)} for d in known]
+        report = Report("descriptions", data, text=_list(), messages=_shadowed())
     else:
         desc = probed_description(args.device) if args.probe else torch_fl.description(args.name)
         if args.rename:
             desc = renamed(desc, args.rename)
-        text = _same_name_note(desc) + desc.to_toml()
+        report = Report(f"description {desc.name}", desc.data, text=_same_name_note(desc) + desc.to_toml())
+    emit(report, json_path=args.json, output=args.output)
     if args.output:
-        Path(args.output).write_text(text, encoding="utf-8")
         print(f"wrote {args.output}", file=sys.stderr)
-    else:
-        sys.stdout.write(text)
     return 0

@@ -9,10 +9,10 @@ is printed instead); 2 a TOPIC that is not a page.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-from .args import command_parser
+from .args import add_json, command_parser
+from .exits import CommandError
 
 OK, NOT_SHIPPED, BAD_TOPIC = 0, 1, 2
 DISTRIBUTION = "torch-fl"
@@ -32,6 +32,7 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> No
     parser.add_argument("topic", nargs="?", metavar="TOPIC",
                         help="a page: its name without .md (cli, analysis, compile, errors, ...)")
     parser.add_argument("--show", action="store_true", help="print the page's text instead of its path")
+    add_json(parser, what="the pages (or the TOPIC's path)")
 
 
 def docs_folder() -> Path | None:
@@ -73,35 +74,35 @@ def web_home() -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..report import Report
+    from .output import emit
+
     folder = docs_folder()
     url = web_home()
     if folder is None:
         where = f"; online: {url}" if url else ""
-        print(f"torchfl docs: the documentation pages are not shipped with this copy of torch-fl "
-              f"({Path(__file__).resolve().parents[1]}){where}", file=sys.stderr)
-        if url:
-            print(url)
+        message = (f"torchfl docs: the documentation pages are not shipped with this copy of torch-fl "
+                   f"({Path(__file__).resolve().parents[1]}){where}")
+        emit(Report("torch-fl documentation", {"folder": None, "online": url, "pages": {}},
+                    text=f"{url}\n" if url else "", messages=[message]), json_path=args.json)
         return NOT_SHIPPED
     topics = pages(folder)
-    if args.topic is None:
-        if args.show:
-            args.topic = "cli"
-        else:
-            print(f"torch-fl documentation: {folder}" + (f"\nonline: {url}" if url else ""))
-            width = max(map(len, topics))
-            print("\n".join(f"  {topic.ljust(width)}  {title}" for topic, title in topics.items()))
-            print("Open a page: torchfl docs TOPIC (its path), torchfl docs TOPIC --show (its text)")
-            return OK
-    topic = args.topic.removeprefix("docs/").removesuffix(".md")
+    if args.topic is None and not args.show:
+        width = max(map(len, topics))
+        lines = [f"torch-fl documentation: {folder}", *([f"online: {url}"] if url else []),
+                 *(f"  {topic.ljust(width)}  {title}" for topic, title in topics.items()),
+                 "Open a page: torchfl docs TOPIC (its path), torchfl docs TOPIC --show (its text)"]
+        emit(Report("torch-fl documentation", {"folder": str(folder), "online": url, "pages": topics},
+                    text="\n".join(lines) + "\n"), json_path=args.json)
+        return OK
+    topic = (args.topic or "cli").removeprefix("docs/").removesuffix(".md")
     if topic not in topics:
         from ..errors import did_you_mean
 
-        print(f"torchfl docs: no page '{args.topic}'.{did_you_mean(topic, list(topics))} Pages: "
-              f"{', '.join(topics)}", file=sys.stderr)
-        return BAD_TOPIC
+        raise CommandError(f"no page '{args.topic}'.{did_you_mean(topic, list(topics))} Pages: {', '.join(topics)}",
+                           BAD_TOPIC)
     page = folder / f"{topic}.md"
-    if args.show:
-        sys.stdout.write(page.read_text(encoding="utf-8", errors="replace"))
-    else:
-        print(page)
+    data = {"topic": topic, "title": topics[topic], "path": str(page)}
+    text = page.read_text(encoding="utf-8", errors="replace") if args.show else f"{page}\n"
+    emit(Report(topics[topic], data, text=text), json_path=args.json)
     return OK

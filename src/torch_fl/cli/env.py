@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import argparse
 
-from .args import STDOUT, command_parser
-from .output import emit_json
+from ..report import plural
+from .args import STDOUT, add_json, command_parser
+from .exits import UsageError
+from .output import emit
 
 DESCRIPTION = ("Write the versions that decide whether a node can run a job (Python and its ABI, torch and its "
                "runtime, torch-fl, vendor plugins, key packages, description file hashes, glibc, libstdc++) to a "
@@ -30,35 +32,37 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> No
     check = actions.add_parser("check", help="check this node against a lock file; exit 1 naming each "
                                              "component that differs")
     check.add_argument("lock", metavar="LOCK", help="a lock file written by `torchfl env lock`")
-    check.add_argument("--json", nargs="?", const=STDOUT, metavar="FILE",
-                       help="the differences as JSON: written to FILE, or printed instead of the text")
+    add_json(check, what="the differences")
     diff = actions.add_parser("diff", help="compare the lock files of several nodes with the first")
     diff.add_argument("locks", nargs="+", metavar="LOCK", help="lock files, the reference first")
+    add_json(diff, what="whether the nodes match")
+    add_json(lock, what="the lock written")
 
 
 def run(args: argparse.Namespace) -> int:
     from ..analysis import envlock
+    from ..report import Report
 
     if args.action == "lock":
         lock = envlock.snapshot()
         if args.output == STDOUT:
-            emit_json(lock, STDOUT)
+            emit(Report("torchfl env lock", lock), json_path=STDOUT)
         else:
             envlock.write(args.output, lock)
-            print(f"wrote {args.output}: {len(lock['components'])} components of node {lock['node']}")
+            emit(Report("torchfl env lock", lock, text=f"wrote {args.output}: "
+                        f"{plural(len(lock['components']), 'component')} of node {lock['node']}\n"),
+                 json_path=args.json)
         return 0
     if args.action == "check":
         lock, here = envlock.read(args.lock), envlock.snapshot()
         same, lines = envlock.report(lock, here, args.lock)
-        if args.json:
-            emit_json({"node": here["node"], "lock": args.lock, "same": same,
-                       "differences": [vars(d) | {"fix": d.fix()} for d in envlock.compare(lock, here)]}, args.json)
-            if args.json == STDOUT:
-                return 0 if same else 1
-        print("\n".join(lines))
+        data = {"node": here["node"], "lock": args.lock, "same": same,
+                "differences": [vars(d) | {"fix": d.fix()} for d in envlock.compare(lock, here)]}
+        emit(Report("torchfl env check", data, text="\n".join(lines) + "\n"), json_path=args.json)
         return 0 if same else 1
     if len(args.locks) < 2:
-        raise SystemExit("torchfl env diff: error: give at least two lock files (the reference first)")
+        raise UsageError("give at least two lock files (the reference first)")
     same, lines = envlock.diff_nodes([(path, envlock.read(path)) for path in args.locks])
-    print("\n".join(lines))
+    emit(Report("torchfl env diff", {"same": same, "locks": args.locks}, text="\n".join(lines) + "\n"),
+         json_path=args.json)
     return 0 if same else 1

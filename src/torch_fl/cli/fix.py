@@ -7,11 +7,11 @@ changes, or a file could not be parsed, read or written; 2 usage error or libcst
 from __future__ import annotations
 
 import argparse
-import sys
+from typing import Any
 
-from .args import add_quiet
-
-USAGE = 2
+from ..report import Report, plural
+from .args import add_json, command_parser
+from .exits import CommandError
 
 
 def _codes(text: str) -> list[str]:
@@ -19,8 +19,8 @@ def _codes(text: str) -> list[str]:
 
 
 def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> None:
-    parser = sub.add_parser(
-        name, help=help_text,
+    parser = command_parser(
+        sub, name, help_text,
         description="Rewrite the fixable findings of `torchfl scan` to the torch.fl API: device strings "
                     "to torch.fl.device(), .cuda() to .to(torch.fl.device()), torch.cuda.is_available() to "
                     "torch.fl.is_accelerator(), other torch.cuda.* runtime calls to torch.fl.*, "
@@ -33,8 +33,7 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> No
                "  torchfl fix src/ --unsafe-fixes --select FL1,FL9\n"
                "Exit status: 0 done (or --diff: nothing to change), 1 --diff found changes or a file was "
                "skipped (syntax error, unreadable, unwritable), 2 usage error or libcst missing.\n"
-               "Docs: docs/migrate-fix.md",
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+               "Docs: docs/migrate-fix.md")
     parser.add_argument("paths", nargs="+", metavar="PATH", help="files or directories to fix")
     parser.add_argument("--diff", action="store_true",
                         help="print a unified diff of the changes and write nothing")
@@ -46,25 +45,24 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> No
                         help="only these rule codes or prefixes, comma-separated (e.g. FL1,FL202)")
     parser.add_argument("--ignore", type=_codes, action="append", metavar="CODES",
                         help="skip these rule codes or prefixes, comma-separated")
-    add_quiet(parser)
+    add_json(parser, what="what was fixed (or, with --diff, would be: per file, with the diff)")
 
 
 def run(args: argparse.Namespace) -> int:
     import os
 
-    from ..migrate.fix import LIBCST_MISSING, have_libcst
+    from ..migrate.fix import have_libcst
 
     if not have_libcst():
-        print(LIBCST_MISSING, file=sys.stderr)
-        return USAGE
+        raise ModuleNotFoundError("libcst", name="libcst")  # every command's missing dependency (cli/exits)
     missing = [p for p in args.paths if not os.path.lexists(p)]
     if missing:
-        print(f"torchfl fix: error: no such file or directory: {', '.join(missing)}", file=sys.stderr)
-        return USAGE
+        raise CommandError(f"no such file or directory: {', '.join(missing)}")
 
     from ..migrate.fix import fix_paths
     from ..migrate.scan import ScanConfigError
     from .file_progress import FileProgress
+    from .output import emit
 
     # --select/--ignore may repeat; each takes a comma-separated list.
     select = [c for group in args.select for c in group] if args.select else None
@@ -78,32 +76,35 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         with FileProgress("fixing") as shown:
-            report = fix_paths(args.paths, unsafe=args.unsafe, diff=args.diff, select=select, ignore=ignore,
+            result = fix_paths(args.paths, unsafe=args.unsafe, diff=args.diff, select=select, ignore=ignore,
                                on_file=count)
     except ScanConfigError as exc:
-        print(f"torchfl fix: error: {exc}", file=sys.stderr)
-        return USAGE
-    for path, reason in report.skipped:
-        print(f"{path}: skipped: {reason}", file=sys.stderr)
-    for entry in report.errors:
-        print(f"{entry.path}: {entry.error}", file=sys.stderr)
-    for entry in report.files:
-        for code, line in entry.not_applied:
-            print(f"{entry.path}:{line}: {code}: fix not applied (this form of the code is not "
-                  f"rewritten; fix by hand)", file=sys.stderr)
-    unsafe_note = ""
-    if report.skipped_unsafe:
-        unsafe_note = f" ({_count(report.skipped_unsafe, 'unsafe fix', 'unsafe fixes')} not applied; use --unsafe-fixes)"
-    changed = len(report.changed_files)
-    what = f"{_count(report.applied, 'finding')} in {_count(changed, 'file')}{unsafe_note}"
+        raise CommandError(str(exc)) from exc
+    emit(build_report(result, args.diff), json_path=args.json)
     if args.diff:
-        sys.stdout.write(report.diff)
-        print(f"Would fix {what}", file=sys.stderr)
-        return 1 if changed or report.errors else 0
-    print(f"Fixed {what}")
-    return 1 if report.errors else 0
+        return 1 if result.changed_files or result.errors else 0
+    return 1 if result.errors else 0
 
 
-def _count(n: int, one: str, many: str | None = None) -> str:
-    """'1 file', '3 files' (the summary line a person reads; issue 42: "in 1 files")."""
-    return f"{n} {one if n == 1 else many or one + 's'}"
+def build_report(result: Any, diff: bool) -> Report:
+    """The run as a report: its text form is the summary line (with --diff, the diff; the summary goes to
+    stderr with the other messages), its data what --json gives."""
+    messages = [f"{path}: skipped: {reason}" for path, reason in result.skipped]
+    messages += [f"{entry.path}: {entry.error}" for entry in result.errors]
+    messages += [f"{entry.path}:{line}: {code}: fix not applied (this form of the code is not rewritten; fix by "
+                 f"hand)" for entry in result.files for code, line in entry.not_applied]
+    unsafe_note = ""
+    if result.skipped_unsafe:
+        unsafe_note = (f" ({plural(result.skipped_unsafe, 'unsafe fix', 'unsafe fixes')} not applied; use "
+                       f"--unsafe-fixes)")
+    what = f"{plural(result.applied, 'finding')} in {plural(len(result.changed_files), 'file')}{unsafe_note}"
+    data = {"diff": diff, "applied": result.applied, "changed_files": [str(f.path) for f in result.changed_files],
+            "skipped_unsafe": result.skipped_unsafe,
+            "files": [{"path": str(f.path), "changed": f.changed, "applied": f.applied,
+                       "skipped_unsafe": f.skipped_unsafe, "not_applied": f.not_applied, "error": f.error}
+                      for f in result.files],
+            "skipped": [{"path": str(path), "reason": reason} for path, reason in result.skipped]}
+    if diff:
+        data["unified_diff"] = result.diff
+        return Report("torchfl fix --diff", data, text=result.diff, messages=[*messages, f"Would fix {what}"])
+    return Report("torchfl fix", data, text=f"Fixed {what}\n", messages=messages)

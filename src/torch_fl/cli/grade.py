@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from .args import add_device, add_model, add_quiet, add_reference, add_report_files, add_steps, command_parser
+from .args import add_report_files, command_parser
 
 USAGE = 2
 # analysis.grade's defaults, for the help: that package imports torch, and `torchfl grade --help` needs none
@@ -36,13 +36,11 @@ EPILOG = ("Thresholds: native calls >= 80%, alignment >= 0.9, 4-device scaling >
 
 
 def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> None:
-    parser = command_parser(sub, name, help_text, DESCRIPTION, EPILOG)
-    add_model(parser)
-    add_device(parser, required=True, what="device to grade")
-    add_reference(parser)
-    add_steps(parser, steps=DEFAULT_STEPS, warmup=DEFAULT_WARMUP, what="bench: ",
-              steps_help="timed training steps per mode, for alignment and the memory run",
-              note="; 4 or more for a memory verdict")
+    parser = command_parser(sub, name, help_text, DESCRIPTION, EPILOG, model="required", reference=True,
+                            device={"required": True, "what": "device to grade"},
+                            steps={"steps": DEFAULT_STEPS, "warmup": DEFAULT_WARMUP, "what": "bench: ",
+                                   "steps_help": "timed training steps per mode, for alignment and the memory run",
+                                   "note": "; 4 or more for a memory verdict"})
     parser.add_argument("--compile", action="store_true",
                         help="measure torch.compile with the description's backend (a cold compile takes "
                              "tens of seconds); without it the compile criterion is NOT MEASURED")
@@ -50,7 +48,6 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> No
                         help="do not run torch.fl.distributed's preflight in two spawned processes "
                              "(the distributed criterion is then NOT MEASURED)")
     add_report_files(parser)
-    add_quiet(parser)
 
 
 def _alignment_below_target(data: dict) -> bool:

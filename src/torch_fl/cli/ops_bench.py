@@ -11,7 +11,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .args import add_device, add_model, add_quiet, add_report_files, command_parser, positive_int
+from .args import add_report_files, command_parser, positive_int
+from .exits import CommandError, UsageError
 
 DESCRIPTION = ("Time every op a step of MODEL runs natively on a device (the kernel the device has) against "
                "the alternatives torch-fl could route it to: its translation (decomposition), a registered "
@@ -28,9 +29,8 @@ EPILOG = ("Examples:\n  torchfl ops-bench examples/gpt.py:factory --device acc0 
 
 
 def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> None:
-    parser = command_parser(sub, name, help_text, DESCRIPTION, EPILOG)
-    add_model(parser, optional=True)
-    add_device(parser, required=True, what="device to measure")
+    parser = command_parser(sub, name, help_text, DESCRIPTION, EPILOG, model="optional",
+                            device={"required": True, "what": "device to measure"})
     parser.add_argument("--train", action=argparse.BooleanOptionalAction, default=True,
                         help="record the ops of a training step (forward, backward, AdamW update; default) or, "
                              "with --no-train, of a forward")
@@ -45,7 +45,6 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> No
                         help="with --overlay: also route the ops whose translation is faster in every measured "
                              "dtype to it (ops.translate of the overlay); opt-in, as the overlay itself is")
     add_report_files(parser)
-    add_quiet(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -58,15 +57,12 @@ def run(args: argparse.Namespace) -> int:
     from .output import emit, emit_json
 
     if args.prefer and not args.overlay:
-        print("torchfl ops-bench: --prefer writes the preferred routes into the overlay: give --overlay FILE too",
-              file=sys.stderr)
-        return 2
+        raise UsageError("--prefer writes the preferred routes into the overlay: give --overlay FILE too")
     if args.overlay:
         folder = Path(args.overlay).expanduser().resolve().parent
         if not folder.is_dir():
-            print(f"torchfl ops-bench: cannot write the overlay {args.overlay}: the folder {folder} does not exist; "
-                  f"create it or pass --overlay with a path in an existing folder", file=sys.stderr)
-            return 2
+            raise CommandError(f"cannot write the overlay {args.overlay}: the folder {folder} does not exist; "
+                               f"create it or pass --overlay with a path in an existing folder")
 
     def finish(report):
         if args.overlay:

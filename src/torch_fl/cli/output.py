@@ -1,6 +1,8 @@
-"""What a command prints and writes: the report's text on stdout, and the --json / --html outputs it asked
-for. ``--json FILE`` writes the JSON to FILE next to the text; ``--json`` alone (or ``--json -``) prints the
-JSON on stdout instead of the text, in every command (cli/args.add_json).
+"""What a command prints and writes, the one output path of every command: it builds a Report and `emit`
+prints the report's text on stdout (or into ``-o FILE``), its messages on stderr, and writes the --json /
+--html outputs it asked for. ``--json FILE`` writes the JSON to FILE next to the text; ``--json`` alone (or
+``--json -``) prints the JSON on stdout instead of the text, in every command (cli/args.add_json). A file
+that cannot be written is bad input (exit status 2, cli/exits), said in one line.
 
 The report model (Report, Section, Table, Chart) and its text rendering are torch_fl.report; the HTML
 page is torch_fl.analysis.html.
@@ -13,40 +15,66 @@ import sys
 from pathlib import Path
 from typing import IO, Any
 
-from ..report import Report, end_progress, progress, render_text, write_json
+from ..report import Report, end_progress, progress, render_text
 from .args import STDOUT
+from .exits import BAD_INPUT, CommandError
 
 __all__ = ["emit", "emit_json", "emit_model_run"]
 
 
 def emit(report: Report, *, json_path: str | None = None, html_path: str | None = None,
-         stream: IO[str] | None = None) -> None:
-    """Print the report (its text, or its JSON for ``--json -``) and write the requested files."""
+         output: str | Path | None = None, stream: IO[str] | None = None) -> None:
+    """Print the report's messages on stderr, then the report (its text, or its JSON for ``--json -``) on
+    `stream` (stdout) or into the file `output` (``-o FILE``), and write the requested --json / --html files."""
     stream = stream or sys.stdout
     end_progress()  # the running stage's status line shares the terminal with the report
-    if json_path == STDOUT:
-        emit_json(report.data, STDOUT, stream=stream)
+    for message in report.messages:
+        print(message, file=sys.stderr)
+    # --json alone: the JSON instead of the text, where the text goes (stdout, or -o FILE)
+    text = _json(report.data) if json_path == STDOUT else render_text(report)
+    if output is not None:
+        _write(output, text)
     else:
-        stream.write(render_text(report))
-        if json_path:
-            write_json(report, json_path)
-            progress(f"wrote {json_path}")
+        stream.write(text)
+        stream.flush()  # a broken pipe surfaces here, where the CLI ends it quietly
+    if json_path not in (None, STDOUT):
+        emit_json(report.data, json_path)
+        progress(f"wrote {json_path}")
     if html_path:
         from ..analysis.html import write_html
 
-        write_html(report, html_path)
+        try:
+            write_html(report, html_path)
+        except OSError as exc:
+            raise _unwritable(html_path, exc) from exc
         progress(f"wrote {html_path}")
 
 
 def emit_json(data: Any, target: str, *, stream: IO[str] | None = None) -> None:
     """`data` as indented JSON on stdout (`target` ``-``) or in the file `target`."""
-    text = json.dumps(data, indent=2) + "\n"
+    text = _json(data)
     if target == STDOUT:
         out = stream or sys.stdout
         out.write(text)
         out.flush()
     else:
-        Path(target).write_text(text, encoding="utf-8")
+        _write(target, text)
+
+
+def _json(data: Any) -> str:
+    return json.dumps(data, indent=2, default=str) + "\n"
+
+
+def _write(path: str | Path, text: str) -> None:
+    try:
+        Path(path).write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise _unwritable(path, exc) from exc
+
+
+def _unwritable(path: str | Path, exc: OSError) -> CommandError:
+    return CommandError(f"cannot write {path}: {exc.strerror or exc}; choose a path in a folder you can write",
+                        BAD_INPUT)
 
 
 def emit_model_run(prog: str, args: Any, measure: Any) -> int:

@@ -15,7 +15,7 @@ from typing import Any
 
 from ..report import Report, Section, render_text
 from . import count_up_to, positive_seconds
-from .args import add_json, add_quiet
+from .args import add_json, command_parser
 from .output import emit
 
 MAX_RANKS = 1024  # local ranks are processes on one node
@@ -24,15 +24,14 @@ DEFAULT_TIMEOUT = 30.0
 
 
 def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> None:
-    parser = sub.add_parser(
-        name, help=help_text,
+    parser = command_parser(
+        sub, name, help_text,
         description="Start N local processes (ranks) with torchrun's launcher and run the torch-fl "
                     "preflight in each: environment consistency across ranks, then a checked "
                     "all_reduce, broadcast and barrier on every rank's device. Prints one row per rank; "
                     "exits 1 when a rank fails, naming it.",
         epilog="Examples:\n  torchfl preflight --nproc 2\n  torchfl preflight --nproc 8 --timeout 120\n"
-               "  torchfl preflight --nproc 4 --backend gloo --json",
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+               "  torchfl preflight --nproc 4 --backend gloo --json")
     parser.add_argument("--nproc", type=count_up_to(MAX_RANKS), default=None, metavar="N",
                         help="ranks to start (default: the node's device count, at least 2)")
     parser.add_argument("--timeout", type=positive_seconds, default=DEFAULT_TIMEOUT, metavar="S",
@@ -40,7 +39,6 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> No
     parser.add_argument("--backend", help="force a torch.distributed backend (default: from the "
                                           "descriptions of the ranks)")
     add_json(parser, what="the per-rank results")
-    add_quiet(parser)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -8,9 +8,9 @@ Exit status: 0 profiled, 1 the device cannot run the model (an unsupported opera
 from __future__ import annotations
 
 import argparse
-import sys
 
-from .args import add_device, add_model, add_quiet, add_report_files, add_steps, command_parser
+from .args import add_report_files, command_parser
+from .exits import CommandError
 
 DESCRIPTION = ("Run MODEL's warm-up and N steps on a device with torch-fl routing active, the steps under "
                "torch.profiler; write the trace (every translate, fallback and kernel call is a range "
@@ -24,17 +24,14 @@ EPILOG = ("Open the trace in Perfetto (ui.perfetto.dev), chrome://tracing or Ten
 
 
 def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> None:
-    parser = command_parser(sub, name, help_text, DESCRIPTION, EPILOG)
-    add_model(parser)
-    add_device(parser, required=True)
-    add_steps(parser, steps=5, warmup=2, steps_help="profiled steps")
+    parser = command_parser(sub, name, help_text, DESCRIPTION, EPILOG, model="required", device={"required": True},
+                            steps={"steps": 5, "warmup": 2, "steps_help": "profiled steps"})
     parser.add_argument("--train", action=argparse.BooleanOptionalAction, default=True,
                         help="profile training steps (forward, backward, AdamW update; default) or, with "
                              "--no-train, inference forwards")
     parser.add_argument("--trace", metavar="FILE",
                         help="write the Chrome/Perfetto trace of the profiled steps to FILE (.json)")
     add_report_files(parser)
-    add_quiet(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -46,8 +43,7 @@ def run(args: argparse.Namespace) -> int:
 
         folder = Path(args.trace).resolve().parent
         if not folder.is_dir():
-            print(f"torchfl profile: cannot write the trace to {args.trace}: the folder {folder} does not "
-                  f"exist; create it or pass --trace with a path in an existing folder", file=sys.stderr)
-            return 2
+            raise CommandError(f"cannot write the trace to {args.trace}: the folder {folder} does not exist; "
+                               f"create it or pass --trace with a path in an existing folder")
     return emit_model_run("torchfl profile", args, lambda spec: profile_model(
         spec, args.device, steps=args.steps, warmup=args.warmup, train=args.train, trace=args.trace))

@@ -8,19 +8,18 @@ torch.fl.write_route_log) and exits like diff(1): 0 identical, 1 different, 2 un
 from __future__ import annotations
 
 import argparse
-import sys
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .._names import ROUTES
-from .args import STDOUT, add_device, add_json, command_parser
+from .args import add_device, add_json, command_parser
 
 if TYPE_CHECKING:  # torch_fl.routing imports torch: `torchfl routes --help` needs none
     from ..routing.stats import RouteLog
 
-SAME, DIFFERENT, BAD_INPUT = 0, 1, 2
+SAME, DIFFERENT = 0, 1  # and 2 for a log that cannot be read (cli/exits)
 
 
 # Parser -------------------------------------------------------------------------------------------
@@ -74,12 +73,6 @@ def _add_diff(actions: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     return run_show(args) if args.action == "show" else run_diff(args)
-
-
-def emit(text: str) -> None:
-    """Write to stdout now (a broken pipe surfaces here and the CLI frame ends quietly)."""
-    sys.stdout.write(text)
-    sys.stdout.flush()
 
 
 # routes show --------------------------------------------------------------------------------------
@@ -143,17 +136,17 @@ def summary(rows: Iterable[dict[str, str]]) -> dict[str, int]:
 
 
 def run_show(args: argparse.Namespace) -> int:
-    from .output import emit_json
+    from ..report import Report
+    from .output import emit
 
     target = governing(args.device)
     dtype = check_dtype(args.dtype)
     rows = route_rows(target, dtype, args.op)
     listed = [row for row in rows if _listed(row, args.route, args.all)]
-    if args.json != STDOUT:
-        emit(render_show(target, dtype, rows, listed, args))
-    if args.json:
-        emit_json({"device": target.device, "description": target.description.name,
-                   "dtype": dtype, "summary": summary(rows), "ops": listed}, args.json)
+    data = {"device": target.device, "description": target.description.name, "dtype": dtype,
+            "summary": summary(rows), "ops": listed}
+    emit(Report(f"routes on {target.device}", data, text=render_show(target, dtype, rows, listed, args)),
+         json_path=args.json)
     return 0
 
 
@@ -189,22 +182,17 @@ def format_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 # routes diff --------------------------------------------------------------------------------------
 def run_diff(args: argparse.Namespace) -> int:
-    from ..errors import RouteLogError
+    from ..report import Report
     from ..routing.stats import CHANGES, diff_route_logs, read_route_log
-    from .output import emit_json
+    from .output import emit
 
-    try:
-        before, after = read_route_log(args.before), read_route_log(args.after)
-    except RouteLogError as exc:
-        print(f"torchfl routes diff: error: {exc}", file=sys.stderr)
-        return BAD_INPUT
+    # an unreadable log raises RouteLogError: bad input, exit status 2 (cli/exits)
+    before, after = read_route_log(args.before), read_route_log(args.after)
     changes = diff_route_logs(before, after, ignore_calls=args.ignore_calls)
     counts = {kind: sum(c["change"] == kind for c in changes) for kind in CHANGES}
-    if args.json != STDOUT:
-        emit(render_diff(before, after, changes, counts))
-    if args.json:
-        emit_json({"before": _side(before), "after": _side(after), "identical": not changes,
-                   "summary": counts, "changes": changes}, args.json)
+    data = {"before": _side(before), "after": _side(after), "identical": not changes, "summary": counts,
+            "changes": changes}
+    emit(Report("route log diff", data, text=render_diff(before, after, changes, counts)), json_path=args.json)
     return DIFFERENT if changes else SAME
 
 

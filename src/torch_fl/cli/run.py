@@ -9,12 +9,13 @@ import argparse
 import os
 import sys
 
-from .args import add_device
+from .args import add_device, command_parser
+from .exits import CommandError, UsageError
 
 
 def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> None:
-    parser = sub.add_parser(
-        name, help=help_text,
+    parser = command_parser(
+        sub, name, help_text,
         description="Run a Python script or module as `python` would, with the CUDA alias enabled: "
                     "'cuda' device arguments, .cuda(), torch.cuda.* calls, CUDA autocast and GradScaler, "
                     "and the 'nccl' backend go to torch.fl.device() and its description. The script is "
@@ -25,8 +26,7 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> No
                "  torchfl run --device cpu -m mypkg.train --epochs 1\n"
                "  torchfl run --report train.py      # + what the alias answered in place of CUDA\n"
                "  torchrun --nproc_per_node=2 --no-python torchfl run train.py\n"
-               "\nExit status: the script's. Docs: torchfl docs migrate-runtime",
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+               "\nExit status: the script's. Docs: torchfl docs migrate-runtime")
     add_device(parser, what="where CUDA requests run")
     parser.add_argument("--report", action="store_true",
                         help="after the script, print to stderr which CUDA queries the alias answered from the "
@@ -43,18 +43,14 @@ def run(args: argparse.Namespace) -> int:
 
     if args.module is not None:
         if not args.module:
-            print("torchfl run: -m needs a module name", file=sys.stderr)
-            return 2
+            raise UsageError("-m needs a module name")
         script, module, argv = None, args.module[0], args.module[1:]
     elif args.script:
         script, module, argv = args.script[0], None, args.script[1:]
         if not os.path.isfile(script):
-            print(f"torchfl run: {script}: no such file", file=sys.stderr)
-            return 2
+            raise CommandError(f"{script}: no such file")
     else:
-        print("torchfl run: give a script (torchfl run train.py ARGS) or a module (-m MODULE ARGS)",
-              file=sys.stderr)
-        return 2
+        raise UsageError("give a script (torchfl run train.py ARGS) or a module (-m MODULE ARGS)")
     alias = active()
     if alias is not None:  # FL_CUDA_ALIAS=1 already enabled it when torch was imported
         if args.device:
@@ -65,5 +61,9 @@ def run(args: argparse.Namespace) -> int:
         with cuda_alias(args.device) as alias:
             code = run_target(script, module, argv)
     if args.report:
-        print(alias.report(), file=sys.stderr)
+        from ..report import Report
+        from .output import emit
+
+        # stdout is the script's: the alias's report goes to stderr
+        emit(Report("the CUDA alias", {}, text=alias.report() + "\n"), stream=sys.stderr)
     return code

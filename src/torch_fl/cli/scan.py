@@ -12,21 +12,21 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
-from .args import STDOUT, add_json, add_quiet
+from ..report import plural
+from .args import STDOUT, add_json, command_parser
+from .exits import CommandError, UsageError
 from .file_progress import FileProgress
 
-NO_FINDINGS, FINDINGS, USAGE = 0, 1, 2
+NO_FINDINGS, FINDINGS = 0, 1  # and 2, every command's usage error or bad input (cli/exits)
 DOCS = "docs/migrate-rules.md"  # also migrate/scan/sarif.py's, where the SARIF log links to it
 
 
 def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> None:
-    parser = sub.add_parser(
-        name, help=help_text,
+    parser = command_parser(
+        sub, name, help_text,
         description="Scan Python files for code that only runs on CUDA: device strings, .cuda(),\n"
                     "torch.cuda.*, AMP, NCCL, cuDNN flags, raw pointers, CUDA extensions and\n"
                     "libraries. Each finding has a rule code documented in\n"
@@ -40,8 +40,7 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> No
                "  torchfl scan . --statistics\n"
                "  torchfl scan src/ --json findings.json   (the text here, the JSON in the file)\n\n"
                "Exit status: 0 no findings, 1 findings (or files that could not be scanned), "
-               "2 usage error.",
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+               "2 usage error.")
     parser.add_argument("paths", nargs="+", metavar="PATH", help="files or directories to scan")
     parser.add_argument("--format", choices=("text", "json", "sarif"),
                         help="output format (default: text; json is also --json)")
@@ -57,7 +56,6 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> No
     parser.add_argument("--unsafe-fixes", action="store_true",
                         help="count findings with an unsafe fix as fixable ([*])")
     add_json(parser, what="the findings (the --format json list; with --statistics, the counts)")
-    add_quiet(parser)
 
 
 def _codes(values: list[str] | None) -> list[str] | None:
@@ -71,55 +69,43 @@ def run(args: argparse.Namespace) -> int:
 
     from ..migrate.scan import ScanConfigError, scan_paths
     from ..migrate.scan.sarif import sarif
+    from ..report import Report
+    from .output import emit
 
     missing = [p for p in args.paths if not os.path.lexists(p)]
     if missing:
-        print(f"torchfl scan: error: no such file or directory: {', '.join(missing)}", file=sys.stderr)
-        return USAGE
+        raise CommandError(f"no such file or directory: {', '.join(missing)}")
     json_file = args.json if args.json not in (None, STDOUT) else None
     if args.json == STDOUT:
         if args.format not in (None, "json"):
-            print(f"torchfl scan: error: --json alone prints the JSON, and --format {args.format} asks for "
-                  f"{args.format}: give one of them, or --json FILE to write the JSON beside the report",
-                  file=sys.stderr)
-            return USAGE
+            raise UsageError(f"--json alone prints the JSON, and --format {args.format} asks for {args.format}: "
+                             f"give one of them, or --json FILE to write the JSON beside the report")
         args.format = "json"
     args.format = args.format or "text"
     for option, path in (("--json", json_file), ("--output", args.output)):
         if path is not None and _is_scanned(path, args.paths):
-            print(f"torchfl scan: error: {option} {path} is a file being scanned; writing the report there "
-                  f"would overwrite it: choose another path (e.g. torchfl-scan.json)", file=sys.stderr)
-            return USAGE
+            raise CommandError(f"{option} {path} is a file being scanned; writing the report there would "
+                               f"overwrite it: choose another path (e.g. torchfl-scan.json)")
     if args.statistics and args.format == "sarif":
-        print("torchfl scan: error: --statistics works with --format text or json", file=sys.stderr)
-        return USAGE
+        raise UsageError("--statistics works with --format text or json")
     try:
         with FileProgress("scanning") as shown:
             result = scan_paths(args.paths, _codes(args.select), _codes(args.ignore),
                                 unsafe_fixes=args.unsafe_fixes,
                                 on_file=lambda so_far, total: shown(so_far.files, total))
     except ScanConfigError as exc:
-        print(f"torchfl scan: error: {exc}", file=sys.stderr)
-        return USAGE
-    for path, reason in result.skipped:
-        print(f"{path}: skipped: {reason}", file=sys.stderr)
-    findings_json = json.dumps(statistics(result) if args.statistics else _items(result), indent=2) + "\n"
+        raise CommandError(str(exc)) from exc
+    data = statistics(result) if args.statistics else _items(result)
     if args.format == "sarif":
-        report = json.dumps(sarif(result), indent=2) + "\n"
+        rendered = json.dumps(sarif(result), indent=2) + "\n"
     elif args.format == "json":
-        report = findings_json
+        rendered = json.dumps(data, indent=2) + "\n"
     else:
-        report = text(result, args.statistics, args.unsafe_fixes)
-    for path, content in ((json_file, findings_json), (args.output, report)):
-        if path is None:
-            continue
-        try:
-            Path(path).write_text(content, encoding="utf-8")
-        except OSError as exc:
-            print(f"torchfl scan: error: cannot write {path}: {exc.strerror or exc}", file=sys.stderr)
-            return USAGE
-    if not args.output:
-        sys.stdout.write(report)
+        rendered = text(result, args.statistics, args.unsafe_fixes)
+    # the text form is the chosen format's (compiler-style lines, the JSON list, SARIF); --json FILE the list
+    report = Report("torchfl scan", data, text=rendered,
+                    messages=[f"{path}: skipped: {reason}" for path, reason in result.skipped])
+    emit(report, json_path=json_file, output=args.output)
     if args.exit_zero or not (result.findings or result.errors):
         return NO_FINDINGS
     return FINDINGS
@@ -153,10 +139,6 @@ def _items(result: Any) -> list[dict[str, Any]]:
 
 
 # Text ---------------------------------------------------------------------------------------------
-def _plural(count: int, word: str) -> str:
-    return f"{count} {word}{'' if count == 1 else 's'}"
-
-
 def summary(result: Any, unsafe_fixes: bool = False) -> str:
     """The last line of the text report."""
     lines = []
@@ -166,16 +148,16 @@ def summary(result: Any, unsafe_fixes: bool = False) -> str:
         hidden = 0 if unsafe_fixes else sum(f.safety == "unsafe" for f in findings)
         command = "`torchfl fix --unsafe-fixes`" if unsafe_fixes else "`torchfl fix`"
         more = f"; {hidden} more, marked [u], with `torchfl fix --unsafe-fixes`" if hidden else ""
-        lines.append(f"Found {_plural(len(findings), 'finding')} ({fixable} fixable with {command}{more}).")
+        lines.append(f"Found {plural(len(findings), 'finding')} ({fixable} fixable with {command}{more}).")
     elif not result.errors:
-        lines.append(f"All checks passed: {_plural(result.files, 'file')}, "
-                     f"{_plural(result.lines, 'line')} scanned.")
+        lines.append(f"All checks passed: {plural(result.files, 'file')}, "
+                     f"{plural(result.lines, 'line')} scanned.")
     else:  # not "All checks passed": the checks did not run on every file
         rest = max(result.files - len({e.path for e in result.errors}), 0)
-        lines.append(f"No findings in the other {_plural(rest, 'file')}, but not every file was checked."
+        lines.append(f"No findings in the other {plural(rest, 'file')}, but not every file was checked."
                      if rest else "Nothing was checked.")
     if result.errors:
-        lines.append(f"{_plural(len(result.errors), 'file')} could not be scanned (E999/E902 above).")
+        lines.append(f"{plural(len(result.errors), 'file')} could not be scanned (E999/E902 above).")
     return "\n".join(lines)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from .args import add_device, add_model, add_quiet, add_report_files, command_parser
+from .args import add_device, add_report_files, command_parser
 
 DESCRIPTION = ("Run MODEL's example inputs, or inputs of each --shapes, through torch.fl.compile "
                "with the device description's backend and dynamic-shape policy, so that the "
@@ -19,8 +19,7 @@ EPILOG = ("Examples:\n  torchfl warmup examples/gpt.py:factory\n"
 
 
 def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> None:
-    parser = command_parser(sub, name, help_text, DESCRIPTION, EPILOG)
-    add_model(parser)
+    parser = command_parser(sub, name, help_text, DESCRIPTION, EPILOG, model="required")
     parser.add_argument("--shapes", nargs="+", metavar="SHAPE",
                         help="input shapes to warm, e.g. 8x64 4x32 (8x64,8x64 for two tensor inputs; "
                              "default: the factory's example inputs). Under dynamic_shapes = 'static' "
@@ -30,7 +29,6 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> No
     parser.add_argument("--train", action="store_true",
                         help="warm a training step (forward and backward graphs) instead of inference")
     add_report_files(parser, html=False, schema="torchfl docs compile")
-    add_quiet(parser)
 
 
 def run(args: argparse.Namespace) -> int:
