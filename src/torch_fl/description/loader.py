@@ -277,12 +277,14 @@ def read_raw(text: str, path: str) -> dict[str, Any]:
 
 
 def parse(text: str, path: str = "<string>", *, builtin: bool = False,
-          bases: Mapping[str, Description] | None = None) -> Description:
+          bases: Mapping[str, Description] | None = None, raw: dict[str, Any] | None = None) -> Description:
     """Parse and validate description text; `path` is used in error messages and for relative files.
+    `raw`: the text's TOML when the caller has read it already (read_raw; discovery reads each file's
+    TOML once, not twice).
 
     A file with ``extends = "NAME"`` starts from description NAME (looked up in `bases`, by default the
     discovered descriptions) and replaces the keys it sets (see `extend`)."""
-    own = raw = read_raw(text, path)
+    own = raw = read_raw(text, path) if raw is None else raw
     validator = _Validator(text, path)
     if raw.get("extends", "") != "":
         raw = extend(_base(validator, raw["extends"], path, bases), raw, path)

@@ -77,7 +77,7 @@ def _discover() -> dict[str, Description]:
         raw = read_raw(text, str(path))
         base = raw.get("extends", "")
         if base == "":
-            _add(found, rank, index, origin, path, builtin, parse(text, str(path), builtin=builtin))
+            _add(found, rank, index, origin, path, builtin, parse(text, str(path), builtin=builtin, raw=raw))
         elif not isinstance(base, str):
             parse(text, str(path), builtin=builtin, bases={})  # the validator's error for the file
         else:
@@ -97,8 +97,9 @@ def _discover() -> dict[str, Description]:
                                    f"through others): {', '.join(sorted(map(str, names)))}", path=str(path), key="extends")
         for item in ready:
             waiting.remove(item)
-            index, origin, path, builtin, text, _ = item
-            _add(found, rank, index, origin, path, builtin, parse(text, str(path), builtin=builtin, bases=found))
+            index, origin, path, builtin, text, raw = item
+            _add(found, rank, index, origin, path, builtin, parse(text, str(path), builtin=builtin, bases=found,
+                                                                 raw=raw))
     _check_priorities(found)
     return found
 

@@ -134,7 +134,7 @@ class Runtime:
 
         # Code that never calls torch.fl.device() is checked from its first device tensor, not run
         # unchecked: that tensor activates the chip's routing as torch.fl.device() would.
-        emu.state.on_first_tensor = self.activate_default
+        emu.state.activate_at_first_tensor = self.activate_default
 
 
 runtime = Runtime()

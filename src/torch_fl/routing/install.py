@@ -82,8 +82,8 @@ class KeyInstallation:
         self.key = router.table.description.dispatch_key
         self.libraries: dict[str, torch.library.Library] = {}  # per routed op with a kernel of its own
         self.fallback: torch.library.Library | None = None  # the key's backend fallback, when ours
-        self.ops: list[str] = []           # every routed op
-        self.kernelless: set[str] = set()  # the routed ops served by the backend fallback
+        self._ops: list[str] | None = None          # every routed op (None: not listed yet, see `ops`)
+        self._kernelless: set[str] | None = None    # the routed ops served by the backend fallback
         self._routes: dict[Any, tuple[str, dict[str | None, Any]]] = {}
         self._free_fallback = False
 
@@ -91,30 +91,66 @@ class KeyInstallation:
         # Library.fallback is newer than our torch floor; older torch gets per-op kernels throughout.
         self._free_fallback = hasattr(torch.library.Library, "fallback") and \
             not torch._C._dispatch_has_backend_fallback(getattr(torch._C.DispatchKey, self.key))
+        table = self.router.table
+        # With the key's fallback ours, an op without a kernel on the key reaches it by itself: only ops
+        # that have a kernel need a router of their own, and where the native set is the key's own probe
+        # the settings name them all (named_ops: a few ops, not a pass over ~3,100 that took ~40 ms of
+        # the first torch.fl.device()). The kernelless ones are listed when asked (`kernelless`).
+        named = table.named_ops() if self._free_fallback else None
         try:
             with warnings.catch_warnings():
                 # torch warns once that a kernel overrides an existing one: that is the point here.
                 warnings.filterwarnings("ignore", message="(?s).*Overriding a previously registered kernel")
-                for op in self.router.table.routed_ops():
+                if named is None:
+                    self._ops, self._kernelless = [], set()
+                for op in table.routed_ops() if named is None else named:
                     self._register(op)
-            self._ensure_fallback()
+            if self._free_fallback:
+                self._ensure_fallback()
         except Exception:
             self.remove()
             raise
-        _log.debug("routers installed on %s: %d ops (%d through one backend fallback)", self.key,
-                   len(self.ops), len(self.kernelless))
+        _log.debug("routers installed on %s: %d ops with a kernel of their own%s", self.key, len(self.libraries),
+                   ", the rest through one backend fallback" if self.fallback is not None else "")
         return self
 
+    @property
+    def ops(self) -> list[str]:
+        """Every routed op: those with a router of their own and those the key's fallback serves."""
+        if self._ops is None:
+            self._list_ops()
+        return list(self._ops or ())
+
+    @property
+    def kernelless(self) -> set[str]:
+        """The routed ops without a kernel on the key, which reach the key's backend fallback."""
+        if self._kernelless is None:
+            self._list_ops()
+        return set(self._kernelless or ())
+
+    def _list_ops(self) -> None:
+        ops, kernelless = [], set()
+        for op in self.router.table.routed_ops():
+            if self._routable(op):
+                ops.append(op)
+                if self._free_fallback and not has_native_kernel(dispatcher_op_name(op), self.key):
+                    kernelless.add(op)
+        self._ops, self._kernelless = ops, kernelless
+
+    @staticmethod
+    def _routable(op: str) -> bool:
+        return not is_composite_implicit(op) and overload(op) is not None
+
     def _register(self, op: str) -> None:
-        if is_composite_implicit(op):
+        if not self._routable(op):
+            return
+        if self._ops is not None:
+            self._ops.append(op)
+        if self._free_fallback and not has_native_kernel(dispatcher_op_name(op), self.key):
+            if self._kernelless is not None:
+                self._kernelless.add(op)
             return
         ovl = overload(op)
-        if ovl is None:
-            return
-        self.ops.append(op)
-        if self._free_fallback and not has_native_kernel(dispatcher_op_name(op), self.key):
-            self.kernelless.add(op)
-            return
         table = self.router.table
         needed = self.router.host_is_device or table.dtype_conditional(op) or \
             table.route(op, None).kind is RouteKind.NATIVE
@@ -124,7 +160,7 @@ class KeyInstallation:
                      with_keyset=True)
 
     def _ensure_fallback(self) -> None:
-        if self.kernelless and self.fallback is None:
+        if self.fallback is None:
             self.fallback = torch.library.Library("_", "IMPL")
             self.fallback.fallback(self._backend_fallback, self.key)
 
@@ -137,15 +173,17 @@ class KeyInstallation:
                 library = self.libraries.pop(op, None)
                 if library is not None:
                     library._destroy()  # first: the op's own kernel is what _original_kernel must find
-                if op in self.ops:
-                    self.ops.remove(op)
-                self.kernelless.discard(op)
+                if self._ops is not None and op in self._ops:
+                    self._ops.remove(op)
+                if self._kernelless is not None:
+                    self._kernelless.discard(op)
                 ovl = overload(op)
                 if ovl is not None:
                     self._routes.pop(ovl, None)
                 if self.router.table.needs_router(op):
                     self._register(op)
-        self._ensure_fallback()
+        if self._free_fallback:
+            self._ensure_fallback()
         _log.debug("routers of %s re-installed on %s", op_key, self.key)
 
     def _backend_fallback(self, ovl: Any, *args: Any, **kwargs: Any) -> Any:
@@ -153,7 +191,8 @@ class KeyInstallation:
         known = self._routes.get(ovl)
         if known is None:
             op = canonical_op_name(ovl)
-            if op not in self.kernelless:
+            # (an op without a kernel on the key that the table routes: what `kernelless` lists)
+            if not op.startswith("aten::") or not self.router.table.needs_router(op):
                 # Not an op torch-fl routes (another library's op, say): what PyTorch would say.
                 raise NotImplementedError(
                     f"Could not run '{op}' with arguments from the '{self.key}' backend: the operator has "
@@ -173,8 +212,7 @@ class KeyInstallation:
         if self.fallback is not None:
             self.fallback._destroy()
             self.fallback = None
-        self.ops = []
-        self.kernelless = set()
+        self._ops, self._kernelless = [], set()
         self._routes = {}
 
 

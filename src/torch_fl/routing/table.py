@@ -192,14 +192,23 @@ class RouteTable:
                     self._vendor_listed.discard(key)
                     self._explicit[key] = (kind, f"{where} ops.{kind}")
         self._described_kernels = {_route_key(op, where): ref for op, ref in ops["kernels"].items()}
-        # ops.dtypes plus the vendor's documented limits, where a vendor table answers
-        self._op_dtypes = {_route_key(op, where): frozenset(d) for op, d in desc.op_dtypes().items()}
         self._dtypes = frozenset(desc.dtypes)
-        self._native = desc.native_ops()
         self._policy = ops["default"]
         self._where = where
         self.vendor_fallback = vendor_fallback(desc)  # read once per table (activation keys tables by it)
         self._routed_ops: tuple[str, ...] | None = None
+
+    # The native set and the per-op dtype limits are read at the first decision, not when the table is
+    # made: torch.fl.device() makes it, and a vendor table's set (composite ops, view ops, its rows) is
+    # most of the first call's cost (issue 43). A routed op asks them; a native op never reaches a table.
+    @functools.cached_property
+    def _native(self) -> frozenset[str]:
+        return self.description.native_ops()
+
+    @functools.cached_property
+    def _op_dtypes(self) -> dict[str, frozenset[str]]:
+        """ops.dtypes plus the vendor's documented limits, where a vendor table answers."""
+        return {_route_key(op, self._where): frozenset(d) for op, d in self.description.op_dtypes().items()}
 
     def invalidate(self) -> None:
         with self._lock:
@@ -366,6 +375,21 @@ class RouteTable:
             found = self._routed_ops = tuple(op for op in all_aten_ops() if self.needs_router(op))
         return found
 
+    def named_ops(self) -> tuple[str, ...] | None:
+        """The aten overloads that need a router although the dispatcher has a kernel for them, read from
+        the settings that name ops (FL_ROUTE, config [routes], registered and described kernels, the
+        explicit lists, per-op dtype limits) without asking the other ~3,100 overloads. Valid where the
+        native set is this process's own probe of the dispatch key: an op with a kernel there is native
+        unless a setting names it. None where a list or a table gives the native set (an op with a kernel
+        may still be non-native there): `routed_ops` then asks every overload."""
+        desc = self.description
+        if desc.data["ops"]["native"] != "probe" or desc.native_table() is not None:
+            return None
+        keys = [*self._env_routes, *self._config_routes, *self.kernels, *self._described_kernels,
+                *self._explicit, *self._op_dtypes]
+        named = dict.fromkeys(op for key in keys if key.startswith("aten::") for op in overloads_named(key))
+        return tuple(op for op in named if self.needs_router(op))
+
     def needs_router(self, op: str) -> bool:
         """Whether calls of `op` must pass through a router (cheap: never builds a translation)."""
         for overrides in (self._env_routes, self._config_routes):
@@ -375,7 +399,8 @@ class RouteTable:
                 return kind != "native" or self.dtype_conditional(op)
         if self._kernel(op, None) is not None or _lookup(self._explicit, op) is not None:
             return True
-        return not self.is_native(op, None) or self.dtype_conditional(op)
+        # (the dtype limits first: named_ops asks about named ops only, which need no native set for it)
+        return self.dtype_conditional(op) or not self.is_native(op, None)
 
     def dtype_conditional(self, op: str) -> bool:
         """Whether the route of `op` can differ by dtype (so a router must look at each call)."""

@@ -33,6 +33,7 @@ from . import (
     vendor,
 )
 from .slot import backend_name, borrowed, state
+from .tensor import never_traced
 
 _lock = threading.Lock()
 
@@ -74,6 +75,7 @@ def ensure(count: int, chip: Any = None) -> None:
             dist.register(chip.collective_backend if state.name != vendor.EMU and chip is not None else None)
             if state.name != vendor.EMU and chip is not None:
                 plugin.install(chip, state.name)  # `import torch_npu` answered by the emulated plugin
+            state.on_first_tensor = first_device_tensor
         state.count = count
         state.live += [0] * max(0, count - len(state.live))
         state.peak += [0] * max(0, count - len(state.peak))
@@ -87,6 +89,53 @@ def ensure(count: int, chip: Any = None) -> None:
                 state.probed = True
             else:
                 state.probe_pending = True
+
+
+_rules: list[torch.library.Library] = []  # the dispatch rules' registrations (kept for the process)
+
+
+def first_device_tensor() -> None:
+    """The process's first device tensor (tensor.py / factories.py call `state.on_first_tensor` once):
+    the tensor type's dispatch rules, then the routing activation FL_DEVICE asked for, if pending."""
+    state.on_first_tensor = None
+    register_dispatch_rules()
+    activate, state.activate_at_first_tensor = state.activate_at_first_tensor, None
+    if activate is not None:
+        activate()
+
+
+def register_dispatch_rules() -> None:
+    """Register the device tensor's own ``__torch_dispatch__`` as its dispatch rule for every operator that
+    can reach it (torch.library.register_torch_dispatch). PyTorch's C++ asks a wrapper subclass's
+    registered rule first and otherwise checks whether the tensor is a DTensor (``is_dtensor`` in
+    torch/csrc/utils/python_arg_parser.cpp), and that check imports torch.distributed.tensor and sympy
+    (519 modules, ~0.5 s) at the first op; a rule skips the check, and the call is the same. ~40 ms, once,
+    at the first device tensor rather than at registration (``import torch_fl`` registers the device
+    under FL_DEVICE=emu:NAME). CompositeImplicitAutograd ops never reach a subclass (they decompose
+    above it); an operator defined later (an extension's) still takes PyTorch's check."""
+    if _rules:
+        return
+    kind = state.tensor_type
+    has_kernel = torch._C._dispatch_has_kernel_for_dispatch_key
+    libraries: dict[str, torch.library.Library] = {}
+    for name in torch._C._dispatch_get_all_op_names():
+        namespace, _, op = name.partition("::")
+        if not op or has_kernel(name, "CompositeImplicitAutograd"):
+            continue
+        library = libraries.get(namespace)
+        if library is None:
+            library = libraries[namespace] = torch.library.Library(namespace, "FRAGMENT")
+        torch.library.register_torch_dispatch(name, kind, _rule, lib=library)
+    _rules.extend(libraries.values())
+
+
+def _rule(cls: type, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+    # the class's __torch_dispatch__ as it is at the call, not as it was at registration: a child forked
+    # under the stream sanitizer replaces it with the vendor's refusal (streams.py)
+    return cls.__torch_dispatch__(func, types, args, kwargs)
+
+
+never_traced(_rule.__code__)  # (as the dispatch itself: Dynamo runs it as it is)
 
 
 def _torch_importing() -> bool:

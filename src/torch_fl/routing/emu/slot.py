@@ -47,9 +47,12 @@ class _State:
         self.tensor_type: Any = None   # EmuTensor (tensor.py sets it; this module is below it)
         self.probed = False
         self.probe_pending = False     # registered, autograd not checked yet (check_autograd)
-        # Called once, at the first device tensor, when FL_DEVICE names the emulated chip but nothing has
-        # activated its routing yet (code that calls .npu() and never torch.fl.device()); see device.py.
+        # Called once, at the first device tensor (tensor.py and factories.py call it): registration sets
+        # it (register.first_device_tensor), which runs `activate_at_first_tensor` after its own work.
         self.on_first_tensor: Any = None
+        # Set when FL_DEVICE names the emulated chip but nothing has activated its routing yet (code that
+        # calls .npu() and never torch.fl.device()): the first device tensor activates it (current.py).
+        self.activate_at_first_tensor: Any = None
 
 
 state = _State()
