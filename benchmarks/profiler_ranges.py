@@ -17,6 +17,17 @@ the profiler when the three modes rotated), on the thread's CPU time (one torch 
 clock, side by side.
 
     OMP_NUM_THREADS=1 python benchmarks/profiler_ranges.py [--route translate] [--calls 2000] [--repeats 21]
+
+--emulated measures the other profiler hook instead: an emulated chip's kernels as device activity in any
+torch.profiler trace (routing/emu/profiling.py wraps torch.autograd.profiler.profile's _start_trace, __exit__
+and export_chrome_trace). A native op on emu:npu (relu of 16 floats), in these modes:
+
+  before     torch's own profiler methods (profiling.ORIGINALS swapped back)
+  shipped    torch-fl's methods, no profiler active: the emulator's dispatch reads its hook, None
+  profiled   under torch.profiler.profile() (its default activities: the device's too), the recorder on
+  cpu-only   under torch.profiler.profile(activities=[CPU]): the same profiler, the recorder off
+
+    OMP_NUM_THREADS=1 python benchmarks/profiler_ranges.py --emulated [--calls 2000] [--repeats 21]
 """
 
 from __future__ import annotations
@@ -29,6 +40,7 @@ import subprocess
 import time
 import types
 import warnings
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
@@ -56,7 +68,10 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=2000)
     parser.add_argument("--repeats", type=int, default=21)
     parser.add_argument("--before", default="2f8abbd", help="git revision of the router without ranges")
+    parser.add_argument("--emulated", action="store_true", help="the device-track hook of emulated chips")
     args = parser.parse_args()
+    if args.emulated:
+        return emulated(args)
     old = router_before(args.before)
     shipped = {name: getattr(router.Router, name) for name in METHODS}
     before = {name: getattr(old.Router, name) for name in METHODS}
@@ -89,29 +104,88 @@ def main() -> None:
 
     for _ in range(200):
         gelu(x)
-    # Two passes, each alternating (ABBA) one mode with "before": the steps right after a profiler session
-    # ran slower, so "shipped" never follows "profiled".
-    pairs: dict[str, list[tuple[tuple[float, float], tuple[float, float]]]] = {}
-    for name in ("shipped", "profiled"):
-        for repeat in range(args.repeats):
+    pairs = alternate(sample, ("shipped", "profiled"), args.repeats)
+    torch_fl.deactivate()
+    calls = sum(r["calls"] for r in torch_fl.route_stats())
+    print(f"gelu(16 floats) routed by {args.route} on the CPU key, {args.calls} calls x {args.repeats} "
+          f"samples per mode ({calls} routed calls counted)")
+    table(pairs, ("before", "shipped", "profiled"))
+
+
+Sample = tuple[float, float]
+
+
+def alternate(sample: Callable[[str], Sample], modes: tuple[str, ...], repeats: int) -> dict[str, list[tuple[Sample, Sample]]]:
+    """Per mode, `repeats` pairs (its sample, a "before" sample) taken ABBA. One pass per mode: the steps right
+    after a profiler session ran slower, so "shipped" never follows a profiled mode."""
+    pairs: dict[str, list[tuple[Sample, Sample]]] = {}
+    for name in modes:
+        for repeat in range(repeats):
             if repeat % 2 == 0:
                 base, other = sample("before"), sample(name)
             else:
                 other, base = sample(name), sample("before")
             pairs.setdefault(name, []).append((other, base))
-    pairs["before"] = [(b, b) for _, b in pairs["shipped"]]
-    torch_fl.deactivate()
-    calls = sum(r["calls"] for r in torch_fl.route_stats())
-    print(f"gelu(16 floats) routed by {args.route} on the CPU key, {args.calls} calls x {args.repeats} "
-          f"samples per mode ({calls} routed calls counted)")
+    pairs["before"] = [(b, b) for _, b in pairs[modes[0]]]
+    return pairs
+
+
+def table(pairs: dict[str, list[tuple[Sample, Sample]]], modes: tuple[str, ...]) -> None:
     print(f"{'mode':<10} {'CPU us/call':>12} {'wall us/call':>13} {'CPU ratio':>10} {'wall ratio':>11}")
-    for name in ("before", "shipped", "profiled"):
+    for name in modes:
         got = pairs[name]
         cpu = statistics.median(o[0] for o, _ in got) * 1e6
         wall = statistics.median(o[1] for o, _ in got) * 1e6
         cpu_ratio = statistics.median(o[0] / b[0] for o, b in got)
         wall_ratio = statistics.median(o[1] / b[1] for o, b in got)
         print(f"{name:<10} {cpu:>12.2f} {wall:>13.2f} {cpu_ratio:>10.3f} {wall_ratio:>11.3f}")
+
+
+def emulated(args: argparse.Namespace) -> None:
+    """The --emulated modes (module docstring)."""
+    from torch_fl.routing.emu import profiling, tensor
+
+    torch.set_num_threads(1)
+    warnings.simplefilter("ignore")
+    os.environ.pop("FL_ROUTE", None)
+    torch_fl.reset()
+    with torch_fl.emulate("npu") as activation:
+        x = torch.randn(16).to(activation.device)
+        profile = torch.autograd.profiler.profile
+        shipped = {name: getattr(profile, name) for name in profiling.ORIGINALS}
+
+        @contextlib.contextmanager
+        def mode(name: str) -> Iterator[None]:
+            for method, fn in (profiling.ORIGINALS if name == "before" else shipped).items():
+                setattr(profile, method, fn)
+            try:
+                if name in ("profiled", "cpu-only"):
+                    kinds = {} if name == "profiled" else {"activities": [torch.profiler.ProfilerActivity.CPU]}
+                    with torch.profiler.profile(**kinds):
+                        if (tensor.on_device_op is None) != (name == "cpu-only"):
+                            raise RuntimeError(f"{name}: the recorder is {'off' if name == 'profiled' else 'on'}")
+                        yield
+                else:
+                    if tensor.on_device_op is not None:
+                        raise RuntimeError(f"{name}: a device-op hook is installed with no profiler active")
+                    yield
+            finally:
+                for method, fn in shipped.items():
+                    setattr(profile, method, fn)
+
+        def sample(name: str) -> Sample:
+            with mode(name):
+                cpu, wall = time.thread_time(), time.perf_counter()
+                for _ in range(args.calls):
+                    torch.relu(x)
+                return ((time.thread_time() - cpu) / args.calls, (time.perf_counter() - wall) / args.calls)
+
+        for _ in range(200):
+            torch.relu(x)
+        pairs = alternate(sample, ("shipped", "profiled", "cpu-only"), args.repeats)
+    torch_fl.reset()
+    print(f"relu(16 floats) on emu:npu (native), {args.calls} calls x {args.repeats} samples per mode")
+    table(pairs, ("before", "shipped", "profiled", "cpu-only"))
 
 if __name__ == "__main__":
     main()

@@ -29,6 +29,7 @@ from torch.utils._pytree import tree_flatten, tree_map
 from .slot import backend_name
 
 _original_init: Any = None
+ORIGINALS: dict[str, Any] = {}  # torch's methods of torch.autograd.profiler.profile that _install_tracks wraps
 
 
 def install() -> None:
@@ -59,6 +60,7 @@ def _install_tracks(profile: type) -> None:
     profile that does not ask for the device's activity (``activities=[ProfilerActivity.CPU]``) gets CPU
     events only, as on a GPU; with no profiler running nothing is hooked (the dispatch's hook stays None)."""
     start, stop, export = profile._start_trace, profile.__exit__, profile.export_chrome_trace
+    ORIGINALS.update(_start_trace=start, __exit__=stop, export_chrome_trace=export)
 
     @functools.wraps(start)
     def _start_trace(self: Any) -> None:
@@ -139,8 +141,12 @@ class KernelRecorder:
     issue order."""
 
     def __init__(self) -> None:
+        from . import streams
+
         self.records: list[tuple[int, str, int, int, str, int, _Routed | None]] = []
         self._routed: dict[tuple[int, torch.dtype], bool] = {}
+        self._names: dict[Any, str | None] = {}  # op -> its name, None for ops that launch no kernel
+        self._streams = streams
 
     def __enter__(self) -> KernelRecorder:
         from . import tensor
@@ -155,20 +161,28 @@ class KernelRecorder:
             tensor.set_device_op_hook("profile", None)
 
     def _note(self, func: Any, args: tuple) -> None:
-        if func is None or func.is_view or func.name() in _NO_KERNEL:
+        # (runs inside the op's dispatch span, whose time becomes the kernel's: kept to dict reads)
+        name = self._names.get(func, _UNSEEN)
+        if name is _UNSEEN:
+            name = self._names[func] = None if func is None or func.is_view or func.name() in _NO_KERNEL \
+                else func.name()
+        if name is None:
             return  # (tolist(), printing: no dispatched op; views and allocations: no kernel on a GPU either)
-        from . import streams
-
+        streams = self._streams
         device = streams.state.tensor_type
-        first = next((a for a in args if type(a) is device), None)
+        first = None
+        for arg in args:
+            if type(arg) is device:
+                first = arg
+                break
         index = first._index if first is not None else streams.state.current
-        kind, nbytes = _copy_kind(func, args, device)
+        kind, nbytes = _copy_kind(func, args, device) if name in _COPIES else ("", 0)
         routed = None
         if not kind and first is not None and self._is_routed(func, first.dtype):
             routed = _Routed(func, tree_map(lambda a: _meta_of(a, device) if isinstance(a, torch.Tensor) else a,
                                             args))
-        self.records.append((threading.get_native_id(), func.name(), index,
-                             streams.current_stream(index)._key[1], kind, nbytes, routed))
+        self.records.append((threading.get_native_id(), name, index, streams.current_key(index)[1], kind,
+                             nbytes, routed))
 
     def _is_routed(self, func: Any, dtype: torch.dtype) -> bool:
         """Whether the device's route table sends (func, dtype) anywhere but to its native kernel (cached)."""
@@ -192,6 +206,8 @@ def _meta_of(tensor: torch.Tensor, device: type) -> _Meta:
                  tensor.numel() * tensor.element_size(), type(tensor) is device)
 
 
+_UNSEEN = object()
+_COPIES = frozenset({"aten::copy_", "aten::_local_scalar_dense", "aten::_to_copy"})  # (_copy_kind's ops)
 _NO_KERNEL = frozenset({"aten::empty_like", "aten::empty_strided", "aten::empty.memory_format", "aten::new_empty",
                         "aten::new_empty_strided", "aten::resize_", "aten::set_", "aten::lift_fresh",
                         "aten::record_stream", "aten::_unsafe_view"})  # (_unsafe_view: a view by another name)
