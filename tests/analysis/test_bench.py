@@ -81,7 +81,9 @@ def test_emulated_bench_counts_translate_time(models):
     # no BELOW TARGET for the emulation's own cost (issue 42), and the number explained beside the means
     text = render_text(report)
     assert data["emulated"] is True and "no verdict: on an emulated chip" in text and "BELOW TARGET" not in text
-    assert "alignment = median of the per-pair ratios" in text and "each mode's mean (their quotient: " in text
+    # issue 42: "ratio 0.957: routed 6.22 vs 5.51 steps/s" printed a paired median beside figures whose
+    # quotient is 1.13; each figure says what it is
+    assert "alignment = median over " in text and "each mode's median step over all its steps (their quotient" in text
     assert data["route_seconds"]["translate"]["seconds"] > 0
     assert 0 < data["route_seconds"]["translate"]["share"] < 1
     assert data["alignment"] > 0 and data["route_ops"][0]["route"] == "translate"
@@ -154,3 +156,45 @@ def test_untimed_settling_steps_follow_every_switch(monkeypatch):
     assert data["settle"]["min_steps"] == bench_module.SETTLE_STEPS
     # every step, settling ones too, is a memory sample: the leak slope is per step
     assert len(data["memory"]["samples"]) == blocks * (bench_module.SETTLE_STEPS + 2)
+
+
+def test_load_is_measured_as_time_waiting_for_a_core():
+    """The timing thread's wait for a core (schedstat) is bench's load measure: pinned to one core with a
+    busy loop on the same core, it waits about half of the time."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from torch_fl.analysis.bench import LOAD_LIMIT, load_data, waited_seconds
+
+    if waited_seconds() is None:
+        pytest.skip("no Linux schedstat here")
+    mine = os.sched_getaffinity(0)
+    core = min(mine)
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"],
+                            preexec_fn=lambda: os.sched_setaffinity(0, {core}))
+    try:
+        os.sched_setaffinity(0, {core})
+        time.sleep(0.2)  # the loop has started
+        before, cpu, began = waited_seconds(), time.thread_time(), time.perf_counter()
+        while time.thread_time() - cpu < 0.3:  # 0.3 s of work, whatever the wall time
+            pass
+        load = load_data(waited_seconds() - before, time.perf_counter() - began)
+    finally:
+        os.sched_setaffinity(0, mine)
+        busy.kill()
+        busy.wait()
+    assert load["loaded"] and load["waited_share"] > LOAD_LIMIT, load
+
+
+def test_a_loaded_machine_gets_no_alignment_verdict():
+    from torch_fl.analysis.bench import _alignment_verdict, alignment_interval, load_data
+
+    quiet_fail = [[(0.01 / 0.7, 0.01)] * 5 for _ in range(6)]
+    data = {"alignment_interval": alignment_interval(quiet_fail), "target": 0.9, "emulated": False,
+            "load": load_data(0.0, 1.0)}
+    assert _alignment_verdict(data) == "BELOW TARGET"
+    data["load"] = load_data(0.6, 1.0)
+    verdict = _alignment_verdict(data)
+    assert verdict.startswith("no verdict: the timing thread waited for a core 60%"), verdict

@@ -143,6 +143,9 @@ def _check_alignment(row: dict, bench: dict) -> None:
     # Bench on a shared 2-core machine is noisy: the status follows the interval, whatever it is.
     assert isinstance(row["measured"], float) and row["measured"] == bench["alignment"]
     interval = bench["alignment_interval"]
+    if bench["load"]["loaded"]:  # load decided the step times: no verdict whatever the interval
+        assert row["status"] == INCONCLUSIVE and "load made it unmeasurable" in row["evidence"], row
+        return
     assert row["status"] == decide(interval["low"], interval["high"], 0.9)
     if row["status"] == INCONCLUSIVE:
         assert "Settle it with `torchfl grade " in row["evidence"] and "--steps " in row["evidence"]
@@ -446,8 +449,6 @@ def test_a_burst_that_shifts_whole_rounds_is_inconclusive_not_a_fail():
     burst = [[(0.01 / 0.74, 0.01)] * 5 for _ in range(4)]
     quiet = [[(0.01, 0.01)] * 5 for _ in range(2)]
     rounds = burst[:2] + quiet[:1] + burst[2:] + quiet[1:]
-    flat = alignment_interval([pair for group in rounds for pair in group])
-    assert decide(flat["low"], flat["high"], 0.9) == FAIL  # what counting pairs as independent said
     clustered = alignment_interval(rounds)
     assert clustered["rounds"] == 6 and clustered["pairs"] == 30
     assert clustered["low"] < 0.9 < clustered["high"]
@@ -457,6 +458,114 @@ def test_a_burst_that_shifts_whole_rounds_is_inconclusive_not_a_fail():
     assert decide(steady["low"], steady["high"], 0.9) == FAIL
     # too few rounds give no interval, whatever the pairs
     assert alignment_interval(rounds[:3])["low"] is None
+
+
+def _simulated_rounds(rng, ratio: float, steps: int, *, jitter: float, spike_p: float, walk: float,
+                      drift: float, burst_p: float, base: float = 0.05) -> list[list[tuple[float, float]]]:
+    """bench's rounds for a model whose true alignment is `ratio`, on a loaded machine: blocks in bench's
+    own schedule, a load level that random-walks (log scale) step by step and drifts across the run,
+    bursts that slow a whole block (another job starting), per-step jitter, and steps descheduled for
+    0.5-4 step times."""
+    import math
+
+    from torch_fl.analysis.bench import _schedule, paired_rounds
+
+    block = max(2, min(5, steps // 4))  # bench's default block
+    plan = _schedule(steps, block)
+    total = sum(n + 2 for _, n in plan)  # 2 settling steps per block pass time too
+    blocks, load, t = [], 0.0, 0
+    for mode, n in plan:
+        burst = rng.uniform(1.5, 4.0) if rng.random() < burst_p else 1.0
+        times = []
+        for i in range(n + 2):
+            load, t = load + rng.gauss(0, walk), t + 1
+            if i < 2:
+                continue
+            true = base / ratio if mode == "routed" else base
+            took = true * math.exp(load + drift * t / total + rng.gauss(0, jitter)) * burst
+            times.append(took + (base * rng.uniform(0.5, 4.0) if rng.random() < spike_p else 0.0))
+        blocks.append((mode, times))
+    return paired_rounds(blocks)
+
+
+LOADS = {  # (jitter, spike_p, walk, drift, burst_p)
+    "quiet": (0.03, 0.01, 0.005, 0.0, 0.0),
+    "busy": (0.15, 0.15, 0.08, 0.3, 0.2),
+    "bursty": (0.15, 0.3, 0.08, 0.3, 0.4),
+    "drifting": (0.05, 0.05, 0.15, 1.0, 0.1),
+}
+
+
+@pytest.mark.parametrize("load", sorted(LOADS))
+@pytest.mark.parametrize("steps", [30, 120])
+@pytest.mark.parametrize("ratio", [1.0, 0.8])
+def test_the_interval_holds_its_stated_coverage_under_load(load, steps, ratio):
+    """Simulated load (random-walk level, drift, bursts, descheduled steps) on bench's schedule: the
+    alignment interval contains the true ratio in at least its stated share of 400 runs. The cluster
+    bootstrap it replaces covered 85-93% here for a stated 95% (issue 42: two '95%' intervals of one
+    all-native model, [1.187, 1.781] and [0.483, 0.976], did not even overlap)."""
+    import random
+
+    from torch_fl.analysis.bench import CONFIDENCE
+
+    jitter, spike_p, walk, drift, burst_p = LOADS[load]
+    rng = random.Random(f"{load}-{steps}-{ratio}")
+    runs, covered = 400, 0
+    for _ in range(runs):
+        interval = alignment_interval(_simulated_rounds(rng, ratio, steps, jitter=jitter, spike_p=spike_p,
+                                                        walk=walk, drift=drift, burst_p=burst_p))
+        assert interval["low"] is not None, interval
+        covered += interval["low"] <= ratio <= interval["high"]
+    assert covered / runs >= CONFIDENCE, f"{covered}/{runs} covered {ratio}"
+
+
+def test_the_interval_decides_a_quiet_machine():
+    """Coverage alone is easy (an infinite interval has it): on a quiet machine the interval is narrow
+    enough to decide 1.0 and 0.8 against 0.9 from the default 30 steps."""
+    import random
+
+    rng = random.Random(0)
+    for ratio, verdict in ((1.0, PASS), (0.8, FAIL)):
+        decided = [decide(i["low"], i["high"], 0.9)
+                   for i in (alignment_interval(_simulated_rounds(rng, ratio, 30, jitter=0.03, spike_p=0.01,
+                                                                  walk=0.005, drift=0.0, burst_p=0.0))
+                             for _ in range(50))]
+        assert decided.count(verdict) == 50, decided
+
+
+def test_load_makes_the_alignment_inconclusive_and_the_level_says_what_it_rests_on(models):
+    """A clear interval measured while the timing thread waited for a core most of the time is still no
+    verdict: load, not the model, decided those step times, so a loaded machine gives one level (the
+    lower bound) run after run instead of L0 and L1 in turn (issue 42)."""
+    from torch_fl.analysis.bench import load_data
+    from torch_fl.analysis.grade import levels
+    from torch_fl.analysis.grade.presentation import _level_text
+
+    target = grade_module._target(load_model(f"{models}:tiny"), "cpu", "cpu")
+    rows = criteria(30, "x")
+    by_id = {c.id: c for c in rows}
+    latency = {"median": 10.0, "p90": 11.0}
+    bench = {"routed": {"steps_per_s": 100.0, "latency_ms": latency},
+             "native": {"steps_per_s": 101.0, "latency_ms": latency}, "steps": 30,
+             "alignment_interval": alignment_interval([[(0.01, 0.01)] * 5 for _ in range(6)]),
+             "load": load_data(0.7, 1.0)}
+    bench["alignment"] = bench["alignment_interval"]["estimate"]
+    assert decide(bench["alignment_interval"]["low"], bench["alignment_interval"]["high"], 0.9) == PASS
+    levels.judge_alignment(by_id["l1.alignment"], target, bench)
+    assert by_id["l1.alignment"].status == INCONCLUSIVE
+    assert "load made it unmeasurable: the timing thread waited for a core 70%" in by_id["l1.alignment"].evidence
+    for c in rows:
+        if c.id != "l1.alignment" and c.level in ("L0", "L1"):
+            c.set(PASS, 1.0, "")
+    level, why = achieved_level(rows)
+    data = {"level": level, "level_reason": why, "criteria": [c.row() for c in rows]}
+    assert level == "L0"
+    assert _level_text(data).endswith("a lower bound: nothing failed, 3 of 4 L1 criteria passed and L1 rests on "
+                                      "performance alignment (INCONCLUSIVE)"), _level_text(data)
+    assert claim_check("L1", level, rows)[0] is None  # undecided, not refuted
+    bench["load"] = load_data(0.01, 1.0)  # the same interval on a quiet machine decides
+    levels.judge_alignment(by_id["l1.alignment"], target, bench)
+    assert by_id["l1.alignment"].status == PASS
 
 
 def test_an_inconclusive_alignment_names_the_command_and_warns_first(models, monkeypatch):
@@ -478,37 +587,30 @@ def test_an_inconclusive_alignment_names_the_command_and_warns_first(models, mon
 
 
 @pytest.mark.slow
-def test_the_same_model_graded_three_times_under_load_gets_the_same_level(models, tmp_path):
-    """A busy loop on the other core (started here) while grade runs three times, pinned to one core with
-    one thread: PASS and FAIL never both appear, and every run whose alignment was decided has the same
-    level. An INCONCLUSIVE run reports the level below (a lower bound, said first in its warnings): on
-    this shared 2-core machine gpt_small's ~2 ms steps measured 0.880-1.042 over 240 pairs once, so a
-    level that never differs at all is not what a 95% interval can promise this close to 0.9."""
+def test_the_same_model_graded_five_times_under_load_gets_one_level(models, tmp_path):
+    """Two busy loops (started here, on any core) while grade runs five times: one level every time
+    (issue 42: L0, L1, L0, L0, L1). On this 2-core machine the timing thread then waits for a core far
+    above LOAD_LIMIT, so the alignment is INCONCLUSIVE each time and the level says it rests on it; on a
+    machine with cores to spare the loops do not load grade, and the alignment is decided each time."""
     import os
     import subprocess
 
-    cores = sorted(os.sched_getaffinity(0))
-    if len(cores) < 2:
-        pytest.skip("needs two cores: one for grade, one for the load")
-    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"],
-                            preexec_fn=lambda: os.sched_setaffinity(0, {cores[1]}))
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
     try:
         runs = []
-        for i in range(3):
+        for i in range(5):
             out = tmp_path / f"g{i}.json"
-            env = {**os.environ, "OMP_NUM_THREADS": "1"}
             subprocess.run([sys.executable, "-m", "torch_fl", "grade", f"{models}:gpt_small", "--device", "cpu",
-                            "--no-preflight", "--json", str(out)], env=env, check=True, timeout=600,
-                           capture_output=True, preexec_fn=lambda: os.sched_setaffinity(0, {cores[0]}))
+                            "--no-preflight", "--json", str(out)], env=os.environ, check=True, timeout=600,
+                           capture_output=True)
             runs.append(json.loads(out.read_text()))
     finally:
-        busy.kill()
-        busy.wait()
-    statuses = {_by_id(r)["l1.alignment"]["status"] for r in runs}
+        for loop in busy:
+            loop.kill()
+            loop.wait()
     details = [(r["level"], _by_id(r)["l1.alignment"]["evidence"][:300]) for r in runs]
-    assert not {PASS, FAIL} <= statuses, details
-    decided = {r["level"] for r in runs if _by_id(r)["l1.alignment"]["status"] != INCONCLUSIVE}
-    assert len(decided) <= 1, details
+    assert len({r["level"] for r in runs}) == 1, details
+    assert len({_by_id(r)["l1.alignment"]["status"] for r in runs}) == 1, details
     for r in runs:
         if _by_id(r)["l1.alignment"]["status"] == INCONCLUSIVE:
             assert r["level"] == "L0" and "inconclusive (performance alignment)" in r["level_reason"], details

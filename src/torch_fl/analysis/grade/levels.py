@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...report import INCONCLUSIVE, VERDICTS
-from ..bench import CONFIDENCE, LEAK_MIN_SAMPLES, MIN_PAIRS, MIN_ROUNDS, NOISY
+from ..bench import CONFIDENCE, LEAK_MIN_SAMPLES, MIN_PAIRS, MIN_ROUNDS, NOISY, load_text
 from ..bench import TARGET as ALIGNMENT_TARGET
 from ..coverage import NATIVE_CALLS_WARNING
 from .runs import PREFLIGHT_RANKS, Outcome, PreflightPlan, Target, _shapes
@@ -121,7 +121,7 @@ def _shortfall(rows: list[Criterion]) -> str:
 def claim_check(claimed: str, level: str, rows: list[Criterion] | None = None) -> tuple[bool | None, str]:
     """Whether the measured level reaches what the description claims (None: nothing claimed, or the
     claim cannot be decided here: every criterion between the measured level and the claim that did not
-    pass was NOT MEASURED, so the measured level is a lower bound, not a refutation; an emulated chip
+    pass was NOT MEASURED or INCONCLUSIVE, so the measured level is a lower bound, not a refutation; an emulated chip
     cannot measure L1's alignment)."""
     if claimed == "none":
         return None, "the description claims no level (level = 'none')"
@@ -131,7 +131,7 @@ def claim_check(claimed: str, level: str, rows: list[Criterion] | None = None) -
     start = LEVELS.index(level) + 1 if level != "none" else 0
     between = [c for c in rows or () if c.level in LEVELS[start:LEVELS.index(claimed) + 1]]
     short = [c for c in between if c.status != PASS]
-    if short and all(c.status == NOT_MEASURED for c in short):
+    if short and all(c.status in (NOT_MEASURED, INCONCLUSIVE) for c in short):
         return None, (f"not decided here: claims {claimed}; {level} measured is a lower bound, since "
                       f"{_shortfall(short)} (nothing failed)")
     return False, f"not confirmed for this model: claims {claimed}, measured {level}"
@@ -245,25 +245,33 @@ def judge_alignment(c: Criterion, target: Target, bench: dict[str, Any] | None) 
         return
     routed, native, ratio = bench["routed"], bench["native"], bench["alignment"]
     interval = bench["alignment_interval"]
-    numbers = (f"routed {routed['steps_per_s']:.3g} vs routing disabled {native['steps_per_s']:.3g} "
-               f"steps/s (median of {bench['steps']} training steps per mode)")
+    # the steps/s are each mode's median over all its steps; the alignment pairs neighbouring steps, so
+    # the two figures' quotient is another statistic, and the text says which is which (issue 42)
+    numbers = (f"per-mode median steps: routed {routed['steps_per_s']:.3g}, routing disabled "
+               f"{native['steps_per_s']:.3g} steps/s over {bench['steps']} training steps each (their quotient "
+               f"{routed['steps_per_s'] / native['steps_per_s']:.3f} is not the paired alignment)")
     if target.emulated:
         c.set(NOT_MEASURED, None,
               f"emulated chip: bench compares the emulation (the CPU plus a Python dispatch mode on every "
-              f"aten call) with the plain CPU, so its ratio ({ratio:.3g} here: {numbers}) measures the "
+              f"aten call) with the plain CPU, so its ratio ({ratio:.3g} here; {numbers}) measures the "
               f"emulation, not {target.desc.name}; measure alignment on the device itself")
         return
-    low, high, pairs = interval["low"], interval["high"], interval["pairs"]
-    status = decide(low, high, ALIGNMENT_TARGET)
+    low, high, pairs, rounds = interval["low"], interval["high"], interval["pairs"], interval["rounds"]
+    load = bench.get("load") or {}
+    status = INCONCLUSIVE if load.get("loaded") else decide(low, high, ALIGNMENT_TARGET)
     if low is None:
-        spread = (f"{pairs} interleaved pairs in {interval.get('rounds', pairs)} rounds give no "
-                  f"{CONFIDENCE:.0%} interval (it needs {MIN_PAIRS} or more in {MIN_ROUNDS} or more rounds)")
+        spread = (f"{pairs} interleaved pairs in {rounds} rounds give no {CONFIDENCE:.0%} interval (it needs "
+                  f"{MIN_PAIRS} or more in {MIN_ROUNDS} or more rounds)")
     else:
-        spread = (f"{CONFIDENCE:.0%} interval {low:.3f}-{high:.3f} from {pairs} interleaved pairs "
-                  f"in {interval.get('rounds', pairs)} rounds (routed and native steps alternating in one "
-                  f"process, bootstrap over the rounds)")
-    text = f"bench: alignment {ratio:.3f} (median per-pair ratio), {spread}; {numbers}"
-    if status == INCONCLUSIVE:
+        spread = (f"{CONFIDENCE:.0%} interval {low:.3f}-{high:.3f} from {pairs} interleaved pairs in {rounds} "
+                  f"rounds (routed and native blocks alternating in one process; a sign-test interval over "
+                  f"the rounds)")
+    text = (f"bench: alignment {ratio:.3f} (the median over rounds of each round's median pair ratio), "
+            f"{spread}; {numbers}")
+    if load.get("loaded"):
+        text += (f"; INCONCLUSIVE: load made it unmeasurable: {load_text(load)}. Rerun "
+                 f"`{settle_command(target, bench['steps'])}` on a quieter machine (more steps do not help)")
+    elif status == INCONCLUSIVE:
         steps = steps_to_settle(pairs, ratio, low, high, ALIGNMENT_TARGET)
         where = ("the interval contains the threshold " + f"{ALIGNMENT_TARGET}, so machine noise, not the "
                  "model, would decide PASS or FAIL" if low is not None else "too few steps to judge")
@@ -273,6 +281,11 @@ def judge_alignment(c: Criterion, target: Target, bench: dict[str, Any] | None) 
         text += (f"; step times were noisy (p90 > {NOISY}x median) but the interval is clear of "
                  f"{ALIGNMENT_TARGET}, so the verdict holds")
     c.set(status, ratio, text)
+
+
+def unmeasurable(bench: dict[str, Any] | None) -> bool:
+    """Whether load made bench's alignment unmeasurable (grade: INCONCLUSIVE whatever the interval)."""
+    return bool(bench and (bench.get("load") or {}).get("loaded"))
 
 
 def noisy_modes(bench: dict[str, Any] | None) -> list[str]:

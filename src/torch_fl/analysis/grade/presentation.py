@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...report import Chart, Report, Section, Table
-from ..bench import LEAK_RULE, NOISY
+from ..bench import LEAK_RULE, NOISY, load_text
 from ..bench import TARGET as ALIGNMENT_TARGET
 from .levels import (
     FAIL,
@@ -26,6 +26,7 @@ from .levels import (
     noisy_modes,
     settle_command,
     steps_to_settle,
+    unmeasurable,
 )
 from .runs import PRECISION_DTYPE, Measurements, Target
 
@@ -68,7 +69,20 @@ def _device_text(target: Target) -> str:
 
 
 def _level_text(data: dict[str, Any]) -> str:
-    return data["level"] + (f" ({data['level_reason']})" if data["level_reason"] else "")
+    """The level and what it rests on: the next level's criteria that did not pass, and, where none of
+    them failed, that the level is a lower bound resting on measurements that could not decide."""
+    text = data["level"] + (f" ({data['level_reason']})" if data["level_reason"] else "")
+    reached = LEVELS.index(data["level"]) if data["level"] in LEVELS else -1
+    if reached + 1 >= len(LEVELS):
+        return text
+    nxt = LEVELS[reached + 1]
+    short = [r for r in data["criteria"] if r["level"] == nxt and r["status"] != PASS]
+    if short and not any(r["status"] == FAIL for r in short):
+        passed = sum(r["status"] == PASS for r in data["criteria"] if r["level"] == nxt)
+        undecided = ", ".join(f"{r['name']} ({r['status']})" for r in short)
+        text += (f"; a lower bound: nothing failed, {passed} of {passed + len(short)} {nxt} criteria passed and "
+                 f"{nxt} rests on {undecided}")
+    return text
 
 
 def _render(data: dict[str, Any], target: Target, found: Measurements, claim_text: str) -> Report:
@@ -166,6 +180,10 @@ def _noise_warning(data: dict[str, Any], target: Target) -> list[str]:
     it is settled), or noisy step times behind a decided one."""
     alignment = next(r for r in data["criteria"] if r["id"] == "l1.alignment")
     bench = data["measurements"]["bench"]
+    if alignment["status"] == INCONCLUSIVE and unmeasurable(bench):
+        return [f"performance alignment is INCONCLUSIVE: load made it unmeasurable ({load_text(bench['load'])}); "
+                f"it counts as not passed and {data['level']} is a lower bound. Rerun "
+                f"`{settle_command(target, bench['steps'])}` on a quieter machine"]
     if alignment["status"] == INCONCLUSIVE:
         interval = bench["alignment_interval"]
         low, high = interval["low"], interval["high"]
