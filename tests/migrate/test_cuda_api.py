@@ -48,15 +48,15 @@ def test_every_fix_has_a_replacement_and_every_entry_a_remedy() -> None:
 
 def test_facade_names_exist_in_the_runtime() -> None:
     import torch_fl
-    from torch_fl.migrate import patches
+    from torch_fl.migrate import cuda_surface
 
     for entry in CUDA_API.values():
         if entry.replacement and entry.replacement.startswith("torch.fl."):
             assert hasattr(torch_fl, entry.replacement.removeprefix("torch.fl.")), entry.name
-    handled = {name for name in dir(patches._CudaAPI) if not name.startswith("_")}
+    handled = {name for name in dir(cuda_surface.CudaAPI) if not name.startswith("_")}
     for facade_call, names in cuda_api.FACADE.items():
         if facade_call in ("autocast", "GradScaler"):
-            continue  # amp is patched by class, not through _CudaAPI
+            continue  # amp is patched by class, not through CudaAPI
         for name in names:
             if name.startswith("torch.cuda."):
                 assert name.removeprefix("torch.cuda.") in handled, name

@@ -19,7 +19,7 @@ What CUDA code asks for, and where it goes ("the target" is ``torch.fl.device()`
   host target; legacy CUDA type names (``Tensor.type``, ``set_default_tensor_type``): their dtype on the
   target;
 - ``torch.cuda.*``: what the CUDA-API table (cuda_api.py) says per entry: a handler of
-  ``cuda_surface._CudaAPI`` named by the entry's ``alias`` (the torch.fl facade, or an answer from the
+  ``cuda_surface.CudaAPI`` named by the entry's ``alias`` (the torch.fl facade, or an answer from the
   description, listed in the alias report), a refusal (``alias_refuses``: CUDA graphs), or the original,
   whose failure is re-raised as a ``CudaAliasError`` naming the alias and the entry's remedy;
 - ``torch.autocast("cuda")``, ``torch.amp.autocast``, ``torch.cuda.amp.autocast``: autocast on the
@@ -134,14 +134,14 @@ class CudaAlias:
 
     def __init__(self, device: str | int | torch.device | None = None, *, recorder: Recorder | None = None):
         self._device = device
-        self._recorder = recorder
+        self.recorder = recorder
         self._target: torch.device | None = None
         self._devices: list[torch.device] | None = None
         self._patches: list[_Patch] = []
         self._mode: EnteredMode | None = None  # the DeviceMode, on the enabling thread
         self._thread: int | None = None
         self._logged: set[tuple[Site, str]] = set()
-        self._wrappers: set[Callable[..., Any]] = set()  # patched Tensor methods the mode may be handed
+        self.wrappers: set[Callable[..., Any]] = set()  # patched Tensor methods the mode may be handed
         self._lock = threading.Lock()
         self.enabled = False
         # Queries answered from the description and CUDA settings accepted without effect, with counts:
@@ -163,7 +163,7 @@ class CudaAlias:
                     self._target = target
         return self._target
 
-    def _bypass(self, caller: FrameType | None) -> bool:
+    def bypass(self, caller: FrameType | None) -> bool:
         """Leave a CUDA request alone: the target is CUDA itself, or torch-fl made the request."""
         return self.real_cuda or from_torch_fl(caller)
 
@@ -201,7 +201,7 @@ class CudaAlias:
             f"virtual device(s) ({', '.join(f'acc{i} -> {d}' for i, d in enumerate(self._devices))}), "
             f"and the alias maps {CUDA}:N to accN. Run fewer processes per machine or {more}.")
 
-    def _map_any(self, device: Any) -> torch.device:
+    def map_any(self, device: Any) -> torch.device:
         """A device argument of a torch.cuda call: None is the target, CUDA names and ordinals map."""
         if device is None:
             return self.target
@@ -209,14 +209,14 @@ class CudaAlias:
             return self.map_device(device)
         return device if isinstance(device, torch.device) else torch.device(device)
 
-    def _map_args(self, args: tuple, kwargs: dict, caller: FrameType | None,
+    def map_args(self, args: tuple, kwargs: dict, caller: FrameType | None,
                   ordinal_first: bool = False) -> tuple[tuple, dict, Mapped | None]:
         """args and kwargs with CUDA device arguments mapped, and the first device argument seen
         (None when the call carried none, or when `caller` is torch-fl's own code). `ordinal_first`:
         an int first positional argument is a device ordinal (``Tensor.to(0)``, ``Module.to(rank)``)."""
-        if self._recorder is None and not has_cuda(args, kwargs, ordinal_first):
+        if self.recorder is None and not has_cuda(args, kwargs, ordinal_first):
             return args, kwargs, None
-        if self._bypass(caller):
+        if self.bypass(caller):
             return args, kwargs, None
         mapped: Mapped | None = None
         if ordinal_first and args and is_ordinal(args[0]):
@@ -230,7 +230,7 @@ class CudaAlias:
                     new_args[i] = self.map_device(value)
                     mapped = mapped or Mapped(value, new_args[i], True)
             args = tuple(new_args)
-        elif self._recorder is not None:
+        elif self.recorder is not None:
             first = next((a for a in args if is_device(a)), None)
             mapped = Mapped(first, first, False) if first is not None else None
         device = kwargs.get("device")
@@ -238,15 +238,15 @@ class CudaAlias:
             if is_cuda(device) or is_ordinal(device):
                 kwargs = {**kwargs, "device": self.map_device(device)}
                 mapped = mapped or Mapped(device, kwargs["device"], True)
-            elif mapped is None and self._recorder is not None:
+            elif mapped is None and self.recorder is not None:
                 mapped = Mapped(device, device, False)
         if kwargs.get("device_type") == CUDA:
             kwargs = {**kwargs, "device_type": self.target.type}
             mapped = mapped or Mapped(CUDA, self.target.type, True)
         return args, kwargs, mapped
 
-    def _map_plain(self, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-        """_map_args without caller, bypass or record: what torch.compile can trace."""
+    def map_plain(self, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        """map_args without caller, bypass or record: what torch.compile can trace."""
         args = tuple(self.map_device(a) if is_cuda(a) else a for a in args)
         device = kwargs.get("device")
         if device is not None and (is_cuda(device) or is_ordinal(device)):
@@ -255,7 +255,7 @@ class CudaAlias:
             kwargs = {**kwargs, "device_type": self.target.type}
         return args, kwargs
 
-    def _host(self) -> bool:
+    def host_memory(self) -> bool:
         return description_for(self.target).section("memory")["allocator"] == "host"
 
     # Logging and recording --------------------------------------------------------------------------
@@ -277,17 +277,17 @@ class CudaAlias:
             lines.append(f"  {query} -> {answer}  ({count}x)")
         return "\n".join(lines)
 
-    def _note(self, call: str, mapped: Mapped, caller: FrameType | None) -> None:
+    def note(self, call: str, mapped: Mapped, caller: FrameType | None) -> None:
         """Log a CUDA request once per (site, call); record it, and user-made requests, for audits."""
         if self.real_cuda:
             return
         direct = caller is not None and not is_internal(caller.f_code.co_filename)
-        if not mapped.cuda and not (direct and self._recorder is not None):
+        if not mapped.cuda and not (direct and self.recorder is not None):
             return
         frame = user_frame(caller)
         site = Site(frame.f_code.co_filename, frame.f_lineno) if frame is not None else Site("<unknown>", 0)
-        if self._recorder is not None:
-            self._recorder(DeviceRequest(site, call, mapped.requested, mapped.resolved, mapped.cuda))
+        if self.recorder is not None:
+            self.recorder(DeviceRequest(site, call, mapped.requested, mapped.resolved, mapped.cuda))
         if mapped.cuda and (site, call) not in self._logged:
             self._logged.add((site, call))
             log.info("%s: %s(%s) runs on %s", site, call, mapped.requested, mapped.resolved)
@@ -348,14 +348,18 @@ class CudaAlias:
     def __exit__(self, *exc: object) -> None:
         self.disable()
 
-    def _patch(self, owner: Any, name: str, replacement: Any) -> None:
+    def patch(self, owner: Any, name: str, replacement: Any) -> None:
+        """Set owner.name to replacement until disable() (which restores exactly what was there)."""
         owned = name in vars(owner)
         original = vars(owner)[name] if owned else None
         self._patches.append(_Patch(owner, name, original, owned))
         setattr(owner, name, replacement)
 
+    def patched(self, owner: Any) -> bool:
+        return any(patch.owner is owner for patch in self._patches)
+
     def _restore(self) -> None:
-        self._wrappers.clear()
+        self.wrappers.clear()
         while self._patches:
             patch = self._patches.pop()
             if patch.owned:

@@ -2,8 +2,10 @@
 site, and the ``TorchFunctionMode`` that hands every torch call with a CUDA argument to the alias.
 
 The bottom of the alias (alias.py's module docstring says what is aliased and why): alias.py (the
-``CudaAlias``), patches.py and cuda_surface.py (the entry points it patches) all build on these helpers,
-and this module imports none of them, so the three do not import each other in a loop.
+``AliasHooks``), patches.py and cuda_surface.py (the entry points it patches) all build on these helpers
+and on :class:`AliasHooks`, what an entry point asks of the alias. This module imports none of them, and
+the entry points name the protocol, not alias.py's class: no two of the four import each other (a test
+in tests/test_architecture.py forbids cycles inside migrate/, type-only imports included).
 """
 
 from __future__ import annotations
@@ -16,15 +18,12 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 from torch.overrides import TorchFunctionMode, resolve_name
 
-if TYPE_CHECKING:
-    from .alias import CudaAlias
-
-__all__ = ["CUDA", "DeviceMode", "DeviceRequest", "Mapped", "Recorder", "Site", "call_name", "calling_frame",
+__all__ = ["CUDA", "AliasHooks", "DeviceMode", "DeviceRequest", "Mapped", "Recorder", "Site", "call_name", "calling_frame",
            "from_torch_fl", "has_cuda", "is_cuda", "is_device", "is_internal", "is_ordinal", "live", "log",
            "user_frame"]
 
@@ -148,41 +147,78 @@ class Mapped:
         self.requested, self.resolved, self.cuda = str(requested), str(resolved), cuda
 
 
+class AliasHooks(Protocol):
+    """What the patched entry points (patches.py, cuda_surface.py) and the mode ask of the alias
+    (alias.CudaAlias implements it): where CUDA requests go, and how to record and undo what they do."""
+
+    recorder: Recorder | None  # called with every CUDA request and user-made device request (audits)
+    wrappers: set[Callable[..., Any]]  # patched Tensor methods the mode may be handed (they map already)
+    answers: Any
+
+    @property
+    def target(self) -> torch.device:
+        """The device CUDA requests run on."""
+    @property
+    def real_cuda(self) -> bool:
+        """True when the target is CUDA itself: every entry point behaves as the original."""
+    def map_device(self, value: Any) -> torch.device:
+        """'cuda' -> the target, 'cuda:N' or N -> accN."""
+    def map_any(self, device: Any) -> torch.device:
+        """A device argument of a torch.cuda call (None is the target)."""
+    def map_args(self, args: tuple, kwargs: dict, caller: FrameType | None,
+                 ordinal_first: bool = False) -> tuple[tuple, dict, Mapped | None]:
+        """args and kwargs with CUDA device arguments mapped, and the first device argument seen."""
+    def map_plain(self, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        """map_args without caller, bypass or record: what torch.compile can trace."""
+    def bypass(self, caller: FrameType | None) -> bool:
+        """Leave a CUDA request alone (the target is CUDA, or torch-fl made it)."""
+    def host_memory(self) -> bool:
+        """Whether the target's memory is the host's (pinning is a no-op there)."""
+    def note(self, call: str, mapped: Mapped, caller: FrameType | None) -> None:
+        """Log a CUDA request once per site; record it for audits."""
+    def answered(self, query: str, answer: Any) -> None:
+        """Record a query answered from the description, for the report."""
+    def patch(self, owner: Any, name: str, replacement: Any) -> None:
+        """Set owner.name to replacement, undone on disable()."""
+    def patched(self, owner: Any) -> bool:
+        """Whether an attribute of `owner` is patched now."""
+
+
 # The mode ----------------------------------------------------------------------------------------
 class DeviceMode(TorchFunctionMode):
     """Rewrites CUDA device arguments of every torch function called on this thread, through `alias`."""
 
-    def __init__(self, alias: CudaAlias):
+    def __init__(self, alias: AliasHooks):
         super().__init__()
         self.alias = alias
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         alias = self.alias
-        if alias._recorder is None and not has_cuda(args, kwargs, func is torch.device):
+        if alias.recorder is None and not has_cuda(args, kwargs, func is torch.device):
             return func(*args, **kwargs)  # the hot path: nothing to rewrite, nothing to record
         if torch.compiler.is_compiling():
             # Dynamo traces this method into the graph: no frame inspection (it cannot trace it), no
             # logging; the mapped device is a constant of the graph.
-            args, kwargs = alias._map_plain(args, kwargs)
+            args, kwargs = alias.map_plain(args, kwargs)
             return func(*args, **kwargs)
-        if func in alias._wrappers:
+        if func in alias.wrappers:
             return func(*args, **kwargs)  # torch looked the method up on torch.Tensor: our patch, which maps
         if func is torch.device:  # device objects stay CUDA (alias.py); user-made ones are recorded
             frame = calling_frame(sys._getframe(1), func)
-            if len(args) == 1 and not kwargs and is_ordinal(args[0]) and not alias._bypass(frame):
+            if len(args) == 1 and not kwargs and is_ordinal(args[0]) and not alias.bypass(frame):
                 # torch.device(N) is "the N-th accelerator": in CUDA code, cuda:N (mapped where used).
                 args = (CUDA, args[0])
             result = func(*args, **kwargs)
-            if alias._recorder is not None and frame is not None and not is_internal(frame.f_code.co_filename):
+            if alias.recorder is not None and frame is not None and not is_internal(frame.f_code.co_filename):
                 cuda = result.type == CUDA
-                alias._note("torch.device", Mapped(result, alias.map_device(result) if cuda else result, cuda),
+                alias.note("torch.device", Mapped(result, alias.map_device(result) if cuda else result, cuda),
                             frame)
             return result
         frame = calling_frame(sys._getframe(1), func)
-        args, kwargs, mapped = alias._map_args(args, kwargs, frame)
+        args, kwargs, mapped = alias.map_args(args, kwargs, frame)
         if mapped is not None:
-            alias._note(call_name(func), mapped, frame)
+            alias.note(call_name(func), mapped, frame)
         return func(*args, **kwargs)
 
 
@@ -212,6 +248,6 @@ def from_torch_fl(frame: FrameType | None) -> bool:
     return False
 
 
-def live(alias: CudaAlias, frame: FrameType | None) -> bool:
+def live(alias: AliasHooks, frame: FrameType | None) -> bool:
     """Whether a patched torch.cuda entry point answers for torch.fl (user code, target not CUDA)."""
     return frame is not None and not is_internal(frame.f_code.co_filename) and not alias.real_cuda

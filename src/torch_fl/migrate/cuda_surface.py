@@ -1,5 +1,5 @@
 """The ``torch.cuda`` (and ``torch.accelerator``) surface under the CUDA alias, derived from the CUDA-API
-table (cuda_api.py): each entry's ``alias`` names its handler in :class:`_CudaAPI`, ``alias_refuses``
+table (cuda_api.py): each entry's ``alias`` names its handler in :class:`CudaAPI`, ``alias_refuses``
 marks calls that would be wrong off CUDA, and the rest run as they are, their failures explained by a
 :class:`CudaAliasError` naming the alias and the entry's remedy. :func:`surface_markdown` renders the same
 table for docs/migrate-runtime.md. patches.py installs the other entry points."""
@@ -12,19 +12,16 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from ..device import description_for, device_map
 from ..errors import CudaAliasError
-from .alias_calls import CUDA, Mapped, is_ordinal, live
+from .alias_calls import CUDA, AliasHooks, Mapped, is_ordinal, live
 from .cuda_api import CUDA_API, CUDA_TENSOR_TYPES, DEFAULT_REMEDY, lookup
 
-if TYPE_CHECKING:  # alias.py imports this module: the type only
-    from .alias import CudaAlias
-
-__all__ = ["CONSERVATIVE_CAPABILITY", "CudaAliasError", "CudaDeviceProperties", "install_cuda_module",
+__all__ = ["CONSERVATIVE_CAPABILITY", "CudaAPI", "CudaAliasError", "CudaDeviceProperties", "install_cuda_module",
            "surface_markdown"]
 
 
@@ -53,18 +50,18 @@ class CudaDeviceProperties:
     is_multi_gpu_board: bool = False
 
 
-class _CudaAPI:
+class CudaAPI:
     """Handlers of torch.cuda calls under the alias, named by the table's `alias` field (cuda_api.py);
     torch.cuda's signatures. Handlers of entries with `takes_device` take a CUDA device (mapped); the
     others act on the target. The first docstring line is what docs/migrate-runtime.md says."""
 
-    def __init__(self, alias: CudaAlias):
+    def __init__(self, alias: AliasHooks):
         from .. import runtime
 
         self.alias, self.fl = alias, runtime
 
     def _dev(self, device: Any) -> torch.device:
-        return self.alias._map_any(device)
+        return self.alias.map_any(device)
 
     def _answer(self, call: str, answer: Any) -> Any:
         self.alias.answered(call, answer)
@@ -236,7 +233,7 @@ class _CudaAPI:
 
 
 def _typed_tensor(dtype_name: str) -> Callable[..., Any]:
-    def handler(self: _CudaAPI, *args: Any, **kwargs: Any) -> torch.Tensor:
+    def handler(self: CudaAPI, *args: Any, **kwargs: Any) -> torch.Tensor:
         dtype, target = getattr(torch, dtype_name), self.alias.target
         if not args:
             return torch.empty(0, dtype=dtype, device=target)
@@ -251,11 +248,11 @@ def _typed_tensor(dtype_name: str) -> Callable[..., Any]:
 
 
 for _name, _dtype in CUDA_TENSOR_TYPES.items():
-    setattr(_CudaAPI, _name, _typed_tensor(_dtype))
+    setattr(CudaAPI, _name, _typed_tensor(_dtype))
 # Each torch.cuda name answers with its table entry's handler (memory_reserved -> memory_allocated).
 for _entry in CUDA_API.values():
-    if _entry.alias and hasattr(_CudaAPI, _entry.alias) and "." not in _entry.short:
-        setattr(_CudaAPI, _entry.short, getattr(_CudaAPI, _entry.alias))
+    if _entry.alias and hasattr(CudaAPI, _entry.alias) and "." not in _entry.short:
+        setattr(CudaAPI, _entry.short, getattr(CudaAPI, _entry.alias))
 del _name, _dtype, _entry
 
 
@@ -263,7 +260,7 @@ class _DeviceContext:
     """torch.cuda.device(d) under the alias: the mapped device is current inside the block. None and -1
     mean "no device" (as torch.cuda.device) and make the block a no-op."""
 
-    def __init__(self, api: _CudaAPI, device: Any):
+    def __init__(self, api: CudaAPI, device: Any):
         self.api = api
         none = device is None or (is_ordinal(device) and device == -1)
         self.device = None if none else api._dev(device)
@@ -281,13 +278,13 @@ class _DeviceContext:
                                    if self.device.index is not None else self.device)
 
 
-def _alias_error(entry_name: str, remedy: str, alias: CudaAlias, why: str) -> CudaAliasError:
+def _alias_error(entry_name: str, remedy: str, alias: AliasHooks, why: str) -> CudaAliasError:
     return CudaAliasError(
         f"{entry_name} {why} under the CUDA alias (FL_CUDA_ALIAS=1 / `torchfl run`, target "
         f"{alias.target}). Fix: {remedy.rstrip('.')}; or run on CUDA without the alias.")
 
 
-def _cuda_function(alias: CudaAlias, api: _CudaAPI, name: str, original: Callable[..., Any]) -> Callable[..., Any]:
+def _cuda_function(alias: AliasHooks, api: CudaAPI, name: str, original: Callable[..., Any]) -> Callable[..., Any]:
     entry = lookup(f"torch.cuda.{name}")
     handler = getattr(api, entry.alias) if entry is not None and entry.alias else None
     takes_device = entry is not None and entry.takes_device
@@ -301,17 +298,17 @@ def _cuda_function(alias: CudaAlias, api: _CudaAPI, name: str, original: Callabl
         call = f"torch.cuda.{name}"
         requested = _requested(takes_device, args, kwargs)
         if entry is not None and entry.alias_refuses:
-            alias._note(call, Mapped(requested or CUDA, "refused", True), caller)
+            alias.note(call, Mapped(requested or CUDA, "refused", True), caller)
             raise _alias_error(call, remedy, alias, "would be wrong off CUDA, so it does not run")
         if handler is None:
-            alias._note(call, Mapped(requested or CUDA, "not aliased", True), caller)
+            alias.note(call, Mapped(requested or CUDA, "not aliased", True), caller)
             try:
                 return original(*args, **kwargs)
             except Exception as exc:
                 raise _alias_error(call, remedy, alias, f"has no torch.fl counterpart; run as is, it failed "
                                    f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from exc
-        resolved = alias._map_any(requested) if requested is not None else alias.target
-        alias._note(call, Mapped(requested or CUDA, resolved, True), caller)
+        resolved = alias.map_any(requested) if requested is not None else alias.target
+        alias.note(call, Mapped(requested or CUDA, resolved, True), caller)
         return handler(*args, **kwargs)
 
     return wrapper
@@ -334,7 +331,7 @@ class ClassAliasMeta(type):
         return check(obj) if check is not None else isinstance(obj, cls._stands_for)
 
 
-def _cuda_class(alias: CudaAlias, api: _CudaAPI, name: str, original: type) -> type:
+def _cuda_class(alias: AliasHooks, api: CudaAPI, name: str, original: type) -> type:
     entry = lookup(f"torch.cuda.{name}")
     handler = getattr(api, entry.alias) if entry is not None and entry.alias else None
     takes_device = entry is not None and entry.takes_device
@@ -346,17 +343,17 @@ def _cuda_class(alias: CudaAlias, api: _CudaAPI, name: str, original: type) -> t
         if not live(alias, caller):
             return original(*args, **kwargs)
         if entry is not None and entry.alias_refuses:
-            alias._note(call, Mapped(CUDA, "refused", True), caller)
+            alias.note(call, Mapped(CUDA, "refused", True), caller)
             raise _alias_error(call, remedy, alias, "would be wrong off CUDA, so it does not run")
         requested = _requested(takes_device, args, kwargs)
         if handler is None:
-            alias._note(call, Mapped(requested or CUDA, "not aliased", True), caller)
+            alias.note(call, Mapped(requested or CUDA, "not aliased", True), caller)
             try:
                 return original(*args, **kwargs)
             except Exception as exc:
                 raise _alias_error(call, remedy, alias, f"has no torch.fl counterpart; run as is, it failed "
                                    f"({type(exc).__name__})") from exc
-        alias._note(call, Mapped(requested or CUDA, alias._map_any(requested), True), caller)
+        alias.note(call, Mapped(requested or CUDA, alias.map_any(requested), True), caller)
         return handler(*args, **kwargs)
 
     namespace: dict[str, Any] = {"__new__": __new__, "_stands_for": getattr(api.fl, name, original),
@@ -376,7 +373,7 @@ def _public_functions(module: ModuleType) -> list[str]:
             and (value.__module__ or "").startswith(module.__name__)]
 
 
-def _install_nvtx(alias: CudaAlias) -> None:
+def _install_nvtx(alias: AliasHooks) -> None:
     nvtx = getattr(torch.cuda, "nvtx", None)
     if nvtx is None:
         return
@@ -399,7 +396,7 @@ def _install_nvtx(alias: CudaAlias) -> None:
     for name, replacement in (("range_push", range_push), ("range_pop", range_pop), ("mark", mark),
                               ("range", lambda msg, *args, **kwargs: record_function(msg.format(*args, **kwargs)))):
         if hasattr(nvtx, name):
-            alias._patch(nvtx, name, replacement)
+            alias.patch(nvtx, name, replacement)
 
 
 # torch.cuda's submodules whose public functions torch.cuda re-exports.
@@ -412,28 +409,28 @@ def _wrapped(entry: Any) -> bool:
                                                                                                "type")
 
 
-def install_cuda_module(alias: CudaAlias) -> None:
+def install_cuda_module(alias: AliasHooks) -> None:
     """Every public torch.cuda function and every class of the CUDA-API table: a handler (`alias`), a
     refusal (`alias_refuses`) or the original with its failure explained (the rest)."""
-    api = _CudaAPI(alias)
+    api = CudaAPI(alias)
     names = set(_public_functions(torch.cuda))
     names.update(entry.short for entry in CUDA_API.values() if _wrapped(entry) and hasattr(torch.cuda, entry.short))
     for name in sorted(names):
         original = getattr(torch.cuda, name)
         wrap = _cuda_class if isinstance(original, type) else _cuda_function
         replacement = wrap(alias, api, name, original)
-        alias._patch(torch.cuda, name, replacement)
+        alias.patch(torch.cuda, name, replacement)
         # The submodule that defines it (torch.cuda.random.get_rng_state_all, as HF Trainer calls it).
         for submodule in _CUDA_SUBMODULES:
             module = sys.modules.get(f"torch.cuda.{submodule}")
             if module is not None and vars(module).get(name) is original:
-                alias._patch(module, name, replacement)
+                alias.patch(module, name, replacement)
     _install_nvtx(alias)
     _install_accelerator(alias, api)
 
 
 # torch.accelerator ---------------------------------------------------------------------------------
-# torch.accelerator names -> the _CudaAPI handler answering for the target. Accelerator-generic code
+# torch.accelerator names -> the CudaAPI handler answering for the target. Accelerator-generic code
 # (torch >= 2.6) asks torch.accelerator what torch.cuda-era code asked torch.cuda: with the alias on, the
 # target is "the accelerator" for both, so such code takes its accelerator path on the target too.
 _ACCELERATOR = {
@@ -446,7 +443,7 @@ _ACCELERATOR = {
 }
 
 
-def _install_accelerator(alias: CudaAlias, api: _CudaAPI) -> None:
+def _install_accelerator(alias: AliasHooks, api: CudaAPI) -> None:
     accelerator = getattr(torch, "accelerator", None)
     if accelerator is None:
         return
@@ -457,31 +454,31 @@ def _install_accelerator(alias: CudaAlias, api: _CudaAPI) -> None:
             caller = sys._getframe(1)
             if not live(alias, caller):
                 return current(*args, **kwargs)
-            alias._note("torch.accelerator.current_accelerator", Mapped(CUDA, alias.target, True), caller)
+            alias.note("torch.accelerator.current_accelerator", Mapped(CUDA, alias.target, True), caller)
             return torch.device(alias.target.type)
 
-        alias._patch(accelerator, "current_accelerator", current_accelerator)
+        alias.patch(accelerator, "current_accelerator", current_accelerator)
     for name, handler_name in _ACCELERATOR.items():
         original = getattr(accelerator, name, None)
         if original is not None:
-            alias._patch(accelerator, name, _accelerator_function(alias, getattr(api, handler_name), name, original))
+            alias.patch(accelerator, name, _accelerator_function(alias, getattr(api, handler_name), name, original))
 
 
-def _accelerator_function(alias: CudaAlias, handler: Callable[..., Any], name: str,
+def _accelerator_function(alias: AliasHooks, handler: Callable[..., Any], name: str,
                           original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def wrapper(*args, **kwargs):
         caller = sys._getframe(1)
         if not live(alias, caller):
             return original(*args, **kwargs)
-        alias._note(f"torch.accelerator.{name}", Mapped(CUDA, alias.target, True), caller)
+        alias.note(f"torch.accelerator.{name}", Mapped(CUDA, alias.target, True), caller)
         return handler(*args, **kwargs)
 
     return wrapper
 
 
 # The covered surface, for docs/migrate-runtime.md -------------------------------------------------------
-# Entries whose alias is a class patch of _install_amp rather than a _CudaAPI handler.
+# Entries whose alias is a class patch of _install_amp rather than a CudaAPI handler.
 _PATCHED_CLASSES = {
     "autocast": "autocast on the target's type, in the requested dtype when the target's description lists "
                 "it, else its `precision.autocast_dtype`",
@@ -501,7 +498,7 @@ def surface_markdown() -> str:
         if entry.alias in _PATCHED_CLASSES:
             what = _PATCHED_CLASSES[entry.alias]
         elif entry.alias is not None:
-            doc = (getattr(_CudaAPI, entry.alias).__doc__ or "").strip().split("\n\n")[0]
+            doc = (getattr(CudaAPI, entry.alias).__doc__ or "").strip().split("\n\n")[0]
             what = doc
         elif entry.alias_refuses:
             what = f"refused: raises `CudaAliasError` naming the alias and the fix: {entry.remedy}"
