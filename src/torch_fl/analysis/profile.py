@@ -404,3 +404,128 @@ def add_citation(report: Report, spec: ModelSpec, device: str, *, train: bool = 
         report.warnings.append(f"profiled {cited['steps']} steps: no op left its native route, so routing is "
                                f"not what slows this model (noise or the device itself); the whole profile: "
                                f"{cited['command']}")
+
+
+# A static timeline of a trace --------------------------------------------------------------------------------
+# Perfetto's UI is a web app loaded from the internet and TensorBoard's trace view loads a polyfill from a CDN;
+# this draws one profiler step of a Chrome trace as one self-contained HTML page (an SVG: no script, no
+# network), the host's threads with their nested ranges and each device's streams below them, as those
+# viewers lay a GPU trace out. Hovering an event shows its name, duration and arguments.
+_LANE = 15        # px per nesting level / stream
+_LABELS = 200     # px of the row labels
+_WIDTH = 1280
+_DEPTH = 14       # nesting levels drawn per host thread (deeper ranges are left out, and counted)
+_COLOURS = (("ProfilerStep#", "#d7d7d7"), ("fl::translate", "#f28e2b"), ("fl::fallback", "#e15759"),
+            ("fl::kernel", "#b07aa1"), ("fl::to_", "#ff9da7"), ("Memcpy HtoD", "#76b7b2"),
+            ("Memcpy DtoH", "#edc948"), ("Memcpy", "#8cd17d"), ("PythonSubclass", "#c9c3bf"),
+            ("aten::", "#8fb3d9"))
+_LEGEND = (("fl::translate", "#f28e2b"), ("fl::fallback", "#e15759"), ("fl::kernel", "#b07aa1"),
+           ("aten op (host)", "#8fb3d9"), ("other range", "#b9d7a8"), ("device kernel", "#59a14f"),
+           ("Memcpy DtoH", "#edc948"), ("Memcpy HtoD", "#76b7b2"))
+
+
+def _colour(event: dict[str, Any]) -> str:
+    if event.get("cat") == "kernel":
+        return "#59a14f"
+    name = event.get("name", "")
+    return next((colour for prefix, colour in _COLOURS if name.startswith(prefix)), "#b9d7a8")
+
+
+def timeline_html(trace: str | dict[str, Any], *, step: int | None = None, title: str = "") -> str:
+    """One profiler step of the Chrome trace `trace` (a path or the loaded JSON) as a self-contained HTML
+    page; `step`: which ``ProfilerStep#N`` (default: the second where there are several, the first step
+    often carries one-time work; the whole trace where there is none)."""
+    import html
+    import json
+
+    if not isinstance(trace, dict):
+        with open(trace) as file:
+            trace = json.load(file)
+    events = [e for e in trace["traceEvents"] if e.get("ph") == "X" and "dur" in e
+              and e.get("cat") not in ("cuda_runtime", "python_function")
+              and not str(e.get("name", "")).startswith("PyTorch Profiler")]  # (the profiler's own span)
+    steps = sorted((e for e in events if str(e.get("name", "")).startswith("ProfilerStep#")), key=lambda e: e["ts"])
+    if step is not None:
+        chosen = [e for e in steps if e["name"] == f"ProfilerStep#{step}"]
+        if not chosen:
+            raise ValueError(f"the trace has no ProfilerStep#{step} (it has {len(steps)} steps: "
+                             f"{', '.join(e['name'] for e in steps) or 'none'}); pass one of those, or no step")
+        window = chosen[0]
+    else:
+        window = steps[1] if len(steps) > 1 else (steps[0] if steps else None)
+    if window is not None:
+        start, end = window["ts"], window["ts"] + window["dur"]
+    else:
+        start = min((e["ts"] for e in events), default=0.0)
+        end = max((e["ts"] + e["dur"] for e in events), default=start + 1.0)
+    span = max(end - start, 1e-3)
+    names: dict[tuple[Any, Any], str] = {}
+    for e in trace["traceEvents"]:
+        if e.get("ph") == "M" and e.get("name") in ("process_name", "thread_name"):
+            key = (e["pid"], None if e["name"] == "process_name" else e["tid"])
+            names[key] = str(e.get("args", {}).get("name", ""))
+    rows: dict[tuple[Any, Any], list[dict]] = {}
+    for e in events:
+        if e["ts"] < end and e["ts"] + e["dur"] > start:
+            rows.setdefault((e["pid"], e["tid"]), []).append(e)
+    device_rows = sorted(k for k, v in rows.items() if any(e.get("cat") in ("kernel", "gpu_memcpy") for e in v))
+    host_rows = sorted((k for k in rows if k not in device_rows), key=lambda k: -len(rows[k]))
+    scale = (_WIDTH - _LABELS - 20) / span
+    svg: list[str] = []
+    y = 70
+    left_out = 0
+    for key in [*host_rows, *device_rows]:
+        thread = sorted(rows[key], key=lambda e: (e["ts"], -e["dur"]))
+        stack: list[float] = []
+        placed = []
+        for e in thread:
+            while stack and stack[-1] <= e["ts"]:
+                stack.pop()
+            depth = len(stack) if key in host_rows else 0
+            stack.append(e["ts"] + e["dur"])
+            if depth >= _DEPTH:
+                left_out += 1
+                continue
+            placed.append((depth, e))
+        process, name = names.get((key[0], None), str(key[0])), names.get(key, f"thread {key[1]}")
+        # a device's row: its process ("npu:0 (emulated by torch-fl)") over its stream; a host thread's: its name
+        label = [process, name] if key in device_rows else [f"host: {name or 'thread'}"]
+        lanes = max(1 + max((d for d, _ in placed), default=0), len(label))
+        svg.append("".join(f'<text x="6" y="{y + 11 + i * 13}" class="row">{html.escape(line[:32])}</text>'
+                           for i, line in enumerate(label))
+                   + f'<line x1="0" x2="{_WIDTH}" y1="{y - 2}" y2="{y - 2}" class="rule"/>')
+        for depth, e in placed:
+            x0 = _LABELS + max(e["ts"] - start, 0.0) * scale
+            x1 = _LABELS + min(e["ts"] + e["dur"] - start, span) * scale
+            width = max(x1 - x0, 0.6)
+            top = y + depth * _LANE
+            args = e.get("args", {})
+            detail = "".join(f"\n{k}: {args[k]}" for k in ("bytes", "fallback", "stream") if k in args)
+            tip = html.escape(f"{e['name']}\n{e['dur']:.1f} us{detail}")
+            svg.append(f'<rect x="{x0:.1f}" y="{top}" width="{width:.1f}" height="{_LANE - 2}" '
+                       f'fill="{_colour(e)}"><title>{tip}</title></rect>')
+            if width > 36:
+                text = e["name"] if width / 5.6 >= len(e["name"]) else e["name"][:max(int(width / 5.6) - 1, 1)] + "…"
+                svg.append(f'<text x="{x0 + 2:.1f}" y="{top + 10}" class="ev">{html.escape(text)}</text>')
+        y += lanes * _LANE + 8
+    ticks = []
+    for i in range(6):
+        x = _LABELS + i * (_WIDTH - _LABELS - 20) / 5
+        anchor = "end" if i == 5 else "start"
+        ticks.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="52" y2="{y}" class="tick"/>'
+                     f'<text x="{x + (-2 if i == 5 else 2):.1f}" y="62" class="axis" text-anchor="{anchor}">'
+                     f'{span * i / 5 / 1e3:.2f} ms</text>')
+    legend = "".join(f'<rect x="{_LABELS + i * 130}" y="30" width="12" height="12" fill="{c}"/>'
+                     f'<text x="{_LABELS + i * 130 + 16}" y="40" class="axis">{html.escape(n)}</text>'
+                     for i, (n, c) in enumerate(_LEGEND))
+    heading = html.escape(title or "torch-fl profile")
+    what = html.escape(window["name"] if window is not None else "the whole trace")
+    note = f" · {left_out} ranges deeper than {_DEPTH} levels not drawn" if left_out else ""
+    return (f'<!DOCTYPE html><html><head><meta charset="utf-8"><title>{heading}</title><style>'
+            "body{margin:0;font-family:sans-serif;background:#fff}"
+            ".row{font-size:11px;fill:#222}.ev{font-size:9px;fill:#111;pointer-events:none}"
+            ".axis{font-size:10px;fill:#444}.tick{stroke:#e4e4e4}.rule{stroke:#bbb}"
+            f"</style></head><body><svg xmlns='http://www.w3.org/2000/svg' width='{_WIDTH}' height='{y + 10}'>"
+            f'<text x="6" y="18" style="font-size:14px;font-weight:bold">{heading}</text>'
+            f'<text x="{_WIDTH - 10}" y="18" class="axis" text-anchor="end">{what}: {span / 1e3:.2f} ms{note}</text>'
+            f"{legend}{''.join(ticks)}{''.join(svg)}</svg></body></html>")

@@ -31,19 +31,38 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> No
                              "--no-train, inference forwards")
     parser.add_argument("--trace", metavar="FILE",
                         help="write the Chrome/Perfetto trace of the profiled steps to FILE (.json)")
+    parser.add_argument("--timeline", metavar="FILE",
+                        help="write one profiled step of the trace as a self-contained HTML timeline to FILE (host "
+                             "threads with their ranges, the device's streams; opens offline, no viewer needed)")
     add_report_files(parser)
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..analysis.profile import profile_model
+    from ..analysis.model import ModelSpec
+    from ..analysis.profile import profile_model, report, timeline_html
+    from ..report import Report
     from .output import emit_model_run
 
-    if args.trace:
+    for flag, path in (("--trace", args.trace), ("--timeline", args.timeline)):
+        if path:
+            from pathlib import Path
+
+            folder = Path(path).resolve().parent
+            if not folder.is_dir():
+                raise CommandError(f"cannot write {flag} {path}: the folder {folder} does not exist; create it or "
+                                   f"pass {flag} with a path in an existing folder")
+
+    def run_one(spec: ModelSpec) -> Report:
+        import tempfile
         from pathlib import Path
 
-        folder = Path(args.trace).resolve().parent
-        if not folder.is_dir():
-            raise CommandError(f"cannot write the trace to {args.trace}: the folder {folder} does not exist; "
-                               f"create it or pass --trace with a path in an existing folder")
-    return emit_model_run("torchfl profile", args, lambda spec: profile_model(
-        spec, args.device, steps=args.steps, warmup=args.warmup, train=args.train, trace=args.trace))
+        with tempfile.TemporaryDirectory() as scratch:  # (the timeline is drawn from a trace)
+            trace = args.trace or (str(Path(scratch) / "trace.json") if args.timeline else None)
+            profiled = profile_model(spec, args.device, steps=args.steps, warmup=args.warmup, train=args.train,
+                                     trace=trace)
+            if args.timeline:
+                Path(args.timeline).write_text(timeline_html(trace, title=f"torchfl profile {spec.name} on "
+                                                                          f"{args.device}"))
+        return profiled if args.trace or not args.timeline else report({**profiled.data, "trace": None})
+
+    return emit_model_run("torchfl profile", args, run_one)
