@@ -67,13 +67,17 @@ def race_error(reports: list[str]) -> RuntimeError:
     return StreamRaceError(reports)
 
 
-class _Signature:
-    """What the sanitizer reads of an op's schema, once: (name, writes, metadata only) per argument, and
-    whether its result is metadata only (None: no result)."""
+class _Op:
+    """What the sanitizer reads of an op, once (a schema's ``arguments`` is a new list of new objects at every
+    access, and an OpOverload hashes in Python): (name, writes, metadata only) per argument, whether its result
+    is metadata only (None: no result), whether it is a view op, the host synchronisation it makes, and whether
+    it may be a blocking copy between host and device."""
 
-    __slots__ = ("arguments", "named", "returns", "views")
+    __slots__ = ("arguments", "named", "returns", "schema", "sync", "transfer", "views")
 
-    def __init__(self, schema: Any, is_factory: bool) -> None:
+    def __init__(self, func: Any) -> None:
+        schema = self.schema = func._schema
+        is_factory = bool(FACTORY_FUNCTION_REGEX.match(schema.name))  # (CSAN's rule)
         self.arguments = tuple(
             (a.name, a.alias_info is not None and a.alias_info.is_write,
              is_factory or (a.alias_info is not None and not a.alias_info.is_write)) for a in schema.arguments)
@@ -83,17 +87,11 @@ class _Signature:
         self.returns = None if not returns else is_factory or (alias is not None and not alias.is_write)
         # a view op: its result is memory of its input's allocation, not a new allocation
         self.views = bool(returns) and not is_factory and alias is not None and not alias.is_write
+        self.sync = _HOST_SYNC_OPS.get(func)
+        self.transfer = func in (aten._local_scalar_dense.default, aten.copy_.default, aten._to_copy.default)
 
 
-_signatures: dict[tuple[Any, bool], _Signature] = {}
-
-
-def _signature(schema: Any, is_factory: bool) -> _Signature:
-    key = (str(schema), is_factory)
-    found = _signatures.get(key)
-    if found is None:
-        found = _signatures[key] = _Signature(schema, is_factory)
-    return found
+_ops: dict[int, _Op] = {}  # id(op) -> what the sanitizer reads of it (ops are never freed)
 
 
 Span = tuple[int, int, int]  # (allocation: its storage's address, first byte, end byte) of a tensor's memory
@@ -121,55 +119,52 @@ def _span(data: torch.Tensor) -> Span | None:
 
 
 class _Accesses(ArgumentHandler):
-    """CSAN's argument reader, for tensors of the emulated device (CSAN's asks ``is_cuda``), keyed by the
-    tensor's span of its allocation (`_span`; CSAN's by its data pointer) and walking the schema's arguments
-    with a loop of its own (CSAN's pytree walk is a third of a sanitized step)."""
+    """CSAN's argument reader (its fields, filled as its ``parse_inputs`` / ``parse_outputs`` fill them), for
+    tensors of the emulated device (CSAN's asks ``is_cuda``), keyed by the tensor's span of its allocation
+    (`_span`; CSAN's by its data pointer), walking the op's arguments with a loop of its own (CSAN's pytree
+    walk is a third of a sanitized step)."""
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self) -> None:  # (ArgumentHandler's fields, without its __init__ call: one per op)
+        self.dataptrs_read: set[Span] = set()
+        self.dataptrs_written: set[Span] = set()
+        self.tensor_aliases: dict[Span, list[str]] = {}
+        self.outputs: set[Span] = set()
         self.output_tensors: dict[Span, Any] = {}  # span -> an output tensor there (its storage is watched)
 
-    def parse_inputs(self, schema: Any, args: tuple, kwargs: dict, *, is_factory: bool) -> None:
-        self.read_arguments(_signature(schema, is_factory), args, kwargs)
-
-    def read_arguments(self, signature: _Signature, args: tuple, kwargs: dict) -> None:
-        """parse_inputs with the op's schema read once (`_signature`): a schema's ``arguments`` is a new list
-        of new objects at every access."""
+    def read_arguments(self, op: _Op, args: tuple, kwargs: dict) -> None:
         device = state.tensor_type
-        specs = signature.arguments
+        specs = op.arguments
+        handle = self._handle_argument
         for position, value in enumerate(args):
             if position >= len(specs):
                 break
-            self._value(device, value, specs[position])
+            if type(value) is device:
+                spec = specs[position]
+                handle(value, spec[1], spec[2], spec[0])
+            elif type(value) is list or type(value) is tuple:
+                spec = specs[position]
+                for item in value:
+                    if type(item) is device:
+                        handle(item, spec[1], spec[2], spec[0])
         if kwargs:
-            named = signature.named
+            named = op.named
             for name, value in kwargs.items():
                 spec = named.get(name)
-                if spec is not None:
-                    self._value(device, value, spec)
+                if spec is None:
+                    continue
+                for item in (value if type(value) is list or type(value) is tuple else (value,)):
+                    if type(item) is device:
+                        handle(item, spec[1], spec[2], spec[0])
 
-    def _value(self, device: Any, value: Any, spec: tuple[str, bool, bool]) -> None:
-        if type(value) is device:
-            self._handle_argument(value, spec[1], spec[2], spec[0])
-        elif type(value) is list or type(value) is tuple:
-            for item in value:
-                if type(item) is device:
-                    self._handle_argument(item, spec[1], spec[2], spec[0])
-
-    def parse_outputs(self, schema: Any, outputs: Any, *, is_factory: bool) -> None:
-        self.read_outputs(_signature(schema, is_factory), outputs)
-
-    def read_outputs(self, signature: _Signature, outputs: Any) -> None:
-        if signature.returns is None:
+    def read_outputs(self, op: _Op, outputs: Any) -> None:
+        if op.returns is None:
             return
-        metadata_only = signature.returns
+        metadata_only = op.returns
         for value in _tensors(outputs, nested=True):
-            self._handle_argument(value, not metadata_only, metadata_only, is_output=True)
+            self._handle_argument(value, not metadata_only, metadata_only, None, True)
 
     def _handle_argument(self, value: Any, is_write: bool, metadata_only: bool, name: str | None = None,
                          is_output: bool = False) -> None:
-        if type(value) is not state.tensor_type:
-            return
         span = _span(value._data)
         if span is None:
             return  # (no memory: nothing to race on)
@@ -191,23 +186,25 @@ _INTERNAL = (os.path.dirname(torch.__file__) + os.sep, os.path.dirname(os.path.d
     os.path.abspath(__file__)))) + os.sep)  # torch's directory and torch_fl's
 
 
-_internal_code: dict[Any, bool] = {}  # code object -> whether it is torch's or torch-fl's
+_internal_files: dict[str, bool] = {}  # file name -> whether it is torch's or torch-fl's
 
 
-def _user_stack() -> list[tuple[str, int, str]]:
-    """The innermost frame outside torch and torch-fl, as [(file, line, function)] (its text read only when a
-    report prints it). CSAN extracts the whole stack at every kernel, which alone makes a step several times
-    slower."""
+def _user_stack() -> list[tuple[Any, int]]:
+    """The innermost frame outside torch and torch-fl, as [(code, instruction offset)]: its line is found, and
+    its text read, only when a report prints it (`_user_frame`; a frame's f_lineno decodes its code's line table
+    at every ask, which in a long function or module costs more than the rest of the check). CSAN extracts the
+    whole stack at every kernel, which alone makes a step several times slower."""
     frame = sys._getframe(2)
     while frame is not None:
-        code = frame.f_code
-        internal = _internal_code.get(code)
+        # (keyed by the file name, a string that keeps its hash: a code object hashes its contents at every ask)
+        filename = frame.f_code.co_filename
+        internal = _internal_files.get(filename)
         if internal is None:
-            internal = _internal_code[code] = code.co_filename.startswith(_INTERNAL)
+            internal = _internal_files[filename] = filename.startswith(_INTERNAL)
         if not internal:
             break
         frame = frame.f_back
-    return [] if frame is None else [(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name)]
+    return [] if frame is None else [(frame.f_code, frame.f_lasti)]
 
 
 class _Handler(EventHandler):
@@ -236,34 +233,30 @@ class _Handler(EventHandler):
 
     def _handle_kernel_launch(self, stream: Any, read_only: set[Span], read_write: set[Span], outputs: set[Span],
                               operator: Any, tensor_aliases: dict[Span, list[str]]) -> list[Any]:
+        # (CSAN's rule, with its is_ordered_after read inline: an access of the same stream is ordered, one of
+        # another stream is when this stream's clock has passed it)
         errors: list[Any] = []
         infos = self.tensors_accessed.accesses
-        syncs = self.syncs
-
-        def check(span: Span, current: Access, previous: Access | None) -> None:
-            if previous is not None and not syncs.is_ordered_after(current.stream, previous.seq_num,
-                                                                   previous.stream):
-                errors.append(UnsynchronizedAccessError(span, None, current, previous))
-
-        self.seq_num += 1
-        syncs.update_seq_num(stream, self.seq_num)
+        self.seq_num = seq = self.seq_num + 1
+        self.syncs.update_seq_num(stream, seq)
+        clock = self.syncs.current_sync_states[stream]
         stack = _user_stack()
         for span in read_only:
-            current = Access(AccessType.READ, self.seq_num, stream, operator, tensor_aliases[span], span in outputs,
-                             stack)
+            current = Access(AccessType.READ, seq, stream, operator, tensor_aliases[span], span in outputs, stack)
             for other in self._overlapping(span):
-                check(span, current, infos[other].write)
+                previous = infos[other].write
+                if previous is not None and previous.stream != stream and \
+                        previous.seq_num > clock.get(previous.stream, -1):
+                    errors.append(UnsynchronizedAccessError(span, None, current, previous))
             infos[span].reads.append(current)
         for span in read_write:
-            current = Access(AccessType.WRITE, self.seq_num, stream, operator, tensor_aliases[span],
-                             span in outputs, stack)
+            current = Access(AccessType.WRITE, seq, stream, operator, tensor_aliases[span], span in outputs, stack)
             for other in self._overlapping(span):
                 info = infos[other]
-                if info.reads:
-                    for previous in info.reads:
-                        check(span, current, previous)
-                else:
-                    check(span, current, info.write)
+                for previous in info.reads or (info.write,):
+                    if previous is not None and previous.stream != stream and \
+                            previous.seq_num > clock.get(previous.stream, -1):
+                        errors.append(UnsynchronizedAccessError(span, None, current, previous))
             info = infos[span]
             info.write, info.reads = current, []
         return errors
@@ -283,7 +276,12 @@ def _user_frame(stack: Any) -> str:
     """The innermost frame of the user's code (outside torch, torch-fl and the test runner), from a
     traceback stack or `_user_stack`'s list."""
     for frame in reversed(list(stack)):
-        filename, lineno, name = (frame.filename, frame.lineno, frame.name) if hasattr(frame, "filename") else frame
+        if hasattr(frame, "filename"):
+            filename, lineno, name = frame.filename, frame.lineno, frame.name
+        else:
+            code, offset = frame
+            filename, name = code.co_filename, code.co_name
+            lineno = next((line for start, end, line in code.co_lines() if start <= offset < end and line), 0)
         path = filename.replace("\\", "/")
         if any(part in path for part in ("/torch/", "/torch_fl/", "/_pytest/", "/pluggy/", "<frozen")):
             continue
@@ -368,7 +366,7 @@ class Sanitizer:
         device `index`, with its accesses; `fresh`: the spans of its outputs that are new memory (none of a view
         op: its result is memory of its input's allocation)."""
         timeline = streams.timeline
-        key = streams.current_stream(index)._key
+        key = streams.current_key(index)
         allocated: dict[int, Any] = {}
         for span in fresh:
             allocated.setdefault(span[0], accesses.output_tensors[span])
@@ -561,9 +559,6 @@ def _blocking_transfer(func: Any, args: tuple, kwargs: dict) -> bool:
     return False
 
 
-_schemas: dict[Any, _Signature] = {}  # op -> (its schema, whether CSAN counts it a factory)
-
-
 class _Mode(TorchDispatchMode):
     def __init__(self, sanitizer: Sanitizer) -> None:
         super().__init__()
@@ -587,28 +582,27 @@ class _Mode(TorchDispatchMode):
 
     def _dispatch(self, func: Any, args: tuple, kwargs: dict) -> Any:
         sanitizer = self.sanitizer
-        sanitizer.raise_deferred()
-        if func is aten.record_stream.default:
-            return func(*args, **kwargs)
+        if sanitizer.deferred:
+            sanitizer.raise_deferred()
+        op = _ops.get(id(func))
+        if op is None:
+            if func is aten.record_stream.default:  # (streams.py's handler tells the sanitizer)
+                return func(*args, **kwargs)
+            op = _ops[id(func)] = _Op(func)
         index = _device_index(args, kwargs)
         if index is None:
             if streams.timeline.in_flight:
                 sanitizer.check_host(func, args, kwargs)
             return func(*args, **kwargs)
-        sync = _HOST_SYNC_OPS.get(func)
-        if sync is not None:
-            sanitizer.note_host_sync(sync)
-        signature = _schemas.get(func)
-        if signature is None:
-            schema = func._schema
-            signature = _schemas[func] = _Signature(schema, bool(FACTORY_FUNCTION_REGEX.match(schema.name)))
+        if op.sync is not None:
+            sanitizer.note_host_sync(op.sync)
         accesses = _Accesses()
-        accesses.read_arguments(signature, args, kwargs)
+        accesses.read_arguments(op, args, kwargs)
         inputs = set(accesses.tensor_aliases)
         outputs = func(*args, **kwargs)
-        accesses.read_outputs(signature, outputs)
-        sanitizer.launch(func._schema, index, accesses, accesses.outputs - inputs, signature.views)
-        if _blocking_transfer(func, args, kwargs):
+        accesses.read_outputs(op, outputs)
+        sanitizer.launch(op.schema, index, accesses, accesses.outputs - inputs, op.views)
+        if op.transfer and _blocking_transfer(func, args, kwargs):
             # a blocking copy between host and device ends with a synchronisation of its stream, as
             # PyTorch's CUDA copy does (cudaStreamSynchronize, which CSAN's trace sees): after the copy
             streams.timeline.sync_stream(streams.current_stream(index)._key)

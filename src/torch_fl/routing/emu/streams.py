@@ -364,6 +364,16 @@ def current_stream(device: Any = None) -> Stream:
     return stream if stream is not None else default_stream(index)
 
 
+def current_key(index: int) -> StreamKey:
+    """``current_stream(index)._key`` for the index of an existing device, without its checks (the
+    sanitizer's ask at every op)."""
+    current = getattr(_local, "current", None)
+    stream = current.get(index) if current else None
+    if stream is None:
+        stream = _defaults.get(index) or default_stream(index)
+    return stream._key
+
+
 def set_stream(stream: Any) -> Stream | None:
     """Make `stream` current for its device in this thread; returns the stream it replaces (None: no-op)."""
     if stream is None:
