@@ -1,6 +1,6 @@
 """The migration rules: one module per family, each rule's text (the documentation), its detection
-(``ast`` hooks run by the ``migrate/scan/`` engine) and its fix (libcst, run by ``migrate/fix.py``) together, on
-the shared base in ``rules/base.py``. This package assembles them and selects codes
+(``ast`` hooks run by the ``migrate/scan/`` engine) and its fix (libcst, run by ``migrate/fix_rewriter.py``)
+together, on the shared base in ``rules/base.py``. This package assembles them and selects codes
 (``--select FL1`` / ``ignore = ["FL203"]``).
 
 Codes are stable: a code is never reused for a different check. ``docs/migrate-rules.md`` is generated

@@ -19,7 +19,7 @@ the gated one, and unsafe (inside an outer CPU autocast, the decorated function 
 from __future__ import annotations
 
 import ast
-from typing import Any
+from typing import TYPE_CHECKING
 
 from .base import (
     RuleContext,
@@ -33,6 +33,11 @@ from .base import (
     str_value,
     triggers,
 )
+
+if TYPE_CHECKING:
+    import libcst as cst
+
+    from .base import Finding, FixContext
 
 # AMP entry points whose device type is "cuda" in CUDA-era code: name -> positional index or None.
 AMP_DEVICE_TYPE = {
@@ -234,7 +239,7 @@ def device_type_keyword(det: RuleContext, call: ast.Call, arg: str, value: ast.e
 
 
 # Fixes --------------------------------------------------------------------------------------------
-def _gate(rw: Any, args: list[Any], positional_before: int) -> list[Any] | None:
+def _gate(rw: FixContext, args: list[cst.Arg], positional_before: int) -> list[cst.Arg] | None:
     """`enabled=torch.fl.is_accelerator()` added, or and-ed into an existing `enabled=`."""
     import libcst as cst
 
@@ -261,7 +266,7 @@ def _gate(rw: Any, args: list[Any], positional_before: int) -> list[Any] | None:
     return out
 
 
-def _scoped(rw: Any, call: Any) -> Any:
+def _scoped(rw: FixContext, call: cst.Call) -> cst.IfExp:
     """`CALL if torch.fl.is_accelerator() else contextlib.nullcontext()`: the accelerator's autocast
     where there is one, and on a CPU-only host nothing (not a CPU autocast region that would switch an
     outer one off)."""
@@ -275,23 +280,36 @@ def _scoped(rw: Any, call: Any) -> Any:
                      whitespace_after_else=space)
 
 
+def _device_type_first(rw: FixContext, call: cst.Call, positional: tuple[str, ...]) -> list[cst.Arg] | None:
+    """torch.cuda.amp's call as torch.amp's: `torch.fl.device_type()` first, then the arguments, the
+    positional ones (in torch.cuda.amp's order, `positional`) passed by keyword. None for *args or more
+    positional arguments than that order names."""
+    import libcst as cst
+
+    args = [cst.Arg(rw.fl_call("device_type"))]
+    count = 0
+    for arg in call.args:
+        if arg.star == "*":
+            return None  # positional, in torch.cuda.amp's order (scan offers no fix)
+        if arg.keyword is None and not arg.star:
+            if count >= len(positional):
+                return None
+            arg = arg.with_changes(keyword=cst.Name(positional[count]), equal=rw.no_space)
+            count += 1
+        args.append(arg)
+    return args
+
+
 @fixes("FL301", "Call")
-def fix_cuda_autocast(rw: Any, original: Any, updated: Any, finding: Any) -> Any:
+def fix_cuda_autocast(rw: FixContext, original: cst.Call, updated: cst.Call,
+                      finding: Finding) -> cst.BaseExpression | None:
     import libcst as cst
 
     if not (rw.qual(original.func) or "").endswith("autocast"):
         return None
-    args: list[Any] = [cst.Arg(rw.fl_call("device_type"))]
-    positional = 0
-    for arg in updated.args:
-        if arg.star == "*":
-            return None  # positional, in torch.cuda.amp.autocast's order (scan offers no fix)
-        if arg.keyword is None and not arg.star:
-            if positional >= len(_AUTOCAST_POSITIONAL):
-                return None
-            arg = arg.with_changes(keyword=cst.Name(_AUTOCAST_POSITIONAL[positional]), equal=rw.no_space)
-            positional += 1
-        args.append(arg)
+    args = _device_type_first(rw, updated, _AUTOCAST_POSITIONAL)
+    if args is None:
+        return None
     func = cst.Attribute(cst.Name(rw.torch_name), cst.Name("autocast"))
     if finding.replacement != DECORATOR:
         return _scoped(rw, updated.with_changes(func=func, args=rw.commas(args, updated)))
@@ -302,22 +320,15 @@ def fix_cuda_autocast(rw: Any, original: Any, updated: Any, finding: Any) -> Any
 
 
 @fixes("FL302", "Call")
-def fix_cuda_grad_scaler(rw: Any, original: Any, updated: Any, finding: Any) -> Any:
+def fix_cuda_grad_scaler(rw: FixContext, original: cst.Call, updated: cst.Call,
+                         finding: Finding) -> cst.BaseExpression | None:
     import libcst as cst
 
     if not (rw.qual(original.func) or "").endswith("GradScaler"):
         return None
-    args: list[Any] = [cst.Arg(rw.fl_call("device_type"))]
-    positional = 0
-    for arg in updated.args:
-        if arg.star == "*":
-            return None  # positional, in torch.cuda.amp.autocast's order (scan offers no fix)
-        if arg.keyword is None and not arg.star:
-            if positional >= len(_SCALER_POSITIONAL):
-                return None
-            arg = arg.with_changes(keyword=cst.Name(_SCALER_POSITIONAL[positional]), equal=rw.no_space)
-            positional += 1
-        args.append(arg)
+    args = _device_type_first(rw, updated, _SCALER_POSITIONAL)
+    if args is None:
+        return None
     gated = _gate(rw, args, 1)
     if gated is None:
         return None
@@ -327,7 +338,8 @@ def fix_cuda_grad_scaler(rw: Any, original: Any, updated: Any, finding: Any) -> 
 
 
 @fixes("FL303", "SimpleString", "Call")
-def fix_device_type(rw: Any, original: Any, updated: Any, finding: Any) -> Any:
+def fix_device_type(rw: FixContext, original: cst.SimpleString | cst.Call, updated: cst.SimpleString | cst.Call,
+                    finding: Finding) -> cst.BaseExpression | None:
     import libcst as cst
 
     if isinstance(original, cst.SimpleString):

@@ -1,7 +1,7 @@
 """The shared base of the rule modules: :class:`Rule` (a code with its documentation), :class:`Finding`,
 and the hook registry through which each rule module plugs its detection (``ast``, run by the scanner's
-one pass in the ``migrate/scan/`` package) and its fix (libcst, run by ``migrate/fix.py`` on the files it rewrites)
-in next to its text, the way TorchFix and ruff lay rules out.
+one pass in the ``migrate/scan/`` package) and its fix (libcst, run by ``migrate/fix_rewriter.py`` on the
+files it rewrites) in next to its text, the way TorchFix and ruff lay rules out.
 
 A rule module (``rules/device.py``, ``rules/runtime.py``, ...) defines its rules with :func:`rule` and
 registers functions with the decorators below. Detection hooks get the scanner's detector (``det``:
@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol
 
 from ..cuda_api import CUDA_DEVICE, NCCL
 
-if TYPE_CHECKING:  # scan/results.py imports this module: the type only
-    from ..scan.results import Raw
+if TYPE_CHECKING:  # fixes run only where libcst is installed; the scan never imports it
+    import libcst as cst
 
 FixSafety = Literal["safe", "unsafe"] | None
 Level = Literal["error", "warning"]
@@ -164,6 +164,29 @@ class Finding(NamedTuple):
         return (self.path, self.line, self.col, self.code)
 
 
+Pos = tuple[int, int, int, int]  # lineno, col_offset (UTF-8 bytes), end_lineno, end_col_offset
+
+
+class Raw(NamedTuple):
+    """A detector's record of one finding, before selection, ``# noqa`` and the rule's text
+    (scan/results.py's ``from_raw`` makes the :class:`Finding`). Settled at the end of the file: a guard's test or a
+    device choice may get another safety, note or replacement (rewritten with ``_replace``)."""
+
+    code: str
+    """The rule's code (a key of ``RULES``)."""
+    where: Pos
+    """Where: lineno, col_offset (UTF-8 bytes), end_lineno, end_col_offset, as ast reports them."""
+    stmt_line: int
+    """First line of the statement it is in (a ``# noqa`` there silences it too)."""
+    safety: FixSafety
+    """The fix's safety: "safe", "unsafe", or None (no automatic fix)."""
+    fields: dict[str, Any]
+    """The message fields of the rule's templates (and "note": why this fix differs from the rule's)."""
+    replacement: str | None
+    """The fix's replacement text, or None."""
+
+
+
 # What a rule's hook may read and call ------------------------------------------------------------
 class RuleContext(Protocol):
     """The scanner as a rule's hook sees it (the engine's Detector implements it; rules name this, not the
@@ -182,13 +205,11 @@ class RuleContext(Protocol):
     done: set[int]               # ids of nodes a rule already reported (one finding per site)
     raw: list[Raw]               # findings so far, settled at the end of the file
     # data-flow facts of the file
-    device_values: set[int]      # ids of expressions passed straight to a torch device argument
     string_keys: set[Any]        # keys used as strings ("cuda" in device, f"{device}", device.split(":"))
     opaque_keys: set[Any]        # keys handed to a callee that is not torch's
     table_keys: dict[Any, int]   # keys that index a table (TABLE[device]) -> first line
     sinks: dict[tuple[str, Any], int]
     pointers: set[Any]           # names bound to a data_ptr() value
-    config_defaults: list[tuple[str, ast.Constant, str, int]]  # (kind, literal, target, line)
 
     def report(self, code: str, where: Any, safety: FixSafety = None, *, replacement: str | None = None,
                **fields: Any) -> None: ...
@@ -204,9 +225,42 @@ class RuleContext(Protocol):
         """A rule module's own per-file state (pass its __name__): what it remembers between hooks."""
 
 
+class FixContext(Protocol):
+    """The rewriter as a rule's fix sees it (``rw``; migrate/fix_rewriter.py's FixHelpers implements it):
+    the module's spelling of torch and quotes, and builders of the nodes fixes write."""
+
+    names: dict[str, str]        # local name -> qualified name, every import of the module
+    torch_name: str              # the module's name for torch (`import torch as th`: "th")
+    quote: str                   # the quote its strings use most
+    no_space: cst.AssignEqual    # `=` of a keyword argument, without spaces
+
+    def need_import(self, module: str) -> None:
+        """The fixed code names `module`: import it unless the file binds that name to it."""
+    def qual(self, node: cst.BaseExpression) -> str | None:
+        """The qualified name of a name or attribute chain (torch.cuda.amp.autocast), else None."""
+    def fl(self, attr: str) -> cst.Attribute:
+        """torch.fl.ATTR in the module's spelling."""
+    def fl_call(self, attr: str, *args: cst.BaseExpression) -> cst.Call:
+        """torch.fl.ATTR(ARGS)."""
+    def string(self, text: str, like: cst.BaseExpression | None) -> cst.SimpleString:
+        """A string literal, quoted as `like` (or as the module)."""
+    def device(self, index: int | None, like: cst.BaseExpression | None = None) -> cst.Call:
+        """torch.fl.device() for "cuda"; torch.fl.device("accN") for "cuda:N"."""
+    def str_device(self, index: int, like: cst.BaseExpression) -> cst.Call:
+        """str(torch.fl.device("accN"))."""
+    def expr(self, text: str) -> cst.BaseExpression:
+        """A replacement the scan computed, in the module's spelling."""
+    def commas(self, args: list[cst.Arg], call: cst.Call) -> list[cst.Arg]:
+        """Commas between arguments in the call's layout."""
+
+
 # Rules and hooks -----------------------------------------------------------------------------------
 RULE_LIST: list[Rule] = []
 Hook = Callable[..., Any]
+# fix(rw, original, updated, finding) -> the new node, or None for a shape the fix does not handle. The
+# two nodes are of the types the fix registered for (each fix annotates its own: cst.Call, ...), so the
+# alias can only say "a libcst node" there.
+FixHook = Callable[[FixContext, Any, Any, Finding], "cst.BaseExpression | None"]
 
 
 class Hooks:
@@ -220,7 +274,7 @@ class Hooks:
         self.call_names: dict[str, list[Hook]] = {}  # NAME(...) or x.NAME(...), any receiver
         self.members: dict[str, list[Hook]] = {}  # x.NAME read anywhere
         self.events: dict[str, list[Hook]] = {}  # "import", "compare", "if", ...
-        self.fixes: dict[str, tuple[tuple[str, ...], Hook]] = {}  # code -> (node types, fn)
+        self.fixes: dict[str, tuple[tuple[str, ...], FixHook]] = {}  # code -> (node types, fn)
         # Words (lower case) a file must contain for any rule to apply; a file with none is parsed (to
         # report syntax errors) but not walked. Plain substring tests: a case-insensitive regex of the
         # same words took as long as ast.parse. Patterns (regexes) for what a word cannot say.
@@ -329,10 +383,10 @@ def on_file(*suffixes: str) -> Callable[[Hook], Hook]:
     return register
 
 
-def fixes(code: str, *node_types: str) -> Callable[[Hook], Hook]:
+def fixes(code: str, *node_types: str) -> Callable[[FixHook], FixHook]:
     """fix(rw, original, updated, finding) -> new node or None (shape not handled), for findings of
     `code` on libcst nodes of these class names ("SimpleString", "Call", "Comparison", "IfExp")."""
-    def register(fn: Hook) -> Hook:
+    def register(fn: FixHook) -> FixHook:
         HOOKS.fixes[code] = (node_types, fn)
         return fn
     return register

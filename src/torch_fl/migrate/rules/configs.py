@@ -8,11 +8,16 @@ from __future__ import annotations
 import ast
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..configfiles import CONFIG_SUFFIXES, MAX_CONFIG_BYTES, config_values
 from ..cuda_api import CUDA_DEVICE, NCCL
 from .base import OTHER_VENDORS, RuleContext, alternatives, fixes, on, on_file, rule, str_value, terminal_name
+
+if TYPE_CHECKING:
+    import libcst as cst
+
+    from .base import Finding, FixContext
 
 # Calls that declare a field with a default: dataclasses.field(default=), attr.ib(default) / attrs.field
 # (default=), pydantic.Field(default).
@@ -127,7 +132,8 @@ def _remember(det: RuleContext, name: str, literal: ast.expr | None, target: str
     text = str_value(literal) if literal is not None else None
     kind = key_kind(name, text) if text is not None else None
     if kind is not None:
-        det.config_defaults.append((kind, literal, target, line or det.stmt_line))  # type: ignore[arg-type]
+        # (kind, literal, target, statement line): settled at the end of the file (config_defaults_settled)
+        det.state(__name__).setdefault("defaults", []).append((kind, literal, target, line or det.stmt_line))
 
 
 def _field_default(value: ast.expr) -> ast.expr | None:
@@ -240,7 +246,7 @@ def keyword_defaults(det: RuleContext, node: ast.Call, func: str | None) -> None
 def config_defaults_settled(det: RuleContext) -> None:
     """After the data flow (FL105 / FL501, which follow a default to its use) and the guards (a literal
     only a CUDA check reaches is fixed with the check): what is left is a config default."""
-    for kind, literal, target, stmt_line in det.config_defaults:
+    for kind, literal, target, stmt_line in det.state(__name__).get("defaults", ()):
         if id(literal) in det.done:
             continue
         det.stmt_line = stmt_line
@@ -310,7 +316,8 @@ def config_file(det: RuleContext, path: str) -> list[str] | None:
 
 
 @fixes("FL107", "SimpleString")
-def fix_config_device(rw: Any, original: Any, updated: Any, finding: Any) -> Any:
+def fix_config_device(rw: FixContext, original: cst.SimpleString, updated: cst.SimpleString,
+                      finding: Finding) -> cst.BaseExpression | None:
     if finding.replacement is None or not (CUDA_DEVICE.fullmatch(str(original.evaluated_value))
                                            or finding.replacement == '"auto"'):
         return None
@@ -318,5 +325,6 @@ def fix_config_device(rw: Any, original: Any, updated: Any, finding: Any) -> Any
 
 
 @fixes("FL504", "SimpleString")
-def fix_config_backend(rw: Any, original: Any, updated: Any, finding: Any) -> Any:
+def fix_config_backend(rw: FixContext, original: cst.SimpleString, updated: cst.SimpleString,
+                       finding: Finding) -> cst.BaseExpression | None:
     return rw.fl_call("dist_backend") if original.evaluated_value == NCCL else None

@@ -10,7 +10,7 @@ keeps its CPU behaviour: ``"cuda" if torch.cuda.is_available() else "cpu"`` beco
 from __future__ import annotations
 
 import ast
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..cuda_api import CUDA_DEVICE, NCCL
 from .base import (
@@ -29,6 +29,11 @@ from .base import (
     str_value,
     triggers,
 )
+
+if TYPE_CHECKING:
+    import libcst as cst
+
+    from .base import Finding, FixContext
 
 _AVAILABLE = "torch.cuda.is_available"
 _COUNT = "torch.cuda.device_count"
@@ -164,6 +169,12 @@ def accelerator_api_choice(det: RuleContext, node: ast.IfExp) -> None:
         det.claim(node.orelse)
 
 
+def choice_is_device(det: RuleContext, value: ast.expr) -> None:
+    """A device choice (FL901) that goes straight into a torch device argument (rules/device.py tells):
+    its fix may give a device, where elsewhere it must stay a string (keep_strings_strings)."""
+    det.state(__name__).setdefault("device_values", set()).add(id(value))
+
+
 @on("ifexp")
 def device_choice_expression(det: RuleContext, node: ast.IfExp) -> None:
     replacement = device_choice(det, node)
@@ -199,7 +210,7 @@ def keep_strings_strings(det: RuleContext) -> None:
             continue
         key = choice_keys.get(node_id)
         if key is None:
-            if node_id in det.device_values:
+            if node_id in state.get("device_values", ()):
                 continue  # `x.to("cuda" if ... else "cpu")`, `torch.device(...)`: torch takes a device
         elif key not in det.string_keys and key not in det.opaque_keys:
             continue
@@ -309,12 +320,14 @@ def is_cuda_attribute(det: RuleContext, node: ast.Attribute) -> None:
 
 # Fixes --------------------------------------------------------------------------------------------
 @fixes("FL901", "IfExp")
-def fix_device_choice(rw: Any, original: Any, updated: Any, finding: Any) -> Any:
+def fix_device_choice(rw: FixContext, original: cst.IfExp, updated: cst.IfExp,
+                      finding: Finding) -> cst.BaseExpression | None:
     return None if finding.replacement is None else rw.expr(finding.replacement)
 
 
 @fixes("FL902", "Comparison", "Call", "Attribute")
-def fix_device_check(rw: Any, original: Any, updated: Any, finding: Any) -> Any:
+def fix_device_check(rw: FixContext, original: cst.Comparison | cst.Call | cst.Attribute, updated: cst.Comparison | cst.Call | cst.Attribute,
+                     finding: Finding) -> cst.BaseExpression | None:
     import libcst as cst
 
     if finding.replacement is None:
@@ -323,7 +336,7 @@ def fix_device_check(rw: Any, original: Any, updated: Any, finding: Any) -> Any:
     if isinstance(updated, cst.Attribute):
         if updated.attr.value != "is_cuda":
             return None
-        subject: Any = cst.Attribute(updated.value, cst.Name("device"))
+        subject: cst.BaseExpression = cst.Attribute(updated.value, cst.Name("device"))
     elif isinstance(updated, cst.Call):
         if not isinstance(updated.func, cst.Attribute) or updated.func.attr.value != "startswith":
             return None

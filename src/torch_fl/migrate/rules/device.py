@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ast
 import re
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..cuda_api import CUDA_DEVICE, CUDA_TENSOR_TYPES, device_replacement
 from .base import (
@@ -27,7 +27,12 @@ from .base import (
     torch_callee,
     triggers,
 )
-from .control import device_choice
+from .control import choice_is_device, device_choice
+
+if TYPE_CHECKING:
+    import libcst as cst
+
+    from .base import Finding, FixContext
 
 # Keywords whose value is a device.
 DEVICE_KWARGS = ("device", "map_location", "device_map")
@@ -212,7 +217,7 @@ def report_device_strings(det: RuleContext, value: ast.expr, *, as_string: bool 
     compare it), becomes the string `torch.fl.device_type()`, "cuda" on CUDA exactly as before."""
     if device_choice(det, value) is not None:
         if not as_string:
-            det.device_values.add(id(value))  # the choice goes straight into torch: a device is fine
+            choice_is_device(det, value)  # the choice goes straight into torch: a device is fine
         return  # `"cuda" if torch.cuda.is_available() else "cpu"`: FL901, on the whole expression
     if type(value) is ast.Dict:
         # map_location={"cuda:1": "cuda:0"}: keys say where storages were saved (a fact about the
@@ -430,7 +435,7 @@ def torch_device(det: RuleContext, node: ast.Call, qual: str) -> None:
         return
     det.sink("device", value)
     if device_choice(det, value) is not None:
-        det.device_values.add(id(value))
+        choice_is_device(det, value)
         return  # FL901 rewrites the choice; torch.device(torch.fl.device()) is fine
     det.done.add(id(value))
     if is_int(value) and len(node.args) == 1 and not node.keywords:
@@ -616,7 +621,8 @@ def device_flow(det: RuleContext, kind: str, literal: ast.expr, index: str | Non
 
 # Fixes --------------------------------------------------------------------------------------------
 @fixes("FL101", "SimpleString", "Call")
-def fix_device_string(rw: Any, original: Any, updated: Any, finding: Any) -> Any:
+def fix_device_string(rw: FixContext, original: cst.SimpleString | cst.Call, updated: cst.SimpleString | cst.Call,
+                      finding: Finding) -> cst.BaseExpression | None:
     import libcst as cst
 
     if isinstance(original, cst.SimpleString):
@@ -631,7 +637,7 @@ def fix_device_string(rw: Any, original: Any, updated: Any, finding: Any) -> Any
     if rw.qual(original.func) != "torch.device":
         return None
     # torch.device("cuda") / ("cuda:N") / ("cuda", N) / (type="cuda", index=N).
-    kinds: dict[str, Any] = {}
+    kinds: dict[str, cst.BaseExpression] = {}
     for i, arg in enumerate(original.args):
         if arg.star:
             return None
@@ -652,12 +658,14 @@ def fix_device_string(rw: Any, original: Any, updated: Any, finding: Any) -> Any
 
 
 @fixes("FL103", "Comparison")
-def fix_type_string(rw: Any, original: Any, updated: Any, finding: Any) -> Any:
+def fix_type_string(rw: FixContext, original: cst.Comparison, updated: cst.Comparison,
+                    finding: Finding) -> cst.BaseExpression | None:
     return None if finding.replacement is None else rw.expr(finding.replacement)
 
 
 @fixes("FL104", "SimpleString")
-def fix_default_device(rw: Any, original: Any, updated: Any, finding: Any) -> Any:
+def fix_default_device(rw: FixContext, original: cst.SimpleString, updated: cst.SimpleString,
+                       finding: Finding) -> cst.BaseExpression | None:
     match = CUDA_DEVICE.fullmatch(str(original.evaluated_value))
     if match is None:
         return None
@@ -665,7 +673,8 @@ def fix_default_device(rw: Any, original: Any, updated: Any, finding: Any) -> An
 
 
 @fixes("FL105", "SimpleString")
-def fix_device_variable(rw: Any, original: Any, updated: Any, finding: Any) -> Any:
+def fix_device_variable(rw: FixContext, original: cst.SimpleString, updated: cst.SimpleString,
+                        finding: Finding) -> cst.BaseExpression | None:
     # The literal names a device type ("cuda") or one device ("cuda:1"); the replacement is a string of
     # the same kind, so string comparisons and f-strings keep working.
     match = CUDA_DEVICE.fullmatch(str(original.evaluated_value))
@@ -677,7 +686,8 @@ def fix_device_variable(rw: Any, original: Any, updated: Any, finding: Any) -> A
 
 
 @fixes("FL106", "Integer", "Call")
-def fix_ordinal(rw: Any, original: Any, updated: Any, finding: Any) -> Any:
+def fix_ordinal(rw: FixContext, original: cst.Integer | cst.Call, updated: cst.Integer | cst.Call,
+                finding: Finding) -> cst.BaseExpression | None:
     import libcst as cst
 
     if isinstance(original, cst.Call) and rw.qual(original.func) != "torch.device":
@@ -688,15 +698,16 @@ def fix_ordinal(rw: Any, original: Any, updated: Any, finding: Any) -> Any:
 
 
 @fixes("FL102", "Call")
-def fix_cuda_method(rw: Any, original: Any, updated: Any, finding: Any) -> Any:
+def fix_cuda_method(rw: FixContext, original: cst.Call, updated: cst.Call,
+                    finding: Finding) -> cst.BaseExpression | None:
     # .cuda(device=None, non_blocking=False, memory_format=...) -> .to(device, ...).
     import libcst as cst
 
     call = updated
     if not isinstance(call.func, cst.Attribute) or call.func.attr.value != "cuda":
         return None
-    device: Any = None
-    rest: list[Any] = []
+    device: cst.Arg | None = None
+    rest: list[cst.Arg] = []
     positional = 0
     for arg in call.args:
         if arg.star:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import ast
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..cuda_api import NCCL
 from .base import (
@@ -21,6 +21,11 @@ from .base import (
     triggers,
 )
 from .control import device_choice
+
+if TYPE_CHECKING:
+    import libcst as cst
+
+    from .base import Finding, FixContext
 
 BACKEND_KWARGS = ("backend", "process_group_backend", "dist_backend")
 # Collective backends of one vendor's chips (Ascend, Cambricon, Intel, Moore Threads): hard-coded, the code
@@ -211,5 +216,6 @@ def environ_call(det: RuleContext, node: ast.Call, qual: str) -> None:
 
 
 @fixes("FL501", "SimpleString")
-def fix_nccl(rw: Any, original: Any, updated: Any, finding: Any) -> Any:
+def fix_nccl(rw: FixContext, original: cst.SimpleString, updated: cst.SimpleString,
+             finding: Finding) -> cst.BaseExpression | None:
     return rw.fl_call("dist_backend") if original.evaluated_value in (NCCL, *VENDOR_BACKENDS) else None

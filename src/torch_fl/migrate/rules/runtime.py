@@ -4,7 +4,7 @@ each ``torch.cuda`` name becomes is the table in ``migrate/cuda_api.py``."""
 from __future__ import annotations
 
 import ast
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..cuda_api import CUDA_DEVICE, CUDA_TENSOR_TYPES, DEFAULT_REMEDY, lookup
 from .base import (
@@ -21,6 +21,11 @@ from .base import (
     terminal_name,
     triggers,
 )
+
+if TYPE_CHECKING:
+    import libcst as cst
+
+    from .base import Finding, FixContext
 
 SYNCS = ("torch.cuda.synchronize", "torch.fl.synchronize", "torch.accelerator.synchronize")
 # Handled by other rules: amp (FL301/FL302), synchronize (FL202), typed tensors (FL103).
@@ -316,7 +321,8 @@ def item_call(det: RuleContext, node: ast.Call, attr: str) -> None:
 
 # Fixes --------------------------------------------------------------------------------------------
 @fixes("FL201", "Call", "Attribute")
-def fix_runtime_call(rw: Any, original: Any, updated: Any, finding: Any) -> Any:
+def fix_runtime_call(rw: FixContext, original: cst.Call | cst.Attribute, updated: cst.Call | cst.Attribute,
+                     finding: Finding) -> cst.BaseExpression | None:
     import libcst as cst
 
     replacement = finding.replacement
@@ -340,13 +346,14 @@ def fix_runtime_call(rw: Any, original: Any, updated: Any, finding: Any) -> Any:
 
 
 @fixes("FL202", "Call")
-def fix_synchronize(rw: Any, original: Any, updated: Any, finding: Any) -> Any:
+def fix_synchronize(rw: FixContext, original: cst.Call, updated: cst.Call,
+                    finding: Finding) -> cst.BaseExpression | None:
     if rw.qual(original.func) != "torch.cuda.synchronize":
         return None
     return _ordinal_argument(rw, updated.with_changes(func=rw.fl("synchronize")))
 
 
-def _ordinal_argument(rw: Any, call: Any) -> Any:
+def _ordinal_argument(rw: FixContext, call: cst.Call) -> cst.Call:
     """torch.fl.set_device(torch.device("cuda", i)) -> torch.fl.set_device(i): a CUDA device spelled out
     (see cuda_device_form) becomes the ordinal torch.fl takes, "cuda" / torch.device("cuda") no
     argument (the current device). Other arguments are kept."""
@@ -370,7 +377,7 @@ def _ordinal_argument(rw: Any, call: Any) -> Any:
     return call.with_changes(args=args)
 
 
-def _cst_ordinal(rw: Any, value: Any) -> tuple[bool, Any] | None:
+def _cst_ordinal(rw: FixContext, value: cst.BaseExpression) -> tuple[bool, cst.BaseExpression | None] | None:
     """(True, the ordinal expression or None for "the current device") for a spelled-out CUDA device,
     else None."""
     import libcst as cst
@@ -388,7 +395,7 @@ def _cst_ordinal(rw: Any, value: Any) -> tuple[bool, Any] | None:
             return True, parts[1].expression
         return None
     if isinstance(value, cst.Call) and rw.qual(value.func) == "torch.device":
-        kinds: dict[str, Any] = {}
+        kinds: dict[str, cst.BaseExpression] = {}
         for i, arg in enumerate(value.args):
             if arg.star:
                 return None

@@ -40,7 +40,6 @@ class Detector(Scopes, Guards, Flow):
         self.locals = {}  # function id -> names it binds
         self.string_keys = set()  # keys used as strings ("cuda" in device, f"{device}", device.split(":"))
         self.opaque_keys = set()  # keys handed to a callee that is not torch's (it may use them as strings)
-        self.device_values = set()  # ids of expressions passed straight to a torch device argument
         self.functions = {}  # module-level defs
         self.constructors = {}  # module-level class name -> its __init__
         # Across modules: `from M import NAME as local` at module level, and module-level sources that
@@ -62,7 +61,6 @@ class Detector(Scopes, Guards, Flow):
         self.table_keys: dict[Any, int] = {}  # keys that index a table (TABLE[device]) -> first line
         self.key_literals: set[int] = set()  # ids of literals used as table keys (cfg["cuda"], {"cuda": ...})
         self.skip_keys: set[Any] = set()  # flags holding a CUDA check that a test skip reads
-        self.config_defaults: list[tuple[str, ast.Constant, str, int]] = []  # (kind, literal, target, line)
         self.import_fallback = 0  # > 0 inside `try:` whose handler catches ImportError (the import is optional)
         self._rule_state: dict[str, dict[str, Any]] = {}  # rule module -> what it keeps about this file
 

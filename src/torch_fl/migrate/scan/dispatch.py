@@ -14,8 +14,8 @@ from collections.abc import Iterator
 from typing import Any, ClassVar
 
 from ..rules import HOOKS, RULES, FixSafety
-from ..rules.base import names_vendors, str_value, terminal_name, torch_callee
-from .results import Raw, _Pos, pos
+from ..rules.base import Pos, Raw, names_vendors, str_value, terminal_name, torch_callee
+from .results import pos
 
 # Calls that tell whether CUDA is there; a test made of them guards CUDA-only code.
 AVAILABILITY = frozenset({"torch.cuda.is_available", "torch.cuda.device_count", "torch.cuda.is_initialized",
@@ -104,7 +104,7 @@ class Dispatch:
         self.generic(node)
         self.stmt_line = outer
 
-    def report(self, code: str, where: ast.AST | _Pos, safety: FixSafety = None, *,
+    def report(self, code: str, where: ast.AST | Pos, safety: FixSafety = None, *,
                replacement: str | None = None, **fields: Any) -> None:
         """Record a finding (dropped inside CUDA-only tests and guards). A node already reported by a
         rule that claims its site is not reported again, except by rules that do not claim sites

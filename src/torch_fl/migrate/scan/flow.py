@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from ..rules.base import (
+    Raw,
     alternatives,
     cuda_or_nccl,
     cuda_strings,
@@ -21,7 +22,6 @@ from ..rules.base import (
     terminal_name,
 )
 from .dispatch import Dispatch
-from .results import Raw
 
 Key = tuple[Any, ...]  # ("name", scope, id) or ("member", name)
 # A source: kind ("device" / "backend"), key, the literal, its index ("N", None, "?"), the statement's

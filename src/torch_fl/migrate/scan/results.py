@@ -1,5 +1,5 @@
 """What a scan returns: :class:`ScanError` and :class:`ScanResult`, and the step from a detector's raw
-record to a :class:`Finding` (columns in characters, ``# noqa``, the rule's text)."""
+record (rules.base.Raw) to a :class:`Finding` (columns in characters, ``# noqa``, the rule's text)."""
 
 from __future__ import annotations
 
@@ -8,29 +8,9 @@ import re
 from typing import Any, NamedTuple
 
 from ..rules import RULES, Finding, FixSafety
-
-_Pos = tuple[int, int, int, int]  # lineno, col_offset (UTF-8 bytes), end_lineno, end_col_offset
+from ..rules.base import Pos, Raw
 
 _NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z]+[0-9]+(?:[\s,]+[A-Z]+[0-9]+)*))?", re.IGNORECASE)
-
-
-class Raw(NamedTuple):
-    """A detector's record of one finding, before selection, ``# noqa`` and the rule's text
-    (:func:`from_raw` makes the :class:`Finding`). Settled at the end of the file: a guard's test or a
-    device choice may get another safety, note or replacement (rewritten with ``_replace``)."""
-
-    code: str
-    """The rule's code (a key of ``RULES``)."""
-    where: _Pos
-    """Where: lineno, col_offset (UTF-8 bytes), end_lineno, end_col_offset, as ast reports them."""
-    stmt_line: int
-    """First line of the statement it is in (a ``# noqa`` there silences it too)."""
-    safety: FixSafety
-    """The fix's safety: "safe", "unsafe", or None (no automatic fix)."""
-    fields: dict[str, Any]
-    """The message fields of the rule's templates (and "note": why this fix differs from the rule's)."""
-    replacement: str | None
-    """The fix's replacement text, or None."""
 
 
 class ScanError(NamedTuple):
@@ -70,7 +50,7 @@ class ScanResult:
                 f"{self.lines} lines)")
 
 
-def pos(node: ast.AST) -> _Pos:
+def pos(node: ast.AST) -> Pos:
     return (node.lineno, node.col_offset, node.end_lineno, node.end_col_offset)  # type: ignore[attr-defined]
 
 
@@ -92,7 +72,7 @@ def suppressed(lines: list[str], lineno: int, code: str) -> bool:
     return codes is None or code in re.split(r"[\s,]+", codes.upper())
 
 
-def finding(code: str, path: str, where: _Pos, lines: list[str], safety: FixSafety,
+def finding(code: str, path: str, where: Pos, lines: list[str], safety: FixSafety,
             fields: dict[str, Any], unsafe_fixes: bool, replacement: str | None) -> Finding:
     rule = RULES[code]
     line, col, end_line, end_col = where
