@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-__all__ = ["BAD_INPUT", "EXIT_CODES", "FAILED", "INTERRUPTED", "MISSING_DEPENDENCY", "OK", "USAGE", "CommandError",
-           "ExitCode", "UsageError", "missing_dependency"]
+__all__ = ["BAD_INPUT", "DEPENDENCIES", "EXIT_CODES", "FAILED", "INTERRUPTED", "MISSING_DEPENDENCY", "OK", "USAGE",
+           "CommandError", "ExitCode", "UsageError", "markdown_table", "missing_dependency"]
 
 
 class ExitCode(NamedTuple):
@@ -79,3 +79,9 @@ def missing_dependency(exc: BaseException) -> str | None:
                 return top
         current = current.__cause__ or current.__context__
     return None
+
+
+def markdown_table() -> str:
+    """The table as docs/cli.md prints it ("Exit status")."""
+    rows = [f"| {entry.code} | {entry.name}: {entry.meaning} |" for entry in EXIT_CODES]
+    return "\n".join(["| code | meaning |", "| --- | --- |", *rows])
