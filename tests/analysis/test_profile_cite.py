@@ -129,3 +129,44 @@ def test_profile_explains_a_translated_op(tmp_path, monkeypatch):
     ranges = sum(r["self_cpu_s"] for r in data["top_ops"] if r["op"].startswith("fl::translate")) + sum(
         r["self_cpu_s"] for r in data["top_ops"] if r["inside"].startswith("fl::translate"))
     assert data["by_route"]["translate"]["seconds"] > ranges > 0
+
+
+@pytest.fixture
+def slow_gelu_translation(monkeypatch):
+    """gelu forced onto its translation, and that translation made slow: PyTorch's decomposition of gelu with a
+    50 ms sleep in front, planted in the decomposition table the translations come from."""
+    import torch
+    import torch._decomp
+
+    from torch_fl.routing import translate
+
+    gelu = torch.ops.aten.gelu.default
+    decomposition = torch._decomp.decomposition_table[gelu]
+
+    def slow(*args, **kwargs):
+        time.sleep(0.05)  # (dominates the step even on a loaded machine)
+        return decomposition(*args, **kwargs)
+
+    monkeypatch.setitem(torch._decomp.decomposition_table, gelu, slow)
+    translate._translation.cache_clear()
+    monkeypatch.setenv("FL_ROUTE", "aten::gelu=translate")
+    torch_fl.reset()
+    yield
+    monkeypatch.undo()
+    translate._translation.cache_clear()
+    torch_fl.deactivate()
+    torch_fl.reset()
+
+
+@needs_get_kernel
+def test_grade_text_explains_a_planted_slow_translation(tmp_path, slow_gelu_translation, capsys):
+    from torch_fl.cli import main
+
+    path = tmp_path / "m.py"
+    path.write_text(MODEL)
+    assert main(["grade", f"{path}:mlp", "--device", "cpu", "--steps", "8", "--warmup", "1", "--no-preflight",
+                 "-q"]) == 0
+    text = capsys.readouterr().out
+    assert "FAIL" in text
+    assert "where the time goes (3 profiled steps): 1 translated op takes" in text
+    assert "of the step: aten::gelu.default" in text and f"torchfl profile {path}:mlp --device cpu" in text
