@@ -270,6 +270,92 @@ def profile_model(spec: ModelSpec, device: str, *, steps: int = 5, warmup: int =
     return report(data)
 
 
+class _Profiled(SystemExit):
+    """Raised from the optimizer's step hook once the profiled steps have run: the script's other steps are not
+    its profile's (a SystemExit, so that the script runner returns its code, 0)."""
+
+
+def profile_script(script: str, argv: list[str], device: str, *, steps: int = 5, warmup: int = 2,
+                   trace: str | None = None) -> tuple[Report, int]:
+    """Run a training script (``python script argv...``) on `device` with routing active and the CUDA alias
+    (as `torchfl run` runs it), and profile `steps` of its steps after `warmup`: a step ends where an optimizer
+    step ends (``torch.optim.Optimizer``'s global step hook), each profiled one is a ``ProfilerStep#N`` range,
+    and the script stops after the last (its remaining steps would only repeat them). With `warmup` 0 the
+    profile starts with the script, so a script without an optimizer (inference) is profiled whole. Returns the
+    report of `report` (no host syncs: no step function to run again) and the script's exit status."""
+    from ..migrate.alias import cuda_alias
+    from ..migrate.script import run_target
+    from ..routing import reset_route_stats
+    from ..routing.current import use_device
+
+    dev = use_device(device)
+    kinds = activities(dev)
+    session: dict[str, Any] = {"done": 0, "prof": None, "step": None, "start": 0.0, "before": {}}
+
+    def begin() -> None:
+        reset_route_stats()  # (route_stats() then holds the profiled steps' calls: the trace's fl:: ranges)
+        session["before"] = _transfers()
+        session["prof"] = torch.profiler.profile(activities=kinds)
+        session["prof"].start()
+        session["start"] = time.perf_counter()
+        open_step()
+
+    def open_step() -> None:
+        session["step"] = torch.profiler.record_function(f"ProfilerStep#{session['done'] - warmup}")
+        session["step"].__enter__()
+
+    def end() -> None:
+        if session["step"] is not None:
+            session["step"].__exit__(None, None, None)
+            session["step"] = None
+        if session["prof"] is not None and session.get("wall") is None:
+            session["wall"] = time.perf_counter() - session["start"]
+            session["prof"].stop()
+
+    def stepped(optimizer: Any, args: Any, kwargs: Any) -> None:
+        session["done"] += 1
+        if session["done"] == warmup:
+            begin()
+        elif session["done"] > warmup and session["prof"] is not None:
+            session["step"].__exit__(None, None, None)
+            session["step"] = None
+            if session["done"] - warmup >= steps:
+                end()
+                raise _Profiled(0)
+            open_step()
+
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    hook = register_optimizer_step_post_hook(stepped)
+    try:
+        progress(f"running {script} on {device}: {warmup} warm-up steps, then {steps} profiled (a step: an "
+                 f"optimizer step)")
+        with cuda_alias(device):
+            if warmup == 0:
+                begin()
+            code = run_target(script, None, argv)
+    finally:
+        hook.remove()
+        end()
+    prof = session["prof"]
+    if prof is None:
+        raise ValueError(f"{script} made {session['done']} optimizer step{'' if session['done'] == 1 else 's'} "
+                         f"(exit status {code}), fewer than the {warmup} warm-up steps, so nothing was profiled: "
+                         f"pass --warmup {session['done']} or fewer (--warmup 0 profiles the script from its start, "
+                         f"also one without an optimizer)")
+    result = Profile(prof=prof, wall_s=session["wall"], steps=max(min(session["done"] - warmup, steps), 0))
+    after = _transfers()
+    result.transfers = {k: after.get(k, 0) - session["before"].get(k, 0) for k in after}
+    if trace:
+        prof.export_chrome_trace(str(trace))
+        result.trace = str(trace)
+        tracks = sys.modules.get("torch_fl.routing.emu.profiling")
+        result.device_tracks = tracks.device_tracks(prof) if tracks is not None else None
+        progress(f"wrote {trace}")
+    data = {"model": script, "device": device, "train": session["done"] > 0, "warmup": warmup, **result.summary()}
+    return report(data), code
+
+
 def report(data: dict[str, Any]) -> Report:
     """The text / JSON / HTML report of a profile summary (`Profile.summary()` plus model and device)."""
     wall, steps = data["wall_s"], data.get("steps") or 0

@@ -8,18 +8,23 @@ Exit status: 0 profiled, 1 the device cannot run the model (an unsupported opera
 from __future__ import annotations
 
 import argparse
+import shlex
 
 from .args import add_report_files, command_parser
-from .exits import CommandError
+from .exits import CommandError, UsageError
 
 DESCRIPTION = ("Run MODEL's warm-up and N steps on a device with torch-fl routing active, the steps under "
                "torch.profiler; write the trace (every translate, fallback and kernel call is a range "
                "'fl::ROUTE OP' in it) and report the time by route, the top ops by self time with the route "
                "each took, the host<->device copies, and the host syncs per step (.item(), nonzero, "
-               "boolean masks, copies to the host, synchronize()) with the source line of each.")
+               "boolean masks, copies to the host, synchronize()) with the source line of each. MODEL may also "
+               "be a training script (train.py, its arguments in --args), run as `torchfl run` runs it: a step is "
+               "an optimizer step, and the script stops after the profiled ones.")
 EPILOG = ("Open the trace in Perfetto (ui.perfetto.dev), chrome://tracing or TensorBoard's profiler plugin.\n"
           "Examples:\n  torchfl profile examples/gpt.py:factory --device emu:npu --steps 5 --trace gpt.json\n"
           "  FL_ROUTE=aten::gelu=translate torchfl profile examples/gpt.py:factory --device cpu --json -\n"
+          "  torchfl profile train.py --device emu:npu --steps 3 --trace t.json --args='--epochs 1'   (a script: a "
+          "step is an optimizer step)\n"
           "Exit status: 0 profiled, 1 the device cannot run the model (unsupported operator), 2 usage error.")
 
 
@@ -31,6 +36,9 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> No
                              "--no-train, inference forwards")
     parser.add_argument("--trace", metavar="FILE",
                         help="write the Chrome/Perfetto trace of the profiled steps to FILE (.json)")
+    parser.add_argument("--args", dest="script_args", metavar="'ARGS'", type=shlex.split, default=[],
+                        help="with a script as MODEL (path/to/train.py): its arguments, one string split as a shell "
+                             "splits it (--args='--epochs 1 --lr 0.1')")
     parser.add_argument("--timeline", metavar="FILE",
                         help="write one profiled step of the trace as a self-contained HTML timeline to FILE (host "
                              "threads with their ranges, the device's streams; opens offline, no viewer needed)")
@@ -52,6 +60,12 @@ def run(args: argparse.Namespace) -> int:
                 raise CommandError(f"cannot write {flag} {path}: the folder {folder} does not exist; create it or "
                                    f"pass {flag} with a path in an existing folder")
 
+    if _is_script(args.model):
+        return _run_script(args)
+    if args.script_args:
+        raise UsageError(f"--args are a script's arguments ({shlex.join(args.script_args)}), and {args.model} is a "
+                         f"model entry point (file.py:factory); give a script (train.py) or drop --args")
+
     def run_one(spec: ModelSpec) -> Report:
         import tempfile
         from pathlib import Path
@@ -66,3 +80,35 @@ def run(args: argparse.Namespace) -> int:
         return profiled if args.trace or not args.timeline else report({**profiled.data, "trace": None})
 
     return emit_model_run("torchfl profile", args, run_one)
+
+
+def _is_script(model: str) -> bool:
+    """A script to run (train.py), not a model entry point (file.py:factory, package.module:factory)."""
+    return model.endswith(".py") and ":" not in model.rpartition("/")[2]
+
+
+def _run_script(args: argparse.Namespace) -> int:
+    """`torchfl profile train.py --device D --args='ARGS'`: the script's optimizer steps profiled (profile_script)."""
+    import os
+    import tempfile
+    from pathlib import Path
+
+    from ..analysis.profile import profile_script, report, timeline_html
+    from .output import emit
+
+    if not os.path.isfile(args.model):
+        raise CommandError(f"{args.model}: no such file")
+    with tempfile.TemporaryDirectory() as scratch:
+        trace = args.trace or (str(Path(scratch) / "trace.json") if args.timeline else None)
+        try:
+            profiled, code = profile_script(args.model, args.script_args, args.device, steps=args.steps,
+                                            warmup=args.warmup, trace=trace)
+        except ValueError as exc:
+            raise CommandError(str(exc)) from None
+        if args.timeline:
+            Path(args.timeline).write_text(timeline_html(trace, title=f"torchfl profile {args.model} on "
+                                                                      f"{args.device}"))
+    if trace and not args.trace:
+        profiled = report({**profiled.data, "trace": None})
+    emit(profiled, json_path=args.json, html_path=args.html)
+    return code
