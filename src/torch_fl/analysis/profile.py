@@ -18,7 +18,9 @@ On an emulated chip the written trace also shows its kernels and copies as devic
 writes a GPU's (routing/emu/profiling.py's add_device_tracks).
 
 ``torch.fl.profile()`` (profile below) is the context manager; ``torchfl profile MODEL --device D`` runs
-warm-up and N steps of a model entry point with routing active and prints the report.
+warm-up and N steps of a model entry point with routing active and prints the report (profile_model), and
+``torchfl profile train.py`` a training script's optimizer steps (profile_script); timeline_html draws one step
+of a trace as a self-contained page.
 """
 
 from __future__ import annotations
