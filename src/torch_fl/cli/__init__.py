@@ -1,5 +1,8 @@
-"""The ``torchfl`` command. One module per command, each with ``add_parser(subparsers)`` and
-``run(args) -> int``; a command's module is imported only when that command runs."""
+"""The ``torchfl`` command. One module per command, each with ``add_parser(subparsers)`` (cli/args'
+command_parser and shared arguments) and ``run(args) -> int``, which builds a report and prints it through
+cli/output.emit; a command's module is imported only when that command runs. Every command gets -q/-v and
+the exit status of cli/exits, whatever it returns or raises (UsageError: its own usage line, then the
+message)."""
 
 from __future__ import annotations
 
@@ -15,6 +18,11 @@ from .args import count_up_to as count_up_to
 from .args import non_negative_int as non_negative_int
 from .args import positive_int as positive_int
 from .args import positive_seconds as positive_seconds
+
+# The exit status of every command: the table in .exits (docs/cli.md, "Exit status").
+from .exits import BAD_INPUT, FAILED, INTERRUPTED, MISSING_DEPENDENCY, USAGE, CommandError, UsageError
+from .exits import DEPENDENCIES as DEPENDENCIES
+from .exits import OK as OK
 
 # command -> (module, one-line help). Listed here so `torchfl --help` needs no command imports.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -49,7 +57,7 @@ DOC_PAGES: dict[str, str] = {"coverage": "analysis", "compare": "analysis", "ben
                              "aot": "compile", "cache": "compile", "preflight": "distributed"}
 
 # Commands with stages that can take more than ~2 s: each prints progress lines on stderr (a terminal
-# only) and takes -q/--quiet (cli/args.add_quiet). scan and fix keep their own output.
+# only; -q/--quiet, which every command takes, turns them off).
 PROGRESS = frozenset({"coverage", "compare", "bench", "grade", "audit", "warmup", "aot", "preflight", "profile",
                        "ops-bench"})
 
@@ -57,11 +65,6 @@ PROGRESS = frozenset({"coverage", "compare", "bench", "grade", "audit", "warmup"
 # Commands that run without torch (hook and lint environments; the others say "needs torch" there): the
 # launcher's list, which gives them the bare package.
 from _torch_fl_cli import TORCH_FREE  # noqa: E402
-
-# The exit status of every command: the table in .exits (docs/cli.md, "Exit status").
-from .exits import BAD_INPUT, FAILED, INTERRUPTED, MISSING_DEPENDENCY, USAGE, CommandError, UsageError  # noqa: E402
-from .exits import DEPENDENCIES as DEPENDENCIES  # noqa: E402
-from .exits import OK as OK  # noqa: E402
 
 
 def build_parser(argv: list[str]) -> argparse.ArgumentParser:

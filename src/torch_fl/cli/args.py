@@ -23,6 +23,7 @@ __all__ = [
     "MAX_COUNT",
     "MAX_SECONDS",
     "STDOUT",
+    "add_actions",
     "add_device",
     "add_json",
     "add_model",
@@ -64,6 +65,12 @@ def command_parser(sub: argparse._SubParsersAction, name: str, help_text: str, d
     if steps is not None:
         add_steps(parser, **steps)
     return parser
+
+
+def add_actions(parser: argparse.ArgumentParser) -> argparse._SubParsersAction:
+    """The ACTION of a command that has several (routes show|diff, cache info|verify|clear, env lock|check|diff):
+    required, in `args.action`; each action's parser gets -q/-v and its errors its own usage from torch_fl.cli."""
+    return parser.add_subparsers(dest="action", metavar="ACTION", required=True)
 
 
 def add_model(parser: argparse.ArgumentParser, *, optional: bool = False) -> None:

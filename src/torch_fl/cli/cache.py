@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..report import Report, plural
-from .args import add_device, add_report_files, command_parser
+from .args import add_actions, add_device, add_report_files, command_parser
 from .output import emit
 
 DESCRIPTION = ("Inspect, verify or clear the compile cache: one entry per fingerprint of the "
@@ -24,7 +24,7 @@ EPILOG = ("Examples:\n  torchfl cache info\n  torchfl cache verify\n  torchfl ca
 
 def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> None:
     parser = command_parser(sub, name, help_text, DESCRIPTION, EPILOG)
-    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    actions = add_actions(parser)
     info = actions.add_parser("info", help="the root, every entry with its size, and the current "
                                            "fingerprint's components")
     verify = actions.add_parser("verify", help="check who owns the root and every entry, every manifest, "

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 
 from ..report import plural
-from .args import STDOUT, add_json, command_parser
+from .args import STDOUT, add_actions, add_json, command_parser
 from .exits import UsageError
 from .output import emit
 
@@ -25,7 +25,7 @@ EPILOG = ("Examples:\n  torchfl env lock -o cluster.lock\n  torchfl env check cl
 
 def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> None:
     parser = command_parser(sub, name, help_text, DESCRIPTION, EPILOG)
-    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    actions = add_actions(parser)
     lock = actions.add_parser("lock", help="write this node's versions to a lock file")
     lock.add_argument("-o", "--output", default="torchfl-env.lock", metavar="FILE",
                       help="the lock file to write ('-': print it; default torchfl-env.lock)")

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .._names import ROUTES
-from .args import add_device, add_json, command_parser
+from .args import add_actions, add_device, add_json, command_parser
 
 if TYPE_CHECKING:  # torch_fl.routing imports torch: `torchfl routes --help` needs none
     from ..routing.stats import RouteLog
@@ -35,7 +35,7 @@ EPILOG = ("Examples:\n  torchfl routes show\n  torchfl routes show --device emu:
 
 def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> None:
     parser = command_parser(sub, name, help_text, DESCRIPTION, EPILOG)
-    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    actions = add_actions(parser)
     _add_show(actions, ROUTES)
     _add_diff(actions)
 
