@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from fake_plugins import FakePlugins, build, needs_gcc  # beside this file
 
+from machine_factor import scaled  # tests/machine_factor.py
 from torch_fl.analysis import plugin_load
 from torch_fl.analysis.plugin_load import abi_mismatches, bisect_env, extension_tag, load
 
@@ -101,13 +102,15 @@ def test_an_extension_built_for_another_python_is_explained(fakes: FakePlugins) 
 
 def test_a_hang_is_stopped_and_says_where_it_was(fakes: FakePlugins) -> None:
     result = load("fp_hang", env=fakes.env(), timeout=2)
-    assert result.status == "timeout" and result.seconds < 30
+    # stopped at its 2 s limit (it waited that out), not at the parent's limit + grace or later
+    assert result.status == "timeout" and 2 <= result.seconds < 2 + scaled(10)
     assert "fp_hang/__init__.py\", line 2" in result.problem()
 
 
 def test_a_native_hang_holding_the_gil_is_stopped(fakes: FakePlugins) -> None:
     result = load("fp_spin", env=fakes.env(), timeout=2)
-    assert result.status == "timeout" and result.seconds < 30
+    # stopped at its 2 s limit (it waited that out), not at the parent's limit + grace or later
+    assert result.status == "timeout" and 2 <= result.seconds < 2 + scaled(10)
     assert "did not finish in 2 s" in result.problem()
 
 
@@ -149,7 +152,7 @@ def test_abi_facts_compare_needed_and_provided_versions() -> None:
 def test_bisect_names_the_shadowing_entry_and_the_minimal_value(fakes: FakePlugins, tmp_path: Path) -> None:
     empty = tmp_path / "empty"
     empty.mkdir()
-    result = bisect_env("fp_dep", env=fakes.env(ld=[empty, fakes.shadow, fakes.lib]), timeout=30,
+    result = bisect_env("fp_dep", env=fakes.env(ld=[empty, fakes.shadow, fakes.lib]), timeout=scaled(30),
                         variables=("LD_LIBRARY_PATH",))
     assert [c["entry"] for c in result.culprits] == [str(fakes.shadow)]
     assert f"libdep.so came from {fakes.shadow / 'libdep.so'}, and without it from {fakes.lib / 'libdep.so'}" \
@@ -162,7 +165,7 @@ def test_bisect_finds_a_pythonpath_entry_that_shadows_a_package(fakes: FakePlugi
     stale = tmp_path / "stale"
     (stale / "fp_ok").mkdir(parents=True)
     (stale / "fp_ok" / "__init__.py").write_text("raise ImportError('a stale copy of fp_ok')\n")
-    result = bisect_env("fp_ok", env=fakes.env(extra_path=[stale]), timeout=30, variables=("PYTHONPATH",))
+    result = bisect_env("fp_ok", env=fakes.env(extra_path=[stale]), timeout=scaled(30), variables=("PYTHONPATH",))
     assert [c["entry"] for c in result.culprits] == [str(stale)]
     assert result.minimal == {"PYTHONPATH": str(fakes.root)}
 
@@ -170,7 +173,7 @@ def test_bisect_finds_a_pythonpath_entry_that_shadows_a_package(fakes: FakePlugi
 def test_bisect_finds_the_preload_that_brings_a_second_libgomp(fakes: FakePlugins) -> None:
     env = fakes.env(preload=[fakes.second_gomp])
     assert load("fp_gomp", env=env).duplicates and not load("fp_gomp", env=fakes.env()).duplicates
-    result = bisect_env("fp_gomp", env=env, timeout=30)
+    result = bisect_env("fp_gomp", env=env, timeout=scaled(30))
     assert [(c["variable"], c["entry"]) for c in result.culprits] == [("LD_PRELOAD", str(fakes.second_gomp))]
     assert f"it brings in a second copy of a runtime library ({fakes.second_gomp})" in result.culprits[0]["effect"]
     assert result.minimal == {"LD_PRELOAD": ""} and "  fix: unset LD_PRELOAD" in result.lines()
@@ -178,7 +181,7 @@ def test_bisect_finds_the_preload_that_brings_a_second_libgomp(fakes: FakePlugin
 
 
 def test_bisect_when_the_environment_is_not_the_cause(fakes: FakePlugins) -> None:
-    result = bisect_env("fp_segv", env=fakes.env(ld=[fakes.lib]), timeout=30)
+    result = bisect_env("fp_segv", env=fakes.env(ld=[fakes.lib]), timeout=scaled(30))
     assert not result.culprits and "The cause is elsewhere" in result.verdict
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from machine_factor import scaled  # tests/machine_factor.py
 from torch_fl.description import registry
 
 
@@ -143,9 +144,9 @@ def test_a_rank_that_never_starts_is_named_within_the_bound(launch, scenario):
     assert rank0.result["type"] == "RanksMissingError"
     assert rank0.result["error"].startswith("rank 0: " + ARRIVAL)
     assert "Fix: read that rank's log" in rank0.result["error"] and "preflight_timeout=" in rank0.result["error"]
-    # the 3 s bound, counted from the scenario's start (imports left out: a loaded machine's are slow); it
-    # waited 660 s (10 min + grace) before. The whole launch is bounded by its 30 s timeout besides.
-    assert rank0.result["scenario_seconds"] < 15
+    # the 3 s bound, counted from the scenario's start (imports left out); it waited 660 s (10 min + grace)
+    # before. The work around the bound takes ~12 s on a quiet machine, longer on a loaded one (scaled).
+    assert rank0.result["scenario_seconds"] < 3 + scaled(12)
 
 
 @pytest.mark.slow
@@ -157,7 +158,7 @@ def test_a_rank_whose_rank_0_never_starts_names_rank_0_within_the_bound(launch):
     assert re.match(r"rank 1: init_process_group gave up after 3 s: it could not reach the rendezvous store at "
                     r"127\.0\.0\.1:\d+, which rank 0 hosts: rank 0 never arrived\.", error), error
     assert "Fix: read rank 0's log" in error
-    assert ranks[0].result["scenario_seconds"] < 15
+    assert ranks[0].result["scenario_seconds"] < 3 + scaled(12)
 
 
 @pytest.mark.slow
@@ -181,4 +182,4 @@ def test_a_rank_that_dies_during_the_checked_collectives_is_reported_as_gone(lau
     assert ("rank 1 did not answer (never entered it)" in error
             or "a peer's process ended meanwhile" in error), error
     assert "Fix: read" in error or "read its log" in error
-    assert ranks[0].result["scenario_seconds"] < 15
+    assert ranks[0].result["scenario_seconds"] < 3 + scaled(12)

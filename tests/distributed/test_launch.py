@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import launch_workers
 import pytest
 
@@ -20,11 +18,9 @@ def test_ranks_see_the_torchrun_environment_and_return_values():
 
 @pytest.mark.slow  # measured: 11 s on the shared 2-core machine (a subprocess/interpreter start)
 def test_a_failed_rank_is_named_and_the_others_are_stopped_at_once():
-    start = time.monotonic()
     results = run_local(launch_workers.one_rank_fails, nproc=2, deadline_s=100)
-    # stopped at once, not at rank 0's 120 s sleep nor the 100 s deadline: the error says which (a bound in
-    # seconds below the deadline would fail on a loaded machine, issue 43)
-    assert time.monotonic() - start < 100
+    # stopped when rank 1 failed, not at rank 0's 120 s sleep nor at the 100 s deadline: the error says which
+    # (phases, not seconds: a bound in seconds would fail on a loaded machine, issue 43)
     assert results[0].stopped and results[0].error == "stopped when rank 1 failed"
     assert not results[1].stopped and "ValueError: ranks disagree" in results[1].error
     assert failure_text(results) == ("rank 1 of 2 exited with status 1: ValueError: ranks disagree: rank 1: "
@@ -33,8 +29,7 @@ def test_a_failed_rank_is_named_and_the_others_are_stopped_at_once():
 
 @pytest.mark.slow
 def test_a_hung_rank_is_ended_at_its_deadline():
-    start = time.monotonic()
     results = run_local(launch_workers.hangs, nproc=1, deadline_s=2)
-    assert time.monotonic() - start < 300  # (the worker hangs forever: ended by the deadline, not its end)
+    # ended by the deadline (killed), not by its own end 120 s later, which would return a value
     assert results == [RankResult(0, error="did not finish within 2 s (killed)")]
     assert failure_text(results) == "rank 0 of 1 did not finish within 2 s (killed)"
