@@ -6,7 +6,8 @@ reports and FL_ROUTE print, because a member is its word (``RouteKind.NATIVE == 
 The scan reads the sources (ast), so it finds a site whatever the module imports. It flags:
 - a comparison (==, !=, is, in ...) with a route word, or with a literal tuple/list/set made only of route
   words, as an operand ("fallback" inside ("translate-or-fallback", "fallback") is a policy, not a route; a
-  route word left of `in` asks for a key: ``"native" in cache``);
+  route word left of `in` asks for a key: ``"native" in cache``; a mapping's entry under a key that names
+  something else is not a route: ``event.get("cat") == "kernel"``);
 - a `case "native":` pattern;
 - a route word passed as `route=` or `kind=`, or as the default of such a parameter, or as an argument of
   a call that takes a route (ROUTE_TAKERS: Route(...), stats.record, ...; of get/pop/setdefault, the
@@ -30,6 +31,7 @@ ENUM_MODULE = SRC / "_names.py"
 WORDS = frozenset(ROUTES)
 ROUTE_NAME = re.compile(r"^_?(?!router|routed|routing)(\w+_)?routes?(_\w+)?$")
 SINGULAR = re.compile(r"^_?(\w+_)?route(_kind)?$")
+ROUTE_KEYS = {"kind", "verdict", "faster"}  # besides any key naming a route: entries that hold one
 # Callables whose arguments include a route; for a mapping's get/pop/setdefault, the default (after the key).
 ROUTE_TAKERS = {"Route": 0, "record": 0, "add_time": 0, "_ranged": 0, "range_name": 0, "get": 1, "pop": 1,
                 "setdefault": 1}
@@ -93,6 +95,19 @@ def _typed_str(name: str, annotation: ast.AST | None) -> bool:
     return False
 
 
+def _may_hold_a_route(node: ast.AST) -> bool:
+    """False for a mapping's entry under a constant key that names something else (a trace event's
+    ``event.get("cat") == "kernel"`` is a category): route, kind, verdict and faster entries hold routes."""
+    key = None
+    if isinstance(node, ast.Subscript):
+        key = node.slice
+    elif isinstance(node, ast.Call) and _callee(node) == "get" and node.args:
+        key = node.args[0]
+    if not (isinstance(key, ast.Constant) and isinstance(key.value, str)):
+        return True
+    return "route" in key.value or key.value in ROUTE_KEYS
+
+
 def _callee(call: ast.Call) -> str:
     func = call.func
     return func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
@@ -106,7 +121,8 @@ def route_sites(source: str) -> list[tuple[int, str]]:
             operands = [node.left, *node.comparators]
             for i, operand in enumerate(operands):
                 key_lookup = i == 0 and isinstance(node.ops[0], ast.In | ast.NotIn) and _route_word(operand)
-                if _route_words(operand) and not key_lookup:
+                others = operands[:i] + operands[i + 1:]
+                if _route_words(operand) and not key_lookup and all(map(_may_hold_a_route, others)):
                     found.append((node.lineno, f"a route word compared: {ast.unparse(node)}"))
                     break
         elif isinstance(node, ast.MatchValue) and _route_word(node.value):
@@ -154,7 +170,7 @@ def test_routes_are_route_kinds_outside_the_enum_module():
 def test_the_scan_finds_each_form_and_leaves_members_and_other_words_alone():
     planted = '''
 def f(route: str, kind: RouteKind = "native", *, routes: Counter[str], other_route: "str | None" = None):
-    if route == "translate" or kind in ("kernel", "fallback"):
+    if route == "translate" or kind in ("kernel", "fallback") or row["route"] == "native":
         g(route="unsupported")
         stats.record(op, dtype, "fallback", source), seen.get(op, "kernel")
     match kind:
@@ -163,11 +179,13 @@ def f(route: str, kind: RouteKind = "native", *, routes: Counter[str], other_rou
     by_route: dict[str, int] = {}
 '''
     found = route_sites(planted)
-    assert [line for line, _ in found] == [2, 2, 2, 2, 3, 3, 4, 5, 5, 7, 9], found
+    assert [line for line, _ in found] == [2, 2, 2, 2, 3, 3, 3, 4, 5, 5, 7, 9], found
     clean = '''
 def f(route: RouteKind, dtype: str | None, routes: dict[str | None, Route], router: str):
     if route is RouteKind.NATIVE and policy in ("translate-or-fallback", "fallback") and "native" in cache:
         g(key="fallback", route=RouteKind.KERNEL)
     data["ops"]["native"] = cache.get("native")
+    if event.get("cat") == "kernel" or row["op"] in ("native", "fallback"):
+        pass
 '''
     assert route_sites(clean) == []
