@@ -365,7 +365,7 @@ def test_html_report_renders_in_chromium(models, tmp_path):
     assert console_errors(result.stderr) == [], result.stderr[-4000:]
     dom = result.stdout
     # Routes bar chart and coverage's per-module chart, compare's per-module error, bench's memory.
-    assert dom.count("<svg") == 4
+    assert dom.count('<svg class="chart-svg chart-wide"') == 4  # each also laid out narrow, for phones
     for title in ("Calls per route (coverage --train)", "Max relative error per module",
                   "Memory after each step"):
         assert title in dom

@@ -111,6 +111,13 @@ def _parse(page: str) -> _Collect:
 
 # ------------------------------------------------------------------------------------------ unit tests
 
+def _wide_chart(chart: Chart) -> str:
+    """The chart's figure with its wide layout only (the narrow one repeats every mark at another size)."""
+    figure = render_chart(chart)
+    start = figure.find('<svg class="chart-svg chart-narrow"')
+    return figure if start < 0 else figure[:start] + figure[figure.index("</svg>", start) + 6:]
+
+
 def test_nasty_strings_are_escaped():
     page = _html()
     parsed = _parse(page)
@@ -158,7 +165,7 @@ def test_every_chart_kind_renders_svg():
         figure = render_chart(Chart(kind, f"{kind} chart", ["a", "b", "c"],
                                     [{"name": "native", "values": [1, 2, 3]},
                                      {"name": "other", "values": [3, 2, 1]}], x_label="x", y_label="y"))
-        assert figure.count("<svg") == 1, kind
+        assert figure.count("<svg") == 2, kind  # a wide and a narrow layout (the CSS shows one)
         assert 'role="img"' in figure and 'aria-label="' in figure
         assert "<title>" in figure  # tooltips
         assert ROUTE_COLORS["native"] in figure
@@ -180,19 +187,19 @@ def test_route_colours():
     others = {series_color(f"device {i}", i) for i in range(4)}
     assert len(others) == 4 and not others & set(ROUTE_COLORS.values())
     # A single bar series over route names: each bar in its route's colour.
-    figure = render_chart(Chart("bar", "per route", ROUTES, [{"name": "calls", "values": [1, 2, 3, 4, 5]}]))
+    figure = _wide_chart(Chart("bar", "per route", ROUTES, [{"name": "calls", "values": [1, 2, 3, 4, 5]}]))
     for route in ROUTES:
         assert f'fill="{ROUTE_COLORS[route]}"' in figure
 
 
 def test_log_axis_with_zeros_and_negatives():
-    figure = render_chart(Chart("line", "log", [1, 2, 3, 4], [{"name": "a", "values": [0, 1e-3, -5, 1e4]}],
+    figure = _wide_chart(Chart("line", "log", [1, 2, 3, 4], [{"name": "a", "values": [0, 1e-3, -5, 1e4]}],
                                 log_y=True))
     assert "<svg" in figure and "nan" not in figure.lower() and "inf" not in figure.lower()
     assert "band marked 0" in figure
     # Decade ticks from 1e-3 to 1e4.
     assert ">0.001</text>" in figure and ">10000</text>" in figure
-    all_bad = render_chart(Chart("bar", "log", ["a", "b"], [{"name": "a", "values": [0, -1]}], log_y=True))
+    all_bad = _wide_chart(Chart("bar", "log", ["a", "b"], [{"name": "a", "values": [0, -1]}], log_y=True))
     assert "<svg" in all_bad and "linear axis" in all_bad
 
 
@@ -206,7 +213,7 @@ def _axis_bottom(figure: str) -> float:
 def test_zero_error_is_drawn_below_a_log_axis_not_at_the_threshold():
     """compare's chart: errors of 0 next to an rtol line at the smallest positive value. A zero drawn at
     the floor would sit exactly on the rtol line, as if every module were at the threshold."""
-    figure = render_chart(Chart("line", "Max relative error per module", ["a", "b", "c"],
+    figure = _wide_chart(Chart("line", "Max relative error per module", ["a", "b", "c"],
                                 [{"name": "max relative error", "values": [0, 3e-6, 0]},
                                  {"name": "rtol", "values": [1e-4, 1e-4, 1e-4]}], log_y=True))
     circles = [(float(cy), 'fill="#fff"' in paint) for cy, paint in
@@ -219,7 +226,7 @@ def test_zero_error_is_drawn_below_a_log_axis_not_at_the_threshold():
     assert re.search(r'<g class="zero-band">.*?>0</text></g>', figure)  # the band is labelled 0
     assert "values of 0 or below are drawn under it" in figure
     # A bar of 0 on a log axis is a mark on the band too, and the smallest positive bar has a height.
-    bars = render_chart(Chart("bar", "b", ["a", "b"], [{"name": "err", "values": [0, 1e-3]}], log_y=True))
+    bars = _wide_chart(Chart("bar", "b", ["a", "b"], [{"name": "err", "values": [0, 1e-3]}], log_y=True))
     heights = [float(h) for h in re.findall(r'<rect x="[\d.]+" y="[\d.]+" width="[\d.]+" height="([\d.]+)"',
                                             bars)]
     assert len(heights) == 2 and min(heights) == 3.0 and max(heights) > 50
@@ -227,12 +234,12 @@ def test_zero_error_is_drawn_below_a_log_axis_not_at_the_threshold():
 
 def test_a_line_of_non_negative_values_starts_at_zero():
     """bench's memory chart: 0.17 MiB after every step must not fill the chart, nor the axis go below 0."""
-    figure = render_chart(Chart("line", "Memory after each step", list(range(1, 11)),
+    figure = _wide_chart(Chart("line", "Memory after each step", list(range(1, 11)),
                                 [{"name": "native", "values": [0.17] * 10}], y_label="MiB"))
     ticks = [float(t) for t in re.findall(r'text-anchor="end">(-?[\d.e+-]+)</text>', figure)]
     assert min(ticks) == 0 and max(ticks) <= 0.5
     # Data that does go negative keeps its negative part.
-    signed = render_chart(Chart("line", "delta", [1, 2, 3], [{"name": "d", "values": [-2, 1, 3]}]))
+    signed = _wide_chart(Chart("line", "delta", [1, 2, 3], [{"name": "d", "values": [-2, 1, 3]}]))
     assert min(float(t) for t in re.findall(r'text-anchor="end">(-?[\d.e+-]+)</text>', signed)) < 0
 
 
@@ -246,7 +253,7 @@ def _memory_chart(routed: list[float], native: list[float]) -> Chart:
 def test_equal_lines_do_not_hide_each_other():
     """bench's routed and native memory are often equal: the later line is narrower and dashed, its
     markers smaller, and a note says that the lines coincide."""
-    figure = render_chart(_memory_chart([3.0, 3.5, 3.5, 3.5], [3.0, 3.5, 3.5, 3.5]))
+    figure = _wide_chart(_memory_chart([3.0, 3.5, 3.5, 3.5], [3.0, 3.5, 3.5, 3.5]))
     widths = [float(w) for w in re.findall(r'<polyline [^>]*stroke-width="([\d.]+)"', figure)]
     assert len(widths) == 2 and widths[0] > widths[1]
     assert re.search(r'<polyline [^>]*stroke="#2e7d32" stroke-width="2" stroke-dasharray=', figure)  # native
@@ -254,9 +261,9 @@ def test_equal_lines_do_not_hide_each_other():
     assert len(radii) == 2
     assert "routed and native have the same values (within 0.5% of the axis) at all 4 points" in figure
     assert figure.count("<line x1=") >= 2  # the legend shows each line's own stroke
-    apart = render_chart(_memory_chart([3.0, 3.5, 3.5, 3.5], [1.0, 1.2, 1.2, 1.2]))
+    apart = _wide_chart(_memory_chart([3.0, 3.5, 3.5, 3.5], [1.0, 1.2, 1.2, 1.2]))
     assert "have the same values" not in apart
-    alone = render_chart(Chart("line", "one", [1, 2], [{"name": "native", "values": [1, 2]}]))
+    alone = _wide_chart(Chart("line", "one", [1, 2], [{"name": "native", "values": [1, 2]}]))
     assert 'stroke-width="2" stroke-linejoin' in alone and "stroke-dasharray" not in alone
 
 
@@ -284,7 +291,7 @@ def test_page_structure():
     assert '<dl class="summary">' in page and "<dt>device</dt><dd>fl:0 &lt;virtual&gt;</dd>" in page
     assert 'class="warnings" role="alert"' in page
     assert f"torch-fl {__version__}" in page and 'datetime="' in page and "2026-01-0" in page
-    assert page.count("<svg") == PLOTTED
+    assert page.count("<svg") == 2 * PLOTTED
     n_charts = sum(len(s.charts) for s in report.sections)
     assert page.count("<figure") == n_charts
 
@@ -394,7 +401,7 @@ def test_report_renders_in_chromium(tmp_path):
     assert console_errors(result.stderr) == [], result.stderr[-4000:]
     dom = result.stdout
     assert "<title>Coverage &lt;/script&gt;&lt;script&gt;alert('x')&lt;/script&gt;" in dom
-    assert dom.count("<svg") == PLOTTED
+    assert dom.count("<svg") == 2 * PLOTTED
     assert dom.count('role="img"') == PLOTTED
     assert '<script type="application/json" id="report-data">' in dom
     assert "<b>bold</b>" not in dom  # the browser saw text, not markup
@@ -447,8 +454,56 @@ LAYOUT_JS = """
     const box = el.getBoundingClientRect();
     if (box.width && box.right > root.clientWidth + 1) out.overflow.push(el.tagName + '.' + el.className);
   }
-  for (const wrap of document.querySelectorAll('.table-wrap'))
-    if (wrap.scrollWidth > wrap.clientWidth + 1) out.scrolled_tables += 1;
+  // A table that scrolls in its box must say so: the wrap paints scroll shadows (radial gradients).
+  out.uncued_tables = 0;
+  for (const wrap of document.querySelectorAll('.table-wrap')) {
+    if (wrap.closest('details:not([open])') || !wrap.getClientRects().length) continue;
+    if (wrap.scrollWidth > wrap.clientWidth + 1) {
+      out.scrolled_tables += 1;
+      if (!getComputedStyle(wrap).backgroundImage.includes('radial-gradient')) out.uncued_tables += 1;
+    }
+  }
+  // Rendered size of every label and legend of the charts shown (the SVG scales with its box).
+  out.chart_font_px = [];
+  for (const svg of document.querySelectorAll('svg.chart-svg')) {
+    if (!svg.getClientRects().length) continue;
+    const scale = svg.getBoundingClientRect().width / svg.viewBox.baseVal.width;
+    let least = Infinity;
+    for (const t of svg.querySelectorAll('text')) least = Math.min(least, parseFloat(getComputedStyle(t).fontSize) * scale);
+    out.chart_font_px.push(least);
+  }
+  // Blank space in a table cell: its box's height less its content's (a narrow column made rows of
+  // 150-250 px whose other cells were mostly empty).
+  out.blank_px = 0;
+  for (const cell of document.querySelectorAll('main td, main th')) {
+    if (cell.closest('details:not([open])') || !cell.getClientRects().length || !cell.textContent.trim()) continue;
+    const head = cell.closest('thead');  // a phone's card tables keep their header for screen readers only
+    if (head && head.getBoundingClientRect().height <= 2) continue;
+    const range = document.createRange();
+    range.selectNodeContents(cell);
+    const style = getComputedStyle(cell);
+    const blank = cell.getBoundingClientRect().height - range.getBoundingClientRect().height
+      - parseFloat(style.paddingTop) - parseFloat(style.paddingBottom);
+    if (blank > out.blank_px) { out.blank_px = Math.round(blank); out.blank_at = cell.textContent.slice(0, 80); }
+  }
+  // A file name in a title, caption or contents entry on two lines ('gpt.|py').
+  out.split_files = [];
+  for (const el of document.querySelectorAll('main h1, main h2, main figcaption, main caption, nav.toc a')) {
+    const nodes = [], starts = [];
+    let text = '';
+    const w = document.createTreeWalker(el, NodeFilter.SHOW_TEXT);
+    let n;
+    while ((n = w.nextNode())) { nodes.push(n); starts.push(text.length); text += n.data; }
+    const at = (i) => { let k = nodes.length - 1; while (k > 0 && starts[k] > i) k--; return [nodes[k], i - starts[k]]; };
+    for (const m of text.matchAll(/[\\w-]+\\.(py|toml|json|txt|html)\\b/g)) {
+      const range = document.createRange();
+      range.setStart(...at(m.index));
+      range.setEnd(...at(m.index + m[0].length - 1));
+      range.setEnd(range.endContainer, range.endOffset + 1);
+      const lines = new Set([...range.getClientRects()].filter(r => r.width > 0).map(r => Math.round(r.top)));
+      if (lines.size > 1) out.split_files.push(m[0]);
+    }
+  }
   for (const v of document.querySelectorAll('.verdict'))
     out.verdicts.push([v.textContent, getComputedStyle(v).backgroundColor]);
   // In a frame (a phone's width, below the window's minimum): the result goes to the page Chromium dumps.
@@ -521,6 +576,14 @@ def test_real_reports_lay_out_without_overflow_or_mid_word_breaks(real_pages, na
     assert layout["overflow"] == []
     # Titles, captions, table cells, notes and summary values wrap at spaces, '::', '.' and '/' only.
     assert layout["midword"] == [], layout["midword"][:20]
+    assert layout["split_files"] == [], layout["split_files"]  # never 'gpt.|py' (issue 42)
+    # Charts: every label and legend >= 10 px as rendered (a 920-unit chart shrunk to 350 px drew ~4 px)
+    assert layout["chart_font_px"] and min(layout["chart_font_px"]) >= 10, layout["chart_font_px"]
+    # A table that scrolls in its box shows that it does; on a phone none needs to (rows are cards) and
+    # no cell is a tall blank box beside a narrow column's wrapped text.
+    assert layout["uncued_tables"] == 0, layout
+    if width <= 480:
+        assert layout["scrolled_tables"] == 0 and layout["blank_px"] < 40, layout
     assert str(Path(__file__).parents[2] / "examples") in report.title  # a long path, in the title too
     notes = sum(line.startswith("- ") for s in report.sections for line in s.text)
     assert layout["notes"] == notes  # every "- " line is a list item, none a literal "- "
@@ -560,6 +623,23 @@ def test_the_layout_check_catches_a_mid_word_break_and_an_overflow(tmp_path):
     layout = measure_layout(_html(Report(title, {}, sections=report.sections)), 390, tmp_path)
     assert layout["clientWidth"] == 390
     assert "examples_with_a_very_long_module_name_and_no_break:factory" in layout["midword"]
+    # Issue 42's phone checks are not vacuous either: without the narrow chart and the card rows, a chart's
+    # labels render under 10 px, a wide table scrolls, and its short cells stand in tall blank boxes; without
+    # the shadows a scrolling table gives no cue; a file name in a title may break after its dot.
+    evidence = "forward, loss, backward and AdamW step on emu:cuda with routing active in 0.58 s; " * 4
+    rows = [["training step runs", "forward, loss, backward", "ran", "PASS", evidence]] * 3
+    phone = Report("torchfl grade: examples/gpt.py:factory", {}, sections=[Section("L0", tables=[
+        Table(["criterion", "threshold", "measured", "status", "evidence"], rows)], charts=[
+        Chart("bar", "Calls per route", ROUTES, [{"name": "calls", "values": [120, 30, 7, 3, 1]}])])])
+    good = measure_layout(_html(phone), 390, tmp_path)
+    assert min(good["chart_font_px"]) >= 10 and good["blank_px"] < 40 and good["scrolled_tables"] == 0, good
+    old = (_html(phone).replace(' class="cards"', "").replace(".chart-narrow { display: block; }", "")
+           .replace(".chart-wide { display: none; }", "").replace("radial-gradient", "no-gradient")
+           .replace("gpt.py:factory", "gpt.<wbr>py:factory"))
+    bad = measure_layout(old, 390, tmp_path)
+    assert min(bad["chart_font_px"]) < 10 and bad["blank_px"] > 100, bad
+    assert bad["scrolled_tables"] and bad["uncued_tables"] == bad["scrolled_tables"], bad
+    assert bad["split_files"] == ["gpt.py"], bad
 
 
 @pytest.mark.slow

@@ -141,8 +141,14 @@ def _log_scale(lo: float, hi: float, pixel_lo: float, pixel_hi: float) -> _Scale
 
 # ---------------------------------------------------------------------------------------------- charts
 
-# Geometry in SVG user units; the SVG scales down with the page (viewBox) but never up.
+# Geometry in SVG user units; the SVG scales down with the page (viewBox) but never up. Each chart is
+# laid out twice: _WIDTH wide for a laptop, _NARROW_WIDTH for a phone or a narrow window (the CSS shows
+# one): scaled down from 920 to a phone's ~350 px its 11-12 px labels shrank to ~4 px (issue 42), and at
+# 360 they stay >= 10 px down to a 370 px wide screen.
 _WIDTH = 920
+_NARROW_WIDTH = 360
+_NARROW_BELOW = 900  # window width (CSS px) under which the narrow layout is shown: the wide one would
+#                      scale below 0.91 there, its 11 px ticks below 10 px
 _PLOT_HEIGHT = 260
 _CHAR_W = 6.6  # average glyph width of the 12px sans-serif used for labels: for layout estimates only
 _LABEL_MAX = 24
@@ -223,26 +229,30 @@ def render_chart(chart: Chart) -> str:
         return _empty_figure(chart, "No data to plot.")
     if all(v is None for _, vals in series for v in vals):
         return _empty_figure(chart, "No numeric values to plot.")
-    svg, notes = _svg(chart, kind, series)
+    svg, notes = _svg(chart, kind, series, _WIDTH)
+    narrow, _ = _svg(chart, kind, series, _NARROW_WIDTH)  # the same notes: the same data
     note_html = "".join(f'<p class="note">{_e(n)}</p>' for n in notes)
-    return (f'<figure class="chart chart-{kind}"><figcaption>{_breakable(chart.title)}</figcaption>{svg}'
+    return (f'<figure class="chart chart-{kind}"><figcaption>{_breakable(chart.title)}</figcaption>{svg}{narrow}'
             f"{note_html}{_data_table(chart, series)}</figure>")
 
 
 _Series = list[tuple[str, list[float | None]]]
 
 
-def _svg(chart: Chart, kind: str, series: _Series) -> tuple[str, list[str]]:
-    """The chart as an <svg> element, and notes on what it could not draw faithfully."""
+def _svg(chart: Chart, kind: str, series: _Series, width: int) -> tuple[str, list[str]]:
+    """The chart as an <svg> element `width` units wide, and notes on what it could not draw faithfully.
+    The narrow one is hidden from screen readers: it repeats the wide one."""
     use_log, floor, notes = _log_axis(chart, kind, series)
-    plot = _layout(chart, kind, series, use_log, floor)
+    plot = _layout(chart, kind, series, use_log, floor, width)
     if kind == "line":
         notes += _overlaps(plot)
     marks = _lines(plot) if kind == "line" else _stacked_bars(plot) if kind == "stacked-bar" else _bars(plot)
     kind_word = {"bar": "Bar chart", "stacked-bar": "Stacked bar chart", "line": "Line chart"}[kind]
     aria = f"{kind_word}: {chart.title}" + (f" ({', '.join(s[0] for s in series)})" if len(series) > 1 else "")
-    svg = (f'<svg class="chart-svg" role="img" aria-label="{_e(aria)}" '
-           f'viewBox="0 0 {_WIDTH} {plot.height:.0f}" width="{_WIDTH}" height="{plot.height:.0f}">'
+    variant = ('class="chart-svg chart-wide" role="img"' if width == _WIDTH else
+               'class="chart-svg chart-narrow" aria-hidden="true"')
+    svg = (f'<svg {variant} aria-label="{_e(aria)}" '
+           f'viewBox="0 0 {width} {plot.height:.0f}" width="{width}" height="{plot.height:.0f}">'
            f"<title>{_e(aria)}</title>{plot.legend}{''.join(_axes(chart, plot) + marks)}</svg>")
     return svg, notes
 
@@ -340,20 +350,21 @@ class _Plot:
         return f"<title>{_e(self.labels[i])} · {_e(name)}: {'no value' if v is None else _e(format_cell(v))}</title>"
 
 
-def _layout(chart: Chart, kind: str, series: _Series, use_log: bool, floor: float | None) -> _Plot:
+def _layout(chart: Chart, kind: str, series: _Series, use_log: bool, floor: float | None,
+            width: int = _WIDTH) -> _Plot:
     """Legend on top, y tick labels set the left margin, x labels (maybe rotated) the bottom one."""
     colors = [series_color(name, i) for i, (name, _) in enumerate(series)]
     top = 14.0
     legend, legend_h = ("", 0.0)
     if kind in ("stacked-bar", "line") or len(series) > 1:
-        legend, legend_h = _legend(list(zip([s[0] for s in series], colors, strict=True)), top, 12, _WIDTH - 24,
+        legend, legend_h = _legend(list(zip([s[0] for s in series], colors, strict=True)), top, 12, width - 24,
                                    lines=kind == "line")
     top += legend_h + (10 if legend_h else 0)
     bottom = top + _PLOT_HEIGHT
     yscale = _y_scale(kind, series, floor if use_log else None, top, bottom)
     left = 14 + max(len(_fmt(t)) for t in yscale.ticks) * _CHAR_W + 8 + (18 if chart.y_label else 0)
     labels = [format_cell(x) for x in chart.x]
-    right = _WIDTH - 18.0
+    right = width - 18.0
     left, x_pos, x_ticks, rotate, label_h = _x_axis(chart, kind, labels, left, right)
     nonpositive = any(v is not None and v <= 0 for _, vals in series for v in vals)
     zero_band = 30.0 if use_log and kind != "stacked-bar" and nonpositive else 0.0
@@ -558,9 +569,10 @@ def _marker(plot: _Plot, x: float, y: float, color: str, value: float | None, ti
 # ---------------------------------------------------------------------------------------------- tables
 
 # Where a long token may wrap: after '::' and '/', and after a '.' not followed by a digit (op names,
-# dtype lists, paths; never inside 2.41503). Table cells wrap only at spaces and these points, never
-# mid-word: a table too wide for the page scrolls in its own box instead.
-_BREAK_AFTER = re.compile(r"(::|/|,|\.(?![\d\s]))(?=\S)")
+# dtype lists, paths; never inside 2.41503) nor by a file name's extension (never 'gpt.|py': up to 5
+# letters or digits, then the token's end or a ':' / ')' / ',', issue 42). Table cells wrap only at spaces
+# and these points, never mid-word: a table too wide for the page scrolls in its own box instead.
+_BREAK_AFTER = re.compile(r"(::|/|,|\.(?![\d\s])(?![A-Za-z0-9]{1,5}(?:$|[:),])))(?=\S)")
 
 
 def _breakable(value: Any) -> str:
@@ -582,34 +594,39 @@ def _verdict_class(text: str) -> str | None:
     return f"verdict-{text.lower().replace(' ', '-')}" if text in (*VERDICTS, INCONCLUSIVE) else None
 
 
-def _td(value: Any) -> str:
+def _td(value: Any, label: str) -> str:
+    """A cell; `label` (its column's name) heads it where a phone shows each row as a card."""
+    attr = f' data-label="{_e(label)}"'
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return f'<td class="num">{_e(format_cell(value))}</td>'
+        return f'<td class="num"{attr}>{_e(format_cell(value))}</td>'
     text = format_cell(value)
     # Only a cell that is exactly a route name or a verdict gets its chip, not text that mentions one.
     route = _ROUTE_CANON.get(text.strip().lower(), text.strip().lower())
     if route in ROUTE_COLORS:
-        return f'<td><span class="route route-{route}">{_e(text)}</span></td>'
+        return f'<td{attr}><span class="route route-{route}">{_e(text)}</span></td>'
     verdict = _verdict_class(text.strip())
     if verdict:
-        return f'<td><span class="verdict {verdict}">{_e(text)}</span></td>'
-    return f"<td>{_breakable(text)}</td>"
+        return f'<td{attr}><span class="verdict {verdict}">{_e(text)}</span></td>'
+    return f"<td{attr}>{_breakable(text)}</td>"
 
 
-def _rows(rows: Iterable[Sequence[Any]]) -> str:
-    return "".join("<tr>" + "".join(_td(v) for v in row) + "</tr>" for row in rows)
+def _rows(rows: Iterable[Sequence[Any]], columns: Sequence[str]) -> str:
+    return "".join("<tr>" + "".join(_td(v, str(c)) for v, c in zip(row, columns, strict=False)) + "</tr>"
+                   for row in rows)
 
 
 def _table(table: Table) -> str:
     head = "<thead><tr>" + "".join(f'<th scope="col">{_breakable(c)}</th>' for c in table.columns) + "</tr></thead>"
     caption = f"<caption>{_breakable(table.title)}</caption>" if table.title else ""
     visible, rest = table.rows[:MAX_VISIBLE_ROWS], table.rows[MAX_VISIBLE_ROWS:]
-    out = [f'<div class="table-wrap"><table>{caption}{head}<tbody>{_rows(visible)}</tbody></table></div>']
+    # class "cards": on a phone each row is a card of 'column: value' lines (see _CSS)
+    out = [f'<div class="table-wrap"><table class="cards">{caption}{head}<tbody>{_rows(visible, table.columns)}'
+           f"</tbody></table></div>"]
     if rest:
         out.append(f'<details class="more-rows"><summary>Show {len(rest)} more rows '
                    f"({len(table.rows)} in all)</summary>"
-                   f'<div class="table-wrap"><table>{head}<tbody>{_rows(rest)}</tbody></table></div>'
-                   f"</details>")
+                   f'<div class="table-wrap"><table class="cards">{head}<tbody>{_rows(rest, table.columns)}</tbody>'
+                   f"</table></div></details>")
     if not table.rows:
         out.append('<p class="note">No rows.</p>')
     return "".join(out)
@@ -636,13 +653,21 @@ dl.summary dd { margin: 0; overflow-wrap: break-word; min-width: 0; }
 .warnings ul { margin: 0; padding-left: 20px; }
 nav.toc ol { margin: 0; padding-left: 20px; columns: 2; }
 .text { white-space: pre-wrap; overflow-wrap: break-word; margin: 6px 0; }
-.table-wrap { overflow-x: auto; margin: 8px 0 16px; }
+/* A table wider than its box scrolls in it, and says so: a shadow on each side with more columns (the
+   covers scroll with the content and hide the shadow at an end: pure CSS, the page runs no script). */
+.table-wrap { overflow-x: auto; margin: 8px 0 16px;
+  background: linear-gradient(to right, var(--bg) 30%, rgba(255,255,255,0)),
+    linear-gradient(to left, var(--bg) 30%, rgba(255,255,255,0)) 100% 0,
+    radial-gradient(farthest-side at 0 50%, rgba(0,0,0,.28), rgba(0,0,0,0)),
+    radial-gradient(farthest-side at 100% 50%, rgba(0,0,0,.28), rgba(0,0,0,0)) 100% 0;
+  background-repeat: no-repeat; background-size: 40px 100%, 40px 100%, 16px 100%, 16px 100%;
+  background-attachment: local, local, scroll, scroll; }
 table { border-collapse: collapse; font-size: 13px; min-width: 40%; }
 caption { text-align: left; font-weight: 600; padding: 4px 0; }
 th, td { padding: 3px 10px; border-bottom: 1px solid var(--line); text-align: left; vertical-align: top;
   max-width: 48em; overflow-wrap: normal; word-break: normal; hyphens: manual; }
-thead th { background: var(--alt); }
-tbody tr:nth-child(even) { background: #fbfcfd; }
+thead th { background: rgba(110,130,150,.08); }  /* translucent: the scroll shadows show through */
+tbody tr:nth-child(even) { background: rgba(110,130,150,.03); }
 td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 details > summary { cursor: pointer; color: var(--muted); margin: 4px 0; }
 .route, .verdict { display: inline-block; padding: 0 6px; border-radius: 8px; color: #fff; font-size: 12px;
@@ -658,6 +683,8 @@ ul.notes { margin: 6px 0; padding-left: 22px; } ul.notes li { margin: 3px 0; ove
 figure.chart { margin: 16px 0 24px; padding: 12px; border: 1px solid var(--line); border-radius: 6px; }
 figure.chart figcaption { font-weight: 600; margin-bottom: 6px; }
 .chart-svg { display: block; max-width: 100%; height: auto; font-family: inherit; }
+.chart-narrow { display: none; }
+@media (max-width: @NARROW_BELOW@px) { .chart-wide { display: none; } .chart-narrow { display: block; } }
 .chart-svg text { font-size: 12px; fill: var(--fg); }
 .chart-svg .tick { fill: var(--muted); font-size: 11px; }
 .chart-svg .axis-label { font-size: 12px; font-weight: 600; }
@@ -677,9 +704,18 @@ footer { max-width: 1120px; margin: 24px auto; padding: 12px 20px; color: var(--
   dl.summary { grid-template-columns: minmax(0, 1fr); gap: 0; padding: 10px 12px; }
   dl.summary dd { margin-bottom: 6px; }
   figure.chart { padding: 8px; }
+  /* A table's rows as cards of 'column: value' lines: a 390 px screen has no room for 5 columns, whose
+     narrowest made rows 150-250 px tall and mostly blank, with the evidence column off-screen. */
+  table.cards, table.cards tbody, table.cards tr, table.cards td, table.cards caption { display: block; }
+  table.cards { min-width: 0; }
+  table.cards thead { position: absolute; width: 1px; height: 1px; overflow: hidden; clip-path: inset(50%); }
+  table.cards tr { border: 1px solid var(--line); border-radius: 6px; margin: 0 0 8px; padding: 4px 8px; }
+  table.cards td { border: 0; padding: 1px 0; max-width: none; text-align: left; white-space: normal; }
+  table.cards td::before { content: attr(data-label) ": "; font-weight: 600; color: var(--muted); }
+  table.cards td:empty { display: none; }
 }
 @media print { details { display: block; } }
-"""
+""".replace("@NARROW_BELOW@", str(_NARROW_BELOW))
 
 # Nothing may be fetched: styles are inline, images are data: URLs (the empty favicon stops browsers
 # asking for /favicon.ico), and no script runs (the JSON island is data, not script).
