@@ -130,6 +130,7 @@ class _Accesses(ArgumentHandler):
         self.tensor_aliases: dict[Span, list[str]] = {}
         self.outputs: set[Span] = set()
         self.output_tensors: dict[Span, Any] = {}  # span -> an output tensor there (its storage is watched)
+        self.fresh: set[Span] = set()  # outputs in none of the arguments: new memory, unless the op is a view
 
     def read_arguments(self, op: _Op, args: tuple, kwargs: dict) -> None:
         device = state.tensor_type
@@ -165,9 +166,25 @@ class _Accesses(ArgumentHandler):
 
     def _handle_argument(self, value: Any, is_write: bool, metadata_only: bool, name: str | None = None,
                          is_output: bool = False) -> None:
-        span = _span(value._data)
-        if span is None:
+        if metadata_only and not is_output:
+            return  # (an input the op reads the shape of, or returns a view of: no access, nothing to know)
+        # (`_span`, inline: this runs for every tensor of every op, foreach ops' lists included)
+        data = value._data
+        ptr = data.data_ptr()
+        if not ptr:
             return  # (no memory: nothing to race on)
+        size = data.itemsize
+        start = data.storage_offset() * size
+        if data.is_contiguous():
+            end = start + data.nbytes
+        else:
+            span = _span(data)
+            if span is None:
+                return
+            end = span[2]
+        if end == start:
+            return
+        span = (ptr - start, start, end)
         if is_write:
             self.dataptrs_written.add(span)
         elif not metadata_only:
@@ -175,6 +192,8 @@ class _Accesses(ArgumentHandler):
         aliases = self.tensor_aliases.get(span)
         if aliases is None:
             aliases = self.tensor_aliases[span] = []
+            if is_output:
+                self.fresh.add(span)
         if name is not None:
             aliases.append(name)
         if is_output:
@@ -189,8 +208,8 @@ _INTERNAL = (os.path.dirname(torch.__file__) + os.sep, os.path.dirname(os.path.d
 _internal_files: dict[str, bool] = {}  # file name -> whether it is torch's or torch-fl's
 
 
-def _user_stack() -> list[tuple[Any, int]]:
-    """The innermost frame outside torch and torch-fl, as [(code, instruction offset)]: its line is found, and
+def _user_stack() -> tuple[tuple[Any, int], ...]:
+    """The innermost frame outside torch and torch-fl, as ((code, instruction offset),): its line is found, and
     its text read, only when a report prints it (`_user_frame`; a frame's f_lineno decodes its code's line table
     at every ask, which in a long function or module costs more than the rest of the check). CSAN extracts the
     whole stack at every kernel, which alone makes a step several times slower."""
@@ -204,28 +223,56 @@ def _user_stack() -> list[tuple[Any, int]]:
         if not internal:
             break
         frame = frame.f_back
-    return [] if frame is None else [(frame.f_code, frame.f_lasti)]
+    return () if frame is None else ((frame.f_code, frame.f_lasti),)
+
+
+# An access, as CSAN's `Access` holds it (its fields, in its order: type, seq_num, stream, operator, aliases,
+# is_output, stack_trace) but a tuple of tuples and numbers, the type a bool (a write): one is made for every
+# tensor of every op and many are kept, and such a tuple leaves the garbage collector's lists at its first
+# collection (a dataclass, or a tuple holding a list or an enum, stays tracked: the kept accesses made the
+# collector's full passes a third of a sanitized step). `_access(record)` when a report prints it.
+Record = tuple[bool, int, Any, Any, tuple[str, ...], bool, tuple[Any, ...]]
+_SEQ, _STREAM = 1, 2
+
+
+def _access(record: Record) -> Access:
+    write, seq, stream, operator, aliases, is_output, stack = record
+    return Access(AccessType.WRITE if write else AccessType.READ, seq, stream, operator, list(aliases), is_output,
+                  list(stack))
+
+
+class _Info:
+    """CSAN's TensorInfo of one span: its last write and the reads since."""
+
+    __slots__ = ("reads", "write")
+
+    def __init__(self) -> None:
+        self.write: Record | None = None
+        self.reads: list[Record] = []
 
 
 class _Handler(EventHandler):
-    """CSAN's event handler (its clocks, its tensor accesses, its conflict rule) with `_user_stack`, over
-    spans of allocations: an access is checked against the accesses of every span of its allocation that
-    overlaps it (most allocations are only ever accessed whole: one span, one check)."""
+    """CSAN's event handler (its clocks and its conflict rule: a read conflicts with the last write, a write
+    with the reads since the last write, or with it when there were none; an access is ordered after another
+    when its stream's clock has passed the other's sequence number) with `_user_stack`, over spans of
+    allocations: an access is checked against the accesses of every span of its allocation that overlaps it
+    (most allocations are only ever accessed whole: one span, one check)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.spans: dict[int, set[Span]] = {}  # allocation -> its spans accessed so far
+        self.infos: dict[Span, _Info] = {}
 
     def _overlapping(self, span: Span) -> Any:
         """The spans of `span`'s allocation that overlap it, itself included (made known if it is new)."""
         known = self.spans.get(span[0])
         if known is None:
             self.spans[span[0]] = {span}
-            self.tensors_accessed.create_tensor(span, None)
+            self.infos[span] = _Info()
             return (span,)
         if span not in known:
             known.add(span)
-            self.tensors_accessed.create_tensor(span, None)
+            self.infos[span] = _Info()
         if len(known) == 1:
             return (span,)
         start, end = span[1], span[2]
@@ -233,30 +280,32 @@ class _Handler(EventHandler):
 
     def _handle_kernel_launch(self, stream: Any, read_only: set[Span], read_write: set[Span], outputs: set[Span],
                               operator: Any, tensor_aliases: dict[Span, list[str]]) -> list[Any]:
-        # (CSAN's rule, with its is_ordered_after read inline: an access of the same stream is ordered, one of
-        # another stream is when this stream's clock has passed it)
         errors: list[Any] = []
-        infos = self.tensors_accessed.accesses
+        infos = self.infos
         self.seq_num = seq = self.seq_num + 1
-        self.syncs.update_seq_num(stream, seq)
-        clock = self.syncs.current_sync_states[stream]
+        clocks = self.syncs.current_sync_states
+        clock = clocks.get(stream)
+        if clock is None:
+            self.syncs.create_stream(stream)
+            clock = clocks[stream]
+        clock[stream] = seq
         stack = _user_stack()
         for span in read_only:
-            current = Access(AccessType.READ, seq, stream, operator, tensor_aliases[span], span in outputs, stack)
+            current = (False, seq, stream, operator, tuple(tensor_aliases[span]), span in outputs, stack)
             for other in self._overlapping(span):
                 previous = infos[other].write
-                if previous is not None and previous.stream != stream and \
-                        previous.seq_num > clock.get(previous.stream, -1):
-                    errors.append(UnsynchronizedAccessError(span, None, current, previous))
+                if previous is not None and previous[_STREAM] != stream and \
+                        previous[_SEQ] > clock.get(previous[_STREAM], -1):
+                    errors.append(UnsynchronizedAccessError(span, None, _access(current), _access(previous)))
             infos[span].reads.append(current)
         for span in read_write:
-            current = Access(AccessType.WRITE, seq, stream, operator, tensor_aliases[span], span in outputs, stack)
+            current = (True, seq, stream, operator, tuple(tensor_aliases[span]), span in outputs, stack)
             for other in self._overlapping(span):
                 info = infos[other]
                 for previous in info.reads or (info.write,):
-                    if previous is not None and previous.stream != stream and \
-                            previous.seq_num > clock.get(previous.stream, -1):
-                        errors.append(UnsynchronizedAccessError(span, None, current, previous))
+                    if previous is not None and previous[_STREAM] != stream and \
+                            previous[_SEQ] > clock.get(previous[_STREAM], -1):
+                        errors.append(UnsynchronizedAccessError(span, None, _access(current), _access(previous)))
             info = infos[span]
             info.write, info.reads = current, []
         return errors
@@ -266,9 +315,9 @@ class _Handler(EventHandler):
         # reports name the two accesses, not the allocation)
         self.forget(data_ptr)
 
-    def forget(self, allocation: int) -> list[Any]:
+    def forget(self, allocation: int) -> list[_Info]:
         """Drop what is known of an allocation's accesses; returns their records."""
-        infos = self.tensors_accessed.accesses
+        infos = self.infos
         return [info for span in self.spans.pop(allocation, ()) if (info := infos.pop(span, None)) is not None]
 
 
@@ -326,7 +375,7 @@ class Sanitizer:
         self.active = False
 
     # what streams.py asks
-    def stack(self) -> list[tuple[str, int, str]]:
+    def stack(self) -> tuple[tuple[Any, int], ...]:
         return _user_stack()
 
     def synchronized(self, what: str) -> None:
@@ -368,24 +417,27 @@ class Sanitizer:
         timeline = streams.timeline
         key = streams.current_key(index)
         allocated: dict[int, Any] = {}
-        for span in fresh:
-            allocated.setdefault(span[0], accesses.output_tensors[span])
-        if views:
-            # (a view at a new pointer is not an allocation: counting it one forgot the accesses made through
-            # the allocation before, and freed it on the stream that sliced it)
-            for span in fresh:
-                if span[0] not in self.watched:  # (allocated before the check began: its stream is not known)
-                    self._watch(accesses.output_tensors[span], span[0], key)
-            allocated = {}
+        if fresh:
+            if views:
+                # (a view at a new pointer is not an allocation: counting it one forgot the accesses made through
+                # the allocation before, and freed it on the stream that sliced it)
+                for span in fresh:
+                    if span[0] not in self.watched:  # (allocated before the check began: its stream is unknown)
+                        self._watch(accesses.output_tensors[span], span[0], key)
+            else:
+                for span in fresh:
+                    allocated.setdefault(span[0], accesses.output_tensors[span])
+        written = accesses.dataptrs_written
+        read = accesses.dataptrs_read - written if written else accesses.dataptrs_read
+        handler = self.handler
         with timeline.lock:
             for allocation in allocated:
-                self.handler._handle_memory_allocation(allocation)
+                handler._handle_memory_allocation(allocation)
                 self.recorded.pop(allocation, None)  # (a record_stream of an earlier tensor at this address)
-            self.handler.seq_num = timeline.seq
-            errors = self.handler._handle_kernel_launch(
-                key, accesses.dataptrs_read - accesses.dataptrs_written, accesses.dataptrs_written,
-                accesses.outputs, operator, accesses.tensor_aliases)
-            timeline.seq = self.handler.seq_num
+            handler.seq_num = timeline.seq
+            errors = handler._handle_kernel_launch(key, read, written, accesses.outputs, operator,
+                                                   accesses.tensor_aliases)
+            timeline.seq = handler.seq_num
         for allocation, tensor in allocated.items():
             self._watch(tensor, allocation, key)
         for error in errors:
@@ -434,11 +486,12 @@ class Sanitizer:
         if not found:
             return  # (most frees: nothing used it since the check began)
         syncs = self.handler.syncs
-        for access in [a for info in found for a in (info.write, *info.reads)]:
-            if access is None or access.stream == key or access.stream in recorded:
+        for record in [a for info in found for a in (info.write, *info.reads)]:
+            if record is None or record[_STREAM] == key or record[_STREAM] in recorded:
                 continue
-            if syncs.is_ordered_after(key, access.seq_num, access.stream):
+            if syncs.is_ordered_after(key, record[_SEQ], record[_STREAM]):
                 continue
+            access = _access(record)
             self.report(
                 f"torch-fl stream sanitizer: memory of {backend_name()}:{key[0]} freed while another stream may "
                 f"still use it\n"
@@ -589,7 +642,8 @@ class _Mode(TorchDispatchMode):
             if func is aten.record_stream.default:  # (streams.py's handler tells the sanitizer)
                 return func(*args, **kwargs)
             op = _ops[id(func)] = _Op(func)
-        index = _device_index(args, kwargs)
+        first = args[0] if args else None
+        index = first._index if type(first) is state.tensor_type else _device_index(args, kwargs)
         if index is None:
             if streams.timeline.in_flight:
                 sanitizer.check_host(func, args, kwargs)
@@ -598,10 +652,9 @@ class _Mode(TorchDispatchMode):
             sanitizer.note_host_sync(op.sync)
         accesses = _Accesses()
         accesses.read_arguments(op, args, kwargs)
-        inputs = set(accesses.tensor_aliases)
         outputs = func(*args, **kwargs)
         accesses.read_outputs(op, outputs)
-        sanitizer.launch(op.schema, index, accesses, accesses.outputs - inputs, op.views)
+        sanitizer.launch(op.schema, index, accesses, accesses.fresh, op.views)
         if op.transfer and _blocking_transfer(func, args, kwargs):
             # a blocking copy between host and device ends with a synchronisation of its stream, as
             # PyTorch's CUDA copy does (cudaStreamSynchronize, which CSAN's trace sees): after the copy
