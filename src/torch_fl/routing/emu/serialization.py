@@ -30,6 +30,123 @@ def _register_serialization() -> None:
 
     serialization.register_package(19, tag, restore)
     _register_storage_kernels()
+    _register_jit_save()
+
+
+def _register_jit_save() -> None:
+    """``torch.jit.save`` of a module with tensors on the emulated device. TorchScript's C++ writer copies
+    each tensor's data to the host through ``at::empty({0}, device).set_(tensor.storage(), ...)``: it reads
+    the storage of the tensor itself, which for a wrapper is the memoryless storage PyTorch made with it
+    until the wrapper takes its device storage (storage.py). Each device tensor of the module takes it first,
+    as `untyped_storage()` gives it, so the writer reads the data as it reads a real device's
+    (torch_musa's tests/unittest/jit/test_jit_save_load.py saves a traced model on the device)."""
+    from torch.jit._script import RecursiveScriptModule, ScriptModule
+
+    def with_device_storages(module: Any) -> None:
+        for value in module.state_dict(keep_vars=True).values():
+            if isinstance(value, EmuTensor):
+                value.untyped_storage()
+
+    def wrapped(plain: Any) -> Any:
+        def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+            with_device_storages(self)
+            return plain(self, *args, **kwargs)
+
+        method._torchfl = True  # type: ignore[attr-defined]
+        return method
+
+    # (ScriptModule holds copies of RecursiveScriptModule's methods: traced modules are ScriptModules)
+    for cls in (RecursiveScriptModule, ScriptModule):
+        for name in ("save", "save_to_buffer"):
+            plain = cls.__dict__.get(name)
+            if plain is not None and not getattr(plain, "_torchfl", False):
+                setattr(cls, name, wrapped(plain))
+    if "_apply" not in ScriptModule.__dict__:
+        ScriptModule._apply = _script_apply  # type: ignore[method-assign]
+    import torch.jit._serialization as jit_serialization
+
+    if not getattr(jit_serialization.load, "_torchfl", False):
+        plain_load = jit_serialization.load
+
+        def load(f: Any, map_location: Any = None, _extra_files: Any = None, _restore_shapes: bool = False) -> Any:
+            return _jit_load(plain_load, f, map_location, _extra_files, _restore_shapes)
+
+        load._torchfl = True  # type: ignore[attr-defined]
+        load.__doc__ = plain_load.__doc__
+        jit_serialization.load = torch.jit.load = load
+
+
+def _jit_load(plain: Any, f: Any, map_location: Any, extra_files: Any, restore_shapes: bool) -> Any:
+    """``torch.jit.load`` where tensors are restored onto the emulated device (saved there, or ``map_location``
+    naming it). TorchScript's C++ reader makes such a tensor with ``at::empty({0}, device)`` and sets its storage
+    on the TensorImpl itself, past the dispatcher, so the wrapper kept its empty data (every parameter came back
+    with size 0). The tensors are read on the host and moved where the reader put them, as a real device's
+    reader copies them there."""
+    where = None if map_location is None else torch.device(map_location) if not isinstance(map_location, dict) \
+        else None
+    if where is not None and where.type != backend_name():
+        return plain(f, map_location, extra_files, restore_shapes)
+    if not isinstance(f, (str, bytes)) and not hasattr(f, "__fspath__"):
+        import io
+
+        f = io.BytesIO(f.read())  # (read twice below)
+    module = plain(f, map_location, extra_files, restore_shapes)
+    placed = [(name, t) for name, t in (*module.named_parameters(), *module.named_buffers())
+              if isinstance(t, EmuTensor)]
+    if not placed:
+        return module
+    if hasattr(f, "seek"):
+        f.seek(0)
+    host = plain(f, "cpu", None, restore_shapes)
+    on_host = dict((*host.named_parameters(), *host.named_buffers()))
+    with torch.no_grad():
+        for name, tensor in placed:
+            prefix, _, leaf = name.rpartition(".")
+            owner = module
+            for part in prefix.split(".") if prefix else ():  # (ScriptModules have no get_submodule)
+                owner = getattr(owner, part)
+            value = on_host[name].to(tensor.device)
+            if leaf in owner._parameters:
+                owner._parameters[leaf] = torch.nn.Parameter(value, requires_grad=tensor.requires_grad)
+            else:
+                owner._buffers[leaf] = value
+    return module
+
+
+def _script_apply(self: Any, fn: Any, recurse: bool = True) -> Any:
+    """``script_module.to(device)`` where a tensor of the emulated device takes part. nn.Module._apply would swap
+    the moved tensor into each Parameter object (an EmuTensor is a wrapper subclass: torch.utils.swap_tensors),
+    which a TorchScript module refuses: its C++ object holds each parameter too ("Couldn't swap
+    RecursiveScriptModule.weight"). On a real device the move takes PyTorch's other path, a new Parameter in
+    the module's slot (the C++ attribute the graph reads); so here. A tensor already where `fn` puts it stays."""
+    own = [*self._parameters.items(), *self._buffers.items()]
+    tensors = [t for _, t in own if t is not None]
+    with torch.no_grad():
+        moved = [fn(t) for t in tensors]
+    if not any(isinstance(t, EmuTensor) for t in (*tensors, *moved)):
+        return torch.nn.Module._apply(self, fn, recurse)
+    if recurse:
+        for module in self.children():
+            module._apply(fn)
+    applied = iter(moved)
+    for key, param in list(self._parameters.items()):
+        if param is None:
+            continue
+        value = next(applied)
+        if value is param:
+            continue
+        fresh = torch.nn.Parameter(value, requires_grad=param.requires_grad)
+        if param.grad is not None:
+            with torch.no_grad():
+                fresh.grad = fn(param.grad)
+        self._parameters[key] = fresh
+    for key, buffer in list(self._buffers.items()):
+        if buffer is None:
+            continue
+        value = next(applied)
+        if value is not buffer:
+            self._buffers[key] = value
+    return self
 
 
 _libraries: list[Any] = []

@@ -518,6 +518,8 @@ class _Plan:
     def __init__(self, func: Any) -> None:
         self.func = func  # (holds the op, so its id stays its own)
         self.special = SPECIAL.get(func)
+        if self.special is None and _device_kernel_registered(func):
+            self.special = _device_kernel
         if self.special is None and _composite(func):
             self.special = _decompose
         # the CPU kernel, or the reference math of a chip kernel the CPU lacks (routing/reference.py)
@@ -696,6 +698,25 @@ def _composite(func: Any) -> bool:
         func.name().removeprefix("aten::") not in composites.OPS
 
 
+# PyTorch's own namespaces: their PrivateUse1 kernels are the emulator's (factories.py), never a user's
+_TORCH_NAMESPACES = frozenset({"aten", "prims", "prim", "_c10d_functional", "c10d", "_quantized", "quantized"})
+_PRIVATEUSE1 = torch._C.DispatchKeySet(torch._C.DispatchKey.PrivateUse1)
+
+
+def _device_kernel_registered(func: Any) -> bool:
+    """A kernel of an op of a library of its own registered for the device's key (``torch.library.Library(ns,
+    "DEF").impl(name, fn, "PrivateUse1")``, or the vendor's key name, as torch_musa's tests/unittest/miscs/
+    test_torch_library.py registers one for "MUSA"): the device runs that kernel, as a real backend does."""
+    return getattr(func, "namespace", "aten") not in _TORCH_NAMESPACES and \
+        torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "PrivateUse1")
+
+
+def _device_kernel(func: Any, args: tuple, kwargs: dict) -> Any:
+    """Call the kernel registered for the device's key with the device tensors themselves (the Python key,
+    which brought the call here, sits above it; the CPU data would reach the op's CPU kernel, which it lacks)."""
+    return torch.library.get_kernel(func, "PrivateUse1").call_boxed(_PRIVATEUSE1, *args, **kwargs)
+
+
 def _decompose(func: Any, args: tuple, kwargs: dict) -> Any:
     return func.decompose(*args, **kwargs)
 
@@ -816,6 +837,65 @@ def _check_outputs(func: Any, route: Route, args: tuple, kwargs: dict, out: Any)
 
 # Ops with a handler of their own (the other modules of the emulator add theirs).
 SPECIAL: dict[Any, Callable[[Any, tuple, dict], Any]] = {}
+
+
+# The vendor's own check of a convolution's devices, where its kernel words it (what a device mismatch of the
+# input and weight raises on the chip): torch_musa/csrc/aten/ops/Conv.cpp `Convolution` (convolution_overrideable,
+# which aten::convolution and aten::_convolution reach on the chip) checks the devices before anything else.
+_CONV_MISMATCH = {
+    "musa": "Expected weight tensor and input tensor to be on the same MUSA device, but got weight on {weight} "
+            "and input on {input}",
+}
+_CONVOLUTIONS = (aten.convolution.default, aten._convolution.default)
+_plain_plans: dict[int, _Plan] = {}
+
+
+def _convolution(func: Any, args: tuple, kwargs: dict) -> Any:
+    """A convolution on the device. While torch.jit.trace runs, ``aten::convolution`` goes on as its
+    CompositeExplicitAutograd kernel does, to ``aten::_convolution`` with the cuDNN flags: PyTorch's tracer never
+    records convolution itself (torchgen's DONT_RECORD_TRACE), only what it calls. On a real device that call passes
+    the tracer; here the Python key took convolution before its kernel, so the trace missed the op and kept its
+    result as a constant (torch_musa's tests/unittest/jit/test_jit_save_load.py: "Cannot insert a Tensor that
+    requires grad as a constant")."""
+    if len(args) > 1 and isinstance(args[0], torch.Tensor) and isinstance(args[1], torch.Tensor) and \
+            args[0].device != args[1].device and state.description is not None:
+        text = _CONV_MISMATCH.get(wider.chip_key(state.description))
+        if text is not None:
+            raise RuntimeError(text.format(weight=args[1].device, input=args[0].device))
+    plan = _plain_plans.get(id(func))
+    if plan is None:
+        plan = _plain_plans[id(func)] = _Plan(func)
+        plan.special = None
+    out = _dispatch_planned(plan, func, args, kwargs)
+    tracing = torch._C._get_tracing_state()
+    if func is aten.convolution.default and tracing is not None:
+        _trace_convolution(tracing, args, kwargs, out)
+    return out
+
+
+def _trace_convolution(tracing: Any, args: tuple, kwargs: dict, out: torch.Tensor) -> None:
+    """Record ``aten::_convolution`` in the trace for `out`, as the tracer records it where convolution's
+    kernel calls it (Python dispatch excludes the Tracer key, so the call made here would not be seen)."""
+    cudnn = torch.backends.cudnn
+    schema = aten.convolution.default._schema.arguments
+    values = [args[i] if i < len(args) else kwargs.get(a.name, a.default_value) for i, a in enumerate(schema)]
+    values += [cudnn.benchmark, cudnn.deterministic or torch.are_deterministic_algorithms_enabled(),
+               cudnn.enabled, cudnn.allow_tf32]
+    graph = tracing.graph()
+    inputs = []
+    for value in values:
+        if isinstance(value, torch.Tensor):
+            inputs.append(torch._C._get_value_trace(value))
+        else:
+            inputs.append(graph.insertConstant(list(value) if isinstance(value, tuple) else value))
+    node = graph.create("aten::_convolution", inputs, 1)
+    graph.insertNode(node)
+    node.output().inferTypeFrom(out)
+    torch._C._set_value_trace(out, node.output())
+
+
+for _conv in _CONVOLUTIONS:
+    SPECIAL[_conv] = _convolution
 
 
 state.tensor_type = EmuTensor
