@@ -217,7 +217,8 @@ def test_the_device_layer_imports_nothing_of_routing_not_even_inside_a_function(
 
 def test_the_device_layer_without_its_emulator_port_says_so(monkeypatch):
     import torch_fl.device as d
+    from torch_fl._state import process
 
-    monkeypatch.setattr(d, "_emulator", None)
+    monkeypatch.setattr(process, "emulator", None)
     with pytest.raises(torch_fl.TorchFLError, match="emulator port is not set"):
         d.emulated_devices(create=True)

@@ -50,10 +50,70 @@ def test_repeated_device_call_without_fl_device_is_at_most_100_calls(tmp_path):
 
 
 @pytest.mark.slow
-def test_repeated_device_call_on_an_emulated_chip_stays_small(tmp_path):
-    # FL_EMU_DEVICES is read again on every call (a test may change it); that read is most of the count
-    assert _calls_per_device(tmp_path, "emu:npu") <= 120
-    assert _calls_per_device(tmp_path, "", "emu:npu") <= 120
+def test_repeated_device_call_on_an_emulated_chip_is_at_most_100_calls(tmp_path):
+    # (before: 130, then 108; FL_EMU_DEVICES is read again on every call: a test may change it)
+    assert _calls_per_device(tmp_path, "emu:npu") <= 100
+    assert _calls_per_device(tmp_path, "", "emu:npu") <= 100
+
+
+FIRST_OP = textwrap.dedent("""
+    import json, sys, torch, torch_fl
+    dev = torch.fl.device()
+    before = set(sys.modules)
+    x = torch.ones(4, device=dev, requires_grad=True)
+    (x * 2).sum().backward()
+    loaded = set(sys.modules) - before
+    print(json.dumps({"device": str(dev), "dtensor": "torch.distributed.tensor" in loaded,
+                      "sympy": "sympy" in loaded, "grad": x.grad.tolist()}))
+""")
+
+
+@pytest.mark.slow
+def test_the_emulated_devices_first_ops_import_neither_dtensor_nor_sympy(tmp_path):
+    # PyTorch's C++ checks whether a wrapper subclass is a DTensor at its first __torch_dispatch__ unless
+    # a dispatch rule is registered for the op (register.register_dispatch_rules): 519 modules, ~0.5 s
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FL_")}
+    env.update(FL_DEVICE="emu:npu", OMP_NUM_THREADS="1", HOME=str(tmp_path), XDG_CONFIG_HOME=str(tmp_path))
+    done = subprocess.run([sys.executable, "-c", FIRST_OP], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert found == {"device": "npu:0", "dtensor": False, "sympy": False, "grad": [2.0] * 4}
+
+
+HOST_MODE = textwrap.dedent("""
+    import json, sys, torch, torch_fl
+    x = torch.ones(4)
+    with torch_fl.emulate("npu", host=True):  # the dispatch-mode emulator, checking host tensors
+        before = set(sys.modules)
+        y = (x * 2).sum()
+    loaded = set(sys.modules) - before
+    print(json.dumps({"dynamo": "torch._dynamo" in loaded, "sympy": "sympy" in loaded, "y": y.item()}))
+""")
+
+
+@pytest.mark.slow
+def test_the_dispatch_mode_emulators_first_op_imports_neither_dynamo_nor_sympy(tmp_path):
+    # PyTorch wraps a TorchDispatchMode's __torch_dispatch__ in torch._disable_dynamo unless the mode says
+    # otherwise, and its first call imports torch._dynamo (822 modules); the emulator's mode skips Dynamo by
+    # a code flag instead (routing/emu/mode.py)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FL_")}
+    env.update(OMP_NUM_THREADS="1", HOME=str(tmp_path), XDG_CONFIG_HOME=str(tmp_path))
+    done = subprocess.run([sys.executable, "-c", HOST_MODE], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == {"dynamo": False, "sympy": False, "y": 8.0}
+
+
+def test_the_first_device_call_builds_no_native_set_and_lists_no_routed_op():
+    # issue 43: the first torch.fl.device() cost ~150 ms, most of it deciding every aten overload's route
+    # for the CPU key; the key's fallback serves the kernelless ops, a setting names the others
+    torch_fl.reset()
+    torch_fl.device()
+    active = torch_fl.routing.active()
+    assert "_native" not in vars(active.table) and active.installation._ops is None
+    assert "aten::_cudnn_rnn.default" in active.installation.kernelless  # listed when asked
+    assert "_native" in vars(active.table)
 
 
 def test_a_project_config_created_after_a_lookup_is_seen(tmp_path, monkeypatch):

@@ -13,7 +13,6 @@ import functools
 import logging
 import re
 import sys
-import threading
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -21,6 +20,7 @@ import torch
 
 from . import _env, plugins
 from ._names import EMULATION_PREFIX, VIRTUAL_ID
+from ._state import process
 from .description import registry
 from .description.model import Description
 from .errors import ConfigError, DeviceNotFoundError, TorchFLError, did_you_mean
@@ -30,11 +30,10 @@ _log = logging.getLogger("torch_fl.device")
 
 
 def is_emulated(dev: torch.device) -> bool:
-    """Whether `dev` is an emulated device (its type is the borrowed PrivateUse1 slot's name,
-    routing.emu.slot.backend_name()). Before the emulator's module loads no emulated device can exist,
-    so real devices never pay for importing it."""
-    slot = sys.modules.get("torch_fl.routing.emu.slot")
-    return slot is not None and dev.type == slot.backend_name()
+    """Whether `dev` is an emulated device: its type is the one the emulator borrowed PyTorch's PrivateUse1
+    slot as (the process state's `emulated_type`, written at registration; '' before, when no emulated
+    device can exist), so real devices never import the emulator to be told so."""
+    return dev.type == process.emulated_type
 
 
 @dataclass(frozen=True)
@@ -45,28 +44,17 @@ class Backend:
     source: str  # 'FL_BACKEND', a config file path, or 'auto-detected'
 
 
-_lock = threading.Lock()
-_backend: Backend | None = None
-
-
 def backend() -> Backend:
-    """The selected backend (detected once per process; `reset` forgets it)."""
-    global _backend
-    if _backend is None:
-        with _lock:
-            if _backend is None:
+    """The selected backend (detected once per process, kept in the process state; `torch.fl.reset()`
+    forgets it)."""
+    found = process.backend
+    if found is None:
+        with process.lock:
+            found = process.backend
+            if found is None:
                 desc, source = plugins.detect()
-                _backend = Backend(desc, source)
-    return _backend
-
-
-def forget() -> None:
-    """Forget the detected backend and discovered descriptions (after changing FL_* variables).
-    ``torch.fl.reset()`` (routing/current.py) deactivates routing first and then calls this."""
-    global _backend
-    with _lock:
-        _backend = None
-    registry.reload()
+                found = process.backend = Backend(desc, source)
+    return found
 
 
 class Emulator(Protocol):
@@ -77,23 +65,20 @@ class Emulator(Protocol):
     def last_chip(self) -> Description | None: ...  # the chip the emulated device last ran as
     def available(self, check: bool) -> bool: ...  # whether the emu device can exist in this process
     def unavailable_reason(self) -> str: ...
-    def ensure(self, count: int, chip: Description | None) -> None: ...  # register emu:0..count-1
+    def ensure(self, count: int, chip: Description | None) -> bool: ...  # register emu:0..count-1; changed?
     def devices(self) -> list[torch.device]: ...
 
 
-_emulator: Emulator | None = None
-
-
 def use_emulator(emulator: Emulator) -> None:
-    global _emulator
-    _emulator = emulator
+    process.emulator = emulator
 
 
 def _emu() -> Emulator:
-    if _emulator is None:  # (torch_fl/__init__.py imports routing.current, which sets it)
+    emulator = process.emulator
+    if emulator is None:  # (torch_fl/__init__.py imports routing.current, which sets it)
         raise TorchFLError("internal error: the emulator port is not set; import torch_fl, not "
                            "torch_fl.device alone")
-    return _emulator
+    return emulator
 
 
 def _parse_physical(text: str, origin: str) -> torch.device:
@@ -189,17 +174,31 @@ def _not_found(text: str, origin: str, mapping: dict[str, torch.device], why: st
 class ResolvedDevice:
     """One device spec, resolved once: what it names, the torch.device, and the governing description.
 
-    Resolving is pure (`resolve_spec`): nothing is activated. The facade (`torch.fl.device()`,
-    `torch.fl.activate`, `torch.fl.emulate`) activates routing for it as a separate step.
+    Resolving is pure (`resolve_spec`): nothing is activated, and nothing registered. The facade
+    (`torch.fl.device()`, `torch.fl.activate`, `torch.fl.emulate`) activates routing for it as a separate
+    step; an emulated chip's device is registered (PyTorch's PrivateUse1 slot borrowed, once per process)
+    at the first use of `device`.
     """
 
     spec: str                 # the text resolved ('acc0', 'cuda:1', 'emu:minimal', './chip.toml')
-    device: torch.device      # the real torch.device tensors go to
+    known: torch.device | None = field(repr=False)  # the device when it exists (None: an emulated chip's,
+                                                    # registered at the first use of `device`)
     emulated: bool            # an emulated chip (emu:NAME): the data lives in CPU memory
     source: str               # where the mapping came from: 'FL_DEVICE_MAP', a config path,
                               # 'auto-detected', 'physical name', 'emulation', 'description file'
     origin: str = "argument"  # where the spec came from: 'argument', 'FL_DEVICE', a config path, 'default'
     governed_by: Description | None = field(default=None, repr=False)
+
+    @property
+    def device(self) -> torch.device:
+        """The real torch.device tensors go to. An emulated chip's registers the emulated backend on first
+        use; where PrivateUse1 belongs to a vendor plugin, the emulated chip is the CPU under a dispatch mode."""
+        found = self.known
+        if found is None:
+            devices = emulated_devices(create=True, chip=self.governed_by)
+            found = devices[0] if devices else torch.device("cpu")
+            object.__setattr__(self, "known", found)  # (frozen: the device is fixed once it exists)
+        return found
 
     @property
     def id(self) -> str:
@@ -271,10 +270,12 @@ def _emulated(text: str, origin: str) -> ResolvedDevice:
         if index >= len(emulated_devices()):
             raise _not_found(text, origin, device_map(), "does not exist")
         return ResolvedDevice(text, emulated_devices()[index], True, "physical name", origin)
-    desc = registry.get(name)  # validates the name ("did you mean" on typos)
-    devices = emulated_devices(create=True, chip=desc)
-    # Where PrivateUse1 belongs to a vendor plugin, the emulated chip is the CPU under a dispatch mode.
-    return ResolvedDevice(text, devices[0] if devices else torch.device("cpu"), True, "emulation", origin, desc)
+    known = process.descriptions  # (a name found at once: torch.fl.device() resolves it on every call)
+    desc = known.get(name) if known is not None else None
+    if desc is None:
+        desc = registry.get(name)  # a path, or not discovered yet; validates the name ("did you mean")
+    # pure: the emulated device is registered at the first use of .device (ResolvedDevice.device)
+    return ResolvedDevice(text, None, True, "emulation", origin, desc)
 
 
 def emulated_devices(create: bool = False, chip: Description | None = None, *,
@@ -283,11 +284,12 @@ def emulated_devices(create: bool = False, chip: Description | None = None, *,
     (PyTorch's PrivateUse1 slot) on first use. Empty when it is not registered, or when a vendor plugin
     owns PrivateUse1. `check`: run the emulator's autograd check (one backward) if still pending;
     registration at import leaves it to the device's first use."""
-    emu = _emu()
-    if create and emu.available(check):
-        # the first registration names the slot after the chip (npu:0 for emu:npu; routing/emu/vendor.py)
-        emu.ensure(_emu_count(), chip if chip is not None else _emulated_chip())
-    if not emu.available(check):
+    emu = process.emulator or _emu()  # (_emu: the error when it is not set)
+    available = emu.available(check)
+    # the first registration names the slot after the chip (npu:0 for emu:npu; routing/emu/vendor.py)
+    if create and available and emu.ensure(_emu_count(), chip if chip is not None else _emulated_chip()):
+        available = emu.available(check)  # (a registration leaves its autograd check to the first use)
+    if not available:
         if create and emu.unavailable_reason() not in _warned:
             _warned.add(emu.unavailable_reason())
             _log.warning("emulated chips run on the CPU under a dispatch mode (host work is checked too, and "
@@ -338,7 +340,7 @@ def emulating(default: str | None = None) -> Description | None:
     """The emulated chip this process runs as: the default device's (FL_DEVICE or config emu:NAME), else
     the active torch.fl.emulate(); None when it runs on real devices. `default`: the default device id,
     when the caller has read it already."""
-    active = _emu().active_chip()
+    active = (process.emulator or _emu()).active_chip()
     if active is not None:
         return active
     text = (_default_id()[0] if default is None else default).strip()

@@ -18,6 +18,7 @@ from importlib import metadata
 from pathlib import Path
 
 from .. import _env, _toml
+from .._state import process
 from ..errors import DescriptionError, UnknownDescriptionError, did_you_mean
 from . import loader
 from .loader import load, parse, read_raw, read_text
@@ -27,8 +28,8 @@ ENTRY_POINT_GROUP = "torch_fl.devices"
 BUILTIN_DIR = Path(__file__).parent / "builtin"
 _log = logging.getLogger("torch_fl.description")
 _lock = threading.Lock()
-_state: dict[str, Description] | None = None
-_shadowed: dict[str, tuple[str, str]] = {}
+# What is discovered is the process's state (torch_fl/_state.py: `process.descriptions`, `process.shadowed`).
+_shadowed: dict[str, tuple[str, str]] = process.shadowed
 
 
 def _entry_point_paths() -> Iterable[tuple[str, Path]]:
@@ -182,19 +183,19 @@ def shadowed() -> dict[str, tuple[str, str]]:
 
 def descriptions() -> dict[str, Description]:
     """Every known description by name (discovered once; see `reload`)."""
-    global _state
-    if _state is None:
+    found = process.descriptions
+    if found is None:
         with _lock:
-            if _state is None:
-                _state = _discover()
-    return _state
+            found = process.descriptions
+            if found is None:
+                found = process.descriptions = _discover()
+    return found
 
 
 def reload() -> None:
     """Forget discovered descriptions so the next call rediscovers them (after changing FL_* vars)."""
-    global _state
     with _lock:
-        _state = None
+        process.descriptions = None
         _shadowed.clear()
 
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from .. import _env
+from .._state import process
 from ..description.fallback import vendor_fallback
 from ..description.model import Description
 from .table import KernelEntry, RouteTable, current_overrides
@@ -23,7 +24,8 @@ if TYPE_CHECKING:
     from ..device import ResolvedDevice
 
 lock = threading.RLock()
-kernels: dict[str, list[KernelEntry]] = {}  # torch.fl.register_kernel's, shared with every RouteTable
+# The state itself is the process's (torch_fl/_state.py); these names are its parts, never rebound.
+kernels: dict[str, list[KernelEntry]] = process.kernels  # torch.fl.register_kernel's, shared with every RouteTable
 
 
 @dataclass
@@ -40,12 +42,12 @@ class Activation:
         return self.table.description
 
 
-stack: list[Activation] = []  # emulate() can nest over an activated device; the last is the innermost
+stack: list[Activation] = process.activations  # emulate() can nest over an activated device; the last is the innermost
 
 # The route tables of past activations, by description (identity) and the user's overrides: a table
 # memoises its decisions, so entering emulate() again around each step (or each test) decides each op
 # once, not once per entry. A kernel registered or removed empties it (refresh).
-_tables: dict[tuple[int, tuple], tuple[Description, RouteTable]] = {}
+_tables: dict[tuple[int, tuple], tuple[Description, RouteTable]] = process.tables
 
 
 def active() -> Activation | None:

@@ -1,7 +1,9 @@
 """The one runtime object: which device this process runs on, and whether routing is active for it.
 
 Resolving a device spec is pure (``torch_fl.device.resolve_spec``: no routing imported, nothing
-activated). What acts on the process is `runtime`, the one owner of that state:
+activated, nothing registered: an emulated chip's device is registered at the first use of its
+``.device``). What acts on the process is `runtime`, the one owner of its state (`runtime.state`, the
+process state of torch_fl/_state.py, where every layer keeps its part):
 
 - ``torch.fl.device()`` is ``runtime.use``: it resolves, and the first time it meets the process's own
   device (the backend's type, or an emulated chip) it activates routing for it;
@@ -10,64 +12,67 @@ activated). What acts on the process is `runtime`, the one owner of that state:
 - with ``FL_DEVICE=emu:NAME`` set before the process starts, ``import torch_fl`` registers the emulated
   device (`register_early`) and routing activates at that device's first tensor, for code that never
   calls ``torch.fl.device()`` (``x.npu()``, a library's own device choice);
-- ``torch.fl.reset()`` deactivates and forgets the detected backend (`reset`).
+- ``torch.fl.reset()`` deactivates and forgets the detected backend, the descriptions and the route
+  tables (`reset`, one call for all of it).
 
 The device layer asks the emulator through the port set here (`device.use_emulator`), so it never
-imports routing: the emulated device registers when a spec names an emulated chip.
+imports routing: the emulated device registers when a resolved emulated chip's device is first used.
 """
 
 from __future__ import annotations
 
-import functools
 import threading
-from types import ModuleType
+from typing import Any, ClassVar
 
 import torch
 
 from .. import device as _device
 from .._names import EMULATION_PREFIX
+from .._state import ProcessState, process
 from ..description.model import Description
 from . import activation
 
 
 class _EmulatorPort:
     """What the device layer asks the emulator (device.Emulator), answered from routing/emu: loaded only
-    when a spec names an emulated chip, so real devices never import it."""
+    when a spec names an emulated chip, so real devices never import it. Its first question loads it and
+    binds routing/emu's functions as the port's own attributes: torch.fl.device() asks the port five times
+    a call, and a forwarding method (or a function-level import) would add calls to each."""
 
-    @functools.cached_property
-    def _emu(self) -> ModuleType:
-        # imported once, then an attribute: a function-level import costs three calls every time, and
-        # torch.fl.device() asks the port four times a call
+    _BOUND: ClassVar[dict[str, str]] = {"last_chip": "chip", "available": "available", "unavailable_reason": "unavailable_reason",
+              "ensure": "ensure", "devices": "devices"}
+
+    def __getattr__(self, name: str) -> Any:
+        if name not in self._BOUND:
+            raise AttributeError(name)
         from . import emu
 
-        return emu
+        for attribute, function in self._BOUND.items():
+            setattr(self, attribute, getattr(emu, function))
+        return getattr(self, name)
 
     def active_chip(self) -> Description | None:
         current = activation.active()
         return current.description if current is not None and current.emulated else None
 
-    def last_chip(self) -> Description | None:
-        return self._emu.chip()
-
-    def available(self, check: bool) -> bool:
-        return self._emu.available(check)
-
-    def unavailable_reason(self) -> str:
-        return self._emu.unavailable_reason()
-
-    def ensure(self, count: int, chip: Description | None) -> None:
-        self._emu.ensure(count, chip)
-
-    def devices(self) -> list[torch.device]:
-        return self._emu.devices()
-
 
 class Runtime:
-    """The process's device and its routing: activated once, by the first use of the device."""
+    """The process's device and its routing: activated once, by the first use of the device. It owns the
+    process's state (`state`, torch_fl/_state.py: descriptions, backend, activations, kernels, route tables,
+    the emulated devices): `reset` forgets it in one call."""
 
-    def __init__(self) -> None:
+    def __init__(self, state: ProcessState) -> None:
         self._lock = threading.RLock()  # (activation may resolve devices again)
-        self.activated = False  # routing was activated for the process's device (reset() clears it)
+        self.state = state
+
+    @property
+    def activated(self) -> bool:
+        """Whether routing was activated for the process's device (reset() clears it)."""
+        return self.state.activated
+
+    @activated.setter
+    def activated(self, value: bool) -> None:
+        self.state.activated = value
 
     @property
     def active(self) -> activation.Activation | None:
@@ -80,7 +85,7 @@ class Runtime:
         if isinstance(spec, torch.device):
             return spec
         resolved = _device.resolve_spec(spec)
-        if not self.activated and (resolved.emulated
+        if not self.state.activated and (resolved.emulated
                                    or resolved.device.type == _device.backend().description.device_type):
             # the process's backend device or an emulated chip; a physical name of another type (cuda:1 on
             # a CPU machine) passes through untouched
@@ -105,12 +110,14 @@ class Runtime:
             self.use(None)
 
     def reset(self) -> None:
-        """Deactivate routing and forget the detected backend and discovered descriptions (after changing
-        FL_* variables); the next ``torch.fl.device()`` activates routing again."""
+        """Deactivate routing and forget the detected backend, the discovered descriptions and the route
+        tables built from them (after changing FL_* variables); the next ``torch.fl.device()`` activates
+        routing again. Registered kernels stay (their handles remove them), and so do the emulated devices
+        (PyTorch cannot unregister a backend)."""
         activation.deactivate()
         with self._lock:
             self.activated = False
-        _device.forget()
+            self.state.forget()
 
     def register_early(self) -> None:
         """With FL_DEVICE=emu:NAME set before the process starts, register the emu device at import:
@@ -137,6 +144,6 @@ class Runtime:
         emu.state.activate_at_first_tensor = self.activate_default
 
 
-runtime = Runtime()
+runtime = Runtime(process)
 use_device = runtime.use  # torch.fl.device(): resolve, and activate routing at the first use
 _device.use_emulator(_EmulatorPort())

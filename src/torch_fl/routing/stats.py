@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import _toml
+from .._state import process
 from ..errors import RouteLogError
 
 log = logging.getLogger("torch_fl.dispatch")
@@ -75,10 +76,10 @@ def transfers() -> dict[str, int]:
     """Copies between host and emulated device (bytes and calls each way) and syncs (.item(), .cpu(),
     .tolist(), printing a device tensor) so far. Real devices are not counted (zeros): only an emulated
     device sees every copy without slowing it down."""
-    emu = sys.modules.get("torch_fl.routing.emu")
-    if emu is None:
+    read = process.transfers  # (set when the emulator loads)
+    if read is None:
         return {"h2d_bytes": 0, "h2d_calls": 0, "d2h_bytes": 0, "d2h_calls": 0, "syncs": 0}
-    return emu.transfers()
+    return read()
 
 
 def route_stats() -> RouteStats:
@@ -106,9 +107,8 @@ def reset_route_stats() -> None:
         _counts.clear()
         _seconds.clear()
         _top_level.clear()
-    emu = sys.modules.get("torch_fl.routing.emu")
-    if emu is not None:
-        emu.reset_transfers()
+    if process.reset_transfers is not None:
+        process.reset_transfers()
 
 
 def set_context(device: str, description: str) -> None:

@@ -38,6 +38,8 @@ be a device: emulation then falls back to the dispatch mode (``mode.py``), which
 
 from __future__ import annotations
 
+from ..._state import process
+
 # attention, copies and serialization add their ops to the tensor's dispatch table when imported
 from . import attention, copies, serialization  # noqa: F401
 from .memory import (
@@ -63,6 +65,9 @@ from .slot import (
     unavailable_reason,
 )
 from .tensor import EmuTensor, to_host
+
+# route_stats() reports the copy counters (routing/stats.py reads them through the process state)
+process.transfers, process.reset_transfers = transfers, reset_transfers
 
 __all__ = [
     "DeviceEmulation", "EmuTensor", "available", "backend_name", "borrowed", "chip", "device", "devices",

@@ -25,9 +25,17 @@ from ..._names import RouteKind
 from ..._opnames import canonical_op_name
 from ..router import Router, first_dtype
 from ..table import Route, foreign_output_dtype
+from .tensor import never_traced
 
 
 class EmulationMode(TorchDispatchMode):
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # PyTorch wraps a mode's __torch_dispatch__ in torch._disable_dynamo, whose first call imports
+        # torch._dynamo (822 modules, sympy and DTensor among them, ~1 s at the first emulated op); the code
+        # flag below skips Dynamo the same way, recursively, without importing it (issue 43)
+        return False
+
     def __init__(self, router: Router):
         super().__init__()
         self.router = router
@@ -56,6 +64,9 @@ class EmulationMode(TorchDispatchMode):
         if produced is not None:
             raise self.router.error(op, args, kwargs, Route(RouteKind.UNSUPPORTED, route.source),
                                     f"it produces {produced}, which is not in precision.dtypes")
+
+
+never_traced(EmulationMode.__torch_dispatch__.__code__)  # (as EmuTensor's: Dynamo runs it as it is)
 
 
 class Emulation:

@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from ..._state import process
 from . import (
     accel_memory,
     attention,
@@ -38,17 +39,20 @@ from .tensor import never_traced
 _lock = threading.Lock()
 
 
-def ensure(count: int, chip: Any = None) -> None:
+def ensure(count: int, chip: Any = None) -> bool:
     """Register the ``emu`` backend (once: PyTorch cannot unregister a backend) with `count` devices
     (FL_EMU_DEVICES; a later call sets the count again). The first registration names the slot after
-    `chip` (the emulated description) where that chip is a PrivateUse1 plugin's (vendor.py)."""
+    `chip` (the emulated description) where that chip is a PrivateUse1 plugin's (vendor.py). Returns
+    whether anything changed (False: registered, checked and counted already, as torch.fl.device() finds
+    it on every call after the first)."""
     with _lock:
         if state.count == count and state.probed:
-            return
+            return False
         if not borrowed():
             from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
 
             state.name = vendor.emulated_name(chip)
+            process.emulated_type = backend_name()  # device.is_emulated reads it
             vendor.announce(chip, backend_name())
             _setup_privateuseone_for_python_backend(backend_name(), backend_module=vendor.backend_module(state.name),
                                                     hook=module._make_hook(), device_guard=module._make_guard())
@@ -89,6 +93,7 @@ def ensure(count: int, chip: Any = None) -> None:
                 state.probed = True
             else:
                 state.probe_pending = True
+    return True
 
 
 _rules: list[torch.library.Library] = []  # the dispatch rules' registrations (kept for the process)

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from ..._names import EMULATED_TYPE
+from ..._state import process
 from ..table import Route
 
 _DEFAULT_NAME = "privateuseone"
@@ -56,6 +57,7 @@ class _State:
 
 
 state = _State()
+process.emulated = state  # (the process's state holds it: torch_fl/_state.py)
 
 
 def owner() -> str:
@@ -158,9 +160,17 @@ def device(index: int = 0) -> torch.device:
     return torch.device(backend_name(), index)
 
 
+_listed: tuple[tuple[str, int], list[torch.device]] = (("", 0), [])  # devices() by (name, count)
+
+
 def devices() -> list[torch.device]:
     """The registered emulated devices (emu:0..emu:N-1; none before the backend is registered)."""
-    return [device(i) for i in range(state.count)]
+    global _listed
+    key, found = _listed
+    if key != (state.name, state.count):  # (torch.fl.device() asks on every call: made once, copied)
+        found = [device(i) for i in range(state.count)]
+        _listed = ((state.name, state.count), found)
+    return list(found)
 
 
 def chip() -> Any:
