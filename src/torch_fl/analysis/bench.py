@@ -402,8 +402,8 @@ def _report(spec: ModelSpec, device: str, steps: int, warmup: int, train: bool, 
 
 def _interval_text(interval: dict[str, Any]) -> str:
     if interval["low"] is None:
-        return (f"(no interval: {interval['pairs']} pairs in {interval['rounds']} rounds, {MIN_PAIRS} in "
-                f"{MIN_ROUNDS} needed)")
+        return (f"(no interval: {interval['pairs']} pairs in {interval['rounds']} rounds; it needs {MIN_PAIRS} "
+                f"pairs in {MIN_ROUNDS} rounds)")
     return (f"({interval['confidence']:.0%} interval {interval['low']:.3f}-{interval['high']:.3f}, "
             f"{interval['pairs']} pairs in {interval['rounds']} rounds)")
 
