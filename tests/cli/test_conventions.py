@@ -223,7 +223,7 @@ def test_a_missing_dependency_is_the_same_code_for_torch_and_libcst(files, monke
     (["run"], "usage: torchfl run", "give a script"),
     (["ops-bench", "--device", "cpu", "--prefer"], "usage: torchfl ops-bench", "give --overlay FILE too"),
     (["compare", "m.py:f", "--device", "cpu", "--rtol", "nan"], "usage: torchfl compare",
-     "argument --rtol: must be a finite number >= 0, got 'nan'"),
+     "--rtol must be a finite number >= 0, got nan"),
 ])
 def test_options_that_do_not_go_together_get_the_usage_and_2(argv, usage, message, capsys) -> None:
     try:

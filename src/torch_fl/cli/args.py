@@ -37,7 +37,6 @@ __all__ = [
     "non_negative_int",
     "positive_int",
     "positive_seconds",
-    "tolerance",
 ]
 
 STDOUT = "-"  # --json's value for "print the JSON instead of the text"
@@ -191,15 +190,3 @@ def positive_seconds(text: str) -> float:
                                          f"{MAX_SECONDS:g}, in ASCII digits)")
     return value
 
-
-def tolerance(text: str) -> float:
-    """A finite number >= 0 (compare's --rtol/--atol): nan compares false, so every tensor would "pass"."""
-    import math
-
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value >= 0):
-        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got '{text}'")
-    return value

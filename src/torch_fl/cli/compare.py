@@ -7,9 +7,11 @@ otherwise or when the device cannot run the model (an unsupported operator), 2 o
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 
-from .args import add_report_files, command_parser, tolerance
+from .args import add_report_files, command_parser
+from .exits import UsageError
 
 # analysis.compare's DTYPES and DEFAULT_TOLERANCES, for the help: that module imports torch, and `torchfl
 # compare --help` needs none (tests/cli/test_help.py checks the copies are equal).
@@ -39,9 +41,9 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> No
                              "(default: float32)")
     parser.add_argument("--train", action="store_true",
                         help="also run the backward pass and compare every parameter's gradient")
-    parser.add_argument("--rtol", type=tolerance, metavar="X", help="relative tolerance (overrides the "
+    parser.add_argument("--rtol", type=float, metavar="X", help="relative tolerance (overrides the "
                                                                "dtype's default and the description's)")
-    parser.add_argument("--atol", type=tolerance, metavar="Y", help="absolute tolerance (same)")
+    parser.add_argument("--atol", type=float, metavar="Y", help="absolute tolerance (same)")
     parser.add_argument("--seed", type=int, default=0, help="RNG seed set before both runs (default 0)")
     add_report_files(parser)
 
@@ -53,6 +55,10 @@ def run(args: argparse.Namespace) -> int:
     from ..report import end_progress, progress
     from .output import emit, emit_json
 
+    for flag in ("rtol", "atol"):
+        value = getattr(args, flag)
+        if value is not None and not (math.isfinite(value) and value >= 0):  # nan compares false: all "pass"
+            raise UsageError(f"--{flag} must be a finite number >= 0, got {value}")
     progress(f"loading {args.model}")
     spec = load_model(args.model)
     progress(f"comparing {spec.name} on {args.device} against {args.reference} ({args.dtype}"
