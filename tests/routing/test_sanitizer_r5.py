@@ -207,7 +207,7 @@ def broadcast_from_the_root_while_another_stream_reads(mod, d):
      ("now:    c10d::allreduce_ on the default stream", "before: aten::mul_ on stream", "dist.all_reduce(x)")),
     (async_all_reduce_on_a_side_stream_used_without_wait,
      ("now:    aten::add_ on the default stream", "before: c10d::allreduce_ on stream",
-      "work = dist.all_reduce(x, async_op=True)")),
+      "work = dist.all_reduce(x, async_op=True)", "work.wait() while the stream that uses its tensors")),
     (all_gather_input_written_on_a_side_stream,
      ("now:    c10d::_allgather_base_ on the default stream", "reading from argument 'input'",
       "before: aten::fill_ on stream")),

@@ -449,7 +449,9 @@ class Sanitizer:
                 f"time on the chip.\n"
                 f"  Fix: make {stream_name(error.current_access.stream)} wait for the other "
                 f"(current.wait_stream(other), or event = other.record_event() then current.wait_event(event)), "
-                f"or synchronize the other stream before.")
+                f"or synchronize the other stream before."
+                + (" After a collective issued with async_op=True: work.wait() while the stream that uses its "
+                   "tensors is current." if isinstance(error.previous_access.operator, _Collective) else ""))
 
     def collective(self, name: str, reads: list[Any], writes: list[Any]) -> Any:
         """A collective of routing/emu/dist.py reads `reads` and writes `writes` (tensors of the emulated
