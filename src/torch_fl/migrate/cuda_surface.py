@@ -11,7 +11,7 @@ import inspect
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from types import ModuleType
+from types import FrameType, ModuleType
 from typing import Any
 
 import torch
@@ -284,41 +284,64 @@ def _alias_error(entry_name: str, remedy: str, alias: AliasHooks, why: str) -> C
         f"{alias.target}). Fix: {remedy.rstrip('.')}; or run on CUDA without the alias.")
 
 
+@dataclass(frozen=True)
+class _Entry:
+    """What the CUDA-API table says of one torch.cuda name, as its patched function or class uses it."""
+
+    call: str  # "torch.cuda.NAME"
+    refuses: bool  # the table's alias_refuses: wrong off CUDA, never run under the alias
+    handler: Callable[..., Any] | None  # the CudaAPI handler answering for the target, or None
+    takes_device: bool
+    remedy: str
+
+    @classmethod
+    def of(cls, api: CudaAPI, name: str) -> _Entry:
+        entry = lookup(f"torch.cuda.{name}")
+        if entry is None:
+            return cls(f"torch.cuda.{name}", False, None, False, DEFAULT_REMEDY)
+        return cls(f"torch.cuda.{name}", entry.alias_refuses, getattr(api, entry.alias) if entry.alias else None,
+                   entry.takes_device, entry.remedy)
+
+    def requested(self, args: tuple, kwargs: dict) -> Any:
+        """The device the call names, or None (-1 is "no device" to torch.cuda.device)."""
+        if not self.takes_device:
+            return None
+        requested = args[0] if args else kwargs.get("device")
+        return None if is_ordinal(requested) and requested == -1 else requested
+
+    def run_original(self, alias: AliasHooks, original: Callable[..., Any], requested: Any, caller: FrameType,
+                     args: tuple, kwargs: dict, full_error: bool) -> Any:
+        """No torch.fl counterpart: run torch's own, and explain its failure by the table's remedy."""
+        alias.note(self.call, Mapped(requested or CUDA, "not aliased", True), caller)
+        try:
+            return original(*args, **kwargs)
+        except Exception as exc:
+            what = type(exc).__name__
+            if full_error:
+                what += f": {str(exc).splitlines()[0] if str(exc) else ''}"
+            raise _alias_error(self.call, self.remedy, alias, f"has no torch.fl counterpart; run as is, it failed "
+                               f"({what})") from exc
+
+
 def _cuda_function(alias: AliasHooks, api: CudaAPI, name: str, original: Callable[..., Any]) -> Callable[..., Any]:
-    entry = lookup(f"torch.cuda.{name}")
-    handler = getattr(api, entry.alias) if entry is not None and entry.alias else None
-    takes_device = entry is not None and entry.takes_device
-    remedy = entry.remedy if entry is not None else DEFAULT_REMEDY
+    entry = _Entry.of(api, name)
 
     @functools.wraps(original)
     def wrapper(*args, **kwargs):
         caller = sys._getframe(1)
         if not live(alias, caller):
             return original(*args, **kwargs)
-        call = f"torch.cuda.{name}"
-        requested = _requested(takes_device, args, kwargs)
-        if entry is not None and entry.alias_refuses:
-            alias.note(call, Mapped(requested or CUDA, "refused", True), caller)
-            raise _alias_error(call, remedy, alias, "would be wrong off CUDA, so it does not run")
-        if handler is None:
-            alias.note(call, Mapped(requested or CUDA, "not aliased", True), caller)
-            try:
-                return original(*args, **kwargs)
-            except Exception as exc:
-                raise _alias_error(call, remedy, alias, f"has no torch.fl counterpart; run as is, it failed "
-                                   f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from exc
+        requested = entry.requested(args, kwargs)
+        if entry.refuses:
+            alias.note(entry.call, Mapped(requested or CUDA, "refused", True), caller)
+            raise _alias_error(entry.call, entry.remedy, alias, "would be wrong off CUDA, so it does not run")
+        if entry.handler is None:
+            return entry.run_original(alias, original, requested, caller, args, kwargs, full_error=True)
         resolved = alias.map_any(requested) if requested is not None else alias.target
-        alias.note(call, Mapped(requested or CUDA, resolved, True), caller)
-        return handler(*args, **kwargs)
+        alias.note(entry.call, Mapped(requested or CUDA, resolved, True), caller)
+        return entry.handler(*args, **kwargs)
 
     return wrapper
-
-
-def _requested(takes_device: bool, args: tuple, kwargs: dict) -> Any:
-    if not takes_device:
-        return None
-    requested = args[0] if args else kwargs.get("device")
-    return None if is_ordinal(requested) and requested == -1 else requested  # -1: "no device" (torch.cuda.device)
 
 
 class ClassAliasMeta(type):
@@ -332,29 +355,21 @@ class ClassAliasMeta(type):
 
 
 def _cuda_class(alias: AliasHooks, api: CudaAPI, name: str, original: type) -> type:
-    entry = lookup(f"torch.cuda.{name}")
-    handler = getattr(api, entry.alias) if entry is not None and entry.alias else None
-    takes_device = entry is not None and entry.takes_device
-    remedy = entry.remedy if entry is not None else DEFAULT_REMEDY
-    call = f"torch.cuda.{name}"
+    entry = _Entry.of(api, name)
+    call = entry.call
 
     def __new__(cls, *args, **kwargs):
         caller = sys._getframe(1)
         if not live(alias, caller):
             return original(*args, **kwargs)
-        if entry is not None and entry.alias_refuses:
+        if entry.refuses:
             alias.note(call, Mapped(CUDA, "refused", True), caller)
-            raise _alias_error(call, remedy, alias, "would be wrong off CUDA, so it does not run")
-        requested = _requested(takes_device, args, kwargs)
-        if handler is None:
-            alias.note(call, Mapped(requested or CUDA, "not aliased", True), caller)
-            try:
-                return original(*args, **kwargs)
-            except Exception as exc:
-                raise _alias_error(call, remedy, alias, f"has no torch.fl counterpart; run as is, it failed "
-                                   f"({type(exc).__name__})") from exc
+            raise _alias_error(call, entry.remedy, alias, "would be wrong off CUDA, so it does not run")
+        requested = entry.requested(args, kwargs)
+        if entry.handler is None:
+            return entry.run_original(alias, original, requested, caller, args, kwargs, full_error=False)
         alias.note(call, Mapped(requested or CUDA, alias.map_any(requested), True), caller)
-        return handler(*args, **kwargs)
+        return entry.handler(*args, **kwargs)
 
     namespace: dict[str, Any] = {"__new__": __new__, "_stands_for": getattr(api.fl, name, original),
                                  "__doc__": f"{call} under the CUDA alias", "__module__": original.__module__}

@@ -22,6 +22,7 @@ from __future__ import annotations
 import ast
 import os
 from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING
 
 from ..errors import FileChanged, TorchFLError
 from . import textfix
@@ -35,6 +36,11 @@ from .namerefs import _Fallback
 from .rules import Finding
 from .scan import enabled_codes
 from .scan.detector import parse, scan_text
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from .fix_files import Snapshot
 
 __all__ = [
     "LIBCST_MISSING", "TORCH_FL_IMPORT", "FileChanged", "FileFix", "FixReport", "FixResult", "fix_paths", "fix_source",
@@ -177,26 +183,29 @@ def _fix_file(entry: FileFix, codes: frozenset[str], *, unsafe: bool, diff: bool
     if diff:
         entry.changed, entry.diff = True, unified_diff(path, source, result.new_source)
         return
-    if read_only(path):
-        entry.error, entry.applied = ("read-only file, not changed (make it writable, e.g. chmod u+w, to fix "
-                                      "it)"), []
+    error = _write(path, result.new_source, encoding, snapshot)
+    if error is not None:
+        entry.error, entry.applied = error, []
         return
+    entry.changed = True
+
+
+def _write(path: Path, text: str, encoding: str, snapshot: Snapshot) -> str | None:
+    """Write the fixed text, or say why the file is left as it was."""
+    if read_only(path):
+        return "read-only file, not changed (make it writable, e.g. chmod u+w, to fix it)"
     links = os.stat(path).st_nlink
     if links > 1:
         # The atomic write replaces the directory entry: the file's other names would keep the old text.
-        entry.error, entry.applied = (f"hard-linked file ({links} links), not changed: rewriting it would "
-                                      f"split it from its other names; fix one copy (cp --remove-destination) "
-                                      f"or use --diff and apply the patch in place"), []
-        return
+        return (f"hard-linked file ({links} links), not changed: rewriting it would split it from its other "
+                f"names; fix one copy (cp --remove-destination) or use --diff and apply the patch in place")
     try:
-        write_atomic(path, result.new_source, encoding, expect=snapshot)
+        write_atomic(path, text, encoding, expect=snapshot)
     except FileChanged as exc:
-        entry.error, entry.applied = f"not written: {exc.strerror}", []
-        return
+        return f"not written: {exc.strerror}"
     except OSError as exc:
-        entry.error, entry.applied = f"cannot write: {exc}", []
-        return
-    entry.changed = True
+        return f"cannot write: {exc}"
+    return None
 
 
 def _notify(callback: Callable[[FileFix], None] | None, entry: FileFix) -> None:

@@ -15,7 +15,19 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from ...errors import did_you_mean
-from . import amp, backends, configs, control, device, distributed, kernels, libraries, memory, runtime  # noqa: F401  (register)
+from . import (  # noqa: F401  (register)
+    amp,
+    backends,
+    configs,
+    control,
+    device,
+    device_types,
+    distributed,
+    kernels,
+    libraries,
+    memory,
+    runtime,
+)
 from .base import FAMILIES, HOOKS, RULE_LIST, Finding, FixSafety, Level, Rule
 from .libraries import CUDA_ONLY_LIBRARIES, GPU_INTEROP_LIBRARIES
 

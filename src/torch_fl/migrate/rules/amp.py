@@ -280,12 +280,15 @@ def _scoped(rw: FixContext, call: cst.Call) -> cst.IfExp:
                      whitespace_after_else=space)
 
 
-def _device_type_first(rw: FixContext, call: cst.Call, positional: tuple[str, ...]) -> list[cst.Arg] | None:
-    """torch.cuda.amp's call as torch.amp's: `torch.fl.device_type()` first, then the arguments, the
-    positional ones (in torch.cuda.amp's order, `positional`) passed by keyword. None for *args or more
-    positional arguments than that order names."""
+def _device_type_first(rw: FixContext, original: cst.Call, call: cst.Call, name: str,
+                       positional: tuple[str, ...]) -> list[cst.Arg] | None:
+    """torch.cuda.amp's `name` call as torch.amp's: `torch.fl.device_type()` first, then the arguments,
+    the positional ones (in torch.cuda.amp's order, `positional`) passed by keyword. None for another
+    callee, *args, or more positional arguments than that order names."""
     import libcst as cst
 
+    if not (rw.qual(original.func) or "").endswith(name):
+        return None
     args = [cst.Arg(rw.fl_call("device_type"))]
     count = 0
     for arg in call.args:
@@ -305,9 +308,7 @@ def fix_cuda_autocast(rw: FixContext, original: cst.Call, updated: cst.Call,
                       finding: Finding) -> cst.BaseExpression | None:
     import libcst as cst
 
-    if not (rw.qual(original.func) or "").endswith("autocast"):
-        return None
-    args = _device_type_first(rw, updated, _AUTOCAST_POSITIONAL)
+    args = _device_type_first(rw, original, updated, "autocast", _AUTOCAST_POSITIONAL)
     if args is None:
         return None
     func = cst.Attribute(cst.Name(rw.torch_name), cst.Name("autocast"))
@@ -324,9 +325,7 @@ def fix_cuda_grad_scaler(rw: FixContext, original: cst.Call, updated: cst.Call,
                          finding: Finding) -> cst.BaseExpression | None:
     import libcst as cst
 
-    if not (rw.qual(original.func) or "").endswith("GradScaler"):
-        return None
-    args = _device_type_first(rw, updated, _SCALER_POSITIONAL)
+    args = _device_type_first(rw, original, updated, "GradScaler", _SCALER_POSITIONAL)
     if args is None:
         return None
     gated = _gate(rw, args, 1)

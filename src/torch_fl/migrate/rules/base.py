@@ -298,13 +298,18 @@ def rule(code: str, name: str, message: str, fix_title: str, fix: FixSafety, *, 
     return made
 
 
-def on_call(*qualnames: str) -> Callable[[Hook], Hook]:
-    """hook(det, call, qual) for calls of these qualified names (``torch.device``)."""
+def _register(table: dict[str, list[Hook]], keys: tuple[str, ...]) -> Callable[[Hook], Hook]:
+    """A decorator adding its function to `table` under each of `keys` (the hooks run in that order)."""
     def register(fn: Hook) -> Hook:
-        for qual in qualnames:
-            HOOKS.calls.setdefault(qual, []).append(fn)
+        for key in keys:
+            table.setdefault(key, []).append(fn)
         return fn
     return register
+
+
+def on_call(*qualnames: str) -> Callable[[Hook], Hook]:
+    """hook(det, call, qual) for calls of these qualified names (``torch.device``)."""
+    return _register(HOOKS.calls, qualnames)
 
 
 def on_call_prefix(prefix: str) -> Callable[[Hook], Hook]:
@@ -318,48 +323,29 @@ def on_call_prefix(prefix: str) -> Callable[[Hook], Hook]:
 
 def on_method(*names: str) -> Callable[[Hook], Hook]:
     """hook(det, call, name) for ``<any>.NAME(...)`` calls."""
-    def register(fn: Hook) -> Hook:
-        for name in names:
-            HOOKS.methods.setdefault(name, []).append(fn)
-        return fn
-    return register
+    return _register(HOOKS.methods, names)
 
 
 def on_keyword(*names: str) -> Callable[[Hook], Hook]:
     """hook(det, call, keyword_name, value, callee) for ``f(NAME=value)``."""
-    def register(fn: Hook) -> Hook:
-        for name in names:
-            HOOKS.keywords.setdefault(name, []).append(fn)
-        return fn
-    return register
+    return _register(HOOKS.keywords, names)
 
 
 def on_call_name(*names: str) -> Callable[[Hook], Hook]:
     """hook(det, call, name) for calls whose callee's last name is one of `names` (`dist.x(...)`, `x(...)`)."""
-    def register(fn: Hook) -> Hook:
-        for name in names:
-            HOOKS.call_names.setdefault(name, []).append(fn)
-        return fn
-    return register
+    return _register(HOOKS.call_names, names)
 
 
 def on_member(*names: str) -> Callable[[Hook], Hook]:
     """hook(det, attribute) for every `<any>.NAME` (`x.is_cuda`)."""
-    def register(fn: Hook) -> Hook:
-        for name in names:
-            HOOKS.members.setdefault(name, []).append(fn)
-        return fn
-    return register
+    return _register(HOOKS.members, names)
 
 
 def on(event: str) -> Callable[[Hook], Hook]:
     """hook(det, node, ...) for a scanner event: "import" (module, node), "function" (def node),
     "attribute" (node, qual), "compare" (node), "subscript" (node), "binop" (node), "augassign" (node),
     "assign" (target, value), "flow" (kind, key, literal, index, target, sink_line)."""
-    def register(fn: Hook) -> Hook:
-        HOOKS.events.setdefault(event, []).append(fn)
-        return fn
-    return register
+    return _register(HOOKS.events, (event,))
 
 
 def triggers(*words: str, pattern: str | None = None) -> None:
@@ -376,11 +362,7 @@ def on_file(*suffixes: str) -> Callable[[Hook], Hook]:
     """hook(det, path) for files with these suffixes, which are not Python and not parsed (`.cu`,
     `.yaml`): the hook reports positions it computes ((1, 0, 1, 0) for a whole file) and returns the
     file's lines when it read them (for `# noqa` and character columns), else None."""
-    def register(fn: Hook) -> Hook:
-        for suffix in suffixes:
-            HOOKS.files.setdefault(suffix, []).append(fn)
-        return fn
-    return register
+    return _register(HOOKS.files, suffixes)
 
 
 def fixes(code: str, *node_types: str) -> Callable[[FixHook], FixHook]:

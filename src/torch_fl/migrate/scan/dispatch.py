@@ -86,6 +86,17 @@ class Dispatch:
         else:
             handler(self, node)
 
+    def visit_counted(self, counter: str, node: ast.If | ast.For | ast.AsyncFor | ast.While,
+                      *first: ast.AST) -> None:
+        """`first` (a test) and the body with the depth `counter` ("loop", "quiet") one higher, then the
+        else branch at the depth outside."""
+        setattr(self, counter, getattr(self, counter) + 1)
+        for inner in (*first, *node.body):
+            self.visit(inner)
+        setattr(self, counter, getattr(self, counter) - 1)
+        for stmt in node.orelse:
+            self.visit(stmt)
+
     def generic(self, node: ast.AST) -> None:
         for name in child_fields(node.__class__):
             value = getattr(node, name, None)

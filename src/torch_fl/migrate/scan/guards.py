@@ -106,13 +106,7 @@ class Guards(CudaOnlyTests, VendorDispatch, GuardSettling):
 
     def visit_intended_if(self, node: ast.If) -> None:
         """An intended check: its test and body are not reported; the else branch is scanned as usual."""
-        self.quiet += 1
-        self.visit(node.test)
-        for stmt in node.body:
-            self.visit(stmt)
-        self.quiet -= 1
-        for stmt in node.orelse:
-            self.visit(stmt)
+        self.visit_counted("quiet", node, node.test)
 
     def visit_guard_if(self, node: ast.If, names_cuda: bool, negated: bool) -> None:
         """Any other `if`: a CUDA check in its test guards the body (the else branch when negated)."""

@@ -48,13 +48,14 @@ class CudaOnlyTests(CudaChecks):
         """A test mark that says "CUDA only": skipif(<CUDA condition>), RunIf(min_cuda_gpus=1)."""
         if any(type(sub) is ast.Attribute and _CUDA_MARK.fullmatch(sub.attr) for sub in ast.walk(node)):
             return True  # marks=pytest.mark.requires_cuda
-        for call in calls(node):
-            name = terminal_name(call.func)
-            if name in _SKIP_DECORATORS and call.args and self.skip_condition(call.args[0]):
-                return True
-            if any(kw.arg in _CUDA_TEST_KEYWORDS for kw in call.keywords):
-                return True
-        return False
+        return any(self.skip_call(call) for call in calls(node))
+
+    def skip_call(self, call: ast.Call) -> bool:
+        """skipif(<CUDA condition>), skipUnless(...), RunIf(min_cuda_gpus=1): a call marking CUDA only."""
+        name = terminal_name(call.func)
+        if name in _SKIP_DECORATORS and call.args and self.skip_condition(call.args[0]):
+            return True
+        return any(kw.arg in _CUDA_TEST_KEYWORDS for kw in call.keywords)
 
     def cuda_only_test(self, node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) -> bool:
         """@pytest.mark.skipif(not torch.cuda.is_available(), ...), @unittest.skipUnless(...cuda...),
@@ -63,12 +64,7 @@ class CudaOnlyTests(CudaChecks):
             if _CUDA_MARK.fullmatch(terminal_name(decorator.func if type(decorator) is ast.Call else decorator)
                                     or ""):
                 return True
-            if type(decorator) is not ast.Call:
-                continue
-            name = terminal_name(decorator.func)
-            if name in _SKIP_DECORATORS and decorator.args and self.skip_condition(decorator.args[0]):
-                return True
-            if any(kw.arg in _CUDA_TEST_KEYWORDS for kw in decorator.keywords):
+            if type(decorator) is ast.Call and self.skip_call(decorator):
                 return True
         return False
 

@@ -185,24 +185,13 @@ class Scopes(Dispatch):
         self.visit(node.iter)
         if type(node.iter) in (ast.Tuple, ast.List, ast.Set):
             self.bind_strings(node.target, node.iter)  # type: ignore[attr-defined]  # for key in ("A", "B"):
-        self.loop += 1
-        for stmt in node.body:
-            self.visit(stmt)
-        self.loop -= 1
-        for stmt in node.orelse:
-            self.visit(stmt)
+        self.visit_counted("loop", node)
         self.stmt_line = outer
 
     def visit_While(self, node: ast.While) -> None:
         outer = self.stmt_line
         self.stmt_line = node.lineno
-        self.loop += 1  # the condition runs once per iteration too
-        self.visit(node.test)
-        for stmt in node.body:
-            self.visit(stmt)
-        self.loop -= 1
-        for stmt in node.orelse:
-            self.visit(stmt)
+        self.visit_counted("loop", node, node.test)  # the condition runs once per iteration too
         self.stmt_line = outer
 
     def visit_comprehension(self, node: ast.ListComp | ast.SetComp | ast.GeneratorExp | ast.DictComp) -> None:
