@@ -554,7 +554,13 @@ def test_load_makes_the_alignment_inconclusive_and_the_level_says_what_it_rests_
     assert decide(bench["alignment_interval"]["low"], bench["alignment_interval"]["high"], 0.9) == PASS
     levels.judge_alignment(by_id["l1.alignment"], target, bench)
     assert by_id["l1.alignment"].status == INCONCLUSIVE
-    assert "load made it unmeasurable: the timing thread waited for a core 70%" in by_id["l1.alignment"].evidence
+    evidence = by_id["l1.alignment"].evidence
+    assert "load made it unmeasurable: the timing thread waited for a core 70%" in evidence
+    # each figure says what it is: "ratio 0.957: routed 6.22 vs 5.51 steps/s" printed a paired median beside
+    # per-mode figures whose quotient is 1.13 (issue 42)
+    assert "alignment 1.000 (the median over rounds of each round's median pair ratio)" in evidence
+    assert "per-mode median steps: routed 100, routing disabled 101 steps/s" in evidence
+    assert "(their quotient 0.990 is not the paired alignment)" in evidence
     for c in rows:
         if c.id != "l1.alignment" and c.level in ("L0", "L1"):
             c.set(PASS, 1.0, "")
