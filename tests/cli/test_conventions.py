@@ -191,6 +191,28 @@ def test_verbose_turns_torch_fls_log_up_for_the_command(capsys: pytest.CaptureFi
     assert args.verbose == 0 and args.quiet is False
 
 
+# One output path ----------------------------------------------------------------------------------
+def test_no_command_prints_its_report_by_hand() -> None:
+    """stdout belongs to cli/output.emit (a Report's text or JSON); a command prints only messages on stderr.
+    Found in the source: a print() without file=, or a write to sys.stdout, outside output.py."""
+    import ast
+
+    cli = ROOT / "src" / "torch_fl" / "cli"
+    found = []
+    for path in sorted(cli.glob("*.py")):
+        if path.name in ("output.py", "__init__.py"):  # the emitter; main's --help and error lines
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.Call):
+                continue
+            func = node.func
+            if isinstance(func, ast.Name) and func.id == "print" and not any(k.arg == "file" for k in node.keywords):
+                found.append(f"{path.name}:{node.lineno} print()")
+            if isinstance(func, ast.Attribute) and ast.unparse(func) in ("sys.stdout.write", "sys.stdout.writelines"):
+                found.append(f"{path.name}:{node.lineno} {ast.unparse(func)}")
+    assert found == []
+
+
 # One exit-code table ------------------------------------------------------------------------------
 def test_the_exit_code_table_is_the_one_docs_cli_prints() -> None:
     text = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")

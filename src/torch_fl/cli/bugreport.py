@@ -27,6 +27,7 @@ from .. import _toml
 from ..description import registry
 from ..errors import TorchFLError
 from ..redact import REDACTED, SECRET_WORDS, USER, is_secret, redact, redact_value, secret_name, secret_values
+from ..report import plural
 from .args import add_json, positive_int
 
 
@@ -136,7 +137,7 @@ def excerpt(lines: list[str], budget: int, skipped: int = 0) -> tuple[list[str],
 
 
 def _lines(n: int) -> str:
-    return f"{n} line{'s' * (n != 1)}"
+    return plural(n, "line")
 
 
 def last_exception(lines: list[str]) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 
+from ..report import plural
 from .args import add_report_files, command_parser
 
 USAGE = 2
@@ -68,8 +69,8 @@ def _native_but_slow(report) -> None:
     calls = sum(op["calls"] for op in slow)
     names = ", ".join(f"{op['op']} ({op['dtype'] or 'any dtype'})" for op in slow[:5])
     more = f" and {len(slow) - 5} more" if len(slow) > 5 else ""
-    report.summary.append(("native but slow", f"{calls} call{'' if calls == 1 else 's'} of {len(slow)} (op, dtype) "
-                                              f"pair{'' if len(slow) == 1 else 's'} (torchfl ops-bench)"))
+    report.summary.append(("native but slow", f"{plural(calls, 'call')} of {plural(len(slow), '(op, dtype) pair')} "
+                                              f"(torchfl ops-bench)"))
     report.warnings.append(f"native but slow on {report.data['device']}: {names}{more} run natively, but "
                            f"torchfl ops-bench found a faster alternative ([ops.slow] of the description)")
 

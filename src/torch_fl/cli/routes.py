@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .._names import ROUTES
+from ..report import plural
 from .args import add_actions, add_device, add_json, command_parser
 
 if TYPE_CHECKING:  # torch_fl.routing imports torch: `torchfl routes --help` needs none
@@ -210,7 +211,7 @@ def render_diff(before: RouteLog, after: RouteLog, changes: list[dict[str, Any]]
         return "\n".join([*lines, "identical"]) + "\n"
     what = {"route": "route changed", "added": "routed only after", "removed": "routed only before",
             "calls": "call count changed"}
-    lines.append(f"{len(changes)} difference{'s' * (len(changes) != 1)}: "
+    lines.append(f"{plural(len(changes), 'difference')}: "
                  + ", ".join(f"{counts[k]} {what[k]}" for k in CHANGES if counts[k]))
     lines.append("('-': not in that log, i.e. the op ran natively or was not called)\n")
     rows = [(c["change"], c["op"], c["dtype"], _calls(c["before"]), _calls(c["after"])) for c in changes]
