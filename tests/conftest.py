@@ -10,7 +10,7 @@ import torch_fl
 from torch_fl import _env
 from torch_fl.device import emulated_devices
 
-pytest_plugins = ["fast_budget"]  # make test-fast: a test over 4 s not marked slow fails the session
+pytest_plugins = ["fast_budget"]  # make test-fast: a test over 4 s of CPU time not marked slow fails the session
 
 # The emulated device exists before any test runs a backward pass: PyTorch's autograd engine fixes its
 # devices at the first backward of the process (FL_DEVICE=emu:NAME does this at import). Tests that play a

@@ -135,3 +135,16 @@ def test_the_measured_slow_list_is_not_older_than_the_set_it_covers():
     assert script.stale("# covers 100 test functions (fast_budget.fast_set_functions)\n", 100 + 11) is not None
     assert script.stale("# covers 100 test functions (fast_budget.fast_set_functions)\n", 100 + 10) is None
     assert "does not say" in script.stale("# 54 of 1128 tests measured\n", 100)
+
+
+def test_the_machine_factor_grows_with_the_time_work_takes(monkeypatch):
+    """tests/machine_factor.py: 1 at least; a probe that takes five times its reference (a machine five times
+    slower, or one core shared five ways) scales a bound five times."""
+    import time
+
+    import machine_factor
+
+    assert machine_factor.machine_factor() >= 1.0
+    monkeypatch.setattr(machine_factor, "_probe", lambda: time.sleep(5 * machine_factor.REFERENCE_SECONDS))
+    monkeypatch.setattr(machine_factor.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    assert machine_factor.machine_factor() >= 5.0 and machine_factor.scaled(2.0) >= 10.0
