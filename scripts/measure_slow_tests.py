@@ -66,6 +66,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2, help="pytest-xdist processes (0: serial; default 2)")
     parser.add_argument("--from", dest="measures", type=Path, help="the JSON of an earlier measuring run")
     parser.add_argument("--save", type=Path, help="also keep this run's measures there (JSON, for --from)")
+    parser.add_argument("--out", type=Path, default=OUT, help="the list to write (default tests/slow_measured.txt)")
     args = parser.parse_args()
     functions = len(fast_budget.fast_set_functions())
     if args.measures:
@@ -88,8 +89,8 @@ def main() -> None:
               f"# per line, slowest first. {len(slow)} of {len(cpu)} tests, {sum(cpu[n] for n in slow):.0f} s of "
               f"{sum(cpu.values()):.0f} s CPU ({wall:.0f} s wall).",
               f"# covers {functions} test functions (fast_budget.fast_set_functions, parameters left out)"]
-    OUT.write_text("\n".join(header + slow) + "\n", encoding="utf-8")
-    print(f"{OUT.relative_to(ROOT)}: {len(slow)} of {len(cpu)} tests >= {args.threshold:g} s CPU "
+    args.out.write_text("\n".join(header + slow) + "\n", encoding="utf-8")
+    print(f"{args.out}: {len(slow)} of {len(cpu)} tests >= {args.threshold:g} s CPU "
           f"({sum(cpu[n] for n in slow):.0f} s of {sum(cpu.values()):.0f} s; {wall:.0f} s wall)")
     if failed:
         print(f"{len(failed)} tests failed in the measuring run (measured all the same): " + ", ".join(failed[:20]),

@@ -148,3 +148,25 @@ def test_the_machine_factor_grows_with_the_time_work_takes(monkeypatch):
     monkeypatch.setattr(machine_factor, "_probe", lambda: time.sleep(5 * machine_factor.REFERENCE_SECONDS))
     monkeypatch.setattr(machine_factor.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
     assert machine_factor.machine_factor() >= 5.0 and machine_factor.scaled(2.0) >= 10.0
+
+
+@pytest.mark.slow  # two subprocesses
+def test_the_slow_list_is_measured_in_cpu_time(tmp_path):
+    """A measuring run (TORCH_FL_TEST_MEASURING) records each test's CPU time; the script lists the tests at or
+    over the threshold: work is listed, waiting (what a loaded machine adds to wall time) is not."""
+    (tmp_path / "test_timed.py").write_text(
+        "import time\n\n" + BURN + "def test_quick():\n    pass\n\ndef test_works():\n    burn(0.6)\n\n"
+        "def test_waits():\n    time.sleep(0.6)\n")
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    slow: slow\n")
+    measures, listed = tmp_path / "measures.json", tmp_path / "slow.txt"
+    env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("TORCH_FL_TEST")}
+    env |= {"PYTHONPATH": str(ROOT / "tests"), fast_budget.MEASURING_VARIABLE: str(measures)}
+    ran = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "fast_budget"],
+                         cwd=tmp_path, capture_output=True, text=True, env=env, timeout=300)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    written = subprocess.run([sys.executable, str(ROOT / "scripts" / "measure_slow_tests.py"), "--threshold", "0.3",
+                              "--from", str(measures), "--out", str(listed)], capture_output=True, text=True,
+                             timeout=300)
+    assert written.returncode == 0, written.stdout + written.stderr
+    assert [line for line in listed.read_text().splitlines() if not line.startswith("#")] == ["test_timed.py::test_works"]
+    assert "# covers " in listed.read_text()
