@@ -529,6 +529,9 @@ def classify(record: dict[str, Any]) -> tuple[str, str]:
     for pattern, reason in HOST_FAILURES:
         if pattern.search(record.get("nodeid", "")):
             return "environment", f"fails on the host's torch without torch-fl too: {reason}"
+    for pattern, reason in EMULATION_LIMITS:
+        if pattern.search(record.get("nodeid", "")):
+            return "other", f"a limit of the emulation, not a value: {reason}"
     if exc_type in MISSING_TYPES:
         missing = re.search(r"No module named '([\w.]+)'|cannot import name '\w+' from '([\w.]+)'", message)
         module = next((g for g in missing.groups() if g), "") if missing else ""
@@ -563,6 +566,30 @@ HOST_FAILURES: tuple[tuple[re.Pattern[str], str], ...] = (
                 r"(sequential|simple)_(module_)?fwd_bwd"),
      "torch_musa's copy of PyTorch's memory-profiler test expects the second detach of a gradient to be '???'; "
      "torch 2.13 labels it GRADIENT (CPU tensors only)"),
+    (re.compile(r"test/storage/test_storage\.py::Storage::test_storage_exception$"),
+     "its first check expects torch 2.4's 'Storage device not recognized: cuda' from torch.UntypedStorage(device="
+     "'cuda'); torch 2.13's CPU build raises torch.cuda's AssertionError 'Torch not compiled with CUDA enabled' "
+     "(its other six checks pass on the emulated chip)"),
+)
+
+# Files whose own work takes longer than the default timeout on one host core whatever the emulator does (measured
+# with the same work on plain CPU tensors, no torch-fl): (suite, file) -> (seconds the judge gives it, why). A
+# timeout is a crash; these would time out on the host alone, so their bound is their measured need.
+SLOW_FILES: dict[tuple[str, str], tuple[float, str]] = {
+    ("mlu", "test/optimizer/test_torch_fused_adam.py"): (
+        1200.0, "test_network trains two 45M-parameter ModelLinear copies 180 steps (2 scalers x 3 option sets x 30) "
+        "and compares every weight and gradient with assert_close each step: ~3.3 s a step on one core with plain "
+        "CPU tensors (assert_close 2.1 s, two forward/backward 0.7 s, the two Adam steps 0.6 s), the emulated mlu "
+        "the same (3.0 s); ~10 minutes for that test alone"),
+}
+
+# Tests whose check fails for what the emulated chip is (device tensors are instances of a Python subclass of
+# torch.Tensor), not for a value it computes: node id pattern, reason. Counted as other, never as wrong numbers.
+EMULATION_LIMITS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"test/torch/test_complex\.py::TestComplexTensor::test_complex_contiguous$"),
+     "torch_mlu's test helper to_non_dense() converts only tensors whose type() is torch.Tensor (common_utils.py: "
+     "'if not type(data) == torch.Tensor'), so it leaves the device tensor dense while the host one becomes "
+     "non-dense, and the strides the test compares differ; the values are equal"),
 )
 
 # "<condition> INTERNAL ASSERT FAILED at "<file>":<line>": the condition and the file name the group
@@ -916,7 +943,9 @@ def main(argv: list[str] | None = None) -> int:
                 not_run.append(rel)
                 continue
             done += 1
-            res = run_file(setup, rel, args.timeout, args.select)
+            slow = SLOW_FILES.get((suite.name, rel))
+            res = run_file(setup, rel, max(args.timeout, slow[0]) if slow and not args.select else args.timeout,
+                           args.select)
             files.append(res)
             c = tally([res])
             print(f"[{done:>3}/{total_files}] {suite.name:<9} {rel:<70} {res['seconds']:>5.1f}s "

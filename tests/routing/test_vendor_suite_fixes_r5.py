@@ -86,6 +86,11 @@ out["host_devices"] = sorted({str(p.device) for p in on_host.parameters()})
 out["host_close"] = bool(torch.allclose(on_host(x.cpu()), eager.cpu(), atol=1e-5))
 host_net = Net()
 host_traced = torch.jit.trace(host_net, [x.cpu()], check_trace=False)
+try:
+    host_traced(x)
+    out["scripted_mismatch"] = None
+except RuntimeError as error:
+    out["scripted_mismatch"] = str(error)
 moved = host_traced.to("musa")
 out["moved_devices"] = sorted({str(p.device) for p in moved.parameters()})
 out["moved_close"] = bool(torch.allclose(moved(x).cpu(), host_net(x.cpu()), atol=1e-5))
@@ -107,5 +112,24 @@ def test_jit_trace_save_and_load_of_a_device_model():
     assert out["host_devices"] == ["cpu"] and out["host_close"], out
     assert out["moved_devices"] == ["musa:0"] and out["moved_close"], out
     # torch_musa's own convolution check (torch_musa/csrc/aten/ops/Conv.cpp)
-    assert out["mismatch"] == ("Expected weight tensor and input tensor to be on the same MUSA device, but got "
-                               "weight on cpu and input on musa:0"), out
+    vendor = "Expected weight tensor and input tensor to be on the same MUSA device, but got weight on cpu and input on musa:0"
+    assert out["mismatch"] == vendor, out
+    # the same check inside a script module: TorchScript's interpreter keeps the vendor's text after its trace
+    assert out["scripted_mismatch"].startswith("The following operation failed in the TorchScript interpreter"), out
+    assert out["scripted_mismatch"].rstrip().endswith("RuntimeError: " + vendor), out
+
+
+STORAGE_NAMES = r"""
+import json, torch, torch_mlu
+x = torch.randn(3, device="mlu", dtype=torch.complex128)
+typed = torch.mlu.ComplexDoubleStorage(wrap_storage=x.untyped_storage())
+print(json.dumps({"wrapped": typed.type(), "of_tensor": x.storage().type(), "new": torch.mlu.FloatStorage(4).type(),
+                  "dtype": str(typed.dtype)}))
+"""
+
+
+def test_typed_storages_name_the_vendors_module():
+    """torch_mlu's storage tests: TypedStorage.type() of a storage on the chip names torch_mlu's class."""
+    out = _run(STORAGE_NAMES, "mlu")
+    assert out == {"wrapped": "torch_mlu.mlu.ComplexDoubleStorage", "of_tensor": "torch_mlu.mlu.ComplexDoubleStorage",
+                   "new": "torch_mlu.mlu.FloatStorage", "dtype": "torch.complex128"}, out

@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from . import tensor as _tensor
 from .slot import _no_device, backend_name, device, state
 from .storage import _device_of, device_storage, host_of, sync
 from .tensor import SPECIAL, EmuTensor, _mismatch
@@ -63,6 +64,8 @@ def _register_jit_save() -> None:
                 setattr(cls, name, wrapped(plain))
     if "_apply" not in ScriptModule.__dict__:
         ScriptModule._apply = _script_apply  # type: ignore[method-assign]
+    if "__call__" not in ScriptModule.__dict__:
+        ScriptModule.__call__ = _script_call  # type: ignore[method-assign]
     import torch.jit._serialization as jit_serialization
 
     if not getattr(jit_serialization.load, "_torchfl", False):
@@ -111,6 +114,27 @@ def _jit_load(plain: Any, f: Any, map_location: Any, extra_files: Any, restore_s
             else:
                 owner._buffers[leaf] = value
     return module
+
+
+_LOST_TEXT = "RuntimeError: \n"
+
+
+def _script_call(self: Any, *args: Any, **kwargs: Any) -> Any:
+    """A script module's call that keeps the text of an error the emulated device raised: TorchScript's interpreter
+    reports it as "RuntimeError: " with nothing after (it drops the text of any exception a Python backend raises),
+    where on the chip the vendor's C++ message is there (torch_musa's test_jit_save_load.py matches its
+    convolution's device check in it). The text goes back where the interpreter left it empty."""
+    _tensor.raised.error = None
+    try:
+        return torch.nn.Module.__call__(self, *args, **kwargs)
+    except RuntimeError as error:
+        lost = _tensor.raised.error
+        text = str(error)
+        if lost is None or not text.endswith(_LOST_TEXT):
+            raise
+        raise type(error)(text[:-1] + str(lost) + "\n") from None
+    finally:
+        _tensor.raised.error = None
 
 
 def _script_apply(self: Any, fn: Any, recurse: bool = True) -> Any:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import collections
 import copy
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -68,6 +69,11 @@ def set_device_op_hook(name: str, hook: Callable[[Any, tuple], None] | None) -> 
         on_device_op = each
     else:
         on_device_op = hooks[0] if hooks else None
+
+# The last error the device's dispatch raised, per thread: PyTorch's TorchScript interpreter drops the text of an
+# exception raised in a Python backend (it reads what() of a python_error it never persisted: "RuntimeError: "
+# and nothing), where a real chip's C++ error keeps its text; serialization.py puts it back for script modules.
+raised = threading.local()
 
 # torch.device of each emulated index (the slot's name is fixed before the first tensor exists)
 _devices: dict[int, torch.device] = {}
@@ -287,10 +293,12 @@ class EmuTensor(torch.Tensor):
                 out = wider.compute(wider.chip_key(state.description), state.names[func], func, cargs, ckwargs)
                 return _wrap(out, index)
             if not _on_engine_thread():
+                raised.error = exc
                 raise
             return _deferred(exc, func, args, kwargs or {})
         except Exception as exc:
             if not _on_engine_thread():
+                raised.error = exc
                 raise
             return _deferred(exc, func, args, kwargs or {})
 

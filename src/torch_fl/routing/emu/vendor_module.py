@@ -159,6 +159,10 @@ _STORAGE_TYPES = {"FloatStorage": torch.float32, "DoubleStorage": torch.float64,
                   "BoolStorage": torch.bool, "ComplexFloatStorage": torch.complex64,
                   "ComplexDoubleStorage": torch.complex128}
 
+# Where each vendor defines its legacy storage classes (their __module__): torch_mlu/mlu/__init__.py and
+# torch_npu/npu/__init__.py define FloatStorage & co. (torch.cuda's are in torch.cuda)
+_STORAGE_MODULES = {"mlu": "torch_mlu.mlu", "npu": "torch_npu.npu"}
+
 _TENSOR_TYPES = {"FloatTensor": torch.float32, "DoubleTensor": torch.float64, "HalfTensor": torch.float16,
                  "BFloat16Tensor": torch.bfloat16, "ByteTensor": torch.uint8, "CharTensor": torch.int8,
                  "ShortTensor": torch.int16, "IntTensor": torch.int32, "LongTensor": torch.int64,
@@ -293,7 +297,9 @@ def vendor_module_class(base: type, name: str, stream_type: type) -> type:
     for kind, dtype in _TENSOR_TYPES.items():
         setattr(VendorModule, kind, _TensorType(kind, (), {"dtype": dtype}))
     for kind, dtype in _STORAGE_TYPES.items():
-        setattr(VendorModule, kind, _StorageType(kind, (), {"dtype": dtype}))
+        # (TypedStorage.type() names the legacy class by its module: "torch_mlu.mlu.FloatStorage" on the chip)
+        module = _STORAGE_MODULES.get(name, f"torch.{name}")
+        setattr(VendorModule, kind, _StorageType(kind, (), {"dtype": dtype, "__module__": module}))
     from . import graphs
 
     for kind, value in graphs.device_module_calls(name).items():  # (NPUGraph, graph, graph_pool_handle, ...)
