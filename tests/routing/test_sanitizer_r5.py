@@ -279,3 +279,27 @@ def test_a_non_blocking_copy_into_pageable_host_memory_is_complete_when_it_retur
     assert pinned.isnan().all()  # (pinned: deferred until a sync, as before)
     mod.synchronize()
     assert pinned.tolist() == [0, 1, 2, 3]
+
+
+def test_halves_of_one_pinned_staging_buffer_are_two_buffers(chip):
+    _, d = chip
+    staging = torch.arange(8.0, pin_memory=True)
+    with sanitize(raise_errors=False) as check:
+        first = torch.zeros(4, device=d).copy_(staging[:4], non_blocking=True)
+        second = torch.zeros(4, device=d).copy_(staging[4:], non_blocking=True)
+        staging[4:].zero_()  # the second copy's source: reported
+        refill_done = len(check.reports)
+        staging[:4].fill_(7)  # the first copy's source, still in flight: reported too
+    assert refill_done == 1 and len(check.reports) == 2, check.reports
+    assert all("host-to-device copy from it" in r for r in check.reports)
+    del first, second
+
+
+def test_the_other_half_of_a_pinned_staging_buffer_is_free_to_refill(chip):
+    _, d = chip
+    staging = torch.arange(8.0, pin_memory=True)
+    with sanitize(raise_errors=False) as check:
+        out = torch.zeros(4, device=d).copy_(staging[:4], non_blocking=True)
+        staging[4:].fill_(7)  # (double buffering: the half no copy reads)
+        got = out.cpu()
+    assert check.reports == [] and got.tolist() == [0, 1, 2, 3]

@@ -97,25 +97,8 @@ _ops: dict[int, _Op] = {}  # id(op) -> what the sanitizer reads of it (ops are n
 Span = tuple[int, int, int]  # (allocation: its storage's address, first byte, end byte) of a tensor's memory
 
 
-def _span(data: torch.Tensor) -> Span | None:
-    """The bytes an emulated tensor's host data covers in its allocation (None: no bytes). Views share their
-    base's allocation, so `x[4:]` and `x` overlap and `x[:4]` and `x[4:]` do not (CSAN keys accesses by the
-    tensor's data pointer: a view at an offset is another tensor there, and its race with the base is missed).
-    A strided view covers the bytes from its first to its last element."""
-    ptr = data.data_ptr()
-    if not ptr:
-        return None
-    size = data.itemsize
-    start = data.storage_offset() * size
-    if data.is_contiguous():
-        length = data.nbytes
-        if not length:
-            return None
-    else:
-        if not data.numel():
-            return None
-        length = (sum((n - 1) * stride for n, stride in zip(data.shape, data.stride(), strict=True)) + 1) * size
-    return (ptr - start, start, start + length)
+_span = streams.byte_span  # (CSAN keys an access by the tensor's data pointer: a view at an offset is another
+# tensor there, and its race with its base is missed)
 
 
 class _Accesses(ArgumentHandler):
@@ -513,10 +496,14 @@ class Sanitizer:
             if not isinstance(value, torch.Tensor) or value.device.type != "cpu":
                 continue
             try:
-                ptr = value.untyped_storage().data_ptr()
+                span = _span(value)
             except RuntimeError:
                 continue
-            flight = in_flight.get(ptr)
+            if span is None:
+                continue
+            # (by the bytes the host op touches: two halves of one pinned staging buffer are two buffers)
+            flight = next((f for (allocation, start, end), f in in_flight.items()
+                           if allocation == span[0] and start < span[2] and span[1] < end), None)
             if flight is None:
                 continue
             writes = argument.alias_info is not None and argument.alias_info.is_write

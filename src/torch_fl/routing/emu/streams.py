@@ -58,7 +58,8 @@ class _Timeline:
         self.seq = 0
         self.pending: list[_Pending] = []  # deferred host-visible results (non-blocking D2H copies)
         self.landing: list[_Landing] = []  # non-blocking H2D copies from pinned memory not yet reached
-        self.in_flight: dict[int, _InFlight] = {}  # host data_ptr -> unfinished non-blocking copy touching it
+        # host bytes (byte_span) -> the unfinished non-blocking copy that reads or writes them
+        self.in_flight: dict[tuple[int, int, int], _InFlight] = {}
         self.lock = threading.RLock()
         self.listener: Any = None  # the sanitizer (sanitizer.py), told of every synchronisation
 
@@ -86,8 +87,8 @@ class _Timeline:
             self.pending = [p for p in self.pending if not self.covered(p.key, p.seq)]
             for item in done:
                 item.apply()
-        for ptr in [ptr for ptr, f in self.in_flight.items() if self.covered(f.key, f.seq)]:
-            del self.in_flight[ptr]
+        for span in [span for span, f in self.in_flight.items() if self.covered(f.key, f.seq)]:
+            del self.in_flight[span]
 
     def sync_stream(self, key: StreamKey, what: str = "") -> None:
         if self.idle():
@@ -204,6 +205,22 @@ def tensor_module() -> Any:
     from . import tensor
 
     return tensor
+
+
+def byte_span(tensor: torch.Tensor) -> tuple[int, int, int] | None:
+    """(allocation: its storage's address, first byte, end byte) of the memory a tensor covers (None: no bytes).
+    Views share their base's allocation, so `x[4:]` and `x` overlap and `x[:4]` and `x[4:]` do not; a strided
+    view covers the bytes from its first element to its last."""
+    ptr = tensor.data_ptr()
+    if not ptr or not tensor.numel():
+        return None
+    size = tensor.itemsize
+    start = tensor.storage_offset() * size
+    if tensor.is_contiguous():
+        length = tensor.nbytes
+    else:
+        length = (sum((n - 1) * stride for n, stride in zip(tensor.shape, tensor.stride(), strict=True)) + 1) * size
+    return (ptr - start, start, start + length)
 
 
 def _storage_ptr(tensor: torch.Tensor) -> int:
@@ -552,16 +569,18 @@ def _defer(dst: torch.Tensor, key: StreamKey, op: str) -> None:
             values = dst.clone()
             _poison(dst)
             timeline.pending.append(_Pending(key, seq, dst, values, op))
-        if timeline.listener is not None:
-            timeline.in_flight[_storage_ptr(dst)] = _InFlight(key, seq, "destination", op, timeline.listener.stack())
+        span = byte_span(dst)
+        if timeline.listener is not None and span is not None:
+            timeline.in_flight[span] = _InFlight(key, seq, "destination", op, timeline.listener.stack())
 
 
 def _read_in_flight(src: torch.Tensor, key: StreamKey, op: str) -> None:
     """`src` (host) is read by a non-blocking copy on stream `key`: in flight until a sync covers it."""
     with timeline.lock:
         seq = timeline.tick(key)
-        if timeline.listener is not None:
-            timeline.in_flight[_storage_ptr(src)] = _InFlight(key, seq, "source", op, timeline.listener.stack())
+        span = byte_span(src)
+        if timeline.listener is not None and span is not None:
+            timeline.in_flight[span] = _InFlight(key, seq, "source", op, timeline.listener.stack())
 
 
 def _lands_later(src: torch.Tensor, dst: Any) -> bool:
