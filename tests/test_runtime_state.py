@@ -44,10 +44,10 @@ def test_one_call_forgets_it():
 
 
 PURE = textwrap.dedent("""
-    import json, torch, torch_fl
+    import json, sys, torch, torch_fl
     from torch_fl._state import process
     from torch_fl.device import resolve_spec
-    resolved = resolve_spec("emu:npu")
+    resolved = resolve_spec(sys.argv[1])
     before = (torch._C._get_privateuse1_backend_name(), process.emulated_type)
     first = resolved.device  # the first use registers the emulated device
     print(json.dumps({"before": before, "name": resolved.description.name, "device": str(first),
@@ -56,15 +56,27 @@ PURE = textwrap.dedent("""
 """)
 
 
-def test_resolving_an_emulated_chip_registers_nothing_until_its_device_is_used(tmp_path):
+def _resolved_in_a_child(tmp_path: Path, spec: str) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("FL_")}
     env.update(OMP_NUM_THREADS="1", HOME=str(tmp_path), XDG_CONFIG_HOME=str(tmp_path))
-    done = subprocess.run([sys.executable, "-c", PURE], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=300)
+    done = subprocess.run([sys.executable, "-c", PURE, spec], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    found = json.loads(done.stdout.strip().splitlines()[-1])
-    assert found == {"before": ["privateuseone", ""], "name": "npu", "device": "npu:0", "after": ["npu", "npu"],
-                     "emulated": True}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_resolving_an_emulated_chip_registers_nothing_until_its_device_is_used(tmp_path):
+    assert _resolved_in_a_child(tmp_path, "emu:npu") == {
+        "before": ["privateuseone", ""], "name": "npu", "device": "npu:0", "after": ["npu", "npu"],
+        "emulated": True}
+
+
+def test_a_virtual_id_of_an_emulating_process_registers_nothing_either(tmp_path):
+    # the config's device (unlike FL_DEVICE) does not register the chip at import
+    (tmp_path / "torch_fl.toml").write_text('device = "emu:npu"\n')
+    assert _resolved_in_a_child(tmp_path, "acc0") == {
+        "before": ["privateuseone", ""], "name": "npu", "device": "npu:0", "after": ["npu", "npu"],
+        "emulated": True}
 
 
 def _module_reaches(path: Path) -> list[tuple[int, str]]:

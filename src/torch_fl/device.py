@@ -188,6 +188,7 @@ class ResolvedDevice:
                               # 'auto-detected', 'physical name', 'emulation', 'description file'
     origin: str = "argument"  # where the spec came from: 'argument', 'FL_DEVICE', a config path, 'default'
     governed_by: Description | None = field(default=None, repr=False)
+    index: int = field(default=0, repr=False)  # which emulated device, while `known` is None (accN: N)
 
     @property
     def device(self) -> torch.device:
@@ -196,7 +197,7 @@ class ResolvedDevice:
         found = self.known
         if found is None:
             devices = emulated_devices(create=True, chip=self.governed_by)
-            found = devices[0] if devices else torch.device("cpu")
+            found = devices[self.index] if self.index < len(devices) else torch.device("cpu")
             object.__setattr__(self, "known", found)  # (frozen: the device is fixed once it exists)
         return found
 
@@ -241,6 +242,10 @@ def _resolve_text(device: str | int | None) -> ResolvedDevice:
         return _emulated(text, origin)
     if VIRTUAL_ID.match(text):
         explicit = explicit_map()
+        if explicit is None:
+            emulated = _emulated_virtual(text, origin)
+            if emulated is not None:
+                return emulated
         mapping = explicit[0] if explicit else _detected_map(None if origin == "argument" else text)
         if text not in mapping:
             raise _not_found(text, origin, mapping, "does not exist")
@@ -260,6 +265,19 @@ def _from_physical(dev: torch.device, spec: str, source: str, origin: str) -> Re
     emulated = is_emulated(dev)
     return ResolvedDevice(spec, dev, emulated, "emulation" if emulated and source == "auto-detected" else source,
                           origin)
+
+
+def _emulated_virtual(text: str, origin: str) -> ResolvedDevice | None:
+    """accN of a process that emulates a chip (FL_DEVICE=emu:NAME, emulate()), without registering the
+    emulated devices (the first use of .device does); None where the map answers: no emulation, the
+    device cannot exist (the dispatch mode runs on the backend's devices), or no such index (its error)."""
+    if emulating(None if origin == "argument" else text) is None:
+        return None
+    index = int(text[3:])
+    emu = process.emulator or _emu()
+    if index >= _emu_count() or not emu.available(False):
+        return None
+    return ResolvedDevice(text, None, True, "emulation", origin, index=index)
 
 
 def _emulated(text: str, origin: str) -> ResolvedDevice:
