@@ -89,9 +89,11 @@ def test_the_wheel_ships_the_pages_that_help_names(tmp_path):
     hatchling = pytest.importorskip("hatchling.builders.wheel")
     (wheel,) = hatchling.WheelBuilder(str(ROOT)).build(directory=str(tmp_path / "dist"), versions=["standard"])
     with zipfile.ZipFile(wheel) as archive:
-        shipped = {Path(n).name for n in archive.namelist() if n.startswith("torch_fl/docs/")}
+        shipped = {n.removeprefix("torch_fl/docs/") for n in archive.namelist() if n.startswith("torch_fl/docs/")}
         archive.extractall(tmp_path / "site")
-    assert shipped == {p.name for p in DOCS.glob("*.md")}
+    # every page, and what the pages show (docs/img/...)
+    assert shipped == {p.relative_to(DOCS).as_posix() for p in DOCS.rglob("*") if p.is_file()}
+    assert {p.name for p in DOCS.glob("*.md")} <= shipped
     # The installed copy finds its own pages (not this checkout's): the wheel's console-script module.
     site = tmp_path / "site"
     done = subprocess.run([sys.executable, str(site / "_torch_fl_cli.py"), "docs", "analysis"], cwd=tmp_path,
