@@ -75,8 +75,9 @@ _SUBMODULES = {"distributed"}
 
 
 def reset() -> None:
-    """Deactivate routing and forget the detected backend and discovered descriptions (after changing
-    FL_* variables); the next ``torch.fl.device()`` activates routing again."""
+    """Deactivate routing and forget the detected backend, the discovered descriptions and the route tables
+    built from them, the process's state in one call (after changing FL_* variables); the next
+    ``torch.fl.device()`` activates routing again."""
     _runtime.reset()
 
 
