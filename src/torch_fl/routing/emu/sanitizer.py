@@ -212,8 +212,8 @@ def _user_stack() -> tuple[tuple[Any, int], ...]:
 # An access, as CSAN's `Access` holds it (its fields, in its order: type, seq_num, stream, operator, aliases,
 # is_output, stack_trace) but a tuple of tuples and numbers, the type a bool (a write): one is made for every
 # tensor of every op and many are kept, and such a tuple leaves the garbage collector's lists at its first
-# collection (a dataclass, or a tuple holding a list or an enum, stays tracked: the kept accesses made the
-# collector's full passes a third of a sanitized step). `_access(record)` when a report prints it.
+# collection (a dataclass, or a tuple holding a list or an enum, stays tracked: the collector's passes over the
+# kept accesses were most of this handler's cost). `_access(record)` when a report prints it.
 Record = tuple[bool, int, Any, Any, tuple[str, ...], bool, tuple[Any, ...]]
 _SEQ, _STREAM = 1, 2
 
@@ -608,9 +608,8 @@ class _Mode(TorchDispatchMode):
 
     @classmethod
     def _should_skip_dynamo(cls) -> bool:
-        # (TorchDispatchMode wraps __torch_dispatch__ in torch._disable_dynamo, whose wrapper alone was 11 us
-        # of every op, half of the sanitizer's cost per op: `__torch_dispatch__` below turns Dynamo off for
-        # the call itself, with one C call each way)
+        # (TorchDispatchMode wraps __torch_dispatch__ in torch._disable_dynamo, a Python wrapper with its own
+        # checks at every op: `__torch_dispatch__` below turns Dynamo off for the call itself, one C call each way)
         return False
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
