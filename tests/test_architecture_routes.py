@@ -43,8 +43,6 @@ ALLOWED: dict[str, tuple[int, str]] = {
     "src/torch_fl/analysis/bench.py": (2, "route_seconds: Counter[str] / dict[str, float]"),
     "src/torch_fl/analysis/coverage.py": (6, "record.route compared with words; per-route dicts"),
     "src/torch_fl/analysis/grade/runs.py": (1, "a coverage row's verdict compared with 'unsupported'"),
-    "src/torch_fl/analysis/ops_bench.py": (7, "Sample/Timing.route typed str; routes compared with words"),
-    "src/torch_fl/analysis/profile.py": (1, "route_us: Counter[str]"),
     "src/torch_fl/cli/routes.py": (4, "--route choices, filters and call counts typed str"),
     "src/torch_fl/description/loader.py": (1, "the schema's key kind 'native' (a name clash, not a route)"),
     "src/torch_fl/description/vendor_table.py": (4, "a table row's route: str = 'native', compared"),

@@ -37,6 +37,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves, tree_map
 
+from .._names import RouteKind
 from ..report import Report, Section, Table, progress, stage
 from .model import ModelSpec
 
@@ -62,7 +63,7 @@ class Sample:
 
     func: Any
     dtype: str | None
-    route: str
+    route: RouteKind
     args: tuple
     kwargs: dict
     kernel: Callable | None = None  # the registered kernel of a kernel-routed op
@@ -76,7 +77,7 @@ class Sample:
 class Timing:
     op: str
     dtype: str | None
-    route: str
+    route: RouteKind
     device_s: float
     alternatives: dict[str, dict[str, float]] = field(default_factory=dict)  # name -> {seconds, speedup, low}
     skipped: dict[str, str] = field(default_factory=dict)  # alternative -> why it was not timed
@@ -128,10 +129,10 @@ class _Recorder(TorchDispatchMode):
 
     def _sample(self, func: Any, key: tuple[str, str | None], args: tuple, kwargs: dict) -> Sample | None:
         route = self.table.route(*key)
-        kind = str(route.kind)
-        if kind == "kernel" and not (self.kernels and self.table.is_native(*key)):
+        kind = route.kind
+        if kind is RouteKind.KERNEL and not (self.kernels and self.table.is_native(*key)):
             return None
-        if kind not in ("native", "kernel"):
+        if kind not in (RouteKind.NATIVE, RouteKind.KERNEL):
             return None
         clone = tree_map(lambda t: t.detach().clone() if isinstance(t, torch.Tensor) else t, (args, kwargs))
         return Sample(func, key[1], kind, clone[0], clone[1], route.kernel)
@@ -232,7 +233,7 @@ def time_sample(sample: Sample, device: str, *, rounds: int = ROUNDS) -> Timing:
         return activated(device)
 
     candidates: dict[str, tuple[Callable[[], Any], Callable[[], Any]]] = {}
-    if sample.route == "kernel":  # the native kernel under it, against the registered one
+    if sample.route is RouteKind.KERNEL:  # the native kernel under it, against the registered one
         candidates["device"] = (suspended, lambda: func(*args, **kwargs))
         candidates["kernel"] = (routed, lambda: func(*args, **kwargs))
     else:
@@ -422,7 +423,7 @@ def preferred_translations(timings: list[dict[str, Any]]) -> list[str]:
     for row in timings:
         by_op.setdefault(row["op"], []).append(row)
     return sorted(op for op, rows in by_op.items()
-                  if all(r["verdict"] == "slow" and r["faster"] == "translate" for r in rows))
+                  if all(r["verdict"] == "slow" and r["faster"] == RouteKind.TRANSLATE for r in rows))
 
 
 def write_overlay(path: str | Path, description: str, found: dict[str, dict[str, str]], *,
@@ -478,7 +479,7 @@ def native_but_slow(data: dict[str, Any], desc: Any) -> Section | None:
     """Mark coverage's native rows whose (op, dtype) the description's [ops.slow] lists (``"slow": true``),
     count them in its summary (``native_slow_calls``, ``native_slow``), and return their section (None when
     there are none): native ops that run, but that ops-bench found an alternative faster for."""
-    rows = [op for op in data["ops"] if op["route"] == "native" and op["dtype"] in slow_dtypes(desc, op["op"])]
+    rows = [op for op in data["ops"] if op["route"] == RouteKind.NATIVE and op["dtype"] in slow_dtypes(desc, op["op"])]
     for op in rows:
         op["slow"] = True
     top = [op for op in rows if not op["via"]]

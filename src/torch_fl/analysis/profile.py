@@ -37,6 +37,7 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_map
 
+from .._names import RouteKind
 from ..report import Chart, Report, Section, Table, progress, stage
 from .model import ModelSpec
 
@@ -46,12 +47,16 @@ TOP = 15  # ops in the report's top list
 US = 1e-6
 
 
-def _route_of(name: str) -> tuple[str, str] | None:
-    """('translate', 'aten::gelu.default') for a route range's name, None for any other event."""
+_KINDS = {kind.value: kind for kind in RouteKind}  # a range name's first word
+
+
+def _route_of(name: str) -> tuple[RouteKind, str] | None:
+    """(RouteKind.TRANSLATE, 'aten::gelu.default') for a route range's name, None for any other event."""
     if not name.startswith(RANGE) or name in COPY_RANGES:
         return None
-    route, _, op = name[len(RANGE):].partition(" ")
-    return (route, op) if op else None
+    word, _, op = name[len(RANGE):].partition(" ")
+    kind = _KINDS.get(word)
+    return (kind, op) if op and kind is not None else None
 
 
 def _op_base(op: str) -> str:
@@ -79,9 +84,9 @@ class Profile:
                                "torch.fl.profile() as p:` block has ended")
         events = [e for e in self.prof.events() if getattr(e, "device_type", None) is None
                   or str(e.device_type).endswith("CPU")]
-        calls: Counter[tuple[str, str]] = Counter()
-        route_us: Counter[str] = Counter()
-        op_us: Counter[tuple[str, str]] = Counter()  # (route, op) -> CPU time of its outermost ranges
+        calls: Counter[tuple[RouteKind, str]] = Counter()
+        route_us: Counter[RouteKind] = Counter()
+        op_us: Counter[tuple[RouteKind, str]] = Counter()  # (route, op) -> CPU time of its outermost ranges
         copies = {"to_host": [0, 0.0], "to_device": [0, 0.0]}
         ops: dict[tuple[str, str, str], list[float]] = {}
         for event in events:
@@ -102,9 +107,10 @@ class Profile:
                 copy_[1] += event.cpu_time_total * US
             if name.startswith("ProfilerStep"):  # (the step markers: the whole step, not an op)
                 continue
-            route = "native" if name.startswith("aten::") else "-"  # "-": a user or autograd range
+            # a route, or "-" (a user or autograd range) or "router" (a route range: the router's own time)
+            route: RouteKind | str = RouteKind.NATIVE if name.startswith("aten::") else "-"
             if routed is not None:
-                route = "router"  # the range itself: the router's own (Python) time
+                route = "router"
             else:
                 for child in event.cpu_children:
                     child_route = _route_of(child.name)
