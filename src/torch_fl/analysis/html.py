@@ -704,8 +704,11 @@ footer { max-width: 1120px; margin: 24px auto; padding: 12px 20px; color: var(--
   dl.summary { grid-template-columns: minmax(0, 1fr); gap: 0; padding: 10px 12px; }
   dl.summary dd { margin-bottom: 6px; }
   figure.chart { padding: 8px; }
-  /* A table's rows as cards of 'column: value' lines: a 390 px screen has no room for 5 columns, whose
-     narrowest made rows 150-250 px tall and mostly blank, with the evidence column off-screen. */
+}
+/* A table's rows as cards of 'column: value' lines on a phone or a tablet: 390 or 640 px have no room for
+   5-7 columns, whose narrowest made rows 150-250 px tall and mostly blank, with the evidence column
+   off-screen. */
+@media (max-width: 760px) {
   table.cards, table.cards tbody, table.cards tr, table.cards td, table.cards caption { display: block; }
   table.cards { min-width: 0; }
   table.cards thead { position: absolute; width: 1px; height: 1px; overflow: hidden; clip-path: inset(50%); }
