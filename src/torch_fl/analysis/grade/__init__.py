@@ -8,8 +8,9 @@ the table and the JSON schema.
 
 Every criterion is PASS, FAIL, INCONCLUSIVE or NOT MEASURED, with the number and the measurement behind
 it; INCONCLUSIVE and NOT MEASURED never count as PASS. Performance alignment is judged by the confidence
-interval of interleaved paired runs: when the interval contains the threshold it is INCONCLUSIVE, with
-the command that settles it, rather than a PASS or FAIL decided by the machine's load. What grade cannot measure (multi-device scaling, a 72-hour run; the
+interval of interleaved paired runs: when the interval contains the threshold, or the machine was so
+loaded that other processes decided the step times, it is INCONCLUSIVE, with the command that settles it,
+rather than a PASS or FAIL decided by the machine's load. What grade cannot measure (multi-device scaling, a 72-hour run; the
 distributed preflight without two devices) stays NOT MEASURED and says why.
 
 An emulated chip (``emu:NAME``) runs on the CPU: coverage, whether the model runs, and precision are

@@ -6,8 +6,9 @@ it. The achieved level is the highest one whose criteria, and those of every lev
 criterion that was not measured, or whose measurement could not decide, never counts as passed.
 
 INCONCLUSIVE is for a noisy measurement (performance alignment): its confidence interval contains the
-threshold, so PASS or FAIL would be decided by the machine's load, not by the model; the evidence names
-the command that settles it.
+threshold, or load made it unmeasurable (bench's timing thread waited for a core more than LOAD_LIMIT of
+the time), so PASS or FAIL would be decided by the machine's load, not by the model; the evidence names
+the command that settles it, and the level line says it rests on it.
 """
 
 from __future__ import annotations
