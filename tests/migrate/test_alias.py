@@ -525,3 +525,20 @@ def test_audit_of_a_model_with_a_cuda_literal_in_forward(tmp_path):
     assert (row["line"], row["call"], row["requested"], row["resolved"], row["cuda"]) == (
         5, "torch.ones", "cuda", "cpu", True)
     assert row["source"] == "return x + torch.ones(x.shape, device='cuda')"
+
+
+def _protocol_members(protocol: type) -> set[str]:
+    return {n for n in vars(protocol) if not n.startswith("_")} | set(protocol.__annotations__)
+
+
+def test_the_alias_has_every_member_its_entry_points_ask_for():
+    # patches.py and cuda_surface.py name alias_calls.AliasHooks, not alias.CudaAlias (no import cycle):
+    # the class must still provide all of it. Class members are looked up on the class, so that `target`
+    # (a property that resolves the device) is not run.
+    from torch_fl.migrate.alias_calls import AliasHooks
+
+    alias = cuda_alias("cpu")
+    members = _protocol_members(AliasHooks)
+    assert {"target", "map_args", "note", "patch", "recorder"} <= members
+    missing = sorted(n for n in members if not hasattr(type(alias), n) and n not in vars(alias))
+    assert not missing, f"CudaAlias lacks {missing} of alias_calls.AliasHooks"

@@ -478,3 +478,15 @@ def test_read_only_files_are_refused_and_intact(tmp_path: Path, capsys: pytest.C
         assert "read-only" in capsys.readouterr().err
     finally:
         path.chmod(0o644)
+
+
+def test_the_rewriter_has_every_member_a_fix_may_use():
+    # Fixes are typed against rules.base.FixContext; fix_rewriter's Rewriter is what they get.
+    pytest.importorskip("libcst")
+    from torch_fl.migrate.fix_rewriter import Spelling, rewriter_class
+    from torch_fl.migrate.rules.base import FixContext
+
+    rewriter = rewriter_class()([], Spelling.of({}, False, ""))
+    members = {n for n in vars(FixContext) if not n.startswith("_")} | set(FixContext.__annotations__)
+    assert {"fl_call", "commas", "no_space", "torch_name"} <= members
+    assert not sorted(n for n in members if not hasattr(rewriter, n)), "the rewriter lacks a FixContext member"

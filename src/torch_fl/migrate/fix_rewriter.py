@@ -185,8 +185,9 @@ class _Matching:
 
 
 class FixHelpers:
-    """The rewriter's half that the rules' fixes call (rules/*.py get the rewriter as `rw`): names in
-    this module's spelling of torch and quotes, torch.fl calls, the imports the fixed code needs."""
+    """The rewriter's half that the rules' fixes call (rules/*.py get the rewriter as `rw`, typed
+    rules.base.FixContext, which this implements): names in this module's spelling of torch and
+    quotes, torch.fl calls, the imports the fixed code needs."""
 
     names: dict[str, str]
     torch_name: str
