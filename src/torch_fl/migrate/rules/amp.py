@@ -280,10 +280,11 @@ def _scoped(rw: FixContext, call: cst.Call) -> cst.IfExp:
                      whitespace_after_else=space)
 
 
-def _device_type_first(rw: FixContext, original: cst.Call, call: cst.Call, name: str,
-                       positional: tuple[str, ...]) -> list[cst.Arg] | None:
-    """torch.cuda.amp's `name` call as torch.amp's: `torch.fl.device_type()` first, then the arguments,
-    the positional ones (in torch.cuda.amp's order, `positional`) passed by keyword. None for another
+def _as_torch_amp(rw: FixContext, original: cst.Call, updated: cst.Call, name: str, positional: tuple[str, ...],
+                  attr: str, scoped: bool) -> cst.BaseExpression | None:
+    """torch.cuda.amp's `name` call as torch's `attr` (torch.ATTR): `torch.fl.device_type()` first, then
+    the arguments, the positional ones (in torch.cuda.amp's order, `positional`) passed by keyword; run
+    only on an accelerator (`scoped`: the whole region, else an `enabled=` gate). None for another
     callee, *args, or more positional arguments than that order names."""
     import libcst as cst
 
@@ -291,7 +292,7 @@ def _device_type_first(rw: FixContext, original: cst.Call, call: cst.Call, name:
         return None
     args = [cst.Arg(rw.fl_call("device_type"))]
     count = 0
-    for arg in call.args:
+    for arg in updated.args:
         if arg.star == "*":
             return None  # positional, in torch.cuda.amp's order (scan offers no fix)
         if arg.keyword is None and not arg.star:
@@ -300,40 +301,26 @@ def _device_type_first(rw: FixContext, original: cst.Call, call: cst.Call, name:
             arg = arg.with_changes(keyword=cst.Name(positional[count]), equal=rw.no_space)
             count += 1
         args.append(arg)
-    return args
+    func: cst.BaseExpression = cst.Name(rw.torch_name)
+    for part in attr.split("."):
+        func = cst.Attribute(func, cst.Name(part))
+    if scoped:
+        return _scoped(rw, updated.with_changes(func=func, args=rw.commas(args, updated)))
+    gated = _gate(rw, args, 1)
+    return None if gated is None else updated.with_changes(func=func, args=rw.commas(gated, updated))
 
 
 @fixes("FL301", "Call")
 def fix_cuda_autocast(rw: FixContext, original: cst.Call, updated: cst.Call,
                       finding: Finding) -> cst.BaseExpression | None:
-    import libcst as cst
-
-    args = _device_type_first(rw, original, updated, "autocast", _AUTOCAST_POSITIONAL)
-    if args is None:
-        return None
-    func = cst.Attribute(cst.Name(rw.torch_name), cst.Name("autocast"))
-    if finding.replacement != DECORATOR:
-        return _scoped(rw, updated.with_changes(func=func, args=rw.commas(args, updated)))
-    gated = _gate(rw, args, 1)
-    if gated is None:
-        return None
-    return updated.with_changes(func=func, args=rw.commas(gated, updated))
+    return _as_torch_amp(rw, original, updated, "autocast", _AUTOCAST_POSITIONAL, "autocast",
+                         scoped=finding.replacement != DECORATOR)
 
 
 @fixes("FL302", "Call")
 def fix_cuda_grad_scaler(rw: FixContext, original: cst.Call, updated: cst.Call,
                          finding: Finding) -> cst.BaseExpression | None:
-    import libcst as cst
-
-    args = _device_type_first(rw, original, updated, "GradScaler", _SCALER_POSITIONAL)
-    if args is None:
-        return None
-    gated = _gate(rw, args, 1)
-    if gated is None:
-        return None
-    return updated.with_changes(
-        func=cst.Attribute(cst.Attribute(cst.Name(rw.torch_name), cst.Name("amp")), cst.Name("GradScaler")),
-        args=rw.commas(gated, updated))
+    return _as_torch_amp(rw, original, updated, "GradScaler", _SCALER_POSITIONAL, "amp.GradScaler", scoped=False)
 
 
 @fixes("FL303", "SimpleString", "Call")
