@@ -161,15 +161,31 @@ def pointer_in_container(det: RuleContext, node: ast.Call, attr: str) -> None:
         _identity(det, node.args[0])
 
 
+def _pointers(det: RuleContext) -> set[str]:
+    """Names this file binds to a data_ptr() value (or pointer arithmetic): FL602's own fact."""
+    return det.state(__name__).setdefault("pointers", set())
+
+
+def _is_pointer(det: RuleContext, node: ast.AST) -> bool:
+    return (type(node) is ast.Call and type(node.func) is ast.Attribute
+            and node.func.attr in ("data_ptr", "storage_offset")) or (
+        type(node) is ast.Name and node.id in _pointers(det))
+
+
+def _is_pointer_math(det: RuleContext, node: ast.AST) -> bool:
+    return (type(node) is ast.BinOp and type(node.op) in (ast.Add, ast.Sub)
+            and (_is_pointer(det, node.left) or _is_pointer(det, node.right)))
+
+
 @on("assign")
 def pointer_variable(det: RuleContext, target: ast.expr, value: ast.expr) -> None:
-    if type(target) is ast.Name and (det.is_pointer(value) or det.is_pointer_math(value)):
-        det.pointers.add(target.id)
+    if type(target) is ast.Name and (_is_pointer(det, value) or _is_pointer_math(det, value)):
+        _pointers(det).add(target.id)
 
 
 @on("binop")
 def pointer_arithmetic(det: RuleContext, node: ast.BinOp) -> None:
-    if type(node.op) in (ast.Add, ast.Sub) and (det.is_pointer(node.left) or det.is_pointer(node.right)):
+    if type(node.op) in (ast.Add, ast.Sub) and (_is_pointer(det, node.left) or _is_pointer(det, node.right)):
         det.report("FL602", node, how=f"used in arithmetic (`{'+' if type(node.op) is ast.Add else '-'}`)")
         _identity(det, node.left)  # the data_ptr() is part of this finding (one finding per site)
         _identity(det, node.right)
@@ -177,7 +193,7 @@ def pointer_arithmetic(det: RuleContext, node: ast.BinOp) -> None:
 
 @on("augassign")
 def pointer_offset(det: RuleContext, node: ast.AugAssign) -> None:
-    if type(node.target) is ast.Name and node.target.id in det.pointers and type(node.op) in (ast.Add, ast.Sub):
+    if type(node.target) is ast.Name and node.target.id in _pointers(det) and type(node.op) in (ast.Add, ast.Sub):
         det.report("FL602", node, how="offset in place")
 
 
@@ -185,7 +201,7 @@ def pointer_offset(det: RuleContext, node: ast.AugAssign) -> None:
          "ctypes.cdll.LoadLibrary")
 def ctypes_call(det: RuleContext, node: ast.Call, qual: str) -> None:
     if qual in ("ctypes.c_void_p", "ctypes.cast", "ctypes.c_uint64", "ctypes.c_size_t"):
-        if any(det.is_pointer(arg) or det.is_pointer_math(arg) for arg in node.args):
+        if any(_is_pointer(det, arg) or _is_pointer_math(det, arg) for arg in node.args):
             det.report("FL602", node, how=f"handed to `{qual}`")
             for arg in node.args:
                 det.claim(arg)

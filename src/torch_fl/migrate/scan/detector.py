@@ -32,7 +32,6 @@ class Detector(Scopes, Guards, Flow):
         self.decorating = 0
         self.done = set()  # nodes a rule already reported (one finding per site)
         self.fixes_allowed = True
-        self.pointers = set()  # names bound to a data_ptr() value
         self.availability_calls = 0  # torch.cuda.is_available() / device_count() calls seen
         self.sources = []
         self.sinks = {}

@@ -53,7 +53,6 @@ class Flow(Dispatch):
     sources: list[Source]
     sinks: dict[tuple[str, Key], int]
     edges: dict[Key, set[Key]]
-    pointers: set[str]
     exports: dict[str, list[Source]]
     strings: dict[Key, set[str]]  # names bound to string literals
 
@@ -107,15 +106,6 @@ class Flow(Dispatch):
         texts = [str_value(v) for v in values]
         if texts and all(t is not None for t in texts):
             self.strings.setdefault(key, set()).update(texts)  # type: ignore[arg-type]
-
-    def is_pointer(self, node: ast.AST) -> bool:
-        return (type(node) is ast.Call and type(node.func) is ast.Attribute
-                and node.func.attr in ("data_ptr", "storage_offset")) or (
-            type(node) is ast.Name and node.id in self.pointers)
-
-    def is_pointer_math(self, node: ast.AST) -> bool:
-        return (type(node) is ast.BinOp and type(node.op) in (ast.Add, ast.Sub)
-                and (self.is_pointer(node.left) or self.is_pointer(node.right)))
 
     # Statements that bind ------------------------------------------------------------------------
     def visit_Assign(self, node: ast.Assign) -> None:
