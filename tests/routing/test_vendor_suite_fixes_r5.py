@@ -133,3 +133,21 @@ def test_typed_storages_name_the_vendors_module():
     out = _run(STORAGE_NAMES, "mlu")
     assert out == {"wrapped": "torch_mlu.mlu.ComplexDoubleStorage", "of_tensor": "torch_mlu.mlu.ComplexDoubleStorage",
                    "new": "torch_mlu.mlu.FloatStorage", "dtype": "torch.complex128"}, out
+
+
+DEVICE_MODULE_PICKLE = r"""
+import json, pickle, subprocess, sys, torch, torch_musa
+data = pickle.dumps(torch.musa)
+same = pickle.loads(data) is torch.musa
+child = subprocess.run([sys.executable, "-c", "import pickle, sys; m = pickle.loads(sys.stdin.buffer.read()); "
+                        "import torch; print(m is torch.musa, m.device_count())"],
+                       input=data, capture_output=True, check=True)
+print(json.dumps({"name": torch.musa.__name__, "same": same, "child": child.stdout.decode().split()}))
+"""
+
+
+def test_the_device_module_pickles_by_reference():
+    """torch_musa's spawn_isolated_test pickles each test function (cloudpickle) for a fresh interpreter, with the
+    torch.musa it reads: the device module goes by reference, as a module does, and is the child's own there."""
+    out = _run(DEVICE_MODULE_PICKLE, "musa")
+    assert out == {"name": "torch_musa", "same": True, "child": ["True", "1"]}, out

@@ -159,6 +159,18 @@ _STORAGE_TYPES = {"FloatStorage": torch.float32, "DoubleStorage": torch.float64,
                   "BoolStorage": torch.bool, "ComplexFloatStorage": torch.complex64,
                   "ComplexDoubleStorage": torch.complex128}
 
+# The vendor module each torch.<chip> is (its __name__)
+_DEVICE_MODULE_NAMES = {"musa": "torch_musa", "mlu": "torch_mlu.mlu", "npu": "torch_npu.npu"}
+
+def _device_module(name: str) -> Any:
+    """``torch.<name>`` in the process that unpickles it: the vendor's plugin imported (which emulates the chip
+    where FL_DEVICE names it), as unpickling a module imports it."""
+    import importlib
+
+    importlib.import_module(_DEVICE_MODULE_NAMES.get(name, "torch_fl").split(".")[0])
+    return getattr(torch, name)
+
+
 # Where each vendor defines its legacy storage classes (their __module__): torch_mlu/mlu/__init__.py and
 # torch_npu/npu/__init__.py define FloatStorage & co. (torch.cuda's are in torch.cuda)
 _STORAGE_MODULES = {"mlu": "torch_mlu.mlu", "npu": "torch_npu.npu"}
@@ -202,6 +214,15 @@ def vendor_module_class(base: type, name: str, stream_type: type) -> type:
         """``torch.<chip>`` of an emulated plugin chip: the plugin's device-module calls."""
 
         Stream = stream_type  # streams, events, memory and seeding calls are the emulator's own (base)
+        # the module's name, as the vendor's torch.<chip> answers it (torch_musa: torch.musa is the torch_musa
+        # module itself; torch_npu.npu, torch_mlu.mlu): cloudpickle reads it to decide how to pickle a function
+        # that uses torch.<chip> (torch_musa's spawn_isolated_test tests)
+        __name__ = _DEVICE_MODULE_NAMES.get(name, f"torch.{name}")
+
+        def __reduce__(self) -> tuple[Any, tuple[str]]:
+            # by reference, as pickle and cloudpickle take a module: cloudpickle pickles the submodules a
+            # function reads (torch.<chip>) and, this being no module object, took it by value, down to a lock
+            return _device_module, (name,)
         amp = _Amp()
         config = _Switches(allow_internal_format=False)
         matmul = _Switches(allow_hf32=False)
