@@ -181,8 +181,9 @@ class ResolvedDevice:
     """
 
     spec: str                 # the text resolved ('acc0', 'cuda:1', 'emu:minimal', './chip.toml')
-    known: torch.device | None = field(repr=False)  # the device when it exists (None: an emulated chip's,
-                                                    # registered at the first use of `device`)
+    # the device when it exists (None: an emulated chip's, registered at the first use of `device`; set
+    # then, so it takes no part in equality or the hash, which the spec and the rest decide)
+    known: torch.device | None = field(repr=False, compare=False)
     emulated: bool            # an emulated chip (emu:NAME): the data lives in CPU memory
     source: str               # where the mapping came from: 'FL_DEVICE_MAP', a config path,
                               # 'auto-detected', 'physical name', 'emulation', 'description file'
