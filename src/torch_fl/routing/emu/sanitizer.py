@@ -2,12 +2,17 @@
 
 PyTorch's CUDA Stream Sanitizer (``TORCH_CUDA_SANITIZER=1``, torch/cuda/_sanitizer.py) finds kernels of two
 streams touching one tensor with no synchronisation between them, on a real CUDA GPU only. This is the same
-check on every emulated chip, built from CSAN's own parts: its ``ArgumentHandler`` reads which tensors an
-op reads and writes from the op's schema, its ``EventHandler`` keeps the accesses and decides with the
-vector clocks streams.py keeps for the emulated chip (one ``StreamSynchronizations`` shared by both, so
-the copies that streams.py defers and the races found here follow one order).
+check on every emulated chip, built on CSAN: its ``ArgumentHandler``'s reading of which tensors an op reads
+and writes from the op's schema, its ``EventHandler``'s conflict rule, decided with the vector clocks
+streams.py keeps for the emulated chip (one ``StreamSynchronizations`` shared by both, so the copies that
+streams.py defers and the races found here follow one order), and its ``Access`` in the reports.
 
 What it adds to CSAN:
+
+- an access is kept by the bytes it covers in its allocation (CSAN's by the tensor's data pointer), so a view
+  races with its base and disjoint views do not;
+- the collectives of the emulated process group (dist.py) are kernels of the current stream, and their
+  work's ``wait()`` orders the stream then current after them, as NCCL's;
 
 - a report names the op, the stream (and device), the tensor argument names and the *user's* source line
   of both accesses (frames inside torch and torch-fl left out), and the fix;
