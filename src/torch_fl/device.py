@@ -119,10 +119,11 @@ def device_map() -> dict[str, torch.device]:
     return explicit[0] if explicit else _detected_map()
 
 
-def _detected_map(default: str | None = None) -> dict[str, torch.device]:
+def _detected_map(default: str | None = None, chip: Description | bool | None = False) -> dict[str, torch.device]:
     """The map when none is set: the emulated devices, else the detected backend's (`default`: the
-    default device id when the caller has it already)."""
-    if emulating(default) is not None:
+    default device id when the caller has it already; `chip`: what `emulating` answered, when the caller
+    has asked it already, False when not)."""
+    if (emulating(default) if chip is False else chip) is not None:
         devices = emulated_devices(create=True)
         if devices:
             return {f"acc{i}": dev for i, dev in enumerate(devices)}
@@ -244,10 +245,13 @@ def _resolve_text(device: str | int | None) -> ResolvedDevice:
     if VIRTUAL_ID.match(text):
         explicit = explicit_map()
         if explicit is None:
-            emulated = _emulated_virtual(text, origin)
+            chip = emulating(None if origin == "argument" else text)
+            emulated = _emulated_virtual(text, origin) if chip is not None else None
             if emulated is not None:
                 return emulated
-        mapping = explicit[0] if explicit else _detected_map(None if origin == "argument" else text)
+            mapping = _detected_map(chip=chip)
+        else:
+            mapping = explicit[0]
         if text not in mapping:
             raise _not_found(text, origin, mapping, "does not exist")
         return _from_physical(mapping[text], text, explicit[1] if explicit else "auto-detected", origin)
@@ -270,10 +274,8 @@ def _from_physical(dev: torch.device, spec: str, source: str, origin: str) -> Re
 
 def _emulated_virtual(text: str, origin: str) -> ResolvedDevice | None:
     """accN of a process that emulates a chip (FL_DEVICE=emu:NAME, emulate()), without registering the
-    emulated devices (the first use of .device does); None where the map answers: no emulation, the
-    device cannot exist (the dispatch mode runs on the backend's devices), or no such index (its error)."""
-    if emulating(None if origin == "argument" else text) is None:
-        return None
+    emulated devices (the first use of .device does); None where the map answers: the device cannot
+    exist (the dispatch mode runs on the backend's devices), or no such index (its error)."""
     index = int(text[3:])
     emu = process.emulator or _emu()
     if index >= _emu_count() or not emu.available(False):
