@@ -43,6 +43,8 @@ INTERNAL_EXCEPTIONS = {
     "migrate/namerefs.py": {"_Fallback"},       # the segment rewrite gives way to the whole-module one
     "migrate/textfix.py": {"Unsure", "_Keep"},  # the in-place edit gives way to libcst; an argument left as is
     "migrate/textargs.py": {"Unsure"},  # its base: an argument layout the in-place edit does not read
+    "analysis/profile.py": {"_Profiled"},  # a script's profiled steps have run: its runner returns 0
+    "cli/exits.py": {"CommandError", "UsageError"},  # a command's one-line error and exit status, caught by main
 }
 
 
