@@ -33,3 +33,13 @@ def stderr(monkeypatch):
     yield use
     end_progress()
     set_progress(previous)
+
+
+@pytest.fixture(autouse=True)
+def _sys_path_as_it_was():
+    """sys.path back as it was after each test: a helper that inserts a folder on every call (9,000 entries
+    after the held-out redaction measure) makes torch's Inductor pass a PYTHONPATH over the kernel's 128 KiB
+    limit to its subprocesses, and a later `torchfl aot` in the same process fails with E2BIG."""
+    saved = list(sys.path)
+    yield
+    sys.path[:] = saved
