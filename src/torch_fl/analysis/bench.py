@@ -42,6 +42,7 @@ import torch
 from torch.utils._pytree import tree_map
 
 from ..report import Chart, Report, Section, Stage, Table, progress, stage
+from .host_syncs import locate, syncs_data, syncs_line, syncs_section
 from .model import ModelSpec
 
 MODES = ("routed", "native")
@@ -294,6 +295,10 @@ def bench(spec: ModelSpec, device: str, *, steps: int = 20, warmup: int = 3, tra
             for _ in range(warmup):
                 step()
                 runtime.synchronize(dev)
+    progress("locating host syncs: one more routed step")
+    with context("routed"):  # (after the warm-up: a first step's lazy set-up syncs once, not per step)
+        syncs = syncs_data(locate(step, dev), dev)
+        runtime.synchronize(dev)
 
     results = {mode: ModeResult([], [], [], 0) for mode in MODES}
     order: list[tuple[str, int]] = []
@@ -367,15 +372,16 @@ def bench(spec: ModelSpec, device: str, *, steps: int = 20, warmup: int = 3, tra
     from ..device import is_emulated
 
     report = _report(spec, device, done, warmup, train, block, results, order, dict(route_seconds), ops,
-                     paired_rounds(blocks), load_data(load["waited"], load["timed"]), emulated=is_emulated(dev))
+                     paired_rounds(blocks), load_data(load["waited"], load["timed"]), syncs,
+                     emulated=is_emulated(dev))
     report.data["steps_requested"] = steps
     return report
 
 
 def _report(spec: ModelSpec, device: str, steps: int, warmup: int, train: bool, block: int,
             results: dict[str, ModeResult], order: list[tuple[str, int]], route_seconds: dict[str, float],
-            ops: list[dict[str, Any]], pairs: list[list[tuple[float, float]]], load: dict[str, Any], *,
-            emulated: bool = False) -> Report:
+            ops: list[dict[str, Any]], pairs: list[list[tuple[float, float]]], load: dict[str, Any],
+            host_syncs: dict[str, Any] | None = None, *, emulated: bool = False) -> Report:
     routed, native = (results[m].summary() for m in MODES)
     interval = alignment_interval(pairs)
     alignment = interval["estimate"] if pairs else routed["steps_per_s"] / native["steps_per_s"]
@@ -389,6 +395,7 @@ def _report(spec: ModelSpec, device: str, steps: int, warmup: int, train: bool, 
         "emulated": emulated,
         "routed": routed, "native": native, "alignment": alignment, "target": TARGET,
         "alignment_interval": interval, "load": load,
+        **({"host_syncs": host_syncs} if host_syncs is not None else {}),
         "route_seconds": {route: {"seconds": s, "share": s / routed_time if routed_time else 0.0}
                           for route, s in sorted(route_seconds.items())},
         "route_ops": ops[:20],
@@ -400,12 +407,16 @@ def _report(spec: ModelSpec, device: str, steps: int, warmup: int, train: bool, 
     return _render(data, results)
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 def _interval_text(interval: dict[str, Any]) -> str:
     if interval["low"] is None:
-        return (f"(no interval: {interval['pairs']} pairs in {interval['rounds']} rounds; it needs {MIN_PAIRS} "
+        return (f"(no interval: {_count(interval['pairs'], 'pair')} in {_count(interval['rounds'], 'round')}; it needs {MIN_PAIRS} "
                 f"pairs in {MIN_ROUNDS} rounds)")
     return (f"({interval['confidence']:.0%} interval {interval['low']:.3f}-{interval['high']:.3f}, "
-            f"{interval['pairs']} pairs in {interval['rounds']} rounds)")
+            f"{_count(interval['pairs'], 'pair')} in {_count(interval['rounds'], 'round')})")
 
 
 def _alignment_verdict(data: dict[str, Any]) -> str:
@@ -438,13 +449,14 @@ def _render(data: dict[str, Any], results: dict[str, ModeResult]) -> Report:
                       f"{data['target']}): " + _alignment_verdict(data)),
         # the alignment is a median of paired ratios, the steps/s above each mode's median over all its
         # steps: their quotient is another number (load that hits one block moves it, not the paired median)
-        ("", f"alignment = median over {data['alignment_interval']['rounds']} rounds of each round's median "
+        ("", f"alignment = median over {_count(data['alignment_interval']['rounds'], 'round')} of each round's median "
              "pair ratio (native / routed time of neighbouring steps); the steps/s above are each mode's "
              f"median step over all its steps (their quotient, another statistic: "
              f"{routed['steps_per_s'] / native['steps_per_s']:.3f})"),
         ("load", f"waited for a core {data['load']['waited_share']:.0%} of the timed wall time (limit "
                  f"{LOAD_LIMIT:.0%})" if data["load"]["waited_share"] is not None else
                  "not measured here (no Linux schedstat)"),
+        *([("host syncs", syncs_line(data["host_syncs"]))] if "host_syncs" in data else []),
         ("peak memory", f"{data['peak_memory_bytes'] / MIB:.1f} MiB"),
         ("memory leak", ("LEAK SUSPECTED" if memory["leak"] else "none detected")
                         + f" (slope {memory['slope_bytes_per_step'] / MIB:.3g} MiB/step)"),
@@ -493,4 +505,7 @@ def _render(data: dict[str, Any], results: dict[str, ModeResult]) -> Report:
                         "busy or the steps are short; the alignment is uncertain, rerun with more --steps")
     if memory["leak"]:
         warnings.append(f"memory grows steadily across steps: {memory['why']}")
-    return Report(f"torchfl bench: {data['model']}", data, summary, [timing, routes, mem], warnings)
+    sections = [timing, routes, mem]
+    if data.get("host_syncs", {}).get("sites"):
+        sections.append(syncs_section(data["host_syncs"], "Counted in one more routed step after the warm-up"))
+    return Report(f"torchfl bench: {data['model']}", data, summary, sections, warnings)

@@ -27,6 +27,8 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from ..report import Section, Table
+
 aten = torch.ops.aten
 
 # ops after which the host holds a device value: each waits for the device
@@ -149,3 +151,38 @@ def locate(step: Callable[[], Any], device: torch.device) -> list[dict[str, Any]
     finally:
         sys.setprofile(previous)
     return [{"what": what, "where": where, "count": count} for (what, where), count in sites.most_common()]
+
+
+# What profile and bench (and grade, through bench) report of them ------------------------------------------
+def syncs_data(sites: list[dict[str, Any]], device: torch.device) -> dict[str, Any]:
+    """The JSON of a step's host syncs: ``{"per_step", "sites", "device_is_host"}``."""
+    return {"per_step": sum(s["count"] for s in sites), "sites": sites, "device_is_host": device.type == "cpu"}
+
+
+def syncs_line(syncs: dict[str, Any]) -> str:
+    """'3 per step from 2 source lines (on the CPU nothing waits)'."""
+    lines = len(syncs["sites"])
+    return (f"{syncs['per_step']} per step from {lines} source line{'' if lines == 1 else 's'}"
+            + (" (on the CPU nothing waits)" if syncs["device_is_host"] else ""))
+
+
+def syncs_section(syncs: dict[str, Any], counted: str) -> Section:
+    """The section that lists a step's host syncs by source line; `counted` says which step was looked at."""
+    title = f"Host syncs per step: {syncs['per_step']}"
+    if not syncs["sites"]:
+        return Section(title, text=["No op of the step made the host wait for the device (no .item(), "
+                                    "nonzero, blocking copy to the host or synchronize())."])
+    text = ["Each waits until the device has finished everything queued before it: an asynchronous chip "
+            f"idles while the host catches up. {counted}, by the innermost source line outside torch and "
+            "torch-fl."]
+    if syncs["device_is_host"]:
+        text.append("On the CPU the host is the device and nothing waits; on a chip each of these lines would.")
+    return Section(title, text=text, tables=[Table(["per step", "what", "where"],
+                                                   [[s["count"], s["what"], _tail(s["where"])]
+                                                    for s in syncs["sites"]])])
+
+
+def _tail(where: str, width: int = 48) -> str:
+    """A source line's place cut from the left, so that a narrow table keeps the file name and line
+    (the JSON keeps the whole path)."""
+    return where if len(where) <= width else "…" + where[-(width - 1):]

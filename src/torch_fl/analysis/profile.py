@@ -39,6 +39,7 @@ from torch.utils._pytree import tree_map
 
 from .._names import RouteKind
 from ..report import Chart, Report, Section, Table, progress, stage
+from .host_syncs import syncs_data, syncs_line, syncs_section
 from .model import ModelSpec
 
 RANGE = "fl::"
@@ -273,8 +274,7 @@ def profile_model(spec: ModelSpec, device: str, *, steps: int = 5, warmup: int =
     if trace:
         progress(f"wrote {trace}")
     data = {"model": spec.name, "device": device, "train": train, "warmup": warmup, **result.summary(),
-            "host_syncs": {"per_step": sum(s["count"] for s in syncs), "sites": syncs,
-                           "device_is_host": dev.type == "cpu"}}
+            "host_syncs": syncs_data(syncs, dev)}
     return report(data)
 
 
@@ -375,11 +375,7 @@ def report(data: dict[str, Any]) -> Report:
                ("non-native", f"{routed * 1e3:.2f} ms, {routed / wall if wall else 0:.1%} of the wall time"),
                ("trace", data.get("trace") or "not written (--trace FILE)")]
     if "host_syncs" in data:
-        syncs = data["host_syncs"]
-        lines = len(syncs["sites"])
-        summary.insert(-1, ("host syncs", f"{syncs['per_step']} per step from {lines} source line"
-                                          f"{'' if lines == 1 else 's'}"
-                                          + (" (on the CPU nothing waits)" if syncs["device_is_host"] else "")))
+        summary.insert(-1, ("host syncs", syncs_line(data["host_syncs"])))
     route_rows = [[route, v["calls"], v["seconds"] * 1e3, f"{v['share']:.1%}"] for route, v in
                   data["by_route"].items()]
     routes = Section(
@@ -420,7 +416,7 @@ def report(data: dict[str, Any]) -> Report:
         tables=[Table(["copy", "calls", "ms", "bytes"], rows)])
     sections = [routes, top, transfers]
     if "host_syncs" in data:
-        sections.append(_syncs_section(data))
+        sections.append(syncs_section(data["host_syncs"], "Counted in one more step after the profiled ones"))
     warnings = []
     if route_rows and wall and routed / wall >= 0.1:
         worst = max(data["by_route"].items(), key=lambda kv: kv[1]["seconds"])
@@ -429,28 +425,6 @@ def report(data: dict[str, Any]) -> Report:
                         + (f" (most calls: {first['op']})" if first else "")
                         + "; give the hot ops a native kernel (torch.fl.register_kernel) or ask the vendor for one")
     return Report(f"torchfl profile: {data.get('model', '')}", data, summary, sections, warnings)
-
-
-def _syncs_section(data: dict[str, Any]) -> Section:
-    syncs = data["host_syncs"]
-    title = f"Host syncs per step: {syncs['per_step']}"
-    if not syncs["sites"]:
-        return Section(title, text=["No op of the step made the host wait for the device (no .item(), "
-                                    "nonzero, blocking copy to the host or synchronize())."])
-    text = ["Each waits until the device has finished everything queued before it: an asynchronous chip "
-            "idles while the host catches up. Counted in one more step after the profiled ones, by the "
-            "innermost source line outside torch and torch-fl."]
-    if syncs["device_is_host"]:
-        text.append("On the CPU the host is the device and nothing waits; on a chip each of these lines would.")
-    return Section(title, text=text, tables=[Table(["per step", "what", "where"],
-                                                   [[s["count"], s["what"], _tail(s["where"])]
-                                                    for s in syncs["sites"]])])
-
-
-def _tail(where: str, width: int = 48) -> str:
-    """A source line's place cut from the left, so that a narrow table keeps the file name and line
-    (the JSON keeps the whole path)."""
-    return where if len(where) <= width else "…" + where[-(width - 1):]
 
 
 # What a route's ops are called in a sentence ("3 translated ops take ...").

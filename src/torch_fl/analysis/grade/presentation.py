@@ -7,6 +7,7 @@ from typing import Any
 from ...report import Chart, Report, Section, Table
 from ..bench import LEAK_RULE, NOISY, load_text
 from ..bench import TARGET as ALIGNMENT_TARGET
+from ..host_syncs import syncs_line, syncs_section
 from .levels import (
     FAIL,
     INCONCLUSIVE,
@@ -99,6 +100,9 @@ def _render(data: dict[str, Any], target: Target, found: Measurements, claim_tex
                      "PASS)"),
         ("thresholds", _thresholds_text(data["thresholds"])),
     ]
+    syncs = (found.bench or {}).get("host_syncs")
+    if syncs is not None:  # what serialises an asynchronous chip's step, by source line below
+        summary.append(("host syncs", syncs_line(syncs)))
     sections = [_level_section(name, rows) for name in LEVELS]
     sections.append(Section("Evidence", text=[f"- [{r['status']}] {r['level']} {r['name']}: {r['evidence']}"
                                               for r in rows]))
@@ -155,10 +159,13 @@ def _measurement_sections(found: Measurements) -> list[Section]:
             f"{k}: {v}" for k, v in found.compare_report.summary[4:]],
             charts=_chart(found.compare_report, "line", "Max relative error per module")))
     if found.bench_report is not None:
-        # Only bench's memory rows: its alignment row would repeat an emulation's misleading ratio.
+        # Only bench's memory and host-sync rows: its alignment row would repeat an emulation's misleading ratio.
         sections.append(Section("Memory over steps (bench)", text=[
             f"{k}: {v}" for k, v in found.bench_report.summary if k in ("peak memory", "memory leak")],
             charts=_chart(found.bench_report, "line", "Memory after each step")))
+        syncs = found.bench_report.data.get("host_syncs")
+        if syncs is not None:
+            sections.append(syncs_section(syncs, "Counted by bench in one more routed step after its warm-up"))
     return sections
 
 
