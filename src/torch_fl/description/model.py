@@ -230,12 +230,12 @@ class Description:
         resolved = self.native_table()
         if resolved is None:
             return limits
-        from .probe import view_ops
+        from .probe import is_view_op
 
         # (a view op's documented input dtypes are not a limit: it computes nothing, and the plugin
         # registers it for every dtype; torch_npu's page lists float32 only for as_strided)
-        views = view_ops()
-        documented = {op: sorted(d) for op, d in resolved[0].dtype_limits.items() if op not in views}
+        documented = {op: sorted(d) for op, d in resolved[0].dtype_limits.items()
+                      if not is_view_op(op.partition(".")[0])}
         return {**documented, **limits}
 
     # Generations ----------------------------------------------------------------------------------

@@ -44,14 +44,25 @@ _DTYPE_CANDIDATES = (
 
 
 # Dispatcher ---------------------------------------------------------------------------------------
-def all_aten_ops() -> list[str]:
-    """Every ``aten`` overload this process's dispatcher knows, canonical and sorted.
+_all_aten: tuple[int, list[str], frozenset[str]] = (-1, [], frozenset())
 
-    Not cached: importing an extension can register new overloads at any time, and a call costs
-    a few milliseconds."""
-    prefix = _DEFAULT_NAMESPACE + "::"
-    return sorted(canonical_op_name(name) for name in torch._C._dispatch_get_all_op_names()
-                  if name.startswith(prefix))
+
+def all_aten_ops() -> list[str]:
+    """Every ``aten`` overload this process's dispatcher knows, canonical and sorted (a new list each call).
+
+    Kept until the dispatcher's op count changes: importing an extension can register new overloads at any
+    time, and reading the names (~2 ms) is cheaper than spelling and sorting them again (~10 ms)."""
+    return list(_aten_ops()[1])
+
+
+def _aten_ops() -> tuple[int, list[str], frozenset[str]]:
+    names = torch._C._dispatch_get_all_op_names()
+    global _all_aten
+    if _all_aten[0] != len(names):
+        prefix = _DEFAULT_NAMESPACE + "::"
+        ops = sorted(canonical_op_name(name) for name in names if name.startswith(prefix))
+        _all_aten = (len(names), ops, frozenset(ops))
+    return _all_aten
 
 
 @functools.cache
@@ -91,6 +102,22 @@ def composite_ops() -> frozenset[str]:
     return frozenset(op for op in all_aten_ops()
                      if any(has_kernel(dispatcher_op_name(op), key) for key in _DECOMPOSING_KEYS)
                      or (op not in forwarders and has_kernel(dispatcher_op_name(op), _NON_FUNCTIONAL)))
+
+
+@functools.cache
+def is_view_op(bare: str) -> bool:
+    """Whether every overload of the bare op `bare` ('aten::transpose') is a view (view_ops' rule), reading
+    that op's schemas only."""
+    packet = getattr(torch.ops.aten, bare.split("::", 1)[-1], None) if bare.startswith("aten::") else None
+    if packet is None:
+        return False
+    # the dispatcher's overloads (a packet lists TorchScript's list ops too, slice.t), as last read: an op
+    # registered later is read again (one read costs ~2 ms; this runs for every op of a dtype table)
+    known = _all_aten[2]
+    if not known or not any(f"{bare}.{name}" in known for name in packet.overloads()):
+        known = _aten_ops()[2]
+    overloads = [getattr(packet, name, None) for name in packet.overloads() if f"{bare}.{name}" in known]
+    return bool(overloads) and all(o is not None and o.is_view and not o._schema.is_mutable for o in overloads)
 
 
 @functools.cache
@@ -245,6 +272,7 @@ def cache_clear() -> None:
     composite_ops.cache_clear()
     structured_delegates.cache_clear()
     _probe_dtypes_cached.cache_clear()
+    is_view_op.cache_clear()
 
 
 # Tables -------------------------------------------------------------------------------------------
