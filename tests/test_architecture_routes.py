@@ -46,9 +46,6 @@ ALLOWED: dict[str, tuple[int, str]] = {
     "src/torch_fl/cli/routes.py": (4, "--route choices, filters and call counts typed str"),
     "src/torch_fl/description/loader.py": (1, "the schema's key kind 'native' (a name clash, not a route)"),
     "src/torch_fl/description/vendor_table.py": (4, "a table row's route: str = 'native', compared"),
-    "src/torch_fl/routing/router.py": (9, "range_name/_ranged take route: str; stats.record/_ranged get words"),
-    "src/torch_fl/routing/stats.py": (2, "record/add_time take route: str"),
-    "src/torch_fl/routing/table.py": (1, "an FL_ROUTE/config override's word compared with 'native'"),
 }
 
 

@@ -26,6 +26,8 @@ from .translate import guard, translation, untranslatable_reason
 
 # (read on every call: a module global is ~4x faster to read than an Enum member)
 NATIVE_KIND = RouteKind.NATIVE
+# (members bound once: the hot path passes them to stats and the profiler ranges)
+_TRANSLATE, _FALLBACK, _KERNEL = RouteKind.TRANSLATE, RouteKind.FALLBACK, RouteKind.KERNEL
 
 Native = Callable[[tuple, dict], Any] | None
 
@@ -37,14 +39,14 @@ Native = Callable[[tuple, dict], Any] | None
 # benchmarks/profiler_ranges.py measures it. Native calls are never intercepted, so never ranged.
 profiling = torch._C._autograd._profiler_enabled
 RANGE_PREFIX = "fl::"
-_range_names: dict[tuple[str, str], str] = {}
+_range_names: dict[tuple[RouteKind, str], str] = {}
 try:
     from torch._C._profiler import _RecordFunctionFast as _Range  # a RecordFunction without an op call
 except ImportError:  # older torch: the public context manager (it dispatches profiler ops itself)
     from torch.autograd.profiler import record_function as _Range
 
 
-def range_name(route: str, op: str) -> str:
+def range_name(route: RouteKind, op: str) -> str:
     """The profiler range of `op` on `route`: ``fl::translate aten::gelu.default``."""
     name = _range_names.get((route, op))
     if name is None:
@@ -52,7 +54,7 @@ def range_name(route: str, op: str) -> str:
     return name
 
 
-def _ranged(route: str, op: str, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+def _ranged(route: RouteKind, op: str, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
     """fn(*args, **kwargs) inside the profiler range of (route, op): the callers check profiling() first and
     call fn directly without a profiler, so that path is the plain call plus one C call."""
     with _Range(range_name(route, op)):
@@ -133,7 +135,7 @@ class Router:
         if kind is RouteKind.KERNEL:
             stats.record(op, dtype, RouteKind.KERNEL, route.source)
             if profiling():
-                return _ranged("kernel", op, self._kernel, op, route, args, kwargs, native)
+                return _ranged(_KERNEL, op, self._kernel, op, route, args, kwargs, native)
             return self._kernel(op, route, args, kwargs, native)
         raise self.error(op, args, kwargs, route)
 
@@ -157,14 +159,14 @@ class Router:
         if reason is not None:
             return self._untranslatable(op, ovl, route, dtype, args, kwargs, native, reason)
         fn = translation(op)
-        stats.record(op, dtype, "translate", route.source)
+        stats.record(op, dtype, _TRANSLATE, route.source)
         guard.depth[op] += 1
         try:
             if reenter is not None:
                 with reenter:  # emulation: the decomposition's sub-ops are checked too
-                    out = _ranged("translate", op, fn, *args, **kwargs) if profiling() else fn(*args, **kwargs)
+                    out = _ranged(_TRANSLATE, op, fn, *args, **kwargs) if profiling() else fn(*args, **kwargs)
             else:
-                out = _ranged("translate", op, fn, *args, **kwargs) if profiling() else fn(*args, **kwargs)
+                out = _ranged(_TRANSLATE, op, fn, *args, **kwargs) if profiling() else fn(*args, **kwargs)
         except UnsupportedOperatorError as exc:
             # Name the op the model called, not only the sub-op PyTorch's decomposition reached.
             raise UnsupportedOperatorError(
@@ -200,13 +202,13 @@ class Router:
                 f"one; to silence this warning: warnings.filterwarnings('ignore', "
                 f"category=torch_fl.errors.FallbackWarning). Counts: torch.fl.route_stats().",
                 FallbackWarning, stacklevel=3)
-        stats.record(op, dtype, "fallback", route.source)
+        stats.record(op, dtype, _FALLBACK, route.source)
         if self.host_is_device:
             if native is None or not self._cpu_can_run(op):
                 raise self.error(op, args, kwargs, route, "the CPU has no kernel for it either")
-            return _ranged("fallback", op, native, args, kwargs) if profiling() else native(args, kwargs)
+            return _ranged(_FALLBACK, op, native, args, kwargs) if profiling() else native(args, kwargs)
         if profiling():
-            return _ranged("fallback", op, cpu_fallback, ovl, args, kwargs)
+            return _ranged(_FALLBACK, op, cpu_fallback, ovl, args, kwargs)
         return cpu_fallback(ovl, args, kwargs)
 
     def error(self, op: str, args: tuple, kwargs: dict, route: Route, reason: str = "") -> \

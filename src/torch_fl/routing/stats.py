@@ -24,13 +24,14 @@ from pathlib import Path
 from typing import Any
 
 from .. import _toml
+from .._names import RouteKind
 from .._state import process
 from ..errors import RouteLogError
 
 log = logging.getLogger("torch_fl.dispatch")
-_counts: Counter[tuple[str, str, str]] = Counter()
-_seconds: Counter[tuple[str, str, str]] = Counter()   # inclusive time per (op, dtype, route)
-_top_level: Counter[str] = Counter()                  # time of outermost routed calls per route
+_counts: Counter[tuple[str, str, RouteKind]] = Counter()
+_seconds: Counter[tuple[str, str, RouteKind]] = Counter()   # inclusive time per (op, dtype, route)
+_top_level: Counter[RouteKind] = Counter()                  # time of outermost routed calls per route
 _lock = threading.Lock()
 _context: dict[str, str] = {"device": "", "description": ""}
 _log_path: list[str] = []
@@ -38,7 +39,7 @@ _STARTED = time.time()  # a route log written after this is a concurrent writer'
 _LOCK_TIMEOUT_S = 60.0  # a writer holds the lock for milliseconds
 
 
-def record(op: str, dtype: str | None, route: str, source: str) -> None:
+def record(op: str, dtype: str | None, route: RouteKind, source: str) -> None:
     """Count one call; the first call of each (op, dtype, route) is logged at DEBUG with its source."""
     key = (op, dtype or "-", route)
     if key not in _counts:
@@ -46,7 +47,7 @@ def record(op: str, dtype: str | None, route: str, source: str) -> None:
     _counts[key] += 1  # Counter updates are atomic enough under the GIL for statistics
 
 
-def add_time(op: str, dtype: str | None, route: str, seconds: float, *, top_level: bool) -> None:
+def add_time(op: str, dtype: str | None, route: RouteKind, seconds: float, *, top_level: bool) -> None:
     _seconds[(op, dtype or "-", route)] += seconds
     if top_level:
         _top_level[route] += seconds

@@ -396,7 +396,7 @@ class RouteTable:
             found = _lookup(overrides, op)
             if found is not None:
                 kind = found if isinstance(found, str) else found[0]
-                return kind != "native" or self.dtype_conditional(op)
+                return kind != RouteKind.NATIVE or self.dtype_conditional(op)  # (a str from FL_ROUTE or a member)
         if self._kernel(op, None) is not None or _lookup(self._explicit, op) is not None:
             return True
         # (the dtype limits first: named_ops asks about named ops only, which need no native set for it)
