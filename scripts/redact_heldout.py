@@ -363,7 +363,8 @@ def plant(context: str, row: dict[str, str]) -> tuple[str, dict[str, str]]:
 
 
 def leaked(secret: str, text: str) -> bool:
-    sys.path.insert(0, str(ROOT / "scripts"))
+    if str(ROOT / "scripts") not in sys.path:  # (once: a path entry per call grew sys.path by thousands)
+        sys.path.insert(0, str(ROOT / "scripts"))
     from redact_leak_rate import leaked as judge
 
     return judge(secret, text)

@@ -83,15 +83,17 @@ def test_bench_below_target_cites_the_slow_op(tmp_path, slow_gelu, capsys):
 def test_grade_cites_only_below_target():
     from torch_fl.cli.grade import _alignment_below_target
 
-    def data(status, measured):
+    def data(status, measured, loaded=False):
         return {"criteria": [{"id": "l1.alignment", "status": status, "measured": measured}],
-                "thresholds": {"alignment": 0.9}}
+                "thresholds": {"alignment": 0.9}, "measurements": {"bench": {"load": {"loaded": loaded}}}}
 
     assert _alignment_below_target(data("FAIL", 0.5))
     assert _alignment_below_target(data("INCONCLUSIVE", 0.88))
     assert not _alignment_below_target(data("INCONCLUSIVE", 0.92))
     assert not _alignment_below_target(data("PASS", 0.95))
     assert not _alignment_below_target(data("NOT MEASURED", None))
+    # a ratio that load made unmeasurable says nothing of the routed ops: no profile is quoted for it
+    assert not _alignment_below_target(data("INCONCLUSIVE", 0.17, loaded=True))
 
 
 @needs_get_kernel

@@ -55,7 +55,7 @@ def test_check_names_node_component_and_fix(tmp_path: Path, capsys: pytest.Captu
     assert main(["env", "check", str(other)]) == 1
     out = capsys.readouterr().out
     here = envlock.snapshot()["node"]
-    assert f"node {here}: 3 component(s) differ from the lock {other} (written on node7" in out
+    assert f"node {here}: 3 components differ from the lock {other} (written on node7" in out
     assert (f"torch: {torch.__version__} on {here}, 2.5.1+cpu in the lock. Fix: pip install 'torch==2.5.1+cpu' "
             f"--index-url https://download.pytorch.org/whl/cpu") in out
     assert "plugin.torch_npu: absent on" in out and "pip install 'torch-npu==2.5.1.post1'" in out
@@ -78,7 +78,7 @@ def test_diff_names_each_node(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert main(["env", "diff", str(first), str(same), str(drift)]) == 1
     out = capsys.readouterr().out
     assert f"node node1 ({same}): same as" in out
-    assert f"node node2 ({drift}): 1 component(s) differ from" in out
+    assert f"node node2 ({drift}): 1 component differs from" in out
     assert "package.numpy: 1.26.4 on node2" in out and "pip install 'numpy==" in out
 
 

@@ -28,6 +28,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from ..report import plural
+
 SCHEMA = 1
 # Python distributions whose version changes what a training step does or whether it runs.
 PACKAGES = ("torch", "numpy", "triton", "pytorch-triton-rocm", "pytorch-triton-xpu", "torchvision", "torchaudio",
@@ -199,7 +201,7 @@ def report(lock: dict[str, Any], here: dict[str, Any], lock_name: str) -> tuple[
     reference = f"the lock {lock_name} (written on {lock.get('node', '?')} at {lock.get('created', '?')})"
     if not differences:
         return True, [f"node {here['node']}: matches {reference} ({len(lock['components'])} components)"]
-    lines = [f"node {here['node']}: {len(differences)} component(s) differ from {reference}:"]
+    lines = [f"node {here['node']}: {plural(len(differences), 'component')} differ{'s' if len(differences) == 1 else ''} from {reference}:"]
     lines += [f"  {d.sentence(here['node'], 'the lock')}" for d in differences]
     return False, lines
 
@@ -214,7 +216,7 @@ def diff_nodes(locks: list[tuple[str, dict[str, Any]]]) -> tuple[bool, list[str]
             lines.append(f"node {lock.get('node', name)} ({name}): same as {first.get('node', first_name)}")
             continue
         same = False
-        lines.append(f"node {lock.get('node', name)} ({name}): {len(differences)} component(s) differ from "
+        lines.append(f"node {lock.get('node', name)} ({name}): {plural(len(differences), 'component')} differ{'s' if len(differences) == 1 else ''} from "
                      f"{first.get('node', first_name)} ({first_name}):")
         lines += [f"  {d.sentence(lock.get('node', name), first.get('node', first_name))}" for d in differences]
     return same, lines

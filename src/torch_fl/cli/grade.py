@@ -52,11 +52,14 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> No
 
 
 def _alignment_below_target(data: dict) -> bool:
-    """Whether the alignment criterion was measured below its threshold (FAIL, or INCONCLUSIVE under it)."""
+    """Whether the alignment criterion was measured below its threshold (FAIL, or INCONCLUSIVE under it), on a
+    machine quiet enough to measure it (a ratio load made unmeasurable says nothing of the routed ops)."""
     from ..analysis.grade import FAIL, INCONCLUSIVE
+    from ..analysis.grade.levels import unmeasurable
 
     row = next((r for r in data["criteria"] if r["id"] == "l1.alignment"), None)
     return (row is not None and row["status"] in (FAIL, INCONCLUSIVE)
+            and not unmeasurable(data["measurements"].get("bench"))
             and isinstance(row["measured"], (int, float)) and row["measured"] < data["thresholds"]["alignment"])
 
 
