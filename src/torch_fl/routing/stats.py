@@ -75,11 +75,12 @@ class RouteStats(list):
 
 def transfers() -> dict[str, int]:
     """Copies between host and emulated device (bytes and calls each way) and syncs (.item(), .cpu(),
-    .tolist(), printing a device tensor) so far. Real devices are not counted (zeros): only an emulated
-    device sees every copy without slowing it down."""
+    .tolist(), printing a device tensor) so far, and the optimizer steps they span (`steps`: syncs per step
+    is syncs / steps; bench, grade and profile name the source lines). Real devices are not counted (zeros):
+    only an emulated device sees every copy without slowing it down."""
     read = process.transfers  # (set when the emulator loads)
     if read is None:
-        return {"h2d_bytes": 0, "h2d_calls": 0, "d2h_bytes": 0, "d2h_calls": 0, "syncs": 0}
+        return {"h2d_bytes": 0, "h2d_calls": 0, "d2h_bytes": 0, "d2h_calls": 0, "syncs": 0, "steps": 0}
     return read()
 
 

@@ -43,6 +43,7 @@ from ..._state import process
 # attention, copies and serialization add their ops to the tensor's dispatch table when imported
 from . import attention, copies, serialization  # noqa: F401
 from .memory import (
+    count_steps,
     max_memory_allocated,
     memory_allocated,
     reset_peak_memory_stats,
@@ -68,6 +69,7 @@ from .tensor import EmuTensor, to_host
 
 # route_stats() reports the copy counters (routing/stats.py reads them through the process state)
 process.transfers, process.reset_transfers = transfers, reset_transfers
+count_steps()  # (so that its syncs read per optimizer step)
 
 __all__ = [
     "DeviceEmulation", "EmuTensor", "available", "backend_name", "borrowed", "chip", "device", "devices",

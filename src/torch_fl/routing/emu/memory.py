@@ -188,13 +188,31 @@ def flat_stats(index: int) -> dict[str, int]:
 
 
 def transfers() -> dict[str, int]:
-    """Host-device copies and syncs so far on the emulated devices."""
+    """Host-device copies and syncs so far on the emulated devices, and the optimizer steps they span (syncs
+    per step = syncs / steps; their source lines: bench, grade and profile)."""
     return {"h2d_bytes": state.h2d_bytes, "h2d_calls": state.h2d_calls, "d2h_bytes": state.d2h_bytes,
-            "d2h_calls": state.d2h_calls, "syncs": state.syncs}
+            "d2h_calls": state.d2h_calls, "syncs": state.syncs, "steps": state.steps}
 
 
 def reset_transfers() -> None:
-    state.h2d_bytes = state.h2d_calls = state.d2h_bytes = state.d2h_calls = state.syncs = 0
+    state.h2d_bytes = state.h2d_calls = state.d2h_bytes = state.d2h_calls = state.syncs = state.steps = 0
+
+
+_step_hook: Any = None
+
+
+def _count_step(*_: Any) -> None:
+    state.steps += 1
+
+
+def count_steps() -> None:
+    """Count optimizer steps (torch.optim's global step-post hook, once per process) beside the syncs, so that
+    route statistics read per step: where a training step ends is where its optimizer steps."""
+    global _step_hook
+    if _step_hook is None:
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+
+        _step_hook = register_optimizer_step_post_hook(_count_step)
 
 
 

@@ -44,6 +44,7 @@ class _State:
         self.live = [0]                # live bytes per device
         self.peak = [0]
         self.h2d_bytes = self.h2d_calls = self.d2h_bytes = self.d2h_calls = self.syncs = 0
+        self.steps = 0                 # optimizer steps since the counters were reset (memory.count_steps)
         self.broken = ""               # why the registered backend cannot be used (autograd probe)
         self.tensor_type: Any = None   # EmuTensor (tensor.py sets it; this module is below it)
         self.probed = False
