@@ -41,6 +41,7 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_map
 
+from .._names import RouteKind
 from ..report import Chart, Report, Section, Stage, Table, progress, stage
 from .host_syncs import locate, syncs_data, syncs_line, syncs_section
 from .model import ModelSpec
@@ -303,7 +304,7 @@ def bench(spec: ModelSpec, device: str, *, steps: int = 20, warmup: int = 3, tra
     results = {mode: ModeResult([], [], [], 0) for mode in MODES}
     order: list[tuple[str, int]] = []
     blocks: list[tuple[str, list[float]]] = []  # (mode, its step times) in the order they ran
-    route_seconds: Counter[str] = Counter()
+    route_seconds: Counter[RouteKind] = Counter()
     op_time: dict[tuple[str, str, str], list[float]] = {}
     load: dict[str, Any] = {"waited": 0.0, "timed": 0.0}  # over the timed steps of every block
 
@@ -379,7 +380,7 @@ def bench(spec: ModelSpec, device: str, *, steps: int = 20, warmup: int = 3, tra
 
 
 def _report(spec: ModelSpec, device: str, steps: int, warmup: int, train: bool, block: int,
-            results: dict[str, ModeResult], order: list[tuple[str, int]], route_seconds: dict[str, float],
+            results: dict[str, ModeResult], order: list[tuple[str, int]], route_seconds: dict[RouteKind, float],
             ops: list[dict[str, Any]], pairs: list[list[tuple[float, float]]], load: dict[str, Any],
             host_syncs: dict[str, Any] | None = None, *, emulated: bool = False) -> Report:
     routed, native = (results[m].summary() for m in MODES)

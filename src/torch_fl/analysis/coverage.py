@@ -226,7 +226,7 @@ def _verdicts(records: list[OpRecord]) -> dict[tuple[tuple[str, str | None], ...
         route = record.route or "native"
         for depth in range(len(record.via)):
             chain = record.via[:depth + 1]
-            if ROUTE_SEVERITY.index(route) < ROUTE_SEVERITY.index(worst.get(chain, "native")):
+            if ROUTE_SEVERITY.index(route) < ROUTE_SEVERITY.index(worst.get(chain, RouteKind.NATIVE)):
                 worst[chain] = route
     return worst
 
@@ -258,7 +258,7 @@ def _data(spec: ModelSpec, device: str, result: TraceResult) -> dict[str, Any]:
         "ops": [{"op": r.op, "dtype": r.dtype, "route": r.route, "source": r.source, "calls": r.calls,
                  "via": [{"op": op, "dtype": dtype} for op, dtype in r.via],
                  "verdict": verdicts.get((*r.via, (r.op, r.dtype)), r.route)
-                 if r.route in ("translate", "kernel") else r.route,
+                 if r.route in (RouteKind.TRANSLATE, RouteKind.KERNEL) else r.route,
                  "modules": [{"module": name, "calls": n} for name, n in r.modules.items()]}
                 for r in records],
         "real_run": result.real_run or None,
@@ -270,7 +270,7 @@ def _on_cpu(table: RouteTable, records: list[OpRecord]) -> dict[str, Any]:
     there (the vendor's own CPU fallback, or torch-fl's), and what they copy."""
     ops = []
     for r in records:
-        if r.route != "fallback":
+        if r.route != RouteKind.FALLBACK:
             continue
         ops.append({"op": r.op, "dtype": r.dtype, "calls": r.calls, "source": r.source,
                     "by": "vendor" if table.route(r.op, r.dtype).vendor else "torch-fl",
@@ -446,7 +446,7 @@ def _report(spec: ModelSpec, device: str, data: dict[str, Any], traced: str) -> 
 
 
 def _not_native_section(data: dict[str, Any]) -> Section:
-    ops = [op for op in data["ops"] if op["route"] != "native" or op["verdict"] != "native"]
+    ops = [op for op in data["ops"] if op["route"] != RouteKind.NATIVE or op["verdict"] != RouteKind.NATIVE]
     section = Section(f"Ops that are not native on {data['device']}")
     if not ops:
         section.text.append(f"Every traced op is native on {data['device']}.")
@@ -561,7 +561,7 @@ def _warnings(data: dict[str, Any]) -> list[str]:
                         f"run on the CPU on the real {data['device']}, silently but for the vendor's warning: its stack has "
                         f"no kernel for {names} and falls back to the CPU itself (see 'Runs on the CPU on the "
                         f"real chip').")
-    unsupported = [op for op in data["ops"] if op["route"] == "unsupported"]
+    unsupported = [op for op in data["ops"] if op["route"] == RouteKind.UNSUPPORTED]
     if unsupported:
         names = ", ".join(f"{op['op']} ({op['dtype'] or 'any dtype'})"
                           + (f" reached via {_via_text(op['via'])}" if op["via"] else "")

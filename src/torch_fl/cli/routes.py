@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .._names import ROUTES
+from .._names import ROUTES, RouteKind
 from ..report import plural
 from .args import add_actions, add_device, add_json, command_parser
 
@@ -154,7 +154,7 @@ def run_show(args: argparse.Namespace) -> int:
 def _listed(row: dict[str, str], route: str | None, everything: bool) -> bool:
     if route is not None:
         return row["route"] == route
-    return everything or row["route"] != "native"
+    return everything or row["route"] != RouteKind.NATIVE
 
 
 def render_show(target: Target, dtype: str | None, rows: list[dict[str, str]],

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .._names import RouteKind
 from ..errors import DescriptionError
 
 __all__ = ["VendorTable", "probe_vs_table", "read_vendor_table", "version_key"]
@@ -78,7 +79,7 @@ class VendorTable:
         return chosen, (f"{origin or 'asked for ' + wanted}; the table has no {line} rows, so the "
                         f"{'nearest older' if older else 'oldest'} line {chosen} is used")
 
-    def ops(self, version: str | None, route: str = "native") -> frozenset[str]:
+    def ops(self, version: str | None, route: RouteKind = RouteKind.NATIVE) -> frozenset[str]:
         """The ops of `route` registered in release line `version` (None: every row of the route)."""
         return frozenset(op for op, (kind, versions) in self.rows.items()
                          if kind == route and (version is None or versions is None or version in versions))
@@ -89,7 +90,7 @@ class VendorTable:
         (not in 2.7)' (not in `version`), or 'native in 2.1-2.3, 2.6-2.7' (in `version`, not in all)."""
         out: dict[str, str] = {}
         for op, (kind, versions) in self.rows.items():
-            if kind != "native" or versions is None or set(versions) == set(self.versions):
+            if kind != RouteKind.NATIVE or versions is None or set(versions) == set(self.versions):
                 continue
             first = min(versions, key=version_key)
             if version is not None and version not in versions:
@@ -171,7 +172,7 @@ def _row(line: str, path: Path, lineno: int) -> tuple[str, tuple[str, frozenset[
                                    f"'dtypes=...' (a documented dtype limit), got {line!r}",
                                    path=str(path), line=lineno)
         return match.group(1), ("dtypes", frozenset(dtypes.split(",")))
-    route = fields.pop("route", "native")
+    route = fields.pop("route", RouteKind.NATIVE)
     versions = fields.pop("versions", None)
     if route not in TABLE_ROUTES or fields:
         raise DescriptionError(f"row {match.group(1)}: unknown field or route in {line!r}; routes: "

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
+from ..._names import RouteKind
 from ...device import ResolvedDevice
 from ...errors import UnsupportedOperatorError
 from ...report import Report
@@ -297,7 +298,7 @@ def measure_coverage(target: Target, found: Measurements) -> None:
                                        "modules": [m["module"] for m in op["modules"]]}
                                       # the model's own calls whose translation chain stops somewhere
                                       for op in report.data["ops"]
-                                      if op["verdict"] == "unsupported" and not op["via"]],
+                                      if op["verdict"] == RouteKind.UNSUPPORTED and not op["via"]],
                       "notes": report.data["notes"]}
 
 
