@@ -4,7 +4,7 @@ probe texts, as doctor would get them on a GPU machine (this one has none)."""
 
 from __future__ import annotations
 
-from torch_fl.analysis import doctor
+from torch_fl.analysis import doctor, doctor_text
 from torch_fl.analysis.build_compat import check
 from torch_fl.analysis.installed import nvidia_driver
 
@@ -19,7 +19,7 @@ def _data() -> dict:
 
 
 def test_the_release_line_names_the_driver_torch_needs() -> None:
-    rows = doctor._release_rows(_data()["release_compat"])
+    rows = doctor_text._release_rows(_data()["release_compat"])
     assert rows[0][0] == "release facts"
     assert rows[0][1].startswith("torch 2.4.0 wants Python 3.8, 3.9, 3.10, 3.11, 3.12, NVIDIA driver >=525 "
                                  "(every feature: >=530.30.02) (MISMATCH; ")

@@ -395,7 +395,7 @@ def test_a_probed_chip_without_a_table_is_an_error_offline():
 
 def test_doctor_shows_where_the_live_probe_and_the_table_differ(tmp_path):
     # The CPU is always live, so a CPU-keyed chip with a table is probed, and doctor compares the two
-    from torch_fl.analysis import doctor
+    from torch_fl.analysis import doctor_text
     from torch_fl.description.vendor_table import probe_vs_table
 
     (tmp_path / "t.txt").write_text("# ops: 2\n# plugin-versions: 1.0\n# source-1: test\n"
@@ -408,7 +408,7 @@ def test_doctor_shows_where_the_live_probe_and_the_table_differ(tmp_path):
     diff = probe_vs_table(desc)
     assert diff["registered"] == 2 and diff["examples_table_not_probed"] == ["aten::_cudnn_rnn.default"]
     assert diff["probed_not_in_table"] > 1000
-    rows = dict(doctor._route_rows({"routes": {"native": 1}, "route_default": "translate-or-error",
+    rows = dict(doctor_text._route_rows({"routes": {"native": 1}, "route_default": "translate-or-error",
                                     "native_source": desc.native_source, "probe_vs_table": diff}))
     assert rows["probe vs table"].startswith("1 of the 2 ops the table registers for 1.0 have no kernel here "
                                              "(e.g. aten::_cudnn_rnn.default)")
