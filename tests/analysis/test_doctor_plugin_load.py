@@ -15,7 +15,8 @@ from fake_plugins import FakePlugins, build, needs_gcc  # beside this file
 
 from machine_factor import scaled  # tests/machine_factor.py
 from torch_fl.analysis import plugin_load
-from torch_fl.analysis.plugin_load import abi_mismatches, bisect_env, extension_tag, load
+from torch_fl.analysis.plugin_bisect import bisect_env
+from torch_fl.analysis.plugin_load import abi_mismatches, extension_tag, load
 
 pytestmark = needs_gcc
 

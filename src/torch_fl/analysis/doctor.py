@@ -572,7 +572,7 @@ class DoctorReport:
 def examine(device: str | None = None, *, plugin_timeout: float | None = None,
             bisect_env: bool = False) -> DoctorReport:
     """Collect, diagnose and caution for `device` (default torch.fl.device()); with `bisect_env`, also find
-    the LD_LIBRARY_PATH / PYTHONPATH / LD_PRELOAD entries that break the plugin's import (plugin_load.bisect_env)."""
+    the LD_LIBRARY_PATH / PYTHONPATH / LD_PRELOAD entries that break the plugin's import (plugin_bisect.bisect_env)."""
     data = collect(device, plugin_timeout=plugin_timeout)
     problems = diagnose(data)
     if bisect_env:
@@ -585,12 +585,12 @@ def examine(device: str | None = None, *, plugin_timeout: float | None = None,
 
 
 def _bisect(data: dict[str, Any], timeout: float | None) -> dict[str, Any]:
-    from . import plugin_load
+    from . import plugin_bisect, plugin_load
 
     failed = [entry for entry in data["plugin_load"] if entry["status"] != "ok"]
     module = failed[0]["module"] if failed else data["plugin"]
     if not module:
         return {"module": "", "verdict": "no plugin to import: the backend is built into torch", "culprits": [],
                 "minimal": {}, "runs": 0, "lines": []}
-    result = plugin_load.bisect_env(module, timeout=timeout or plugin_load.DEFAULT_TIMEOUT)
+    result = plugin_bisect.bisect_env(module, timeout=timeout or plugin_load.DEFAULT_TIMEOUT)
     return {**result.json(), "lines": result.lines()}
