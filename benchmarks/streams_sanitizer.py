@@ -99,7 +99,7 @@ def copies(device: torch.device, repeats: int, calls: int) -> None:
 def steps(device: torch.device, repeats: int, n: int) -> None:
     from gpt import GPT, lm_loss
 
-    from torch_fl.routing.emu.sanitizer import sanitize
+    from torch_fl.routing.emu.sanitizing import sanitize
 
     torch.manual_seed(0)
     model = copy.deepcopy(GPT(vocab=512, context=16, dim=64, heads=4, layers=2)).to(device)

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import torch_fl
-from torch_fl.routing.emu.sanitizer import sanitize
+from torch_fl.routing.emu.sanitizing import sanitize
 
 
 @pytest.fixture(params=["cuda", "npu", "mlu"])
@@ -339,7 +339,7 @@ def test_device_work_in_a_forked_worker_raises_the_vendors_error(name, text):
     code = textwrap.dedent(f"""
         import torch, torch_fl
         from torch.utils.data import DataLoader, Dataset
-        from torch_fl.routing.emu.sanitizer import sanitize; sanitize()
+        from torch_fl.routing.emu.sanitizing import sanitize; sanitize()
 
         class Data(Dataset):
             def __len__(self):

@@ -68,7 +68,7 @@ _LAZY = {name: "runtime" for name in (
     "activate", "deactivate", "activated", "emulate", "register_kernel", "route_stats",
     "reset_route_stats", "route_table", "write_route_log",
 )} | {name: "compiler" for name in ("compile", "compile_stats", "export_aot", "load_aot")} | {
-    "sanitize": "routing.emu.sanitizer", "profile": "analysis.profile"}
+    "sanitize": "routing.emu.sanitizing", "profile": "analysis.profile"}
 
 # Submodules reached as torch.fl.NAME (torch.fl.distributed), imported on first access like _LAZY.
 _SUBMODULES = {"distributed"}

@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 
 import torch_fl
-from torch_fl.routing.emu.sanitizer import sanitize
+from torch_fl.routing.emu.sanitizing import sanitize
 
 RACE = "a data race on a tensor of"
 

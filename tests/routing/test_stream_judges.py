@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 
 import torch_fl
-from torch_fl.routing.emu.sanitizer import sanitize
+from torch_fl.routing.emu.sanitizing import sanitize
 
 sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
 import streams_allreduce as allreduce

@@ -27,7 +27,7 @@ from . import (
     moves,
     plugin,
     profiling,
-    sanitizer,
+    sanitizing,
     serialization,
     storage,
     streams,
@@ -65,7 +65,7 @@ def ensure(count: int, chip: Any = None) -> bool:
             generator._register_generator()
             events.register()  # torch.Event(device=emu): the device module's event (a Python guard has none)
             streams.install()  # streams, events and non-blocking copies in the chip's order (streams.py)
-            sanitizer.enable_from_env()  # FL_SANITIZE=streams
+            sanitizing.enable_from_env()  # FL_SANITIZE=streams
             engine.install()  # backward across emulated devices (engine.py: PyTorch's engine knows one)
             lazy.register()
             attention.register()  # scaled_dot_product_attention's fused path where the chip has one
