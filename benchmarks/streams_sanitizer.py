@@ -75,10 +75,10 @@ def copies(device: torch.device, repeats: int, calls: int) -> None:
         "d2h non_blocking": lambda: small.to("cpu", non_blocking=True),
         "16x16 add": lambda: small + small,
     }
-    from torch_fl.routing.emu import stream_copies, tensor
+    from torch_fl.routing.emu import streams, tensor
 
-    wrapped = _switch({op: tensor.SPECIAL[op] for op in stream_copies.unwrapped})
-    plain = _switch(dict(stream_copies.unwrapped))
+    wrapped = _switch({op: tensor.SPECIAL[op] for op in streams.unwrapped})
+    plain = _switch(dict(streams.unwrapped))
     for name, fn in work.items():
         def with_wrappers(fn: Callable[[], None] = fn) -> None:
             wrapped()
