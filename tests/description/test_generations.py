@@ -8,15 +8,13 @@ emulated npu generations run in fresh processes with FL_DEVICE set."""
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 import torch_fl
+from chip_process import run_on_chip  # tests/chip_process.py
 from torch_fl.cli import main
 from torch_fl.description import registry
 from torch_fl.description.generations import generations
@@ -24,7 +22,6 @@ from torch_fl.description.loader import parse
 from torch_fl.errors import DescriptionError, UnknownDescriptionError
 from torch_fl.routing.table import RouteTable
 
-REPO = Path(__file__).resolve().parents[2]
 MATMULS = ("aten::mm.default", "aten::bmm.default", "aten::addmm.default", "aten::matmul.default")
 
 
@@ -209,10 +206,7 @@ print(json.dumps(out))
 
 
 def _emulate(name: str) -> dict:
-    done = subprocess.run([sys.executable, "-c", BF16_MM], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "FL_DEVICE": f"emu:{name}"}, cwd=REPO, check=False)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return run_on_chip(BF16_MM, name)
 
 
 def test_emulated_npu_runs_a_bfloat16_mm():
@@ -273,9 +267,6 @@ print(json.dumps(out))
 
 
 def test_the_emulated_npu_runs_what_the_vendors_tests_run():
-    done = subprocess.run([sys.executable, "-c", FOLLOWS_THE_TESTS], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "FL_DEVICE": "emu:npu"}, cwd=REPO, check=False)
-    assert done.returncode == 0, done.stderr[-3000:]
-    out = json.loads(done.stdout.strip().splitlines()[-1])
+    out = run_on_chip(FOLLOWS_THE_TESTS, "npu")
     assert out.pop("complex64_bmm").startswith("aten::bmm.default is not supported on emu:npu")
     assert out == {"gradcheck": True, "batched": True, "complex128": "torch.float64", "int32_max": 5}

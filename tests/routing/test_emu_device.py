@@ -17,6 +17,7 @@ import pytest
 import torch
 
 import torch_fl
+from chip_process import run_python  # tests/chip_process.py
 from torch_fl.routing import emu
 
 ROOT = Path(__file__).parents[2]
@@ -323,9 +324,7 @@ def test_dispatch_mode_emulator_when_the_device_cannot_exist(before, why):
               "try:\n    torch.randn(2, dtype=torch.float64) * 2\nexcept Exception as e:\n"
               "    print('CHECKED', type(e).__name__)\n"
               "print('DOCTOR', collect('emu:minimal')['emulation']['emulator'])\n")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FL_")}
-    run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stderr[-3000:]
+    run = run_python(script)  # no FL_DEVICE: the script names the device
     assert "DEVICE cpu True" in run.stdout            # the CPU under the dispatch mode
     assert "CHECKED UnsupportedOperatorError" in run.stdout  # every CPU op of the block is checked
     assert "DOCTOR dispatch mode" in run.stdout
@@ -340,9 +339,7 @@ def test_the_device_exists_when_a_backward_ran_first():
               "import torch_fl\ndev = torch_fl.device('emu:minimal')\n"
               "w = torch.ones(3, device=dev, requires_grad=True); (w * w).sum().backward()\n"
               "print('DEVICE', dev, w.grad.device, w.grad.cpu().tolist())\n")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FL_")}
-    run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stderr[-3000:]
+    run = run_python(script)  # no FL_DEVICE: the script names the device
     assert "DEVICE emu:0 emu:0 [2.0, 2.0, 2.0]" in run.stdout
 
 

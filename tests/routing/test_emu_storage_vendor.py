@@ -9,20 +9,14 @@ check that once crashed the process runs in a subprocess: a segfault fails the t
 from __future__ import annotations
 
 import io
-import json
-import os
 import pickle
-import subprocess
-import sys
 import warnings
-from pathlib import Path
 
 import pytest
 import torch
 
 import torch_fl
-
-REPO = Path(__file__).parents[2]
+from chip_process import run_on_chip  # tests/chip_process.py
 
 
 @pytest.fixture
@@ -32,15 +26,6 @@ def d():
         warnings.simplefilter("ignore", UserWarning)  # (TypedStorage is deprecated)
         with torch_fl.emulate("npu") as activation:
             yield activation.device
-
-
-def _run(code: str, chip: str = "npu") -> dict:
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "FL_DEVICE": f"emu:{chip}", "OMP_NUM_THREADS": "1"}, cwd=REPO,
-                          check=False)
-    assert done.returncode == 0, f"exit {done.returncode} (a negative code is a signal)\n{done.stderr[-3000:]}"
-    assert "INTERNAL ASSERT" not in done.stdout + done.stderr, done.stdout[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 # every public storage method, each in a forked child (a crash is reported, not fatal) ---------------------
@@ -110,7 +95,7 @@ print(json.dumps(results))
 @pytest.mark.slow  # a fresh process, ~300 forked calls (~20 s)
 @pytest.mark.parametrize("chip", ["npu", "mlu"])
 def test_every_storage_method_runs_as_on_the_cpu(chip):
-    out = _run(SWEEP, chip)
+    out = run_on_chip(SWEEP, chip)
     device, host = out["device"], out["cpu"]
     assert len(device) == len(host) >= 90
     crashed = {k: v for k, v in device.items() if v[0] == "crash" or "INTERNAL ASSERT" in str(v)}
@@ -315,7 +300,7 @@ print(json.dumps(out))
 
 @pytest.mark.slow  # a fresh process: ~5 s
 def test_storages_under_the_vendor_name():
-    out = _run(NPU)
+    out = run_on_chip(NPU, "npu")
     assert out == {"new": ["npu:0", 0], "npu": ["npu:0", [1, 2]], "tensor": [0.0, 1.0, 2.0],
                    "data": ["npu:0", "npu:0", True], "legacy": [["npu:0", [0.0, 1.0, 2.0, 3.0]]] * 4,
                    "dlpack": ["npu:0", True]}
@@ -325,12 +310,12 @@ def test_storages_under_the_vendor_name():
 def test_a_typed_storage_class_of_the_chip_wraps_an_untyped_storage():
     # torch_mlu's tests: torch.mlu.ComplexDoubleStorage(wrap_storage=s.untyped()) (the wrapped storage says
     # where it lives; TypedStorage refuses a device= beside it)
-    got = _run("""
+    got = run_on_chip("""
 import json, torch, torch_mlu
 s = torch.mlu.ComplexDoubleStorage(4)
 w = torch.mlu.ComplexDoubleStorage(wrap_storage=s.untyped())
 print(json.dumps({"dtype": str(w.dtype), "device": str(w.device), "size": len(w),
                   "same": w.untyped().data_ptr() == s.untyped().data_ptr(),
                   "isinstance": isinstance(w, torch.mlu.ComplexDoubleStorage)}))
-""", chip="mlu")
+""", "mlu")
     assert got == {"dtype": "torch.complex128", "device": "mlu:0", "size": 4, "same": True, "isinstance": True}

@@ -7,18 +7,13 @@ words. The chip's name is fixed per process, so the checks on the emulated npu r
 from __future__ import annotations
 
 import ctypes
-import json
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
+from chip_process import run_on_chip  # tests/chip_process.py
 from torch_fl.routing.emu import memory, npu_runtime
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -89,10 +84,7 @@ print(json.dumps(out))
 
 
 def test_on_the_emulated_npu():
-    done = subprocess.run([sys.executable, "-c", ON_NPU], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "FL_DEVICE": "emu:npu"}, cwd=REPO, check=False)
-    assert done.returncode == 0, done.stderr[-3000:]
-    out = json.loads(done.stdout.strip().splitlines()[-1])
+    out = run_on_chip(ON_NPU, "npu")
     assert out == {"initial": 0, "big": "OutOfMemoryError", "rejections": 1, "small": "npu:0", "off": "npu:0",
                    "reset": 0, "npurt": [True, True]}
 
@@ -136,10 +128,7 @@ print(json.dumps(out))
 
 def test_musa_memory_pools_and_extension_home_on_the_emulated_musa():
     env = {k: v for k, v in os.environ.items() if k not in ("MUSA_HOME", "MUSA_PATH")}
-    done = subprocess.run([sys.executable, "-c", ON_MUSA], capture_output=True, text=True, timeout=300,
-                          env={**env, "FL_DEVICE": "emu:musa"}, cwd=REPO, check=False)
-    assert done.returncode == 0, done.stderr[-3000:]
-    out = json.loads(done.stdout.strip().splitlines()[-1])
+    out = run_on_chip(ON_MUSA, "musa", env=env)
     assert out.pop("home") in (None, "/usr/local/musa")
     assert out == {"ids": [True, True], "none": True, "active": True, "restored": True, "threads": [4, True],
                    "in_pool": ["musa:0", True], "stats": True, "refused": [True, True]}
@@ -162,10 +151,7 @@ print(json.dumps(out))
 
 def test_the_legacy_typed_storages_of_the_chip():
     # Cambricon/torch_mlu test/storage/test_storage.py test_type, in our words
-    done = subprocess.run([sys.executable, "-c", TYPED_STORAGES], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "FL_DEVICE": "emu:mlu"}, cwd=REPO, check=False)
-    assert done.returncode == 0, done.stderr[-3000:]
-    out = json.loads(done.stdout.strip().splitlines()[-1])
+    out = run_on_chip(TYPED_STORAGES, "mlu")
     assert out == {"isinstance": [True, True, True, True, False, False], "made": ["mlu:0", "torch.complex128", 4],
                    "values": [1, 2, 3]}
 
@@ -194,10 +180,7 @@ print(json.dumps(out))
 def test_mlu_tf32_switches_as_torch_mlu_has_them():
     # Cambricon/torch_mlu test/mlu/test_tf32_ctrl.py, in our words
     env = {k: v for k, v in os.environ.items() if not k.startswith("TORCH_ALLOW_TF32")}
-    done = subprocess.run([sys.executable, "-c", TF32], capture_output=True, text=True, timeout=300,
-                          env={**env, "FL_DEVICE": "emu:mlu"}, cwd=REPO, check=False)
-    assert done.returncode == 0, done.stderr[-3000:]
-    out = json.loads(done.stdout.strip().splitlines()[-1])
+    out = run_on_chip(TF32, "mlu", env=env)
     assert out == {"start": ["highest", False, False, True], "cnnl_in_flags": False, "cnnl_after": True,
                    "cuda_switch": [True, True], "off": [False, "highest"], "medium": True}
 
@@ -221,8 +204,5 @@ print(json.dumps(out))
 def test_cnpx_ranges_appear_in_the_emulated_chips_trace():
     # Cambricon/torch_mlu test/cnpx/test_cnpx.py calls these, in our words; here the ranges are also checked in
     # the profile
-    done = subprocess.run([sys.executable, "-c", CNPX], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "FL_DEVICE": "emu:mlu"}, cwd=REPO, check=False)
-    assert done.returncode == 0, done.stderr[-3000:]
-    out = json.loads(done.stdout.strip().splitlines()[-1])
+    out = run_on_chip(CNPX, "mlu")
     assert out == {"depths": [0, 1], "pops": [1, 0, -1], "names": ["bar", "inner", "outer", "started", "step 3"]}

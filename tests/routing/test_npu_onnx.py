@@ -5,13 +5,7 @@ this checks the exported graph). Runs on the emulated npu in a fresh process (th
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
-REPO = Path(__file__).resolve().parents[2]
+from chip_process import run_on_chip  # tests/chip_process.py
 
 EXPORT = r'''
 import json, sys, torch, torch_npu
@@ -34,10 +28,7 @@ print(json.dumps(out))
 
 
 def test_exporting_the_fused_ops_gives_the_vendors_nodes():
-    done = subprocess.run([sys.executable, "-c", EXPORT], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "FL_DEVICE": "emu:npu"}, cwd=REPO, check=False)
-    assert done.returncode == 0, done.stderr[-3000:]
-    out = json.loads(done.stdout.strip().splitlines()[-1])
+    out = run_on_chip(EXPORT, "npu")
     assert out["lazy"]  # not imported with torch_npu: torch.onnx is heavy
     assert {"npu::NPURmsNorm", "npu::NPUFastGelu", "onnx::Transpose"} <= set(out["kinds"])
     assert abs(out["epsilon"] - 1e-5) < 1e-9

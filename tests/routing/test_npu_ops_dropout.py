@@ -7,19 +7,12 @@ fixed per process, runs in a fresh one."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
 
+from chip_process import run_on_chip  # tests/chip_process.py
 from torch_fl.routing.emu import npu_dropout, npu_ops
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def _bits(mask: torch.Tensor, count: int) -> torch.Tensor:
@@ -166,10 +159,7 @@ print(json.dumps(out))
 
 
 def test_on_the_emulated_npu():
-    done = subprocess.run([sys.executable, "-c", ON_NPU], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "FL_DEVICE": "emu:npu"}, cwd=REPO, check=False)
-    assert done.returncode == 0, done.stderr[-3000:]
-    out = json.loads(done.stdout.strip().splitlines()[-1])
+    out = run_on_chip(ON_NPU, "npu")
     assert out["mask"] == ["npu:0", "torch.uint8", [2048]]
     assert out["attention"] < 2e-3
     assert out["seed"] == [2, 0]  # right after torch.npu.manual_seed(2): the device generator's seed, offset 0

@@ -6,23 +6,7 @@ a crash fails the test rather than pytest, and no state of one chip leaks into a
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
-REPO = Path(__file__).parents[2]
-
-
-def _run(code: str, chip: str) -> dict:
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "FL_DEVICE": f"emu:{chip}", "OMP_NUM_THREADS": "1"}, cwd=REPO,
-                          check=False)
-    assert done.returncode == 0, f"exit {done.returncode} (a negative code is a signal)\n{done.stderr[-3000:]}"
-    assert "INTERNAL ASSERT" not in done.stdout + done.stderr, done.stdout[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
+from chip_process import run_on_chip  # tests/chip_process.py
 
 LIBRARY_KERNEL = r"""
 import json, torch, torch_musa
@@ -46,7 +30,7 @@ print(json.dumps(found))
 def test_a_library_kernel_on_the_device_key_runs_with_the_device_tensors():
     """A torch.library kernel registered for the chip's key (its vendor name or PrivateUse1) is what the op
     runs on a device tensor, called with the device tensor itself (it used to reach the CPU, which has none)."""
-    found = _run(LIBRARY_KERNEL, "musa")
+    found = run_on_chip(LIBRARY_KERNEL, "musa")
     for key in ("MUSA", "PrivateUse1"):
         assert found[key] == {"calls": ["musa"], "device": "musa:0", "equal": True}, (key, found[key])
 
@@ -106,7 +90,7 @@ print(json.dumps(out))
 def test_jit_trace_save_and_load_of_a_device_model():
     """torch_musa's jit tests: a conv model traced on the device records aten::_convolution (as PyTorch's tracer
     does on a real device), saves, loads back onto the device with its weights, and a host model moves there."""
-    out = _run(JIT_ROUND_TRIP, "musa")
+    out = run_on_chip(JIT_ROUND_TRIP, "musa")
     assert out["convolution_in_graph"] and out["traced_equal"], out
     assert out["loaded_devices"] == ["musa:0"] and out["loaded_shapes_equal"] and out["loaded_equal"], out
     assert out["host_devices"] == ["cpu"] and out["host_close"], out
@@ -130,7 +114,7 @@ print(json.dumps({"wrapped": typed.type(), "of_tensor": x.storage().type(), "new
 
 def test_typed_storages_name_the_vendors_module():
     """torch_mlu's storage tests: TypedStorage.type() of a storage on the chip names torch_mlu's class."""
-    out = _run(STORAGE_NAMES, "mlu")
+    out = run_on_chip(STORAGE_NAMES, "mlu")
     assert out == {"wrapped": "torch_mlu.mlu.ComplexDoubleStorage", "of_tensor": "torch_mlu.mlu.ComplexDoubleStorage",
                    "new": "torch_mlu.mlu.FloatStorage", "dtype": "torch.complex128"}, out
 
@@ -149,5 +133,5 @@ print(json.dumps({"name": torch.musa.__name__, "same": same, "child": child.stdo
 def test_the_device_module_pickles_by_reference():
     """torch_musa's spawn_isolated_test pickles each test function (cloudpickle) for a fresh interpreter, with the
     torch.musa it reads: the device module goes by reference, as a module does, and is the child's own there."""
-    out = _run(DEVICE_MODULE_PICKLE, "musa")
+    out = run_on_chip(DEVICE_MODULE_PICKLE, "musa")
     assert out == {"name": "torch_musa", "same": True, "child": ["True", "1"]}, out
