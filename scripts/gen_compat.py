@@ -59,6 +59,8 @@ import sys
 import urllib.parse
 import urllib.request
 import zipfile
+from collections.abc import Callable, Iterator
+from email.message import Message
 from email.parser import Parser
 from pathlib import Path
 from typing import Any
@@ -151,30 +153,47 @@ def version_key(version: str) -> tuple[int, ...]:
     return (int(major), int(minor), int(patch), int(post) if post is not None else -1)
 
 
+def pypi_releases(cache: Cache, name: str, first: tuple[int, ...], keep: Callable[[str], bool],
+                  prefer: Callable[[str], tuple[Any, ...]], finals_only: bool = False
+                  ) -> Iterator[tuple[str, list[dict[str, Any]], Message, dict[str, str]]]:
+    """Each release of NAME on PyPI from `first` on (no post release with `finals_only`) that has a wheel
+    `keep` takes by file name: its version, those wheels, the METADATA of the one `prefer` ranks first (read
+    by HTTP range requests, kept in the cache) and what every chip's facts say of it (which wheel, the
+    METADATA's sha256, its Requires-Python, the release's first upload day)."""
+    url = PYPI.format(name=name)
+    index = json.loads(cache.get(f"pypi-{name}.json", lambda: _get(url)))
+    for version, files in index["releases"].items():
+        key = version_key(version)
+        if not key or key < first or (finals_only and key[3] != -1) or not files:
+            continue
+        wheels = [f for f in files if f["filename"].endswith(".whl") and keep(f["filename"])]
+        if not wheels:
+            continue
+        pick = min(wheels, key=lambda f: prefer(f["filename"]))
+        file_url = urllib.parse.urljoin(url, pick["url"])
+        text = cache.get(f"METADATA-{pick['filename']}", lambda u=file_url, s=pick["size"]: wheel_metadata(u, s))
+        meta = Parser().parsestr(text)
+        yield version, wheels, meta, {
+            "metadata_of": f"{pick['filename']} sha256:{pick['digests']['sha256']}",
+            "metadata_sha256": hashlib.sha256(text.encode()).hexdigest(),
+            "requires_python": meta.get("Requires-Python") or "",
+            "uploaded": min(f["upload_time"] for f in files)[:10]}
+
+
 # npu ----------------------------------------------------------------------------------------------
 def npu_pypi(cache: Cache) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
     """release -> facts read from PyPI; and the source record."""
     url = PYPI.format(name="torch-npu")
-    index = json.loads(cache.get("pypi-torch-npu.json", lambda: _get(url)))
     releases: dict[str, dict[str, Any]] = {}
-    for version, files in index["releases"].items():
-        key = version_key(version)
-        if not key or key < NPU_FIRST or not files:
-            continue
-        wheels = [f for f in files if f["filename"].endswith(".whl")]
-        pick = min(wheels, key=lambda f: ("cp311" not in f["filename"], "x86_64" not in f["filename"],
-                                          f["filename"]))
-        file_url = urllib.parse.urljoin(url, pick["url"])
-        text = cache.get(f"METADATA-{pick['filename']}", lambda u=file_url, s=pick["size"]: wheel_metadata(u, s))
-        meta = Parser().parsestr(text)
+    for version, wheels, meta, read in pypi_releases(
+            cache, "torch-npu", NPU_FIRST, keep=lambda name: True,
+            prefer=lambda name: ("cp311" not in name, "x86_64" not in name, name)):
         requires = meta.get_all("Requires-Dist") or []
         releases[version] = {
             "readme_cann": readme_cann(meta.get_payload() or ""),
-            "metadata_of": f"{pick['filename']} sha256:{pick['digests']['sha256']}",
-            "metadata_sha256": hashlib.sha256(text.encode()).hexdigest(),
+            **read,
             "requires_torch": next((r.split(";")[0].strip()[len("torch"):].strip(" ()") for r in requires
                                     if re.match(r"torch\b(?![-_])", r)), ""),
-            "requires_python": meta.get("Requires-Python") or "",
             "classifier_pythons": sorted({c.rsplit("::", 1)[1].strip() for c in meta.get_all("Classifier") or []
                                           if re.fullmatch(r"Programming Language :: Python :: 3\.\d+", c)},
                                          key=_py_key),
@@ -182,7 +201,6 @@ def npu_pypi(cache: Cache) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
                                     key=_py_key),
             "platforms": sorted({_platform(m.group("plat")) for f in wheels
                                  if (m := _WHEEL.match(f["filename"]))}),
-            "uploaded": min(f["upload_time"] for f in files)[:10],
         }
     source = {"id": "pypi", "what": "the wheels' METADATA and file lists of every torch-npu release on PyPI",
               "url": url, "releases": str(len(releases))}
@@ -509,31 +527,18 @@ TORCH_FIRST = (2, 1, 0, -1)
 def torch_pypi(cache: Cache) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
     """torch release -> the CUDA runtime its PyPI Linux x86_64 wheel pins, its Pythons; and the source record."""
     url = PYPI.format(name="torch")
-    index = json.loads(cache.get("pypi-torch.json", lambda: _get(url)))
     found: dict[str, dict[str, Any]] = {}
-    for version, files in index["releases"].items():
-        key = version_key(version)
-        if not key or key < TORCH_FIRST or key[3] != -1 or not files:
-            continue
-        linux = [f for f in files if f["filename"].endswith(".whl") and "manylinux" in f["filename"]
-                 and "x86_64" in f["filename"]]
-        if not linux:
-            continue
-        pick = min(linux, key=lambda f: ("cp311" not in f["filename"], f["filename"]))
-        file_url = urllib.parse.urljoin(url, pick["url"])
-        text = cache.get(f"METADATA-{pick['filename']}", lambda u=file_url, s=pick["size"]: wheel_metadata(u, s))
-        meta = Parser().parsestr(text)
+    for version, linux, meta, read in pypi_releases(
+            cache, "torch", TORCH_FIRST, keep=lambda name: "manylinux" in name and "x86_64" in name,
+            prefer=lambda name: ("cp311" not in name, name), finals_only=True):
         # the CUDA runtime pin: nvidia-cuda-runtime-cuXX==V up to 2.10, cuda-toolkit[cudart,...]==V from 2.11
         runtime = next((m.group(1) for r in meta.get_all("Requires-Dist") or []
                         if (m := re.match(r"(?:nvidia-cuda-runtime-cu\d+|cuda-toolkit\[[^\]]*\bcudart\b[^\]]*\])"
                                           r"\s*\(?==\s*([\w.]+)", r))), "")
-        found[version] = {"cuda_runtime": runtime, "metadata_of": f"{pick['filename']} sha256:"
-                          f"{pick['digests']['sha256']}", "metadata_sha256": hashlib.sha256(text.encode()).hexdigest(),
-                          "requires_python": meta.get("Requires-Python") or "",
+        found[version] = {"cuda_runtime": runtime, **read,
                           "wheel_pythons": sorted({_py(m.group("py")) for f in linux
                                                    if (m := _WHEEL.match(f["filename"])) and m.group("py")[2:].isdigit()},
-                                                  key=_py_key),
-                          "uploaded": min(f["upload_time"] for f in files)[:10]}
+                                                  key=_py_key)}
     source = {"id": "pypi", "what": "the METADATA of each torch release's Linux x86_64 wheel on PyPI (the "
               "nvidia-cuda-runtime pin: the CUDA a plain `pip install torch` gets) and its file list",
               "url": url, "releases": str(len(found))}

@@ -20,11 +20,33 @@ import json
 import os
 import random
 import re
-import re._constants as sre  # the regex parser's own modules (3.11+, as tomllib; sre_* warn)
 import re._parser as sre_parse
 import subprocess
 import sys
 from pathlib import Path
+from re._constants import (  # the regex parser's own modules (3.11+, as tomllib; the sre_* names warn)
+    ANY,
+    ASSERT,
+    ASSERT_NOT,
+    AT,
+    BRANCH,
+    CATEGORY,
+    CATEGORY_DIGIT,
+    CATEGORY_NOT_DIGIT,
+    CATEGORY_NOT_SPACE,
+    CATEGORY_NOT_WORD,
+    CATEGORY_SPACE,
+    CATEGORY_WORD,
+    GROUPREF,
+    IN,
+    LITERAL,
+    MAX_REPEAT,
+    MIN_REPEAT,
+    NEGATE,
+    NOT_LITERAL,
+    RANGE,
+    SUBPATTERN,
+)
 
 import tomllib
 
@@ -91,10 +113,8 @@ def python_regex(go: str) -> re.Pattern[str] | None:
 
 # A string that a regex matches (as reggen, which gitleaks uses) -----------------------------------
 _CATEGORIES = {
-    sre.CATEGORY_DIGIT: "0123456789",
-    sre.CATEGORY_WORD: "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_",
-    sre.CATEGORY_SPACE: " ", sre.CATEGORY_NOT_DIGIT: "abcXYZ", sre.CATEGORY_NOT_WORD: "-",
-    sre.CATEGORY_NOT_SPACE: "aZ9",
+    CATEGORY_DIGIT: "0123456789", CATEGORY_WORD: "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_",
+    CATEGORY_SPACE: " ", CATEGORY_NOT_DIGIT: "abcXYZ", CATEGORY_NOT_WORD: "-", CATEGORY_NOT_SPACE: "aZ9",
 }
 _PRINTABLE = [chr(c) for c in range(33, 127)]
 
@@ -106,25 +126,25 @@ def sample(regex: str, rng: random.Random) -> str:
 def _gen(items, rng: random.Random) -> str:
     out = []
     for op, arg in items:
-        if op is sre.LITERAL:
+        if op is LITERAL:
             out.append(chr(arg))
-        elif op is sre.NOT_LITERAL:
+        elif op is NOT_LITERAL:
             out.append(rng.choice([c for c in _PRINTABLE if ord(c) != arg]))
-        elif op is sre.ANY:
+        elif op is ANY:
             out.append(rng.choice("abcdefghijklmnopqrstuvwxyz0123456789"))
-        elif op is sre.IN:
+        elif op is IN:
             out.append(rng.choice(_class(arg)))
-        elif op is sre.BRANCH:
+        elif op is BRANCH:
             out.append(_gen(rng.choice(arg[1]), rng))
-        elif op is sre.SUBPATTERN:
+        elif op is SUBPATTERN:
             out.append(_gen(arg[-1], rng))
-        elif op in (sre.MAX_REPEAT, sre.MIN_REPEAT):
+        elif op in (MAX_REPEAT, MIN_REPEAT):
             low, high, body = arg
             high = low + 8 if high > 10_000 else high
             out.extend(_gen(body, rng) for _ in range(rng.randint(low, high)))
-        elif op is sre.CATEGORY:
+        elif op is CATEGORY:
             out.append(rng.choice(_CATEGORIES[arg]))
-        elif op in (sre.AT, sre.ASSERT, sre.ASSERT_NOT, sre.GROUPREF):
+        elif op in (AT, ASSERT, ASSERT_NOT, GROUPREF):
             continue
     return "".join(out)
 
@@ -133,13 +153,13 @@ def _class(items) -> list[str]:
     chars: set[str] = set()
     negate = False
     for op, arg in items:
-        if op is sre.NEGATE:
+        if op is NEGATE:
             negate = True
-        elif op is sre.LITERAL:
+        elif op is LITERAL:
             chars.add(chr(arg))
-        elif op is sre.RANGE:
+        elif op is RANGE:
             chars.update(chr(c) for c in range(arg[0], arg[1] + 1))
-        elif op is sre.CATEGORY:
+        elif op is CATEGORY:
             chars.update(_CATEGORIES[arg])
     if negate:
         return [c for c in _PRINTABLE if c not in chars]
