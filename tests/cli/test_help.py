@@ -92,27 +92,12 @@ def test_the_help_defaults_are_the_analysis_defaults():
     assert (grade_cli.DEFAULT_STEPS, grade_cli.DEFAULT_WARMUP) == (grade.DEFAULT_STEPS, grade.DEFAULT_WARMUP)
 
 
-NO_NUMPY = '''\
-import sys
-
-
-class _NoNumpy:
-    def find_spec(self, name, path=None, target=None):
-        if name == "numpy" or name.startswith("numpy."):
-            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
-        return None
-
-
-sys.meta_path.insert(0, _NoNumpy())
-'''
+BLOCKER = Path(__file__).resolve().parents[2] / "scripts" / "no_torch"  # its sitecustomize refuses NO_IMPORT
 
 
 @pytest.mark.slow  # measured: 7.6 s on the shared 2-core machine (a subprocess/interpreter start)
 def test_no_numpy_warning_where_numpy_is_absent(tmp_path):
-    blocker = tmp_path / "blocker"
-    blocker.mkdir()
-    (blocker / "sitecustomize.py").write_text(NO_NUMPY)
-    env = _env(PYTHONPATH=str(blocker))
+    env = _env(PYTHONPATH=str(BLOCKER), NO_IMPORT="numpy")
     # the blocker works: plain torch warns
     plain = subprocess.run([sys.executable, "-c", "import torch"], env=env, capture_output=True, text=True,
                            timeout=120)
