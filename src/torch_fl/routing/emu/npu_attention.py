@@ -4,8 +4,10 @@ semantics are described in npu_ops.py's docstring."""
 
 from __future__ import annotations
 
+import inspect
 import math
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -338,19 +340,17 @@ def _check_newer(op: str, sink: torch.Tensor | None) -> None:
                                   f"torch-fl; call it without sink on the emulated chip, or on the real NPU")
 
 
-def _fusion_attention_fake(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, head_num: int,
-                           input_layout: str, pse: torch.Tensor | None = None,
-                           padding_mask: torch.Tensor | None = None, atten_mask: torch.Tensor | None = None,
-                           scale: float = 1.0, keep_prob: float = 1.0, pre_tockens: int = NO_LIMIT,
-                           next_tockens: int = NO_LIMIT, inner_precise: int = 0, prefix: list[int] | None = None,
-                           actual_seq_qlen: list[int] | None = None, actual_seq_kvlen: list[int] | None = None,
-                           sparse_mode: int = 0, gen_mask_parallel: bool = True, sync: bool = False,
-                           softmax_layout: str = "", sink: torch.Tensor | None = None,
-                           dropout_mask: torch.Tensor | None = None, seed: int = 0, offset: int = 0) -> tuple:
+def _fusion_attention_fake(*args: Any, **kwargs: Any) -> tuple:
+    """The shapes of _fusion_attention's results, its arguments (the kernel's: one signature) checked as the
+    kernel checks them."""
+    bound = _FA_KERNEL.bind(*args, **kwargs)
+    bound.apply_defaults()
+    a = SimpleNamespace(**bound.arguments)
     op = "npu_fusion_attention"
-    g = _geometry(op, query, key, value, head_num, input_layout, actual_seq_qlen, actual_seq_kvlen)
-    _check_sparse(op, g, atten_mask, sparse_mode, pse, padding_mask, keep_prob)
-    _check_newer(op, sink)
+    g = _geometry(op, a.query, a.key, a.value, a.head_num, a.input_layout, a.actual_seq_qlen, a.actual_seq_kvlen)
+    _check_sparse(op, g, a.atten_mask, a.sparse_mode, a.pse, a.padding_mask, a.keep_prob)
+    _check_newer(op, a.sink)
+    query, dropout = a.query, a.keep_prob < 1.0
     stats = torch.float64 if query.dtype == torch.float64 else torch.float32
     if g.layout == "TND":
         shape: tuple[int, ...] = (query.shape[0], g.heads, g.value_dim)
@@ -363,8 +363,10 @@ def _fusion_attention_fake(query: torch.Tensor, key: torch.Tensor, value: torch.
         softmax = (g.batch, g.heads, g.sq, 8)
         numels = g.batch * g.heads * g.sq * g.skv
     return (query.new_empty(shape), query.new_empty(softmax, dtype=stats), query.new_empty(softmax, dtype=stats),
-            query.new_empty((0,)), seed if keep_prob < 1.0 else 0, offset if keep_prob < 1.0 else 0,
-            numels if keep_prob < 1.0 else 0)
+            query.new_empty((0,)), a.seed if dropout else 0, a.offset if dropout else 0, numels if dropout else 0)
+
+
+_FA_KERNEL = inspect.signature(_fusion_attention)
 
 
 def _softmax_block(t: torch.Tensor | None, g: _Geometry, index: int) -> torch.Tensor | None:
@@ -441,15 +443,10 @@ def _fusion_attention_grad_fake(query: torch.Tensor, key: torch.Tensor, value: t
                                 head_num: int, input_layout: str, **kwargs: Any) -> tuple:
     _geometry("npu_fusion_attention_grad", query, key, value, head_num, input_layout,
               kwargs.get("actual_seq_qlen"), kwargs.get("actual_seq_kvlen"))
-    pse = kwargs.get("pse")
-    return (query.new_empty(query.shape), key.new_empty(key.shape), value.new_empty(value.shape),
-            pse.new_empty(pse.shape) if pse is not None else query.new_empty((0,)), query.new_empty((0,)))
+    return _fusion_attention_grad_v3_fake(query, key, value, dy, head_num, input_layout, **kwargs)
 
 
-_FA_ARGS = ("query", "key", "value", "head_num", "input_layout", "pse", "padding_mask", "atten_mask", "scale",
-            "keep_prob", "pre_tockens", "next_tockens", "inner_precise", "prefix", "actual_seq_qlen",
-            "actual_seq_kvlen", "sparse_mode", "gen_mask_parallel", "sync", "softmax_layout", "sink", "dropout_mask",
-            "seed", "offset")
+_FA_ARGS = tuple(_FA_KERNEL.parameters)  # (the schema's, in its order)
 
 
 def _fa_setup(ctx: Any, inputs: tuple, output: tuple) -> None:
@@ -492,19 +489,14 @@ def _int_of(t: torch.Tensor | None) -> int:
     return 0 if t is None else int(t.reshape(-1)[0].item())
 
 
-def _fusion_attention_v3(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, head_num: int,
-                         input_layout: str, pse: torch.Tensor | None = None, padding_mask: torch.Tensor | None = None,
-                         atten_mask: torch.Tensor | None = None, scale: float = 1.0, keep_prob: float = 1.0,
-                         pre_tockens: int = NO_LIMIT, next_tockens: int = NO_LIMIT, inner_precise: int = 0,
-                         prefix: list[int] | None = None, actual_seq_qlen: torch.Tensor | None = None,
-                         actual_seq_kvlen: torch.Tensor | None = None, sparse_mode: int = 0,
-                         gen_mask_parallel: bool = True, sync: bool = False, softmax_layout: str = "",
-                         sink: torch.Tensor | None = None) -> tuple:
-    out, smax, ssum, sout, seed, offset, _ = _fusion_attention(
-        query, key, value, head_num, input_layout, pse, padding_mask, atten_mask, scale, keep_prob, pre_tockens,
-        next_tockens, inner_precise, prefix, ints(actual_seq_qlen), ints(actual_seq_kvlen), sparse_mode,
-        gen_mask_parallel, sync, softmax_layout, sink)
-    return out, smax, ssum, sout, _long(seed, query), _long(offset, query)
+def _fusion_attention_v3(*args: Any, **kwargs: Any) -> tuple:
+    """npu_fusion_attention_v3: v1's arguments up to sink (_FA3_ARGS), the sequence lengths as tensors; seed and
+    offset come back as tensors."""
+    call = {**dict(zip(_FA3_ARGS, args, strict=False)), **kwargs}  # (the dispatcher drops trailing defaults)
+    for lengths in ("actual_seq_qlen", "actual_seq_kvlen"):
+        call[lengths] = ints(call.get(lengths))
+    out, smax, ssum, sout, seed, offset, _ = _fusion_attention(**call)
+    return out, smax, ssum, sout, _long(seed, call["query"]), _long(offset, call["query"])
 
 
 def _fusion_attention_v3_fake(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, head_num: int,
@@ -517,28 +509,19 @@ def _fusion_attention_v3_fake(query: torch.Tensor, key: torch.Tensor, value: tor
 
 
 def _fusion_attention_grad_v3(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, dy: torch.Tensor,
-                              head_num: int, input_layout: str, *, pse: torch.Tensor | None = None,
-                              padding_mask: torch.Tensor | None = None, atten_mask: torch.Tensor | None = None,
-                              softmax_max: torch.Tensor | None = None, softmax_sum: torch.Tensor | None = None,
-                              softmax_in: torch.Tensor | None = None, attention_in: torch.Tensor | None = None,
-                              scale_value: float = 1.0, keep_prob: float = 1.0, pre_tockens: int = NO_LIMIT,
-                              next_tockens: int = NO_LIMIT, inner_precise: int = 0, seed: torch.Tensor | None = None,
-                              offset: torch.Tensor | None = None, prefix: list[int] | None = None,
-                              actual_seq_qlen: torch.Tensor | None = None,
-                              actual_seq_kvlen: torch.Tensor | None = None, sparse_mode: int = 0,
-                              gen_mask_parallel: bool = True, sync: bool = False, softmax_layout: str = "",
-                              sink: torch.Tensor | None = None) -> tuple:
-    return _fusion_attention_grad(
-        query, key, value, dy, head_num, input_layout, pse=pse, padding_mask=padding_mask, atten_mask=atten_mask,
-        softmax_max=softmax_max, softmax_sum=softmax_sum, softmax_in=softmax_in, attention_in=attention_in,
-        scale_value=scale_value, keep_prob=keep_prob, pre_tockens=pre_tockens, next_tockens=next_tockens,
-        inner_precise=inner_precise, seed=_int_of(seed), offset=_int_of(offset), prefix=prefix,
-        actual_seq_qlen=ints(actual_seq_qlen), actual_seq_kvlen=ints(actual_seq_kvlen), sparse_mode=sparse_mode,
-        gen_mask_parallel=gen_mask_parallel, sync=sync, softmax_layout=softmax_layout, sink=sink)
+                              head_num: int, input_layout: str, *, seed: torch.Tensor | None = None,
+                              offset: torch.Tensor | None = None, actual_seq_qlen: torch.Tensor | None = None,
+                              actual_seq_kvlen: torch.Tensor | None = None, **kwargs: Any) -> tuple:
+    """npu_fusion_attention_grad_v3: npu_fusion_attention_grad with the sequence lengths, seed and offset as
+    tensors (its other arguments are v1's, passed on as they are)."""
+    return _fusion_attention_grad(query, key, value, dy, head_num, input_layout, seed=_int_of(seed),
+                                  offset=_int_of(offset), actual_seq_qlen=ints(actual_seq_qlen),
+                                  actual_seq_kvlen=ints(actual_seq_kvlen), **kwargs)
 
 
 def _fusion_attention_grad_v3_fake(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, dy: torch.Tensor,
                                    head_num: int, input_layout: str, **kwargs: Any) -> tuple:
+    """The gradients' shapes (v1's fake checks the geometry first; v3's lengths are tensors, unread while faking)."""
     pse = kwargs.get("pse")
     return (query.new_empty(query.shape), key.new_empty(key.shape), value.new_empty(value.shape),
             pse.new_empty(pse.shape) if pse is not None else query.new_empty((0,)), query.new_empty((0,)))

@@ -70,6 +70,7 @@ varlen split) and ``pse`` with ``TND`` raise ``NotImplementedError``.
 from __future__ import annotations
 
 import importlib.machinery
+import inspect
 import sys
 import threading
 from collections.abc import Callable
@@ -79,7 +80,7 @@ import torch
 
 from ..._names import RouteKind
 from . import npu_attention, npu_fused
-from .npu_common import KERNEL_SOURCE, NAMESPACE, NO_LIMIT, Format, FusedOp, ints
+from .npu_common import KERNEL_SOURCE, NAMESPACE, Format, FusedOp, ints
 
 OPS: tuple[FusedOp, ...] = (*npu_attention.OPS, *npu_fused.OPS)
 
@@ -176,6 +177,16 @@ def _emulated(kernel: Callable[..., Any]) -> Callable[[Any, tuple, dict], Any]:
 
 
 # --- the vendor's Python functions (torch_npu.<name>) --------------------------------------------------------
+# Each binding of an op is made from the op's schema in OPS, the one statement of the vendor's signature: the
+# same parameters, keyword-only ones and defaults (``self`` is ``input``, as in PyTorch's Python bindings), each
+# argument converted to the type the schema names before the call, as torch_npu's bindings accept numbers and
+# sequences there (a numpy int for head_num, a tuple for perm).
+_CONVERT: dict[str, Callable[[Any], Any]] = {"int": int, "float": float, "bool": bool, "List[int]": ints,
+                                             "Optional[List[int]]": ints}
+# the v3 ops' tensors of sequence lengths, seeds and offsets, which vendor code also gives as a list or a number
+_LENGTH_TENSORS = frozenset({"actual_seq_qlen", "actual_seq_kvlen", "seed", "offset"})
+
+
 def _lengths(values: Any) -> torch.Tensor | None:
     """A tensor argument of the v3 ops given as a tensor, a sequence or a number: an int64 tensor."""
     if values is None or isinstance(values, torch.Tensor):
@@ -183,17 +194,43 @@ def _lengths(values: Any) -> torch.Tensor | None:
     return torch.tensor(values if isinstance(values, (list, tuple)) else [values], dtype=torch.long)
 
 
+def _converter(arg: Any) -> Callable[[Any], Any] | None:
+    kind = str(arg.type)
+    if kind == "Optional[Tensor]" and arg.name in _LENGTH_TENSORS:
+        return _lengths
+    return _CONVERT.get(kind)
 
 
-def npu_fusion_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, head_num: int,
-                         input_layout: str, pse: torch.Tensor | None = None, padding_mask: torch.Tensor | None = None,
-                         atten_mask: torch.Tensor | None = None, scale: float = 1.0, keep_prob: float = 1.0,
-                         pre_tockens: int = NO_LIMIT, next_tockens: int = NO_LIMIT, inner_precise: int = 0,
-                         prefix: Any = None, actual_seq_qlen: Any = None, actual_seq_kvlen: Any = None,
-                         sparse_mode: int = 0, gen_mask_parallel: bool = True, sync: bool = False,
-                         softmax_layout: str = "", sink: torch.Tensor | None = None,
-                         dropout_mask: torch.Tensor | None = None, seed: int = 0, offset: int = 0) -> tuple:
-    """Dropout(Softmax(Mask(scale * (pse + query @ key^T), atten_mask)), keep_prob) @ value.
+def _binding(qualified: str, doc: str = "") -> Callable[..., Any]:
+    """torch_npu.<name>, the Python function of op `qualified` ('npu_rms_norm', '_npu_dropout_gen_mask.Tensor'):
+    registers the ops, converts the arguments and calls ``torch.ops.npu.<qualified>``."""
+    schema = torch._C.parse_schema(next(op.schema for op in OPS if op.name == qualified))
+    empty, keyword, positional = (inspect.Parameter.empty, inspect.Parameter.KEYWORD_ONLY,
+                                  inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    signature = inspect.Signature([
+        inspect.Parameter("input" if a.name == "self" else a.name, keyword if a.kwarg_only else positional,
+                          default=a.default_value if a.has_default_value() else empty)
+        for a in schema.arguments])
+    convert = {("input" if a.name == "self" else a.name): c for a in schema.arguments
+               if (c := _converter(a)) is not None}
+    base, _, overload = qualified.partition(".")
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        bound = signature.bind(*args, **kwargs)
+        for name, value in bound.arguments.items():
+            if name in convert:
+                bound.arguments[name] = convert[name](value)
+        register()
+        return getattr(getattr(torch.ops.npu, base), overload or "default")(*bound.args, **bound.kwargs)
+
+    call.__name__ = call.__qualname__ = base
+    call.__doc__ = doc or None
+    call.__signature__ = signature  # type: ignore[attr-defined]
+    return call
+
+
+npu_fusion_attention = _binding("npu_fusion_attention", """\
+    Dropout(Softmax(Mask(scale * (pse + query @ key^T), atten_mask)), keep_prob) @ value.
 
     atten_mask: True/1 = masked out (SS, 11SS, B1SS, BNSS); sparse_mode 0 takes it as given (with the
     pre/next token band), 1 as given, 2/3 are causal from the top-left/bottom-right corner and 4 a band
@@ -201,147 +238,34 @@ def npu_fusion_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Te
     compressed 2048x2048 triu; without atten_mask every query sees every key.
     seed/offset: 0 draws a seed; others seed the dropout mask (the backward regenerates it from them).
     sink and a dropout_mask with dropout are refused (not emulated).
-    Returns (attention_out, softmax_max, softmax_sum, softmax_out, seed, offset, numels)."""
-    register()
-    return torch.ops.npu.npu_fusion_attention(
-        query, key, value, int(head_num), input_layout, pse, padding_mask, atten_mask, float(scale), float(keep_prob),
-        int(pre_tockens), int(next_tockens), int(inner_precise), ints(prefix), ints(actual_seq_qlen),
-        ints(actual_seq_kvlen), int(sparse_mode), bool(gen_mask_parallel), bool(sync), softmax_layout, sink,
-        dropout_mask, int(seed), int(offset))
-
-
-def npu_fusion_attention_grad(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, dy: torch.Tensor,
-                              head_num: int, input_layout: str, *, pse: torch.Tensor | None = None,
-                              padding_mask: torch.Tensor | None = None, atten_mask: torch.Tensor | None = None,
-                              softmax_max: torch.Tensor | None = None, softmax_sum: torch.Tensor | None = None,
-                              softmax_in: torch.Tensor | None = None, attention_in: torch.Tensor | None = None,
-                              scale_value: float = 1.0, keep_prob: float = 1.0, pre_tockens: int = NO_LIMIT,
-                              next_tockens: int = NO_LIMIT, inner_precise: int = 0, seed: int = 0, offset: int = 0,
-                              numels: int = 0, prefix: Any = None, actual_seq_qlen: Any = None,
-                              actual_seq_kvlen: Any = None, sparse_mode: int = 0, gen_mask_parallel: bool = True,
-                              sync: bool = False, softmax_layout: str = "",
-                              sink: torch.Tensor | None = None) -> tuple:
-    """The backward of npu_fusion_attention: (dq, dk, dv, dpse, dsink)."""
-    register()
-    return torch.ops.npu.npu_fusion_attention_grad(
-        query, key, value, dy, int(head_num), input_layout, pse=pse, padding_mask=padding_mask,
-        atten_mask=atten_mask, softmax_max=softmax_max, softmax_sum=softmax_sum, softmax_in=softmax_in,
-        attention_in=attention_in, scale_value=float(scale_value), keep_prob=float(keep_prob),
-        pre_tockens=int(pre_tockens), next_tockens=int(next_tockens), inner_precise=int(inner_precise),
-        seed=int(seed), offset=int(offset), numels=int(numels), prefix=ints(prefix),
-        actual_seq_qlen=ints(actual_seq_qlen), actual_seq_kvlen=ints(actual_seq_kvlen),
-        sparse_mode=int(sparse_mode), gen_mask_parallel=bool(gen_mask_parallel), sync=bool(sync),
-        softmax_layout=softmax_layout, sink=sink)
-
-
-def npu_fusion_attention_v3(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, head_num: int,
-                            input_layout: str, pse: torch.Tensor | None = None,
-                            padding_mask: torch.Tensor | None = None, atten_mask: torch.Tensor | None = None,
-                            scale: float = 1.0, keep_prob: float = 1.0, pre_tockens: int = NO_LIMIT,
-                            next_tockens: int = NO_LIMIT, inner_precise: int = 0, prefix: Any = None,
-                            actual_seq_qlen: Any = None, actual_seq_kvlen: Any = None, sparse_mode: int = 0,
-                            gen_mask_parallel: bool = True, sync: bool = False, softmax_layout: str = "",
-                            sink: torch.Tensor | None = None) -> tuple:
-    """npu_fusion_attention with the cumulative sequence lengths as tensors, returning (attention_out,
+    Returns (attention_out, softmax_max, softmax_sum, softmax_out, seed, offset, numels).""")
+npu_fusion_attention_grad = _binding("npu_fusion_attention_grad",
+                                     "The backward of npu_fusion_attention: (dq, dk, dv, dpse, dsink).")
+npu_fusion_attention_v3 = _binding("npu_fusion_attention_v3", """\
+    npu_fusion_attention with the cumulative sequence lengths as tensors, returning (attention_out,
     softmax_max, softmax_sum, softmax_out, seed, offset), seed and offset as 1-element int64 tensors on the
-    device (its backward, npu_fusion_attention_grad_v3, takes them so)."""
-    register()
-    return torch.ops.npu.npu_fusion_attention_v3(
-        query, key, value, int(head_num), input_layout, pse, padding_mask, atten_mask, float(scale), float(keep_prob),
-        int(pre_tockens), int(next_tockens), int(inner_precise), ints(prefix), _lengths(actual_seq_qlen),
-        _lengths(actual_seq_kvlen), int(sparse_mode), bool(gen_mask_parallel), bool(sync), softmax_layout, sink)
-
-
-def npu_fusion_attention_grad_v3(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, dy: torch.Tensor,
-                                 head_num: int, input_layout: str, *, pse: torch.Tensor | None = None,
-                                 padding_mask: torch.Tensor | None = None, atten_mask: torch.Tensor | None = None,
-                                 softmax_max: torch.Tensor | None = None, softmax_sum: torch.Tensor | None = None,
-                                 softmax_in: torch.Tensor | None = None, attention_in: torch.Tensor | None = None,
-                                 scale_value: float = 1.0, keep_prob: float = 1.0, pre_tockens: int = NO_LIMIT,
-                                 next_tockens: int = NO_LIMIT, inner_precise: int = 0,
-                                 seed: torch.Tensor | None = None, offset: torch.Tensor | None = None,
-                                 prefix: Any = None, actual_seq_qlen: Any = None, actual_seq_kvlen: Any = None,
-                                 sparse_mode: int = 0, gen_mask_parallel: bool = True, sync: bool = False,
-                                 softmax_layout: str = "", sink: torch.Tensor | None = None) -> tuple:
-    """The backward of npu_fusion_attention_v3: (dq, dk, dv, dpse, dsink); seed and offset are tensors."""
-    register()
-    return torch.ops.npu.npu_fusion_attention_grad_v3(
-        query, key, value, dy, int(head_num), input_layout, pse=pse, padding_mask=padding_mask,
-        atten_mask=atten_mask, softmax_max=softmax_max, softmax_sum=softmax_sum, softmax_in=softmax_in,
-        attention_in=attention_in, scale_value=float(scale_value), keep_prob=float(keep_prob),
-        pre_tockens=int(pre_tockens), next_tockens=int(next_tockens), inner_precise=int(inner_precise),
-        seed=_lengths(seed), offset=_lengths(offset), prefix=ints(prefix),
-        actual_seq_qlen=_lengths(actual_seq_qlen), actual_seq_kvlen=_lengths(actual_seq_kvlen),
-        sparse_mode=int(sparse_mode), gen_mask_parallel=bool(gen_mask_parallel), sync=bool(sync),
-        softmax_layout=softmax_layout, sink=sink)
-
-
-def _npu_dropout_gen_mask(input: torch.Tensor, size: Any, p: float, seed: int, offset: int, *,
-                          parallel: bool | None = True, sync: bool | None = None) -> torch.Tensor:
-    """The bit-packed keep mask (uint8, LSB first, 1 = kept, padded to 128 elements) of a dropout with drop
+    device (its backward, npu_fusion_attention_grad_v3, takes them so).""")
+npu_fusion_attention_grad_v3 = _binding("npu_fusion_attention_grad_v3", "The backward of npu_fusion_attention_v3: "
+                                        "(dq, dk, dv, dpse, dsink); seed and offset are tensors.")
+_npu_dropout_gen_mask = _binding("_npu_dropout_gen_mask.Tensor", """\
+    The bit-packed keep mask (uint8, LSB first, 1 = kept, padded to 128 elements) of a dropout with drop
     probability p over prod(size) elements, drawn at (seed, offset) on input's device: the mask the fused ops
-    draw from the same (seed, offset) (npu_dropout.py)."""
-    register()
-    return torch.ops.npu._npu_dropout_gen_mask.Tensor(input, [int(n) for n in size], float(p), int(seed), int(offset),
-                                                      parallel=parallel, sync=sync)
-
-
-def npu_rms_norm(input: torch.Tensor, gamma: torch.Tensor, epsilon: float = 1e-6) -> tuple:
-    """(x * rsqrt(mean(x^2 over gamma's dims) + epsilon) * gamma, rstd); rstd is float32, keepdim."""
-    register()
-    return torch.ops.npu.npu_rms_norm(input, gamma, float(epsilon))
-
-
-def npu_add_rms_norm(x1: torch.Tensor, x2: torch.Tensor, gamma: torch.Tensor, epsilon: float = 1e-6) -> tuple:
-    """(rms_norm(x1 + x2), rstd, x1 + x2)."""
-    register()
-    return torch.ops.npu.npu_add_rms_norm(x1, x2, gamma, float(epsilon))
-
-
-def npu_rotary_mul(input: torch.Tensor, r1: torch.Tensor, r2: torch.Tensor, rotary_mode: str = "half",
-                   rotate: torch.Tensor | None = None) -> torch.Tensor:
-    """input * r1 + rotate(input) * r2: rotate_half (cat(-x2, x1)), 'interleave' pairs, or input @ rotate.
-    r1/r2 (cos/sin) broadcast to the input (BSND: 1S1D; BNSD: 11SD; SBND: S11D; TND: T1D)."""
-    register()
-    return torch.ops.npu.npu_rotary_mul(input, r1, r2, rotary_mode, rotate)
-
-
-def npu_swiglu(input: torch.Tensor, dim: int = -1) -> torch.Tensor:
-    """a, b = input.chunk(2, dim): silu(a) * b."""
-    register()
-    return torch.ops.npu.npu_swiglu(input, int(dim))
-
-
-def npu_scaled_masked_softmax(x: torch.Tensor, mask: torch.Tensor, scale: float = 1.0,
-                              fixed_triu_mask: bool = False) -> torch.Tensor:
-    """softmax(x * scale, masked_fill(mask, -10000)) over the last axis (mask True = masked out);
-    fixed_triu_mask=True masks the upper triangle instead of the mask given."""
-    register()
-    return torch.ops.npu.npu_scaled_masked_softmax(x, mask, scale, bool(fixed_triu_mask))
-
-
-def npu_confusion_transpose(input: torch.Tensor, perm: Any, shape: Any, transpose_first: bool) -> torch.Tensor:
-    """transpose_first: input.permute(perm).reshape(shape); else input.reshape(shape).permute(perm)."""
-    register()
-    return torch.ops.npu.npu_confusion_transpose(input, [int(p) for p in perm], [int(s) for s in shape],
-                                                 bool(transpose_first))
-
-
-def npu_gelu(input: torch.Tensor, *, approximate: str = "none") -> torch.Tensor:
-    register()
-    return torch.ops.npu.npu_gelu(input, approximate=approximate)
-
-
-def npu_fast_gelu(input: torch.Tensor) -> torch.Tensor:
-    """input / (1 + exp(-1.702 * input))."""
-    register()
-    return torch.ops.npu.npu_fast_gelu(input)
-
-
-def fast_gelu(input: torch.Tensor) -> torch.Tensor:
-    """torch_npu.fast_gelu: npu_fast_gelu's older name."""
-    register()
-    return torch.ops.npu.fast_gelu(input)
+    draw from the same (seed, offset) (npu_dropout.py).""")
+npu_rms_norm = _binding("npu_rms_norm", "(x * rsqrt(mean(x^2 over gamma's dims) + epsilon) * gamma, rstd); rstd is "
+                                        "float32, keepdim.")
+npu_add_rms_norm = _binding("npu_add_rms_norm", "(rms_norm(x1 + x2), rstd, x1 + x2).")
+npu_rotary_mul = _binding("npu_rotary_mul", """\
+    input * r1 + rotate(input) * r2: rotate_half (cat(-x2, x1)), 'interleave' pairs, or input @ rotate.
+    r1/r2 (cos/sin) broadcast to the input (BSND: 1S1D; BNSD: 11SD; SBND: S11D; TND: T1D).""")
+npu_swiglu = _binding("npu_swiglu", "a, b = input.chunk(2, dim): silu(a) * b.")
+npu_scaled_masked_softmax = _binding("npu_scaled_masked_softmax", """\
+    softmax(x * scale, masked_fill(mask, -10000)) over the last axis (mask True = masked out);
+    fixed_triu_mask=True masks the upper triangle instead of the mask given.""")
+npu_confusion_transpose = _binding("npu_confusion_transpose", "transpose_first: input.permute(perm).reshape(shape); "
+                                                              "else input.reshape(shape).permute(perm).")
+npu_gelu = _binding("npu_gelu")
+npu_fast_gelu = _binding("npu_fast_gelu", "input / (1 + exp(-1.702 * input)).")
+fast_gelu = _binding("fast_gelu", "torch_npu.fast_gelu: npu_fast_gelu's older name.")
 
 
 def npu_apply_adam_w(beta1_power: float, beta2_power: float, lr: float, weight_decay: float, beta1: float,
