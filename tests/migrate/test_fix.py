@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import shutil
 import stat
-import subprocess
 import sys
 from pathlib import Path
 
@@ -430,7 +429,7 @@ def _fixture_run_args() -> list[str]:
 
 
 @pytest.mark.slow
-def test_fixed_training_script_runs_on_cpu(tmp_path: Path) -> None:
+def test_fixed_training_script_runs_on_cpu(tmp_path: Path, run_as_user) -> None:
     script = tmp_path / FIXTURE.name
     shutil.copy(FIXTURE, script)
     # Unsafe fixes are needed (`device = "cuda"` is FL105). FL902 included: the script's
@@ -442,13 +441,9 @@ def test_fixed_training_script_runs_on_cpu(tmp_path: Path) -> None:
     assert fixed.count("import torch_fl") == 1 and ".cuda()" not in fixed
     assert "torch.cuda.amp" not in fixed and '"nccl"' not in fixed
     assert fix_paths([script], unsafe=True).changed_files == []
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FL_")}
-    env.update(FL_DEVICE="cpu", CUDA_VISIBLE_DEVICES="")
-    proc = subprocess.run([sys.executable, str(script), *_fixture_run_args()], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
-    assert "device cpu" in proc.stdout
-    assert "iter 2: loss" in proc.stdout
+    stdout = run_as_user(script, *_fixture_run_args(), fl_device="cpu")
+    assert "device cpu" in stdout
+    assert "iter 2: loss" in stdout
 
 
 def test_symlinks_out_of_the_tree_are_skipped(tmp_path: Path) -> None:

@@ -13,9 +13,6 @@ emulated NPU (FL_DEVICE=emu:npu) the fixed code must name no CUDA device.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import types
 from contextlib import contextmanager
 from pathlib import Path
@@ -161,18 +158,16 @@ def test_fixed_code_behaves_the_same_on_the_cpu_and_on_cuda(fixed: dict[str, str
     assert cuda_after == [("set", 1), ("set", 1), ("sync", None)]
 
 
-def test_fixed_code_names_no_cuda_device_on_an_emulated_npu(fixed: dict[str, str], tmp_path: Path) -> None:
+def test_fixed_code_names_no_cuda_device_on_an_emulated_npu(fixed: dict[str, str], tmp_path: Path,
+                                                            run_as_user) -> None:
     script = tmp_path / "fixed.py"
     script.write_text(fixed["safe"] + (
         "\nimport types\n"
         "print(devices(), devices_nested(), tagged(), handed_on(lambda device: device))\n"
         "print(from_args(types.SimpleNamespace(device='cpu'), torch.zeros(1))[0])\n"))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FL_")}
-    env.update(FL_DEVICE="emu:npu", CUDA_VISIBLE_DEVICES="")
-    proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "cuda" not in proc.stdout
-    assert proc.stdout.splitlines()[0] == (
+    stdout = run_as_user(script, fl_device="emu:npu")
+    assert "cuda" not in stdout
+    assert stdout.splitlines()[0] == (
         "['cpu', 'npu'] ['npu', 'npu:0'] ('run-npu.log', 'NPU', 'npu') npu")
 
 

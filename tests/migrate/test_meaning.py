@@ -8,10 +8,7 @@ torch.cuda.amp.GradScaler, torch.cuda.synchronize() under a CUDA check.
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -21,15 +18,6 @@ pytest.importorskip("libcst")
 from torch_fl.migrate.fix import fix_paths, fix_source
 
 FIXTURE = Path(__file__).parent / "fixtures" / "train_portable_cuda_style.py"
-
-
-def _run(script: Path) -> str:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FL_")}
-    env["CUDA_VISIBLE_DEVICES"] = ""  # a CPU-only host, even on a machine with a GPU
-    proc = subprocess.run([sys.executable, str(script), "--max_iters=4"], cwd=script.parent, env=env,
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
-    return proc.stdout
 
 
 def test_rewrites_say_accelerator_not_available() -> None:
@@ -48,7 +36,7 @@ def test_rewrites_say_accelerator_not_available() -> None:
 
 
 @pytest.mark.slow
-def test_safe_fixes_keep_cpu_output_and_unsafe_fixes_still_train(tmp_path: Path) -> None:
+def test_safe_fixes_keep_cpu_output_and_unsafe_fixes_still_train(tmp_path: Path, run_as_user) -> None:
     runs = {}
     for mode in ("original", "safe", "unsafe"):
         folder = tmp_path / mode
@@ -59,7 +47,7 @@ def test_safe_fixes_keep_cpu_output_and_unsafe_fixes_still_train(tmp_path: Path)
             report = fix_paths([script], unsafe=mode == "unsafe")
             assert report.errors == [] and report.applied > 0
             assert fix_paths([script], unsafe=mode == "unsafe").changed_files == []  # idempotent
-        runs[mode] = _run(script)
+        runs[mode] = run_as_user(script, "--max_iters=4")
     assert "device cpu" in runs["original"] and "iter 3: loss" in runs["original"]
     assert runs["safe"] == runs["original"]
     # The unsafe fixes change behaviour only on non-CUDA accelerators; on the CPU the run is the same too.

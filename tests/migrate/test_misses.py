@@ -6,9 +6,6 @@ simulated CUDA host, and the accelerator's answer on an emulated NPU."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import types
 from pathlib import Path
 from typing import Any
@@ -185,16 +182,13 @@ def test_config_default_fixes_are_unsafe_and_resolve_at_import(fixed, monkeypatc
     assert vars(_load(unsafe).TrainConfig()) == vars(_load(SNIPPET).TrainConfig())
 
 
-def test_fixed_forms_answer_for_the_accelerator_on_an_emulated_npu(fixed, tmp_path):
+def test_fixed_forms_answer_for_the_accelerator_on_an_emulated_npu(fixed, tmp_path, run_as_user):
     script = tmp_path / "fixed.py"
     script.write_text(fixed["unsafe"] + (
         "\nx = torch.zeros(2, dtype=torch.float16, device=torch.fl.device())\n"
         "print(TrainConfig(), half_on_gpu(x), needs_cast(type('M', (), {'weight': x.float()})))\n"))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FL_")}
-    env.update(FL_DEVICE="emu:npu", CUDA_VISIBLE_DEVICES="")
-    proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    line = proc.stdout.splitlines()[-1]
+    stdout = run_as_user(script, fl_device="emu:npu")
+    line = stdout.splitlines()[-1]
     # The emulated chip's collectives run on gloo over the host data (its backend string says so).
     assert line.startswith("TrainConfig(device='npu', distributed_backend=") and line.endswith(") True keep")
     assert "cuda" not in line and "nccl" not in line
