@@ -11,28 +11,13 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
-import warnings
 
 import pytest
 import torch
 
 import torch_fl
+from stream_fixtures import chip_fixture, sanitizer_reports, side_stream  # noqa: F401 (a fixture)
 from torch_fl.routing.emu.sanitizing import sanitize
-
-
-@pytest.fixture(params=["cuda", "npu", "mlu"])
-def chip(request):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", torch_fl.errors.FallbackWarning)
-        with torch_fl.emulate(request.param) as activation:
-            yield getattr(torch, activation.device.type), activation.device
-
-
-def _reports(program, mod, d) -> list[str]:
-    with sanitize(raise_errors=False) as check:
-        kept = program(mod, d)  # (the program's tensors outlive the check: their frees are not its subject)
-    del kept
-    return check.reports
 
 
 # good programs: ordered accesses --------------------------------------------------------------------------
@@ -52,8 +37,7 @@ def write_after_read_on_one_stream(mod, d):
 
 def reads_on_two_streams(mod, d):
     x = torch.ones(4, device=d)
-    side = mod.Stream()
-    side.wait_stream(mod.current_stream())
+    side = side_stream(mod)
     with mod.stream(side):
         a = x * 2
     b = x * 3
@@ -62,8 +46,7 @@ def reads_on_two_streams(mod, d):
 
 def read_after_wait_stream(mod, d):
     x = torch.ones(4, device=d)
-    side = mod.Stream()
-    side.wait_stream(mod.current_stream())
+    side = side_stream(mod)
     with mod.stream(side):
         x.sum()
     return locals()
@@ -81,32 +64,23 @@ def read_after_event_wait(mod, d):
     return locals()
 
 
-def read_after_device_synchronize(mod, d):
-    side = mod.Stream()
-    with mod.stream(side):
-        x = torch.ones(4, device=d)
-    mod.synchronize()
-    x.sum()
-    return locals()
+# the host's three ways to wait for a side stream: each orders the tensor it made before the default stream's read
+HOST_WAITS = {"device_synchronize": lambda mod, side: mod.synchronize(),
+              "stream_synchronize": lambda mod, side: side.synchronize(),
+              "event_synchronize": lambda mod, side: side.record_event().synchronize()}
 
 
-def read_after_stream_synchronize(mod, d):
-    side = mod.Stream()
-    with mod.stream(side):
-        x = torch.ones(4, device=d)
-    side.synchronize()
-    x.sum()
-    return locals()
+def read_after_the_host_waits(how):
+    def program(mod, d):
+        side = mod.Stream()
+        with mod.stream(side):
+            x = torch.ones(4, device=d)
+        HOST_WAITS[how](mod, side)
+        x.sum()
+        return locals()
 
-
-def read_after_event_synchronize(mod, d):
-    side = mod.Stream()
-    with mod.stream(side):
-        x = torch.ones(4, device=d)
-        done = side.record_event()
-    done.synchronize()
-    x.sum()
-    return locals()
+    program.__name__ = f"read_after_{how}"
+    return program
 
 
 def transitive_waits(mod, d):
@@ -124,9 +98,8 @@ def transitive_waits(mod, d):
 
 
 def freed_after_record_stream(mod, d):
-    side = mod.Stream()
     x = torch.ones(8, device=d)
-    side.wait_stream(mod.current_stream())
+    side = side_stream(mod)
     with mod.stream(side):
         x.sum()
     x.record_stream(side)
@@ -135,9 +108,8 @@ def freed_after_record_stream(mod, d):
 
 
 def freed_after_record_stream_of_a_view(mod, d):
-    side = mod.Stream()
     x = torch.ones(8, device=d)
-    side.wait_stream(mod.current_stream())
+    side = side_stream(mod)
     with mod.stream(side):
         x.sum()
     x[4:].record_stream(side)  # (CUDA's record_stream marks the whole block: a view at an offset covers x)
@@ -146,10 +118,9 @@ def freed_after_record_stream_of_a_view(mod, d):
 
 
 def view_used_on_a_side_stream_and_its_base_recorded(mod, d):
-    side = mod.Stream()
     x = torch.ones(8, device=d)
     tail = x[4:]
-    side.wait_stream(mod.current_stream())
+    side = side_stream(mod)
     with mod.stream(side):
         tail.sum()
     x.record_stream(side)
@@ -165,8 +136,8 @@ def host_read_after_sync(mod, d):
 
 
 GOOD = [read_after_write_on_one_stream, write_after_read_on_one_stream, reads_on_two_streams,
-        read_after_wait_stream, read_after_event_wait, read_after_device_synchronize, read_after_stream_synchronize,
-        read_after_event_synchronize, transitive_waits, freed_after_record_stream, freed_after_record_stream_of_a_view,
+        read_after_wait_stream, read_after_event_wait, *map(read_after_the_host_waits, HOST_WAITS),
+        transitive_waits, freed_after_record_stream, freed_after_record_stream_of_a_view,
         view_used_on_a_side_stream_and_its_base_recorded, host_read_after_sync]
 
 
@@ -181,8 +152,7 @@ def read_after_write_on_two_streams(mod, d):
 
 def write_after_read_on_two_streams(mod, d):
     x = torch.ones(4, device=d)
-    side = mod.Stream()
-    side.wait_stream(mod.current_stream())
+    side = side_stream(mod)
     with mod.stream(side):
         x.sum()
     x.zero_()
@@ -191,8 +161,7 @@ def write_after_read_on_two_streams(mod, d):
 
 def write_after_write_on_two_streams(mod, d):
     x = torch.ones(4, device=d)
-    side = mod.Stream()
-    side.wait_stream(mod.current_stream())
+    side = side_stream(mod)
     x.fill_(2)
     with mod.stream(side):
         x.fill_(3)
@@ -212,9 +181,8 @@ def wait_recorded_before_the_write(mod, d):
 
 
 def one_of_a_list_unsynchronised(mod, d):
-    side = mod.Stream()
     a, b = torch.ones(2, device=d), torch.ones(2, device=d)
-    side.wait_stream(mod.current_stream())
+    side = side_stream(mod)
     with mod.stream(side):
         b.mul_(2)
     torch.cat([a, b])
@@ -223,8 +191,7 @@ def one_of_a_list_unsynchronised(mod, d):
 
 def race_through_a_view_at_an_offset(mod, d):
     x = torch.ones(8, device=d)
-    side = mod.Stream()
-    side.wait_stream(mod.current_stream())
+    side = side_stream(mod)
     with mod.stream(side):
         x[4:].add_(1)
     x[4:].sum()  # (a second view at the same place: the same memory, not a new allocation)
@@ -237,12 +204,12 @@ BAD = [read_after_write_on_two_streams, write_after_read_on_two_streams, write_a
 
 @pytest.mark.parametrize("program", GOOD, ids=lambda f: f.__name__)
 def test_good_programs_are_silent(chip, program):
-    assert _reports(program, *chip) == []
+    assert sanitizer_reports(program, *chip) == []
 
 
 @pytest.mark.parametrize("program", BAD, ids=lambda f: f.__name__)
 def test_bad_programs_are_reported(chip, program):
-    reports = _reports(program, *chip)
+    reports = sanitizer_reports(program, *chip)
     assert len(reports) == 1, reports
     assert "data race" in reports[0] and "now:" in reports[0] and "before:" in reports[0]
     assert "test_sanitize_streams.py" in reports[0]  # the user's lines, not torch's
@@ -266,14 +233,13 @@ def test_memory_freed_without_record_stream_is_reported(chip):
     mod, d = chip
 
     def program(mod, d):
-        side = mod.Stream()
         x = torch.ones(8, device=d)
-        side.wait_stream(mod.current_stream())
+        side = side_stream(mod)
         with mod.stream(side):
             x.sum()
         del x  # no record_stream, no wait: the allocator may hand it out while `side` still reads it
 
-    reports = _reports(program, mod, d)
+    reports = sanitizer_reports(program, mod, d)
     assert len(reports) == 1 and "freed while another stream may still use it" in reports[0]
     assert "record_stream" in reports[0]
 
@@ -283,15 +249,14 @@ def test_memory_used_through_a_view_on_another_stream_is_checked_at_its_free(chi
     mod, d = chip
 
     def program(mod, d):
-        side = mod.Stream()
         x = torch.ones(8, device=d)
-        side.wait_stream(mod.current_stream())
+        side = side_stream(mod)
         with mod.stream(side):
             tail = x[4:]
             tail.mul_(2)
         del x, tail
 
-    reports = _reports(program, mod, d)
+    reports = sanitizer_reports(program, mod, d)
     assert len(reports) == 1 and "freed while another stream may still use it" in reports[0], reports
     assert "allocated on the default stream" in reports[0] and "aten::mul_ on stream" in reports[0]
 
@@ -308,10 +273,10 @@ def test_host_access_to_an_unfinished_non_blocking_copy_is_reported(chip):
         torch.empty(4, device=d).copy_(source, non_blocking=True)
         source.fill_(2)
 
-    (read,) = _reports(read_too_early, mod, d)
+    (read,) = sanitizer_reports(read_too_early, mod, d)
     assert "the host reads a tensor while a non_blocking=True device-to-host copy" in read
     assert "host.sum()" in read and "to(\"cpu\", non_blocking=True)" in read
-    (write,) = _reports(write_source_too_early, mod, d)
+    (write,) = sanitizer_reports(write_source_too_early, mod, d)
     assert "the host writes a tensor while a non_blocking=True host-to-device copy" in write
 
 
@@ -415,7 +380,7 @@ def test_a_sync_chip_is_checked_too():
     """A race on a sync-submission chip is harmless there, and wrong on every async chip the code may run on."""
     with torch_fl.emulate("minimal") as activation:
         mod, d = getattr(torch, activation.device.type), activation.device
-        reports = _reports(read_after_write_on_two_streams, mod, d)
+        reports = sanitizer_reports(read_after_write_on_two_streams, mod, d)
     assert len(reports) == 1 and "data race" in reports[0]
 
 

@@ -8,23 +8,12 @@ import os
 import subprocess
 import sys
 import textwrap
-import warnings
 
 import pytest
 import torch
 
 import torch_fl
-
-CHIPS = ["cuda", "npu", "mlu"]
-
-
-@pytest.fixture(params=CHIPS)
-def chip(request):
-    """(device module, device) of an async emulated chip."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", torch_fl.errors.FallbackWarning)
-        with torch_fl.emulate(request.param) as activation:
-            yield getattr(torch, activation.device.type), activation.device
+from stream_fixtures import chip_fixture  # noqa: F401 (a fixture)
 
 
 def test_current_stream_is_the_default_stream_outside_a_context(chip):

@@ -12,38 +12,20 @@
 
 from __future__ import annotations
 
-import warnings
-
 import pytest
 import torch
 import torch.distributed as dist
 
-import torch_fl
+from stream_fixtures import chip_fixture, group_fixture, sanitizer_reports, side_stream  # noqa: F401 (fixtures)
 from torch_fl.routing.emu.sanitizing import sanitize
 
 RACE = "a data race on a tensor of"
 
 
-@pytest.fixture(params=["cuda", "npu", "mlu"])
-def chip(request):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", torch_fl.errors.FallbackWarning)
-        with torch_fl.emulate(request.param) as activation:
-            yield getattr(torch, activation.device.type), activation.device
-
-
-def _reports(program, mod, d) -> list[str]:
-    with sanitize(raise_errors=False) as check:
-        kept = program(mod, d)  # (the program's tensors outlive the check: their frees are not its subject)
-    del kept
-    return check.reports
-
-
 # views of one allocation ---------------------------------------------------------------------------------
 def view_written_base_read(mod, d):
     x = torch.ones(8, device=d)
-    side = mod.Stream()
-    side.wait_stream(mod.current_stream())
+    side = side_stream(mod)
     with mod.stream(side):
         x[4:].add_(1)
     x.sum()  # the whole tensor: its bytes 16..32 are the view's
@@ -52,8 +34,7 @@ def view_written_base_read(mod, d):
 
 def base_written_view_read(mod, d):
     x = torch.ones(8, device=d)
-    side = mod.Stream()
-    side.wait_stream(mod.current_stream())
+    side = side_stream(mod)
     x.mul_(2)
     with mod.stream(side):
         x[6:].sum()
@@ -62,8 +43,7 @@ def base_written_view_read(mod, d):
 
 def reshaped_view_written_strided_view_read(mod, d):
     x = torch.ones(4, 4, device=d)
-    side = mod.Stream()
-    side.wait_stream(mod.current_stream())
+    side = side_stream(mod)
     with mod.stream(side):
         x.view(16)[5:7].zero_()
     x[:, 1].sum()  # a column: elements 1, 5, 9, 13
@@ -73,8 +53,7 @@ def reshaped_view_written_strided_view_read(mod, d):
 def disjoint_views_on_two_streams(mod, d):
     x = torch.ones(8, device=d)
     x.add_(1)  # (the whole tensor, before either stream's view: ordered by the wait below)
-    side = mod.Stream()
-    side.wait_stream(mod.current_stream())
+    side = side_stream(mod)
     with mod.stream(side):
         x[:4].mul_(3)
     x[4:].mul_(5)
@@ -84,8 +63,7 @@ def disjoint_views_on_two_streams(mod, d):
 
 def views_ordered_by_a_wait(mod, d):
     x = torch.ones(8, device=d)
-    side = mod.Stream()
-    side.wait_stream(mod.current_stream())
+    side = side_stream(mod)
     with mod.stream(side):
         x[4:].add_(1)
     mod.current_stream().wait_stream(side)
@@ -96,7 +74,7 @@ def views_ordered_by_a_wait(mod, d):
 @pytest.mark.parametrize("program", [view_written_base_read, base_written_view_read,
                                      reshaped_view_written_strided_view_read], ids=lambda f: f.__name__)
 def test_a_view_and_its_base_on_two_streams_race(chip, program):
-    reports = _reports(program, *chip)
+    reports = sanitizer_reports(program, *chip)
     assert len(reports) == 1, reports
     assert RACE in reports[0] and "now:" in reports[0] and "before:" in reports[0]
     assert "test_sanitizer_r5.py" in reports[0]
@@ -105,12 +83,12 @@ def test_a_view_and_its_base_on_two_streams_race(chip, program):
 @pytest.mark.parametrize("program", [disjoint_views_on_two_streams, views_ordered_by_a_wait],
                          ids=lambda f: f.__name__)
 def test_disjoint_or_ordered_views_are_silent(chip, program):
-    assert _reports(program, *chip) == []
+    assert sanitizer_reports(program, *chip) == []
 
 
 def test_the_race_through_a_view_names_both_lines(chip):
     mod, d = chip
-    reports = _reports(view_written_base_read, mod, d)
+    reports = sanitizer_reports(view_written_base_read, mod, d)
     assert "aten::sum on the default stream" in reports[0] and "x.sum()" in reports[0]
     assert "aten::add_ on stream" in reports[0] and "x[4:].add_(1)" in reports[0]
 
@@ -119,8 +97,7 @@ def test_an_allocation_freed_after_its_view_was_used_on_another_stream_is_report
     mod, d = chip
     with sanitize(raise_errors=False) as check:
         x = torch.ones(8, device=d)
-        side = mod.Stream()
-        side.wait_stream(mod.current_stream())
+        side = side_stream(mod)
         with mod.stream(side):
             x[2:5].sum()
         del x
@@ -129,19 +106,9 @@ def test_an_allocation_freed_after_its_view_was_used_on_another_stream_is_report
 
 
 # collectives ---------------------------------------------------------------------------------------------
-@pytest.fixture
-def group(chip):
-    if not dist.is_available() or not dist.is_gloo_available():
-        pytest.skip("torch.distributed with gloo is unavailable")
-    dist.init_process_group(torch.fl.dist_backend(chip[1]), store=dist.HashStore(), rank=0, world_size=1)
-    yield chip
-    dist.destroy_process_group()
-
-
 def written_on_a_side_stream_then_all_reduced(mod, d):
     x = torch.ones(4, device=d)
-    side = mod.Stream()
-    side.wait_stream(mod.current_stream())
+    side = side_stream(mod)
     with mod.stream(side):
         x.mul_(2)
     dist.all_reduce(x)  # the default stream: nothing orders it after the mul_
@@ -150,8 +117,7 @@ def written_on_a_side_stream_then_all_reduced(mod, d):
 
 def written_on_a_side_stream_waited_then_all_reduced(mod, d):
     x = torch.ones(4, device=d)
-    side = mod.Stream()
-    side.wait_stream(mod.current_stream())
+    side = side_stream(mod)
     with mod.stream(side):
         x.mul_(2)
     mod.current_stream().wait_stream(side)
@@ -161,8 +127,7 @@ def written_on_a_side_stream_waited_then_all_reduced(mod, d):
 
 def async_all_reduce_on_a_side_stream_used_without_wait(mod, d):
     x = torch.ones(4, device=d)
-    side = mod.Stream()
-    side.wait_stream(mod.current_stream())
+    side = side_stream(mod)
     with mod.stream(side):
         work = dist.all_reduce(x, async_op=True)
     x.add_(1)  # the default stream: the all-reduce may still be writing x
@@ -172,8 +137,7 @@ def async_all_reduce_on_a_side_stream_used_without_wait(mod, d):
 
 def async_all_reduce_on_a_side_stream_waited(mod, d):
     x = torch.ones(4, device=d)
-    side = mod.Stream()
-    side.wait_stream(mod.current_stream())
+    side = side_stream(mod)
     with mod.stream(side):
         work = dist.all_reduce(x, async_op=True)
     work.wait()  # (on the default stream: it now waits for the all-reduce, as NCCL's work.wait() makes it)
@@ -184,8 +148,7 @@ def async_all_reduce_on_a_side_stream_waited(mod, d):
 def all_gather_input_written_on_a_side_stream(mod, d):
     x = torch.ones(4, device=d)
     out = torch.empty(4 * dist.get_world_size(), device=d)
-    side = mod.Stream()
-    side.wait_stream(mod.current_stream())
+    side = side_stream(mod)
     with mod.stream(side):
         x.fill_(3)
     (getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor)(out, x)  # (torch >= 2.13's name)
@@ -194,8 +157,7 @@ def all_gather_input_written_on_a_side_stream(mod, d):
 
 def broadcast_from_the_root_while_another_stream_reads(mod, d):
     x = torch.ones(4, device=d)
-    side = mod.Stream()
-    side.wait_stream(mod.current_stream())
+    side = side_stream(mod)
     with mod.stream(side):
         x.sum()
     dist.broadcast(x, src=0)  # the root only reads: two reads are no race
@@ -213,7 +175,7 @@ def broadcast_from_the_root_while_another_stream_reads(mod, d):
       "before: aten::fill_ on stream")),
 ], ids=lambda v: v.__name__ if callable(v) else "")
 def test_a_collective_racing_with_another_stream_is_reported(group, program, names):
-    reports = _reports(program, *group)
+    reports = sanitizer_reports(program, *group)
     assert len(reports) == 1, reports
     assert RACE in reports[0] and all(n in reports[0] for n in names), reports[0]
 
@@ -222,7 +184,7 @@ def test_a_collective_racing_with_another_stream_is_reported(group, program, nam
                                      async_all_reduce_on_a_side_stream_waited,
                                      broadcast_from_the_root_while_another_stream_reads], ids=lambda f: f.__name__)
 def test_an_ordered_collective_is_silent(group, program):
-    assert _reports(program, *group) == []
+    assert sanitizer_reports(program, *group) == []
 
 
 def test_collectives_outside_the_sanitizer_return_the_backends_work(group):

@@ -12,15 +12,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import warnings
 from pathlib import Path
 
 import pytest
 import torch
-import torch.distributed as dist
 
-import torch_fl
-from torch_fl.routing.emu.sanitizing import sanitize
+from stream_fixtures import checked, chip_fixture, group_fixture  # noqa: F401 (fixtures)
 
 sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
 import streams_allreduce as allreduce
@@ -29,21 +26,6 @@ import streams_pipeline as pipeline
 import streams_prefetch as prefetch
 
 RACE, FREED = "a data race on a tensor of", "freed while another stream may still use it"
-
-
-@pytest.fixture(params=["cuda", "npu", "mlu"])
-def chip(request):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", torch_fl.errors.FallbackWarning)
-        with torch_fl.emulate(request.param) as activation:
-            yield getattr(torch, activation.device.type), activation.device
-
-
-def _checked(run):
-    """(what run returned, the sanitizer's reports): every report kept, none raised."""
-    with sanitize(raise_errors=False) as check:
-        result = run()
-    return result, check.reports
 
 
 def _assert_reported(reports, kind, *names):
@@ -63,7 +45,7 @@ def _normalized(d, host):
 def test_an_apex_style_prefetcher_is_clean_with_no_host_sync(chip):
     mod, d = chip
     data = prefetch.batches()
-    losses, reports = _checked(lambda: prefetch.train(d, prefetch.SideStreamPrefetcher(mod, d, data),
+    losses, reports = checked(lambda: prefetch.train(d, prefetch.SideStreamPrefetcher(mod, d, data),
                                                       read_loss=False))
     assert reports == []
     plain = prefetch.train(d, [(_normalized(d, x), y.to(d)) for x, y in data], read_loss=False)
@@ -77,13 +59,13 @@ def test_an_apex_style_prefetcher_is_clean_with_no_host_sync(chip):
 def test_an_apex_style_prefetcher_missing_one_sync_is_reported(chip, deleted, kind, names):
     mod, d = chip
     loader = lambda: prefetch.SideStreamPrefetcher(mod, d, prefetch.batches(), **{deleted: False})  # noqa: E731
-    _, reports = _checked(lambda: prefetch.train(d, loader(), read_loss=False))
+    _, reports = checked(lambda: prefetch.train(d, loader(), read_loss=False))
     _assert_reported(reports, kind, *names)
 
 
 def test_a_timm_style_prefetcher_is_clean_when_the_loop_reads_the_loss(chip):
     mod, d = chip
-    _, reports = _checked(lambda: prefetch.train(d, prefetch.WaitOnlyPrefetcher(mod, d, prefetch.batches()),
+    _, reports = checked(lambda: prefetch.train(d, prefetch.WaitOnlyPrefetcher(mod, d, prefetch.batches()),
                                                  read_loss=True))
     assert reports == []
 
@@ -91,12 +73,12 @@ def test_a_timm_style_prefetcher_is_clean_when_the_loop_reads_the_loss(chip):
 def test_a_timm_style_prefetcher_missing_one_sync_is_reported(chip):
     mod, d = chip
     # its wait_stream deleted: the model reads the batch the side stream is still normalizing
-    _, reports = _checked(lambda: prefetch.train(
+    _, reports = checked(lambda: prefetch.train(
         d, prefetch.WaitOnlyPrefetcher(mod, d, prefetch.batches(), wait=False), read_loss=True))
     _assert_reported(reports, RACE, "aten::div_ on stream", "aten::convolution on the default stream")
     # the loop's host sync deleted: with no record_stream, a batch's memory goes back to the side stream's
     # allocator while the default stream may still be reading it
-    _, reports = _checked(lambda: prefetch.train(d, prefetch.WaitOnlyPrefetcher(mod, d, prefetch.batches()),
+    _, reports = checked(lambda: prefetch.train(d, prefetch.WaitOnlyPrefetcher(mod, d, prefetch.batches()),
                                                  read_loss=False))
     _assert_reported(reports, FREED, "allocated on stream", "on the default stream")
 
@@ -105,7 +87,7 @@ def test_a_timm_style_prefetcher_missing_one_sync_is_reported(chip):
 def test_side_stream_offloading_is_clean_and_gives_the_same_gradients(chip):
     mod, d = chip
     net = offload.model(d)
-    grads, reports = _checked(lambda: offload.step(net, d, offload.SideStreamOffload(mod, d)))
+    grads, reports = checked(lambda: offload.step(net, d, offload.SideStreamOffload(mod, d)))
     assert reports == []
     plain = offload.step(net, d, torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t))
     for got, want in zip(grads, plain, strict=True):
@@ -120,7 +102,7 @@ def test_side_stream_offloading_is_clean_and_gives_the_same_gradients(chip):
 def test_side_stream_offloading_missing_one_sync_is_reported(chip, deleted, kind, names):
     mod, d = chip
     net = offload.model(d)
-    _, reports = _checked(lambda: offload.step(net, d, offload.SideStreamOffload(mod, d, **{deleted: False})))
+    _, reports = checked(lambda: offload.step(net, d, offload.SideStreamOffload(mod, d, **{deleted: False})))
     _assert_reported(reports, kind, *names)
 
 
@@ -129,7 +111,7 @@ def test_a_side_stream_pipeline_is_clean_and_equals_the_sequential_model(chip):
     mod, d = chip
     first, second = pipeline.stages(d)
     batch = torch.randn(8, 8, generator=torch.Generator().manual_seed(3)).to(d)
-    out, reports = _checked(lambda: pipeline.run(mod, first, second, batch))
+    out, reports = checked(lambda: pipeline.run(mod, first, second, batch))
     assert reports == []
     with torch.no_grad():
         torch.testing.assert_close(out.cpu(), second(first(batch)).cpu())
@@ -143,20 +125,11 @@ def test_a_side_stream_pipeline_missing_one_sync_is_reported(chip, deleted, kind
     mod, d = chip
     first, second = pipeline.stages(d)
     batch = torch.randn(8, 8).to(d)
-    _, reports = _checked(lambda: pipeline.run(mod, first, second, batch, **{deleted: False}))
+    _, reports = checked(lambda: pipeline.run(mod, first, second, batch, **{deleted: False}))
     _assert_reported(reports, kind, *names)
 
 
 # all-reduce overlapped on a side stream ------------------------------------------------------------------
-@pytest.fixture
-def group(chip):
-    if not dist.is_available() or not dist.is_gloo_available():
-        pytest.skip("torch.distributed with gloo is unavailable")
-    dist.init_process_group(torch.fl.dist_backend(chip[1]), store=dist.HashStore(), rank=0, world_size=1)
-    yield chip
-    dist.destroy_process_group()
-
-
 def _ddp_grads(d, hook=None):
     net = allreduce.model(d)
     ddp = torch.nn.parallel.DistributedDataParallel(net)
@@ -169,7 +142,7 @@ def _ddp_grads(d, hook=None):
 
 def test_a_side_stream_ddp_comm_hook_is_clean_and_gives_ddps_gradients(group):
     mod, d = group
-    grads, reports = _checked(lambda: _ddp_grads(d, allreduce.side_stream_comm_hook(mod)))
+    grads, reports = checked(lambda: _ddp_grads(d, allreduce.side_stream_comm_hook(mod)))
     assert reports == []
     for got, want in zip(grads, _ddp_grads(d), strict=True):
         torch.testing.assert_close(got, want)
@@ -182,7 +155,7 @@ def test_a_side_stream_ddp_comm_hook_is_clean_and_gives_ddps_gradients(group):
 ])
 def test_a_side_stream_ddp_comm_hook_missing_one_wait_is_reported(group, deleted, names):
     mod, d = group
-    _, reports = _checked(lambda: _ddp_grads(d, allreduce.side_stream_comm_hook(mod, **{deleted: False})))
+    _, reports = checked(lambda: _ddp_grads(d, allreduce.side_stream_comm_hook(mod, **{deleted: False})))
     _assert_reported(reports, RACE, *names)
 
 
@@ -200,7 +173,7 @@ def _apex_step(mod, d, **deleted):
 
 def test_an_apex_style_reduction_stream_is_clean(group):
     mod, d = group
-    params, reports = _checked(lambda: _apex_step(mod, d))
+    params, reports = checked(lambda: _apex_step(mod, d))
     assert reports == []
     net = allreduce.model(d)  # the same steps with no all-reduce (one rank: the average is the gradient)
     optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
@@ -218,7 +191,7 @@ def test_an_apex_style_reduction_stream_is_clean(group):
 ])
 def test_an_apex_style_reduction_stream_missing_one_wait_is_reported(group, deleted, names):
     mod, d = group
-    _, reports = _checked(lambda: _apex_step(mod, d, **{deleted: False}))
+    _, reports = checked(lambda: _apex_step(mod, d, **{deleted: False}))
     _assert_reported(reports, RACE, *names)
 
 
