@@ -11,7 +11,10 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -80,6 +83,31 @@ def _launch(scenario: str, *args: str, nproc: int = 2, timeout: float = 60,
         pytest.fail(f"rank(s) {', '.join(map(str, hung))} still running after {timeout:.0f} s ({quiet:g} s on a quiet "
                     f"machine, scaled by tests/machine_factor.py): a hang\n{details}")
     return [results[r] for r in range(nproc)]
+
+
+@pytest.fixture
+def tcp_init_method() -> Callable[[], str]:
+    """tcp_init_method() -> "tcp://127.0.0.1:PORT" on a port free now: a one-rank group in this process."""
+    return lambda: f"tcp://127.0.0.1:{_free_port()}"
+
+
+@contextmanager
+def _torch_group(seconds: float) -> Iterator[None]:
+    import torch.distributed as dist  # here: the multi-process tests' workers import torch on their own
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1,
+                            timeout=timedelta(seconds=seconds))
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.fixture
+def torch_group() -> Callable[[float], AbstractContextManager[None]]:
+    """`with torch_group(SECONDS):` a one-rank gloo group that plain torch.distributed created (no torch-fl
+    init_process_group), with that timeout; destroyed at the end of the block."""
+    return _torch_group
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import importlib
 import json
-import socket
 import time
 from datetime import timedelta
 
@@ -180,12 +179,9 @@ def test_a_local_rank_beyond_the_devices_says_how_many_processes_fit(monkeypatch
 
 # One rank, in this process ------------------------------------------------------------------------
 @pytest.fixture
-def one_rank(monkeypatch):
+def one_rank(monkeypatch, tcp_init_method):
     monkeypatch.delenv(watchdog.FLIGHT_RECORDER_ENV, raising=False)  # init sets it; keep it out of later tests
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    report = torch.fl.distributed.init_process_group(init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1,
+    report = torch.fl.distributed.init_process_group(init_method=tcp_init_method(), rank=0, world_size=1,
                                                      timeout=30)
     yield report
     if dist.is_initialized():
@@ -215,24 +211,17 @@ def test_the_watchdog_stops_with_the_process_group(one_rank):
     assert not thread.is_alive()
 
 
-def test_the_watchdog_does_not_adopt_the_next_process_group(one_rank):
+def test_the_watchdog_does_not_adopt_the_next_process_group(one_rank, torch_group):
     # destroy and init again faster than the watchdog wakes: the old thread used to see "initialised"
     # and watch the new group (and its store, and every later test's collectives) for good
     from torch_fl import distributed
 
     old = distributed._state.watchdog
     dist.destroy_process_group()
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1,
-                            timeout=timedelta(seconds=30))
-    try:
+    with torch_group(30):
         assert not old.watching()
         old._thread.join(timeout=old.interval + 5)
         assert not old._thread.is_alive() and old.store is None
-    finally:
-        dist.destroy_process_group()
 
 
 def test_initialising_twice_is_refused(one_rank):
@@ -256,16 +245,9 @@ def test_torchfl_preflight_renders_failed_ranks_after_the_table():
     assert lines[-1] == "preflight FAILED on 1 of 2 ranks: 2 local ranks, 4.2 s including process start-up"
 
 
-def test_the_preflight_checks_a_group_that_torch_created():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1,
-                            timeout=timedelta(seconds=40))
-    try:
+def test_the_preflight_checks_a_group_that_torch_created(torch_group):
+    with torch_group(40):
         report = torch.fl.distributed.preflight(timeout=10)
         assert report.backend == "gloo" and [row["rank"] for row in report.rows] == [0]
         # the group's own timeout, shortened during the checks, is back
         assert dist.group.WORLD._get_backend(torch.device("cpu")).options._timeout == timedelta(seconds=40)
-    finally:
-        dist.destroy_process_group()
