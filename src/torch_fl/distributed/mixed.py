@@ -206,29 +206,26 @@ class MixedProcessGroup(dist.ProcessGroup):
         return stacked
 
     # c10d's methods --------------------------------------------------------------------------------
+    def _each(self, call: str, tensors: Any, opts: Any, one: Callable[[torch.Tensor], None]) -> dist.Work:
+        """c10d's `call` on a list of tensors: the host group's own where every tensor is a host tensor, else
+        `one` on each tensor, level by level."""
+        if self._on_host(tensors):
+            return getattr(self.host, call)(tensors, opts)
+        for tensor in tensors:
+            one(tensor)
+        return _done(list(tensors))
+
     def allreduce(self, tensors: Any, opts: Any = None) -> dist.Work:
         opts = opts or dist.AllreduceOptions()
-        if self._on_host(tensors):
-            return self.host.allreduce(tensors, opts)
-        for tensor in tensors:
-            self._all_reduce_one(tensor, opts.reduceOp)
-        return _done(list(tensors))
+        return self._each("allreduce", tensors, opts, lambda t: self._all_reduce_one(t, opts.reduceOp))
 
     def allreduce_coalesced(self, tensors: Any, opts: Any = None) -> dist.Work:
         opts = opts or dist.AllreduceCoalescedOptions()
-        if self._on_host(tensors):
-            return self.host.allreduce_coalesced(tensors, opts)
-        for tensor in tensors:
-            self._all_reduce_one(tensor, opts.reduceOp)
-        return _done(list(tensors))
+        return self._each("allreduce_coalesced", tensors, opts, lambda t: self._all_reduce_one(t, opts.reduceOp))
 
     def broadcast(self, tensors: Any, opts: Any = None) -> dist.Work:
         opts = opts or dist.BroadcastOptions()
-        if self._on_host(tensors):
-            return self.host.broadcast(tensors, opts)
-        for tensor in tensors:
-            self._broadcast_one(tensor, opts.rootRank)
-        return _done(list(tensors))
+        return self._each("broadcast", tensors, opts, lambda t: self._broadcast_one(t, opts.rootRank))
 
     def allgather(self, outputs: Any, inputs: Any, opts: Any = None) -> dist.Work:
         opts = opts or AllgatherOptions()
@@ -322,11 +319,8 @@ class MixedProcessGroup(dist.ProcessGroup):
 
     def reduce(self, tensors: Any, opts: Any = None) -> dist.Work:
         opts = opts or dist.ReduceOptions()
-        if self._on_host(tensors):
-            return self.host.reduce(tensors, opts)
-        for tensor in tensors:  # every rank gets the result; only the root's is defined by c10d
-            self._all_reduce_one(tensor, opts.reduceOp)
-        return _done(list(tensors))
+        # (every rank gets the result; only the root's is defined by c10d)
+        return self._each("reduce", tensors, opts, lambda t: self._all_reduce_one(t, opts.reduceOp))
 
     def gather(self, outputs: Any, inputs: Any, opts: Any = None) -> dist.Work:
         opts = opts or dist.GatherOptions()
