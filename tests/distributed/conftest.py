@@ -93,7 +93,7 @@ def tcp_init_method() -> Callable[[], str]:
 
 @contextmanager
 def _torch_group(seconds: float) -> Iterator[None]:
-    import torch.distributed as dist  # here: the multi-process tests' workers import torch on their own
+    import torch.distributed as dist  # at use: collecting the launch-only tests imports no torch here
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1,
                             timeout=timedelta(seconds=seconds))

@@ -7,34 +7,13 @@ import torch
 
 pl = pytest.importorskip("pytorch_lightning")  # a dev extra: installed wherever the tests run
 
+from lightning_tiny import Tiny, pythonpath  # noqa: E402  (this folder's)
+
 import torch_fl  # noqa: E402
 from torch_fl.integrations import lightning as fl_pl  # noqa: E402
 
 pytestmark = [pytest.mark.slow,  # each Trainer run is a few seconds on the 2-core machine
               pytest.mark.filterwarnings("ignore:.*LeafSpec.*is deprecated")]  # Lightning's own
-
-
-class Tiny(pl.LightningModule):
-    """Records where every step ran, and in which dtype the Linear computed."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.layer = torch.nn.Linear(4, 2)
-        self.seen: list[tuple[str, str, str]] = []
-
-    def training_step(self, batch, batch_idx):
-        x, y = batch
-        out = self.layer(x)
-        self.seen.append((str(x.device), str(self.layer.weight.device), str(out.dtype).removeprefix("torch.")))
-        return torch.nn.functional.mse_loss(out.float(), y)
-
-    def configure_optimizers(self):
-        return torch.optim.SGD(self.parameters(), lr=0.1)
-
-    def train_dataloader(self):
-        g = torch.Generator().manual_seed(0)
-        data = torch.utils.data.TensorDataset(torch.randn(8, 4, generator=g), torch.randn(8, 2, generator=g))
-        return torch.utils.data.DataLoader(data, batch_size=4)
 
 
 def _fit(accelerator, **kwargs) -> tuple[Tiny, pl.Trainer]:
@@ -139,27 +118,17 @@ import pytorch_lightning as pl
 from pytorch_lightning import seed_everything
 from pytorch_lightning.utilities.seed import isolate_rng
 import torch_fl.integrations.lightning  # noqa: F401  registers "torchfl" and the device's own names
-
-class Tiny(pl.LightningModule):
-    def __init__(self):
-        super().__init__()
-        self.layer = torch.nn.Linear(4, 2)
-    def training_step(self, batch, i):
-        x, y = batch
-        print("step on", x.device, self.layer.weight.device, flush=True)
-        return torch.nn.functional.mse_loss(self.layer(x), y)
-    def configure_optimizers(self):
-        return torch.optim.SGD(self.parameters(), lr=0.1)
-    def train_dataloader(self):
-        data = torch.utils.data.TensorDataset(torch.randn(8, 4), torch.randn(8, 2))
-        return torch.utils.data.DataLoader(data, batch_size=4)
+from lightning_tiny import Tiny
 
 seed_everything(1, verbose=False)
 with isolate_rng():  # saves torch.cuda's generators: the alias's, i.e. the emulated chip's
     torch.rand(3, device="cuda" if torch.cuda.is_available() else torch.fl.device())
 for accelerator in os.environ["ACCELERATORS"].split(","):
+    model = Tiny()
     pl.Trainer(accelerator=accelerator, max_steps=2, logger=False, enable_checkpointing=False,
-               enable_progress_bar=False, enable_model_summary=False).fit(Tiny())
+               enable_progress_bar=False, enable_model_summary=False).fit(model)
+    for batch_on, weights_on, _ in model.seen:
+        print("step on", batch_on, weights_on)
     print("done", accelerator, torch.fl.device())
 '''
 
@@ -177,7 +146,8 @@ def test_fresh_process(env, accelerators, device, tmp_path):
     script = tmp_path / "train.py"
     script.write_text(ALIAS_SCRIPT)
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
-                          cwd=tmp_path, env={**os.environ, **env, "ACCELERATORS": ",".join(accelerators)},
+                          cwd=tmp_path, env={**os.environ, **env, "ACCELERATORS": ",".join(accelerators),
+                                             "PYTHONPATH": pythonpath()},
                           check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.count(f"step on {device} {device}") == 2 * len(accelerators), done.stdout

@@ -13,59 +13,48 @@ import pytest
 
 pytest.importorskip("pytorch_lightning")
 
+from lightning_tiny import pythonpath
+
 SCRIPT = textwrap.dedent('''
-    import json, sys, torch, torch.nn as nn
+    import json, sys
     import pytorch_lightning as pl
     import torch_fl.integrations.lightning  # noqa: F401
-
-    class Tiny(pl.LightningModule):
-        def __init__(self):
-            super().__init__()
-            self.layer = nn.Linear(4, 2)
-        def training_step(self, batch, i):
-            x, y = batch
-            print(f"rank {self.global_rank} batch on {x.device} weights on {self.layer.weight.device}", flush=True)
-            return nn.functional.mse_loss(self.layer(x), y)
-        def configure_optimizers(self):
-            return torch.optim.SGD(self.parameters(), lr=0.1)
-        def train_dataloader(self):
-            g = torch.Generator().manual_seed(0)
-            data = torch.utils.data.TensorDataset(torch.randn(16, 4, generator=g), torch.randn(16, 2, generator=g))
-            return torch.utils.data.DataLoader(data, batch_size=4)
+    from lightning_tiny import Tiny
 
     if __name__ == "__main__":
         pl.seed_everything(0)
-        model = Tiny()
+        model = Tiny(samples=16)
         trainer = pl.Trainer(accelerator=sys.argv[1], devices=2, strategy="ddp", max_steps=2, logger=False,
                              enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
         trainer.fit(model)
         # a file per rank: two ranks printing to one pipe once lost a rank's line
-        weights = model.layer.weight.detach().cpu().flatten().tolist()
-        with open(f"weights-{sys.argv[1]}-rank{trainer.global_rank}.json", "w") as f:
-            json.dump(weights, f)
+        with open(f"rank{trainer.global_rank}-{sys.argv[1]}.json", "w") as f:
+            json.dump({"weights": model.layer.weight.detach().cpu().flatten().tolist(), "seen": model.seen}, f)
 ''')
 
 
-def _run(tmp_path, accelerator: str, env: dict[str, str]) -> tuple[dict[str, list[float]], str]:
+def _run(tmp_path, accelerator: str, env: dict[str, str]) -> dict[str, dict[str, list]]:
+    """Each rank's weights after the DDP run and where its steps ran, by 'rank N'."""
     script = tmp_path / "ddp.py"
     script.write_text(SCRIPT)
-    full = {**os.environ, **env, "PYTHONWARNINGS": "ignore"}
+    full = {**os.environ, **env, "PYTHONWARNINGS": "ignore", "PYTHONPATH": pythonpath()}
     full.pop("LOCAL_RANK", None)
     done = subprocess.run([sys.executable, str(script), accelerator], cwd=tmp_path, env=full, capture_output=True,
                           text=True, timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
-    return {f"rank {path.stem.rsplit('rank', 1)[1]}": json.loads(path.read_text())
-            for path in sorted(tmp_path.glob(f"weights-{accelerator}-rank*.json"))}, done.stdout
+    return {f"rank {path.stem.split('-', 1)[0].removeprefix('rank')}": json.loads(path.read_text())
+            for path in sorted(tmp_path.glob(f"rank*-{accelerator}.json"))}
 
 
 @pytest.mark.slow
 def test_ddp_on_two_emulated_devices_matches_cpu_ddp(tmp_path):
-    emu, out = _run(tmp_path, "torchfl", {"FL_DEVICE": "emu:cuda", "FL_EMU_DEVICES": "2"})
-    assert "rank 1 batch on emu:0 weights on emu:0" in out
-    cpu, _ = _run(tmp_path, "cpu", {})
+    emu = _run(tmp_path, "torchfl", {"FL_DEVICE": "emu:cuda", "FL_EMU_DEVICES": "2"})
+    # both steps of a rank on its own emu:0
+    assert emu["rank 1"]["seen"] == [["emu:0", "emu:0", "float32"]] * 2
+    cpu = _run(tmp_path, "cpu", {})
     assert set(emu) == {"rank 0", "rank 1"} == set(cpu)
-    assert emu["rank 0"] == pytest.approx(emu["rank 1"])  # all-reduced: the ranks agree
-    assert emu["rank 0"] == pytest.approx(cpu["rank 0"], abs=1e-5)
+    assert emu["rank 0"]["weights"] == pytest.approx(emu["rank 1"]["weights"])  # all-reduced: the ranks agree
+    assert emu["rank 0"]["weights"] == pytest.approx(cpu["rank 0"]["weights"], abs=1e-5)
 
 
 PLAIN = textwrap.dedent('''
