@@ -20,6 +20,10 @@ The patterns, and where they come from:
                  and a non-persistent buffer: the trace swaps its stand-ins in and out of all of them.
 - host_sampling: a model that samples on the host inside forward (a CPU generator's randperm, then
                  ``.to(x.device)``), as data-augmenting and token-dropping models do: host work.
+
+At the end, the small models the profile, bench, grade and ops-bench tests run (tests/analysis/conftest.py's
+``models`` names this file): mlp, log_softmax, wide_gelu, bf16 (which emu:minimal cannot run), small (a
+one-layer GPT of examples/gpt.py) and leaky (small, keeping 4 MiB per step).
 """
 
 from __future__ import annotations
@@ -93,7 +97,8 @@ def lstm():
     return _LSTM(), (torch.randint(0, 50, (6, 3)),)
 
 
-def sampled_gpt():
+def _gpt():
+    """(GPT, lm_loss) of examples/gpt.py."""
     import sys
     from pathlib import Path
 
@@ -102,6 +107,11 @@ def sampled_gpt():
         from gpt import GPT, lm_loss
     finally:
         sys.path.pop(0)
+    return GPT, lm_loss
+
+
+def sampled_gpt():
+    GPT, lm_loss = _gpt()
     generator = torch.Generator().manual_seed(0)
     data = torch.randint(0, 256, (2048,), generator=generator)  # a tokenised corpus, on the host
     starts = torch.randint(len(data) - 33, (4,), generator=generator)
@@ -196,3 +206,47 @@ class _Parametrized(nn.Module):
 def parametrized():
     torch.manual_seed(0)
     return _Parametrized(), (torch.randn(4, 8),)
+
+
+# the models of the profile, bench, grade and ops-bench tests ---------------------------------------------
+def mlp():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 4)), (torch.randn(8, 16),)
+
+
+def log_softmax():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(64, 64), nn.LogSoftmax(dim=-1)), (torch.randn(256, 64),)
+
+
+def wide_gelu():
+    # a gelu of 1M elements: its CPU kernel takes milliseconds on one thread
+    return nn.GELU(), (torch.randn(512, 2048),)
+
+
+def bf16():
+    return nn.Linear(8, 8).to(torch.bfloat16), (torch.randn(4, 8, dtype=torch.bfloat16),)
+
+
+def small():
+    GPT, lm_loss = _gpt()
+    torch.manual_seed(0)
+    return GPT(vocab=64, dim=32, heads=2, layers=1, context=16), (torch.randint(0, 64, (2, 16)),), lm_loss
+
+
+LEAKED: list[torch.Tensor] = []
+
+
+class _Leaky(nn.Module):
+    def __init__(self, inner: nn.Module) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        LEAKED.append(torch.randn(1 << 20))  # 4 MiB written and never freed
+        return self.inner(idx)
+
+
+def leaky():
+    model, inputs, loss = small()
+    return _Leaky(model), inputs, loss

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -11,49 +10,6 @@ from torch_fl.analysis.bench import MIB, _schedule, bench, detect_leak, percenti
 from torch_fl.analysis.model import load_model
 from torch_fl.cli import main
 from torch_fl.report import render_text
-
-EXAMPLES = Path(__file__).parents[2] / "examples"
-
-MODELS = f'''
-import sys
-import torch
-
-sys.path.insert(0, {str(EXAMPLES)!r})
-from gpt import GPT, lm_loss
-
-LEAKED = []
-
-
-class Leaky(torch.nn.Module):
-    def __init__(self, inner):
-        super().__init__()
-        self.inner = inner
-
-    def forward(self, idx):
-        LEAKED.append(torch.randn(1 << 20))  # 4 MiB written and never freed
-        return self.inner(idx)
-
-
-def small():
-    torch.manual_seed(0)
-    return GPT(vocab=64, dim=32, heads=2, layers=1, context=16), (torch.randint(0, 64, (2, 16)),), lm_loss
-
-
-def leaky():
-    model, inputs, loss = small()
-    return Leaky(model), inputs, loss
-
-
-def bf16():
-    return torch.nn.Linear(8, 8).to(torch.bfloat16), (torch.randn(4, 8, dtype=torch.bfloat16),)
-'''
-
-
-@pytest.fixture(scope="module")
-def models(tmp_path_factory):
-    path = tmp_path_factory.mktemp("models") / "models.py"
-    path.write_text(MODELS)
-    return path
 
 
 @pytest.mark.slow

@@ -12,16 +12,6 @@ from torch_fl.analysis.ops_bench import write_overlay
 from torch_fl.cli import main
 from torch_fl.description import registry
 
-MODEL = '''
-import torch
-
-
-def mlp():
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 4))
-    return model, (torch.randn(8, 16),)
-'''
-
 
 @pytest.fixture
 def slow_gelu_overlay(tmp_path, monkeypatch):
@@ -40,11 +30,9 @@ def slow_gelu_overlay(tmp_path, monkeypatch):
     torch_fl.reset()
 
 
-def test_grade_names_the_native_but_slow_ops(tmp_path, slow_gelu_overlay, capsys):
-    (tmp_path / "m.py").write_text(MODEL)
-    entry = f"{tmp_path / 'm.py'}:mlp"
+def test_grade_names_the_native_but_slow_ops(models, tmp_path, slow_gelu_overlay, capsys):
     out = tmp_path / "g.json"
-    main(["grade", entry, "--device", "cpu", "--steps", "2", "--warmup", "0", "--no-preflight", "--json", str(out)])
+    main(["grade", f"{models}:mlp", "--device", "cpu", "--steps", "2", "--warmup", "0", "--no-preflight", "--json", str(out)])
     text = capsys.readouterr().out
     # the summary line and the warning: one (op, dtype) pair, the forward's one gelu call
     assert "native but slow" in text and "1 call of 1 (op, dtype) pair (torchfl ops-bench)" in text

@@ -22,28 +22,6 @@ from torch_fl.routing.install import GET_KERNEL_SINCE, supports_key_routing
 needs_get_kernel = pytest.mark.skipif(not supports_key_routing(),
                                       reason=f"needs torch >= {GET_KERNEL_SINCE} (torch.library.get_kernel)")
 
-MODELS = '''
-import torch
-
-
-def mlp():
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 4))
-    return model, (torch.randn(8, 16),)
-
-
-def bf16():
-    return torch.nn.Linear(8, 8).to(torch.bfloat16), (torch.randn(4, 8, dtype=torch.bfloat16),)
-'''
-
-
-@pytest.fixture(scope="module")
-def models(tmp_path_factory):
-    path = tmp_path_factory.mktemp("models") / "models.py"
-    path.write_text(MODELS)
-    return path
-
-
 @pytest.fixture
 def routes(monkeypatch):
     def use(route: str) -> None:

@@ -15,22 +15,6 @@ from torch_fl.routing.install import GET_KERNEL_SINCE, supports_key_routing
 needs_get_kernel = pytest.mark.skipif(not supports_key_routing(),
                                       reason=f"needs torch >= {GET_KERNEL_SINCE} (torch.library.get_kernel)")
 
-MODEL = '''
-import torch
-
-
-def log_softmax():
-    torch.manual_seed(0)
-    return torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.LogSoftmax(dim=-1)), (torch.randn(256, 64),)
-
-
-def mlp():
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 4))
-    return model, (torch.randn(8, 16),)
-'''
-
-
 def test_the_sentence_names_the_route_share_and_ops():
     data = {"by_route": {"translate": {"seconds": 0.038, "share": 0.38, "calls": 30},
                          "fallback": {"seconds": 0.001, "share": 0.01, "calls": 1}},
@@ -73,19 +57,17 @@ def slow_gelu(monkeypatch):
 
 
 @needs_get_kernel
-def test_bench_below_target_cites_the_slow_op(tmp_path, slow_gelu, capsys):
+def test_bench_below_target_cites_the_slow_op(models, tmp_path, slow_gelu, capsys):
     from torch_fl.cli import main
 
-    path = tmp_path / "m.py"
-    path.write_text(MODEL)
     out = tmp_path / "b.json"
-    assert main(["bench", f"{path}:mlp", "--device", "cpu", "--steps", "4", "--warmup", "1", "--no-train",
+    assert main(["bench", f"{models}:mlp", "--device", "cpu", "--steps", "4", "--warmup", "1", "--no-train",
                  "--json", str(out), "-q"]) == 0
     data = json.loads(out.read_text())
     assert data["alignment"] < 0.9
     assert data["profile"]["text"].startswith("1 registered-kernel op takes ")
     assert "of the step: aten::gelu.default" in data["profile"]["text"]
-    assert data["profile"]["command"] == f"torchfl profile {path}:mlp --device cpu --no-train --trace trace.json"
+    assert data["profile"]["command"] == f"torchfl profile {models}:mlp --device cpu --no-train --trace trace.json"
     text = capsys.readouterr().out
     assert "where the time goes (3 profiled steps): 1 registered-kernel op takes" in text
 
@@ -106,32 +88,33 @@ def test_grade_cites_only_below_target():
     assert not _alignment_below_target(data("INCONCLUSIVE", 0.17, loaded=True))
 
 
-@needs_get_kernel
-def test_grade_text_explains_a_planted_slow_kernel(tmp_path, slow_gelu, capsys):
+def _assert_grade_explains_the_slow_gelu(models, capsys, route: str) -> None:
+    """grade of the mlp fails its alignment, and its text quotes the profile: gelu on this route takes the time."""
     from torch_fl.cli import main
 
-    path = tmp_path / "m.py"
-    path.write_text(MODEL)
-    assert main(["grade", f"{path}:mlp", "--device", "cpu", "--steps", "8", "--warmup", "1", "--no-preflight",
+    assert main(["grade", f"{models}:mlp", "--device", "cpu", "--steps", "8", "--warmup", "1", "--no-preflight",
                  "-q"]) == 0
     text = capsys.readouterr().out
     assert "FAIL" in text
-    assert "where the time goes (3 profiled steps): 1 registered-kernel op takes" in text
-    assert "of the step: aten::gelu.default" in text and f"torchfl profile {path}:mlp --device cpu" in text
+    assert f"where the time goes (3 profiled steps): 1 {route} op takes" in text
+    assert "of the step: aten::gelu.default" in text and f"torchfl profile {models}:mlp --device cpu" in text
 
 
 @needs_get_kernel
-def test_profile_explains_a_translated_op(tmp_path, monkeypatch):
+def test_grade_text_explains_a_planted_slow_kernel(models, slow_gelu, capsys):
+    _assert_grade_explains_the_slow_gelu(models, capsys, "registered-kernel")
+
+
+@needs_get_kernel
+def test_profile_explains_a_translated_op(models, monkeypatch):
     # _log_softmax's translation (amax, sub, exp, sum, log, sub) is several times the native kernel
     from torch_fl.analysis.model import load_model
     from torch_fl.analysis.profile import profile_model
 
-    path = tmp_path / "m.py"
-    path.write_text(MODEL)
     monkeypatch.setenv("FL_ROUTE", "aten::_log_softmax=translate")
     torch_fl.reset()
     try:
-        data = profile_model(load_model(f"{path}:log_softmax"), "cpu", steps=3, warmup=1, train=False).data
+        data = profile_model(load_model(f"{models}:log_softmax"), "cpu", steps=3, warmup=1, train=False).data
     finally:
         torch_fl.deactivate()
         torch_fl.reset()
@@ -172,14 +155,5 @@ def slow_gelu_translation(monkeypatch):
 
 
 @needs_get_kernel
-def test_grade_text_explains_a_planted_slow_translation(tmp_path, slow_gelu_translation, capsys):
-    from torch_fl.cli import main
-
-    path = tmp_path / "m.py"
-    path.write_text(MODEL)
-    assert main(["grade", f"{path}:mlp", "--device", "cpu", "--steps", "8", "--warmup", "1", "--no-preflight",
-                 "-q"]) == 0
-    text = capsys.readouterr().out
-    assert "FAIL" in text
-    assert "where the time goes (3 profiled steps): 1 translated op takes" in text
-    assert "of the step: aten::gelu.default" in text and f"torchfl profile {path}:mlp --device cpu" in text
+def test_grade_text_explains_a_planted_slow_translation(models, slow_gelu_translation, capsys):
+    _assert_grade_explains_the_slow_gelu(models, capsys, "translated")

@@ -12,26 +12,15 @@ import torch_fl
 from torch_fl.analysis.profile import timeline_html
 from torch_fl.cli import main
 
-MODEL = '''
-import torch
-
-
-def mlp():
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 4))
-    return model, (torch.randn(8, 16),)
-'''
-
 
 @pytest.fixture
-def profiled(tmp_path, monkeypatch):
-    (tmp_path / "m.py").write_text(MODEL)
+def profiled(models, tmp_path, monkeypatch):
     monkeypatch.setenv("FL_ROUTE", "aten::gelu=translate,aten::addmm.default=fallback")
     monkeypatch.setenv("PYTHONWARNINGS", "ignore")
     torch_fl.reset()
     page, trace = tmp_path / "t.html", tmp_path / "t.json"
     with pytest.warns(torch_fl.errors.FallbackWarning):
-        code = main(["profile", f"{tmp_path / 'm.py'}:mlp", "--device", "emu:npu", "--steps", "2", "--warmup", "1",
+        code = main(["profile", f"{models}:mlp", "--device", "emu:npu", "--steps", "2", "--warmup", "1",
                      "--trace", str(trace), "--timeline", str(page)])
     torch_fl.deactivate()
     torch_fl.reset()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -20,27 +21,10 @@ from torch_fl.routing.install import GET_KERNEL_SINCE, supports_key_routing
 needs_get_kernel = pytest.mark.skipif(not supports_key_routing(),
                                       reason=f"needs torch >= {GET_KERNEL_SINCE} (torch.library.get_kernel)")
 
-MODELS = '''
-import torch
-
-
-def mlp():
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 4))
-    return model, (torch.randn(8, 16),)
-
-
-def wide_gelu():
-    # a gelu of 1M elements: its CPU kernel takes milliseconds on one thread
-    return torch.nn.GELU(), (torch.randn(512, 2048),)
-'''
-
-
 @pytest.fixture(scope="module")
-def models(tmp_path_factory):
-    path = tmp_path_factory.mktemp("models") / "models.py"
-    path.write_text(MODELS)
-    return path
+def models() -> Path:
+    """The analysis tests' model file (its mlp, wide_gelu and bf16), as tests/analysis/conftest.py's `models`."""
+    return Path(__file__).resolve().parents[1] / "analysis" / "coverage_fixtures.py"
 
 
 @pytest.fixture
@@ -186,14 +170,11 @@ def test_an_op_filter_that_matches_nothing_says_so(models, capsys):
     assert "--op aten::conv2d matched no native op of" in out
 
 
-def test_a_model_the_device_cannot_run_exits_1_naming_the_op(tmp_path, capsys):
+def test_a_model_the_device_cannot_run_exits_1_naming_the_op(models, tmp_path, capsys):
     from torch_fl.cli import main
 
-    path = tmp_path / "m.py"
-    path.write_text("import torch\n\n\ndef bf16():\n    return torch.nn.Linear(8, 8).to(torch.bfloat16), "
-                    "(torch.randn(4, 8, dtype=torch.bfloat16),)\n")
     out = tmp_path / "e.json"
-    assert main(["ops-bench", f"{path}:bf16", "--device", "emu:minimal", "--json", str(out), "-q"]) == 1
+    assert main(["ops-bench", f"{models}:bf16", "--device", "emu:minimal", "--json", str(out), "-q"]) == 1
     err = capsys.readouterr().err
     assert "emu:minimal cannot run" in err and "Traceback" not in err
     assert "bfloat16" in json.loads(out.read_text())["error"]
