@@ -18,6 +18,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+import torch.distributed as dist
 
 from machine_factor import scaled
 
@@ -93,8 +94,6 @@ def tcp_init_method() -> Callable[[], str]:
 
 @contextmanager
 def _torch_group(seconds: float) -> Iterator[None]:
-    import torch.distributed as dist  # at use: collecting the launch-only tests imports no torch here
-
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1,
                             timeout=timedelta(seconds=seconds))
     try:
