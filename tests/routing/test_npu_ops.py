@@ -239,31 +239,35 @@ def test_dropout_regenerates_its_mask_from_the_returned_seed():
         torch.testing.assert_close(g, e)
 
 
-def test_fusion_attention_bad_arguments_say_what_and_how():
-    q = _rand(2, 6, 32)
-    with pytest.raises(ValueError, match=r"input_layout 'BHSD' is not one of .*did you mean 'B"):
-        npu.npu_fusion_attention(q, q, q, 4, "BHSD")
-    with pytest.raises(ValueError, match="did you mean 'BSND'"):
-        npu.npu_fusion_attention(q, q, q, 4, "bsnd")
-    with pytest.raises(ValueError, match="head_num=5 does not divide the hidden size 32"):
-        npu.npu_fusion_attention(q, q, q, 5, "BSH")
-    with pytest.raises(ValueError, match="head_num=5 does not divide"):
-        torch.ops.npu.npu_fusion_attention(q, q, q, 5, "BSH")  # the op itself checks too
-    q4 = _rand(2, 6, 4, 8)
-    with pytest.raises(ValueError, match="head_num=2, but query has 4 heads"):
-        npu.npu_fusion_attention(q4, q4, q4, 2, "BSND")
-    with pytest.raises(ValueError, match="takes 4-d tensors"):
-        npu.npu_fusion_attention(q, q, q, 4, "BNSD")
-    with pytest.raises(ValueError, match="needs actual_seq_qlen"):
-        npu.npu_fusion_attention(q, q, q, 6, "TND")
-    with pytest.raises(ValueError, match="keep_prob"):
-        npu.npu_fusion_attention(q4, q4, q4, 4, "BSND", keep_prob=0.0)
-    with pytest.raises(NotImplementedError, match="sparse_mode=6"):
-        npu.npu_fusion_attention(q4, q4, q4, 4, "BSND", atten_mask=torch.ones(6, 6, dtype=torch.bool), sparse_mode=6)
-    with pytest.raises(ValueError, match="one dtype"):
-        npu.npu_fusion_attention(q4, q4, q4.double(), 4, "BSND")
-    with pytest.raises(ValueError, match=r"atten_mask of shape .* does not end in"):
-        npu.npu_fusion_attention(q4, q4, q4, 4, "BSND", atten_mask=torch.ones(2048, 2048, dtype=torch.bool))
+@pytest.mark.parametrize(("call", "error", "says"), [  # q: BSH, hidden 32; q4: BSND, 4 heads of 8
+    pytest.param(lambda q, q4: npu.npu_fusion_attention(q, q, q, 4, "BHSD"), ValueError,
+                 r"input_layout 'BHSD' is not one of .*did you mean 'B", id="unknown-layout"),
+    pytest.param(lambda q, q4: npu.npu_fusion_attention(q, q, q, 4, "bsnd"), ValueError, "did you mean 'BSND'",
+                 id="layout-case"),
+    pytest.param(lambda q, q4: npu.npu_fusion_attention(q, q, q, 5, "BSH"), ValueError,
+                 "head_num=5 does not divide the hidden size 32", id="heads-do-not-divide"),
+    pytest.param(lambda q, q4: torch.ops.npu.npu_fusion_attention(q, q, q, 5, "BSH"), ValueError,
+                 "head_num=5 does not divide", id="the-op-itself-checks"),
+    pytest.param(lambda q, q4: npu.npu_fusion_attention(q4, q4, q4, 2, "BSND"), ValueError,
+                 "head_num=2, but query has 4 heads", id="heads-of-the-query"),
+    pytest.param(lambda q, q4: npu.npu_fusion_attention(q, q, q, 4, "BNSD"), ValueError, "takes 4-d tensors",
+                 id="rank-of-the-layout"),
+    pytest.param(lambda q, q4: npu.npu_fusion_attention(q, q, q, 6, "TND"), ValueError, "needs actual_seq_qlen",
+                 id="tnd-lengths"),
+    pytest.param(lambda q, q4: npu.npu_fusion_attention(q4, q4, q4, 4, "BSND", keep_prob=0.0), ValueError,
+                 "keep_prob", id="keep-prob"),
+    pytest.param(lambda q, q4: npu.npu_fusion_attention(q4, q4, q4, 4, "BSND", sparse_mode=6,
+                                                        atten_mask=torch.ones(6, 6, dtype=torch.bool)),
+                 NotImplementedError, "sparse_mode=6", id="sparse-mode"),
+    pytest.param(lambda q, q4: npu.npu_fusion_attention(q4, q4, q4.double(), 4, "BSND"), ValueError, "one dtype",
+                 id="mixed-dtypes"),
+    pytest.param(lambda q, q4: npu.npu_fusion_attention(q4, q4, q4, 4, "BSND",
+                                                        atten_mask=torch.ones(2048, 2048, dtype=torch.bool)),
+                 ValueError, r"atten_mask of shape .* does not end in", id="mask-shape"),
+])
+def test_fusion_attention_bad_arguments_say_what_and_how(call, error, says):
+    with pytest.raises(error, match=says):
+        call(_rand(2, 6, 32), _rand(2, 6, 4, 8))
 
 
 # --- norms ---------------------------------------------------------------------------------------------------
