@@ -18,6 +18,7 @@ with another stream's kernel is reported like any op.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -211,23 +212,17 @@ class _Ordered(dist.Work):
     def synchronize(self) -> None:
         self._event.wait()
 
-    def is_completed(self) -> bool:
-        return self._work.is_completed()
 
-    def is_success(self) -> bool:
-        return self._work.is_success()
+def _forwarded(name: str) -> Callable[[_Ordered], Any]:
+    def call(self: _Ordered) -> Any:
+        return getattr(self._work, name)()
+    call.__name__ = call.__qualname__ = name
+    return call
 
-    def exception(self) -> Any:
-        return self._work.exception()
 
-    def source_rank(self) -> int:
-        return self._work.source_rank()
-
-    def result(self) -> Any:
-        return self._work.result()
-
-    def get_future(self) -> Any:
-        return self._work.get_future()
+# the rest of Work's methods are the work's own (c10d calls them through Work's trampoline, by name)
+for _name in ("is_completed", "is_success", "exception", "source_rank", "result", "get_future"):
+    setattr(_Ordered, _name, _forwarded(_name))
 
 
 def register(vendor_backend: str | None = None) -> None:
