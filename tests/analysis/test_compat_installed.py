@@ -4,10 +4,7 @@ the installed plugin release (analysis/compat.py installed_check, and `torchfl d
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -96,21 +93,11 @@ def test_no_cann_found_says_where_it_looked(ascend_env: pytest.MonkeyPatch) -> N
                for c in found["cautions"])
 
 
-def test_doctor_reports_the_installed_cann(tmp_path: Path) -> None:
+def test_doctor_reports_the_installed_cann(tmp_path: Path, doctor_beside_torch_npu) -> None:
     """A fake torch_npu 2.5.1.post1 (released for CANN 8.2.RC1) next to a fake CANN 8.1.RC1 tree."""
-    site = tmp_path / "site"
-    (site / "torch_npu").mkdir(parents=True)
-    (site / "torch_npu" / "__init__.py").write_text('__version__ = "2.5.1.post1"\n')
-    (site / "torch_npu-2.5.1.post1.dist-info").mkdir()
-    (site / "torch_npu-2.5.1.post1.dist-info" / "METADATA").write_text(
-        "Metadata-Version: 2.1\nName: torch-npu\nVersion: 2.5.1.post1\n")
     root = _cann(tmp_path / "Ascend" / "ascend-toolkit" / "latest", "8.1.RC1")
-    out = tmp_path / "doctor.json"
-    env = {**{k: v for k, v in os.environ.items() if k not in ASCEND_VARS}, "PYTHONPATH": str(site),
-           "FL_BACKEND": "npu", "OMP_NUM_THREADS": "1", "ASCEND_TOOLKIT_HOME": str(root)}
-    proc = subprocess.run([sys.executable, "-c", "from torch_fl.cli import main; raise SystemExit(main())",
-                           "doctor", "--json", str(out)], env=env, capture_output=True, text=True, timeout=300)
-    data = json.loads(out.read_text())
+    proc, data = doctor_beside_torch_npu({**{k: v for k, v in os.environ.items() if k not in ASCEND_VARS},
+                                          "ASCEND_TOOLKIT_HOME": str(root)})
     assert data["release_compat"]["toolkit"]["version"] == "8.1.RC1", proc.stdout + proc.stderr
     assert ("torch_npu 2.5.1.post1 was released for CANN 8.2.RC1, and CANN 8.1.RC1 is installed"
             in data["release_compat"]["cautions"])

@@ -153,18 +153,8 @@ def test_runtime_versions_compare_case_blind() -> None:
 
 
 # doctor -------------------------------------------------------------------------------------------
-def test_doctor_prints_the_pip_command(tmp_path: Path) -> None:
-    site = tmp_path / "site"
-    (site / "torch_npu").mkdir(parents=True)
-    (site / "torch_npu" / "__init__.py").write_text('__version__ = "2.5.1.post1"\n')
-    (site / "torch_npu-2.5.1.post1.dist-info").mkdir()
-    (site / "torch_npu-2.5.1.post1.dist-info" / "METADATA").write_text(
-        "Metadata-Version: 2.1\nName: torch-npu\nVersion: 2.5.1.post1\n")
-    out = tmp_path / "doctor.json"
-    env = {**os.environ, "PYTHONPATH": str(site), "FL_BACKEND": "npu", "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, "-c", "from torch_fl.cli import main; raise SystemExit(main())",
-                           "doctor", "--json", str(out)], env=env, capture_output=True, text=True, timeout=300)
-    data = json.loads(out.read_text())
+def test_doctor_prints_the_pip_command(doctor_beside_torch_npu) -> None:
+    proc, data = doctor_beside_torch_npu(dict(os.environ))
     assert proc.returncode == 1
     found = data["release_compat"]
     import torch
