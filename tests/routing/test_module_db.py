@@ -63,34 +63,23 @@ def _check(chip: str, total: int, passed: int, failures: dict[str, list[str]], k
     assert passed / total >= MIN_SHARE, f"{chip}: {passed}/{total}"
 
 
-@pytest.fixture
-def emulated(monkeypatch):
-    def make(chip: str) -> torch.device:
-        monkeypatch.setenv("FL_DEVICE", chip)
-        torch_fl.reset()
-        return torch_fl.device()
-    return make
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("chip", ["emu:cuda", "emu:mps"])
-def test_module_db_forward_and_backward_equal_the_cpu(emulated, chip):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        total, passed, failures = run_module_db(emulated(chip))
-    print(f"{chip}: module_db float32 {passed}/{total} samples equal to the CPU",
-          dict(Counter({k: len(v) for k, v in failures.items()})))
-    _check(chip, total, passed, failures)
-
-
 OPTIM_KNOWN: dict[tuple[str, str], tuple[int, str]] = {}
 
+# database -> (its runner, what it counts, its documented remainder: None is the harness's KNOWN)
+DATABASES = {"module_db": (run_module_db, "float32 samples (forward and backward)", None),
+             "optim_db": (run_optim_db, "optimizer configurations (steps)", OPTIM_KNOWN)}
+
 
 @pytest.mark.slow
 @pytest.mark.parametrize("chip", ["emu:cuda", "emu:mps"])
-def test_optim_db_steps_equal_the_cpu(emulated, chip):
+@pytest.mark.parametrize("database", DATABASES)
+def test_the_database_runs_equal_the_cpu(monkeypatch, database, chip):
+    run, counted, known = DATABASES[database]
+    monkeypatch.setenv("FL_DEVICE", chip)
+    torch_fl.reset()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        total, passed, failures = run_optim_db(emulated(chip))
-    print(f"{chip}: optim_db {passed}/{total} configurations equal to the CPU", failures)
-    _check(chip, total, passed, failures, OPTIM_KNOWN)
+        total, passed, failures = run(torch_fl.device())
+    print(f"{chip}: {database} {passed}/{total} {counted} equal to the CPU",
+          dict(Counter({k: len(v) for k, v in failures.items()})))
+    _check(chip, total, passed, failures, known)
