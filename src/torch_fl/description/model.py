@@ -6,10 +6,36 @@ import copy
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar, overload
 
 from .. import _toml
 from .._names import RouteKind
+
+_T = TypeVar("_T")
+
+
+class _Key(Generic[_T]):
+    """A read-only attribute of a Description that is one value of its data: `path` is the schema's key
+    ('vendor', 'precision.autocast_dtype')."""
+
+    def __init__(self, path: str, doc: str = "") -> None:
+        self.keys = tuple(path.split("."))
+        self.__doc__ = doc or f"The description's {path}."
+
+    @overload
+    def __get__(self, obj: None, owner: type) -> _Key[_T]: ...
+    @overload
+    def __get__(self, obj: Description, owner: type) -> _T: ...
+    def __get__(self, obj: Description | None, owner: type) -> _Key[_T] | _T:
+        if obj is None:
+            return self
+        value: Any = obj.data
+        for key in self.keys:
+            value = value[key]
+        return value
+
+    def __set__(self, obj: Description, value: Any) -> None:
+        raise AttributeError(f"{'.'.join(self.keys)} is read-only: it is the description's data")
 
 
 @dataclass(frozen=True, eq=False)
@@ -25,40 +51,20 @@ class Description:
     plugin_version: str | None = None
 
     # Identity -------------------------------------------------------------------------------------
-    @property
-    def name(self) -> str:
-        return self.data["name"]
-
-    @property
-    def vendor(self) -> str:
-        return self.data["vendor"]
-
-    @property
-    def device_type(self) -> str:
-        return self.data["device_type"]
-
-    @property
-    def dispatch_key(self) -> str:
-        return self.data["dispatch_key"]
-
-    @property
-    def plugin(self) -> str:
-        return self.data["plugin"]
-
-    @property
-    def visible_devices_env(self) -> str:
-        return self.data["visible_devices_env"]
+    name = _Key[str]("name")
+    vendor = _Key[str]("vendor")
+    device_type = _Key[str]("device_type")
+    dispatch_key = _Key[str]("dispatch_key")
+    plugin = _Key[str]("plugin")
+    visible_devices_env = _Key[str]("visible_devices_env")
+    soc_version = _Key[int]("identity.soc_version",
+                            "The vendor's SoC number (identity.soc_version; -1 where the vendor reports none).")
 
     @property
     def device_name(self) -> str:
         """What the vendor's runtime calls one device of this chip (identity.device_name), else
         '<vendor> <device_type>'."""
         return self.data["identity"]["device_name"] or f"{self.vendor} {self.device_type}".strip()
-
-    @property
-    def soc_version(self) -> int:
-        """The vendor's SoC number (identity.soc_version; -1 where the vendor reports none)."""
-        return self.data["identity"]["soc_version"]
 
     @property
     def capability(self) -> tuple[int, int] | None:
@@ -98,13 +104,8 @@ class Description:
             tested = extra is not None and dtype in extra
         return {"documentation": documented, "tests": tested}
 
-    @property
-    def autocast_dtype(self) -> str:
-        return self.data["precision"]["autocast_dtype"]
-
-    @property
-    def collective_backend(self) -> str:
-        return self.data["collectives"]["backend"]
+    autocast_dtype = _Key[str]("precision.autocast_dtype")
+    collective_backend = _Key[str]("collectives.backend")
 
     def cache_dir(self) -> Path:
         """The compile cache root of this description, with {name} and ~ expanded."""
@@ -239,19 +240,15 @@ class Description:
         return {**documented, **limits}
 
     # Generations ----------------------------------------------------------------------------------
-    @property
-    def generation(self) -> str:
-        """The product generation this description answers for ('' when it does not say)."""
-        return self.data["generation"]
+    generation = _Key[str]("generation", "The product generation this description answers for ('' when it does not "
+                                         "say).")
 
     def takes(self, op: str, dtype: str) -> bool:
         """Whether this description computes `op` (a canonical 'aten::name.overload') in `dtype`:
         precision.dtypes and the op's dtype limits (op_dtypes) allow it. Says nothing of the op set."""
         if dtype not in self.dtypes:
             return False
-        limits = self.op_dtypes()
-        found = limits.get(op)
-        found = found if found is not None else limits.get(op.rsplit(".", 1)[0])
+        found = _op_entry(self.op_dtypes(), op)
         return found is None or dtype in found
 
     def _no_table_error(self) -> Exception:
