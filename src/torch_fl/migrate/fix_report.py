@@ -9,7 +9,6 @@ from pathlib import Path
 __all__ = ["FileFix", "FixReport", "FixResult"]
 
 
-
 @dataclass(frozen=True)
 class FixResult:
     """What `fix_source` did. `applied` and `skipped_unsafe` are (code, line) pairs, line 1-based, in
@@ -36,6 +35,17 @@ class FileFix:
     error: str | None = None
 
 
+def _total(findings: str) -> property:
+    """The number of (code, line) pairs in every file's `findings` list (a FileFix field)."""
+    return property(lambda report: sum(len(getattr(f, findings)) for f in report.files),
+                    doc=f"How many findings every file's {findings} holds.")
+
+
+def _files(flag: str) -> property:
+    """The files whose `flag` (a FileFix field) is set."""
+    return property(lambda report: [f for f in report.files if getattr(f, flag)], doc=f"The files with {flag} set.")
+
+
 @dataclass
 class FixReport:
     """What `fix_paths` did, file by file, with totals."""
@@ -44,23 +54,11 @@ class FixReport:
     # Paths never opened, with why: FIFOs, devices, symlink loops (fix reads only regular files).
     skipped: list[tuple[str, str]] = field(default_factory=list)
 
-    @property
-    def applied(self) -> int:
-        return sum(len(f.applied) for f in self.files)
-
-    @property
-    def changed_files(self) -> list[FileFix]:
-        return [f for f in self.files if f.changed]
-
-    @property
-    def skipped_unsafe(self) -> int:
-        return sum(len(f.skipped_unsafe) for f in self.files)
-
-    @property
-    def errors(self) -> list[FileFix]:
-        return [f for f in self.files if f.error]
+    applied = _total("applied")  # int
+    skipped_unsafe = _total("skipped_unsafe")  # int
+    changed_files = _files("changed")  # list[FileFix]
+    errors = _files("error")  # list[FileFix]
 
     @property
     def diff(self) -> str:
         return "".join(f.diff for f in self.files)
-
