@@ -118,16 +118,27 @@ def test_equal_priorities_of_one_device_type_are_an_error_naming_both(tmp_path, 
     assert {"chip-a", "chip-b"} <= set(registry.descriptions())
 
 
-def test_a_user_file_that_ties_with_a_builtin_is_blamed(tmp_path, monkeypatch):
+USER_CHIP = 'schema = 1\nname = "{name}"\ndevice_type = "{type}"\ndispatch_key = "{key}"\n[detect]\npriority = {priority}\n'
+
+
+@pytest.mark.parametrize(("text", "says"), [
+    pytest.param(USER_CHIP.format(name="mynpu", type="npu", key="PrivateUse1", priority=60),
+                 [r"mine\.toml:6: \[detect\.priority\] 60 is also the detect\.priority of 'npu' \(.*builtin/npu\.toml\)",
+                  "60 npu, 60 mynpu, 59 npu-910, 58 npu-a3, 57 npu-310p"], id="ties-with-a-builtin"),
+    pytest.param(USER_CHIP.format(name="gleu-chip", type="cpu", key="CPU", priority=-1)
+                 + '[ops]\nfallback = ["aten::gleu"]\n',
+                 [r"mine\.toml:8: \[ops.fallback\] 'aten::gleu' is not an aten operator of this torch\. "
+                  r"Did you mean 'aten::gelu'\?"], id="unknown-op"),
+])
+def test_a_user_file_is_refused_when_it_loads_at_its_line(tmp_path, monkeypatch, text, says):
+    """Refused when the file loads (file, line, key, and the fix), not only when its routes are activated."""
     mine = tmp_path / "mine.toml"
-    mine.write_text('schema = 1\nname = "mynpu"\ndevice_type = "npu"\ndispatch_key = "PrivateUse1"\n'
-                    '[detect]\npriority = 60\n')
+    mine.write_text(text)
     monkeypatch.setenv("FL_DESCRIPTION", str(mine))
     registry.reload()
-    with pytest.raises(DescriptionError, match=r"mine\.toml:6: \[detect\.priority\] 60 is also the detect\.priority "
-                                               r"of 'npu' \(.*builtin/npu\.toml\)") as info:
+    with pytest.raises(DescriptionError, match=says[0]) as info:
         registry.descriptions()
-    assert "60 npu, 60 mynpu, 59 npu-910, 58 npu-a3, 57 npu-310p" in str(info.value)
+    assert all(more in str(info.value) for more in says[1:]), str(info.value)
 
 
 def test_builtins_have_one_priority_per_device_type():
