@@ -1,8 +1,8 @@
 """The ``torchfl`` command. One module per command, each with ``add_parser(subparsers)`` (cli/args'
-command_parser and shared arguments) and ``run(args) -> int``, which builds a report and prints it through
-cli/output.emit; a command's module is imported only when that command runs. Every command gets -q/-v and
-the exit status of cli/exits, whatever it returns or raises (UsageError: its own usage line, then the
-message)."""
+command_parser, which takes the command's help from cli/texts, and shared arguments) and ``run(args) -> int``,
+which builds a report and prints it through cli/output.emit; a command's module is imported only when that
+command runs. Every command gets -q/-v and the exit status of cli/exits, whatever it returns or raises
+(UsageError: its own usage line, then the message)."""
 
 from __future__ import annotations
 

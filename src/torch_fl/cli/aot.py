@@ -10,19 +10,9 @@ from ..report import Report, plural
 from .args import add_device, add_json, command_parser
 from .exits import UsageError
 
-DESCRIPTION = ("Export MODEL with torch.export on its example inputs and compile it ahead of time "
-               "with AOTInductor into a .pt2 package that records the fingerprint of this stack "
-               "(torch, Python, torch-fl, description, plugin, runtime, compiler). "
-               "and the sha256 of every file in it. torch.fl.load_aot(FILE) refuses a package whose "
-               "files were altered, or built on a stack with another fingerprint. With --check FILE, "
-               "check a package's files and compare it with this stack without loading it.")
-EPILOG = ("Examples:\n  torchfl aot examples/gpt.py:factory --out gpt.pt2\n"
-          "  torchfl aot --check gpt.pt2\n  torchfl aot --check gpt.pt2 --sha256 HEX\n"
-          "Docs: torchfl docs compile")
-
 
 def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> None:
-    parser = command_parser(sub, name, help_text, DESCRIPTION, EPILOG, model="optional")
+    parser = command_parser(sub, name, help_text, model="optional")
     parser.add_argument("--out", metavar="FILE", help="the package to write (must end in .pt2)")
     parser.add_argument("--check", metavar="FILE", help="check FILE's files against their recorded sha256 "
                                                         "and its fingerprint against this stack")

@@ -6,9 +6,8 @@ the same thing about the same flag, and a new command gets them right by calling
 
 Example::
 
-    def add_parser(sub, name, help_text):
-        parser = command_parser(sub, name, help_text, DESCRIPTION, EPILOG, model="required",
-                                device={"required": True})
+    def add_parser(sub, name, help_text):  # its description and epilog: cli/texts.py, under its name
+        parser = command_parser(sub, name, help_text, model="required", device={"required": True})
         parser.add_argument("--train", action="store_true", help="...")
         add_report_files(parser)
 """
@@ -31,6 +30,7 @@ __all__ = [
     "add_reference",
     "add_report_files",
     "add_steps",
+    "add_train",
     "add_verbose",
     "command_parser",
     "count_up_to",
@@ -45,14 +45,22 @@ DEVICES = "acc0, cuda:1, cpu, emu:NAME"  # what --device accepts, in every comma
 DESCRIPTIONS = "a description name (cuda, npu, ...) or .toml file"  # where a description is enough
 
 
-def command_parser(sub: argparse._SubParsersAction, name: str, help_text: str, description: str,
-                   epilog: str | None = None, *, model: str | None = None, device: dict[str, Any] | None = None,
-                   reference: bool = False, steps: dict[str, Any] | None = None) -> argparse.ArgumentParser:
-    """The subcommand's parser: its one-line help, description and epilog (examples, exit status, docs),
-    printed as written (line breaks kept), with the arguments the measuring commands share, in one order:
-    MODEL (`model` "required" or "optional", add_model), --device (`device`: add_device's keywords),
-    --reference (add_reference), --steps/--warmup (`steps`: add_steps' keywords). -q and -v every command
-    gets from torch_fl.cli; --json/--html the command adds last (add_report_files, add_json)."""
+def command_parser(sub: argparse._SubParsersAction, name: str, help_text: str, *, model: str | None = None,
+                   device: dict[str, Any] | None = None, reference: bool = False, steps: dict[str, Any] | None = None,
+                   values: dict[str, str] | None = None) -> argparse.ArgumentParser:
+    """The subcommand's parser: its one-line help, and the description and epilog (examples, exit status,
+    docs) of cli/texts.py under `name` (their {fields} filled from `values`), printed as written (line breaks
+    kept), with the arguments the measuring commands share, in one order: MODEL (`model` "required" or
+    "optional", add_model), --device (`device`: add_device's keywords), --reference (add_reference),
+    --steps/--warmup (`steps`: add_steps' keywords). -q and -v every command gets from torch_fl.cli;
+    --json/--html the command adds last (add_report_files, add_json)."""
+    from .texts import TEXTS
+
+    text = TEXTS.get(name)
+    if text is None:
+        raise LookupError(f"the command {name!r} has no help text: add its description and epilog to TEXTS in "
+                          f"torch_fl/cli/texts.py")
+    description, epilog = ((part if part is None or values is None else part.format(**values)) for part in text)
     parser = sub.add_parser(name, help=help_text, description=description, epilog=epilog,
                             formatter_class=argparse.RawDescriptionHelpFormatter)
     if model is not None:
@@ -86,6 +94,14 @@ def add_steps(parser: argparse.ArgumentParser, *, steps: int, warmup: int, what:
                         help=f"{what}{steps_help} (default {steps}{note})")
     parser.add_argument("--warmup", type=non_negative_int, default=warmup, metavar="W",
                         help=f"{what}untimed steps per mode before timing (default {warmup})")
+
+
+def add_train(parser: argparse.ArgumentParser, *, what: str = "time training steps",
+              without: str = "inference forwards") -> None:
+    """--train/--no-train of the commands that run MODEL's steps, training by default (`what` they do with a
+    training step, and `without` it)."""
+    parser.add_argument("--train", action=argparse.BooleanOptionalAction, default=True,
+                        help=f"{what} (forward, backward, AdamW update; default) or, with --no-train, {without}")
 
 
 def add_device(parser: argparse.ArgumentParser, *, required: bool = False, what: str = "device",

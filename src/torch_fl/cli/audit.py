@@ -20,21 +20,8 @@ from .exits import CommandError, UsageError
 OK, FOUND = 0, 1
 
 
-DESCRIPTION = ("Run a model (forward; backward with --train) or a whole script on this machine's "
-               "CPU with the CUDA alias active, and list every device request: each call that "
-               "carried a device argument, each .to(device), .cuda() and torch.cuda.* call, with "
-               "file:line and the text of the line. CUDA requests are flagged.")
-EPILOG = ("Examples:\n"
-          "  torchfl audit examples/gpt.py:factory --train\n"
-          "  torchfl audit mypkg.models:build --json audit.json --strict\n"
-          "  torchfl audit --script train.py --max_iters=2 --strict\n"
-          "  torchfl audit --script train.py -- --strict   (--strict for the script)\n"
-          "\nExit status: 0; with --strict, 1 when a CUDA request was made; 1 when the model "
-          "raised; a script's own non-zero exit code.\nDocs: torchfl docs migrate-runtime")
-
-
 def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> None:
-    parser = command_parser(sub, name, help_text, DESCRIPTION, EPILOG, model="optional")
+    parser = command_parser(sub, name, help_text, model="optional")
     parser.add_argument("--train", action="store_true", help="run backward too (model mode)")
     add_report_files(parser, html=False, schema="torchfl docs migrate-runtime")
     parser.add_argument("--strict", action="store_true", help="exit 1 when the run made a CUDA request")

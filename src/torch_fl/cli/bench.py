@@ -8,26 +8,13 @@ from __future__ import annotations
 
 import argparse
 
-from .args import add_report_files, command_parser
-
-DESCRIPTION = ("Time MODEL's training (or inference) steps on a device with torch-fl routing active "
-               "and with routing disabled, in interleaved blocks; report the native alignment ratio "
-               "(routed steps/s / native steps/s, target >= 0.9), the time spent in translate and "
-               "fallback routes, peak memory, and whether memory grows from step to step. Below the target, "
-               "a short profile (torchfl profile) says which routed ops take the time.")
-EPILOG = ("For an emulated chip (emu:NAME), 'routing disabled' is the plain CPU run.\n"
-          "Examples:\n  torchfl bench examples/gpt.py:factory --device emu:minimal --steps 10\n"
-          "  torchfl bench examples/gpt.py:factory --device acc0 --no-train --json bench.json "
-          "--html bench.html\n"
-          "Exit status: 0 measured, 1 the routed run failed (unsupported operator), 2 usage error.")
+from .args import add_report_files, add_train, command_parser
 
 
 def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> None:
-    parser = command_parser(sub, name, help_text, DESCRIPTION, EPILOG, model="required", device={"required": True},
+    parser = command_parser(sub, name, help_text, model="required", device={"required": True},
                             steps={"steps": 20, "warmup": 3})
-    parser.add_argument("--train", action=argparse.BooleanOptionalAction, default=True,
-                        help="time training steps (forward, backward, AdamW update; default) or, with "
-                             "--no-train, inference forwards")
+    add_train(parser)
     add_report_files(parser)
 
 

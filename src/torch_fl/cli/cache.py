@@ -15,15 +15,9 @@ from ..report import Report, plural
 from .args import add_actions, add_device, add_report_files, command_parser
 from .output import emit
 
-DESCRIPTION = ("Inspect, verify or clear the compile cache: one entry per fingerprint of the "
-               "stack (torch, Python, torch-fl, description, plugin, runtime, compiler) under the "
-               "root FL_CACHE_DIR, else the description's compile.cache_dir.")
-EPILOG = ("Examples:\n  torchfl cache info\n  torchfl cache verify\n  torchfl cache clear --stale\n"
-          "  torchfl cache clear --all\nDocs: torchfl docs compile")
-
 
 def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> None:
-    parser = command_parser(sub, name, help_text, DESCRIPTION, EPILOG)
+    parser = command_parser(sub, name, help_text)
     actions = add_actions(parser)
     info = actions.add_parser("info", help="the root, every entry with its size, and the current "
                                            "fingerprint's components")

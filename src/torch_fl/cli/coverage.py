@@ -17,22 +17,8 @@ from .args import add_report_files, command_parser
 OK, UNSUPPORTED, NOT_TRACED = 0, 1, 2
 
 
-DESCRIPTION = ("Trace a model without computing (fake tensors, seconds even for large models) and "
-               "classify every (op, dtype) it calls with a device's routes: native, translate, "
-               "fallback, kernel or unsupported, with the modules that call each op. Works for any "
-               "described device, present on this machine or not.")
-EPILOG = ("Examples:\n"
-          "  torchfl coverage examples/gpt.py:factory --device emu:minimal --train\n"
-          "  torchfl coverage examples/cnn.py:factory --device mps --amp --html cnn-mps.html\n"
-          "  torchfl coverage mypkg.models:build --device ./my-chip.toml --train --strict\n"
-          "  torchfl coverage examples/gpt.py:factory --device npu --train --plugin-version 2.5\n"
-          "\nExit status: 0 (the report ran); with --strict, 1 when an op is unsupported; 2 when the\n"
-          "model could not be traced (no verdict), or a wrong entry point or device (bad input).\n"
-          "Docs: torchfl docs analysis")
-
-
 def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> None:
-    parser = command_parser(sub, name, help_text, DESCRIPTION, EPILOG, model="required",
+    parser = command_parser(sub, name, help_text, model="required",
                             device={"required": True, "what": "the chip whose routes classify the trace",
                                     "descriptions": True})
     parser.add_argument("--train", action="store_true",

@@ -9,15 +9,9 @@ import sys
 from .args import add_device, add_json, command_parser
 from .exits import UsageError
 
-DESCRIPTION = ("Print a device description as TOML that loads back unchanged (start a vendor "
-               "description from a copy), list known descriptions, or write one for the live "
-               "device from the dispatcher.")
-EPILOG = ("Examples:\n  torchfl describe cuda --as mychip > mychip.toml\n  torchfl describe --list\n"
-          "  torchfl describe --probe -o probed.toml")
-
 
 def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> None:
-    parser = command_parser(sub, name, help_text, DESCRIPTION, EPILOG)
+    parser = command_parser(sub, name, help_text)
     parser.add_argument("name", nargs="?", help="description name or path (default: the one in use)")
     parser.add_argument("--list", action="store_true", help="list every known description and its file")
     parser.add_argument("--probe", action="store_true",

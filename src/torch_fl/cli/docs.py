@@ -20,15 +20,8 @@ DISTRIBUTION = "torch-fl"
 URL_LABELS = ("documentation", "docs", "homepage", "home", "source", "repository")
 
 
-DESCRIPTION = ("Print where torch-fl's documentation is: the folder of pages shipped with this copy "
-               "(a wheel's torch_fl/docs, a checkout's docs/) and one line per page; with TOPIC, the "
-               "path of that page (e.g. cli, analysis, errors); with --show, the page itself.")
-EPILOG = ("Examples:\n  torchfl docs\n  torchfl docs cli\n  torchfl docs analysis --show | less\n"
-          "Exit status: 0 found, 1 no pages shipped with this copy, 2 no such TOPIC.")
-
-
 def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> None:
-    parser = command_parser(sub, name, help_text, DESCRIPTION, EPILOG)
+    parser = command_parser(sub, name, help_text)
     parser.add_argument("topic", nargs="?", metavar="TOPIC",
                         help="a page: its name without .md (cli, analysis, compile, errors, ...)")
     parser.add_argument("--show", action="store_true", help="print the page's text instead of its path")

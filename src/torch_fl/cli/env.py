@@ -12,19 +12,9 @@ from .args import STDOUT, add_actions, add_json, command_parser
 from .exits import UsageError
 from .output import emit
 
-DESCRIPTION = ("Write the versions that decide whether a node can run a job (Python and its ABI, torch and its "
-               "runtime, torch-fl, vendor plugins, key packages, description file hashes, glibc, libstdc++) to a "
-               "lock file, then check every node against it: each component that differs is named with the node "
-               "and the command that fixes it. No vendor plugin is imported.")
-EPILOG = ("Examples:\n  torchfl env lock -o cluster.lock\n  torchfl env check cluster.lock\n"
-          "  srun -N 8 torchfl env check cluster.lock        # every node of a Slurm job\n"
-          "  torchfl env diff node0.lock node1.lock node2.lock\n"
-          "Exit status: 0 same; 1 a component differs; 2 a file that is not a lock.\n"
-          "Docs: torchfl docs cli (the command), torchfl docs env (lock files and what they hold)")
-
 
 def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> None:
-    parser = command_parser(sub, name, help_text, DESCRIPTION, EPILOG)
+    parser = command_parser(sub, name, help_text)
     actions = add_actions(parser)
     lock = actions.add_parser("lock", help="write this node's versions to a lock file")
     lock.add_argument("-o", "--output", default="torchfl-env.lock", metavar="FILE",

@@ -19,21 +19,7 @@ def _codes(text: str) -> list[str]:
 
 
 def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> None:
-    parser = command_parser(
-        sub, name, help_text,
-        description="Rewrite the fixable findings of `torchfl scan` to the torch.fl API: device strings "
-                    "to torch.fl.device(), .cuda() to .to(torch.fl.device()), torch.cuda.is_available() to "
-                    "torch.fl.is_accelerator(), other torch.cuda.* runtime calls to torch.fl.*, "
-                    "torch.cuda.amp to torch.autocast/torch.amp.GradScaler with torch.fl.device_type(), "
-                    "'nccl' to torch.fl.dist_backend(). A safe fix keeps behaviour on the host the code "
-                    "already ran on, the CPU included. Formatting and comments are kept; `# noqa` is "
-                    "respected; files are replaced atomically; read-only files and links out of the tree "
-                    "are skipped.",
-        epilog="Examples:\n  torchfl fix train.py\n  torchfl fix src/ --diff\n"
-               "  torchfl fix src/ --unsafe-fixes --select FL1,FL9\n"
-               "Exit status: 0 done (or --diff: nothing to change), 1 --diff found changes or a file was "
-               "skipped (syntax error, unreadable, unwritable), 2 usage error or libcst missing.\n"
-               "Docs: docs/migrate-fix.md")
+    parser = command_parser(sub, name, help_text)
     parser.add_argument("paths", nargs="+", metavar="PATH", help="files or directories to fix")
     parser.add_argument("--diff", action="store_true",
                         help="print a unified diff of the changes and write nothing")

@@ -18,26 +18,8 @@ USAGE = 2
 DEFAULT_STEPS, DEFAULT_WARMUP = 30, 3
 
 
-DESCRIPTION = ("Grade MODEL on a device at L0 (runs), L1 (deployable) or L2 (production) from measurements: "
-               "torch.fl.distributed's preflight in two processes, a real training step, coverage of "
-               "a traced training step, compare against a reference, a step under autocast, a "
-               "second input shape, optionally torch.compile, and bench (alignment, memory over "
-               "steps; below the alignment target, a short profile names the routed ops that take the time). Each criterion is PASS, FAIL, INCONCLUSIVE (a noisy measurement whose confidence "
-               "interval contains the threshold, with the command that settles it) or NOT MEASURED, "
-               "with its evidence; INCONCLUSIVE and NOT MEASURED never count as PASS.")
-EPILOG = ("Thresholds: native calls >= 80%, alignment >= 0.9, 4-device scaling >= "
-          "3.2x, precision within the dtype's rtol/atol, memory flat over the run.\n"
-          "On an emulated chip (emu:NAME) alignment is not measured: it would time the emulation.\n"
-          "Examples:\n  torchfl grade examples/gpt.py:factory --device cpu\n"
-          "  torchfl grade examples/unusual.py:factory --device emu:minimal --steps 4\n"
-          "  torchfl grade examples/gpt.py:factory --device acc0 --compile --json g.json --html g.html\n"
-          "Exit status: 0 graded (any level), 2 usage error or bad input (entry point, device), 1 the "
-          "model's code raised or the device failed.\n"
-          "Docs: torchfl docs analysis")
-
-
 def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> None:
-    parser = command_parser(sub, name, help_text, DESCRIPTION, EPILOG, model="required", reference=True,
+    parser = command_parser(sub, name, help_text, model="required", reference=True,
                             device={"required": True, "what": "device to grade"},
                             steps={"steps": DEFAULT_STEPS, "warmup": DEFAULT_WARMUP, "what": "bench: ",
                                    "steps_help": "timed training steps per mode, for alignment and the memory run",

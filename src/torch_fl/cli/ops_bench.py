@@ -9,31 +9,15 @@ run the model (an unsupported operator), 2 on a usage error or bad input.
 from __future__ import annotations
 
 import argparse
-import sys
 
-from .args import add_report_files, command_parser, positive_int
-from .exits import CommandError, UsageError
-
-DESCRIPTION = ("Time every op a step of MODEL runs natively on a device (the kernel the device has) against "
-               "the alternatives torch-fl could route it to: its translation (decomposition), a registered "
-               "kernel, and the reference device (the CPU, on a real chip), in interleaved rounds with one "
-               "intra-op thread; an alternative 1.25x faster in three rounds of four makes the op 'slow'. "
-               "Without MODEL, the ops of PyTorch's OpInfo samples (float32; narrow them with --op). --overlay FILE writes the verdicts "
-               "as [ops.measured] / [ops.slow] of a description that extends the chip's; put FILE's folder in "
-               "FL_DESCRIPTION_PATH and coverage and grade show those ops as 'native but slow'; with --prefer the "
-               "overlay also routes the ops whose translation is faster to it.")
-EPILOG = ("Examples:\n  torchfl ops-bench examples/gpt.py:factory --device acc0 --overlay ~/.config/fl/npu.toml\n"
-          "  torchfl ops-bench --device cuda --op aten::gelu --op aten::layer_norm --json -\n"
-          "  FL_DESCRIPTION_PATH=~/.config/fl torchfl coverage examples/gpt.py:factory --device npu\n"
-          "Exit status: 0 measured, 1 the device cannot run the model (unsupported operator), 2 usage error.")
+from .args import add_report_files, add_train, command_parser, positive_int
+from .exits import UsageError
 
 
 def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> None:
-    parser = command_parser(sub, name, help_text, DESCRIPTION, EPILOG, model="optional",
+    parser = command_parser(sub, name, help_text, model="optional",
                             device={"required": True, "what": "device to measure"})
-    parser.add_argument("--train", action=argparse.BooleanOptionalAction, default=True,
-                        help="record the ops of a training step (forward, backward, AdamW update; default) or, "
-                             "with --no-train, of a forward")
+    add_train(parser, what="record the ops of a training step", without="of a forward")
     parser.add_argument("--op", action="append", metavar="OP", default=None,
                         help="measure only this op (aten::name or aten::name.overload; repeatable)")
     parser.add_argument("--rounds", type=positive_int, default=15, metavar="N",
@@ -50,19 +34,13 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> No
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from ..analysis.model import load_model
     from ..analysis.ops_bench import opinfo_ops_bench, ops_bench, preferred_translations, write_overlay
-    from ..errors import UnsupportedOperatorError
-    from ..report import end_progress, progress
-    from .output import emit, emit_json
+    from .output import check_folder, emit, emit_model_run
 
     if args.prefer and not args.overlay:
         raise UsageError("--prefer writes the preferred routes into the overlay: give --overlay FILE too")
     if args.overlay:
-        folder = Path(args.overlay).expanduser().resolve().parent
-        if not folder.is_dir():
-            raise CommandError(f"cannot write the overlay {args.overlay}: the folder {folder} does not exist; "
-                               f"create it or pass --overlay with a path in an existing folder")
+        check_folder(Path(args.overlay).expanduser(), "--overlay", f"the overlay {args.overlay}")
 
     def finish(report):
         if args.overlay:
@@ -77,18 +55,12 @@ def run(args: argparse.Namespace) -> int:
         return report
 
     if args.model is None:
-        report = opinfo_ops_bench(args.device, ops=args.op, rounds=args.rounds)
-    else:
-        progress(f"loading {args.model}")
-        spec = load_model(args.model)
-        try:
-            report = ops_bench(spec, args.device, train=args.train, rounds=args.rounds, ops=args.op)
-        except UnsupportedOperatorError as exc:  # (the step stops at the first op the device cannot run)
-            end_progress()
-            print(f"torchfl ops-bench: {args.device} cannot run {spec.name} with routing active:\n{exc}",
-                  file=sys.stderr)
-            if args.json:
-                emit_json({"device": args.device, "model": spec.name, "error": str(exc)}, args.json)
-            return 1
-    emit(finish(report), json_path=args.json, html_path=args.html)
-    return 0
+        emit(finish(opinfo_ops_bench(args.device, ops=args.op, rounds=args.rounds)), json_path=args.json,
+             html_path=args.html)
+        return 0
+
+    def measure(spec):
+        return finish(ops_bench(spec, args.device, train=args.train, rounds=args.rounds, ops=args.op))
+
+    return emit_model_run("torchfl ops-bench", args, measure,
+                          failure=lambda spec, error: {"device": args.device, "model": spec.name, "error": error})

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
@@ -19,7 +20,7 @@ from ..report import Report, end_progress, progress, render_text
 from .args import STDOUT
 from .exits import BAD_INPUT, CommandError
 
-__all__ = ["emit", "emit_json", "emit_model_run"]
+__all__ = ["check_folder", "emit", "emit_json", "emit_model_run"]
 
 
 def emit(report: Report, *, json_path: str | None = None, html_path: str | None = None,
@@ -77,10 +78,14 @@ def _unwritable(path: str | Path, exc: OSError) -> CommandError:
                         BAD_INPUT)
 
 
-def emit_model_run(prog: str, args: Any, measure: Any) -> int:
-    """The run of a command that times MODEL's steps with routing active (bench, profile): load the entry
-    point, `measure(spec)` builds the report, emit it (0). The routed run stops at the first op the device
-    cannot run: that op is named without a traceback, the --json file gets the error, exit status 1."""
+def emit_model_run(prog: str, args: Any, measure: Callable[[Any], Report], *, routing: bool = True,
+                   failure: Callable[[Any, str], dict[str, Any]] | None = None,
+                   status: Callable[[Report], int] = lambda report: 0) -> int:
+    """The run of a command that runs MODEL's steps on a device (bench, profile, ops-bench, compare): load the
+    entry point, `measure(spec)` builds the report, emit it; the exit status is `status(report)` (0). The run
+    stops at the first op the device cannot run: that op is named without a traceback ("with routing
+    active" where `routing`), the --json file gets `failure(spec, error)` (by default the device, the model,
+    the steps and the error), exit status 1."""
     from ..analysis.model import load_model
     from ..errors import UnsupportedOperatorError
 
@@ -90,10 +95,21 @@ def emit_model_run(prog: str, args: Any, measure: Any) -> int:
         report = measure(spec)
     except UnsupportedOperatorError as exc:
         end_progress()
-        print(f"{prog}: {args.device} cannot run {spec.name} with routing active:\n{exc}", file=sys.stderr)
+        print(f"{prog}: {args.device} cannot run {spec.name}{' with routing active' if routing else ''}:\n{exc}",
+              file=sys.stderr)
         if args.json:
-            emit_json({"device": args.device, "model": spec.name, "steps": args.steps, "error": str(exc)},
-                      args.json)
+            data = (failure(spec, str(exc)) if failure is not None else
+                    {"device": args.device, "model": spec.name, "steps": args.steps, "error": str(exc)})
+            emit_json(data, args.json)
         return 1
     emit(report, json_path=args.json, html_path=args.html)
-    return 0
+    return status(report)
+
+
+def check_folder(path: str | Path, option: str, shown: str | None = None) -> None:
+    """A FILE option's value (`shown` in the message, else "OPTION PATH") is bad input when the folder it names
+    does not exist: said before the run, not after minutes of it."""
+    folder = Path(path).resolve().parent
+    if not folder.is_dir():
+        raise CommandError(f"cannot write {shown or f'{option} {path}'}: the folder {folder} does not exist; create "
+                           f"it or pass {option} with a path in an existing folder")

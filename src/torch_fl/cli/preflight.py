@@ -24,14 +24,7 @@ DEFAULT_TIMEOUT = 30.0
 
 
 def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> None:
-    parser = command_parser(
-        sub, name, help_text,
-        description="Start N local processes (ranks) with torchrun's launcher and run the torch-fl "
-                    "preflight in each: environment consistency across ranks, then a checked "
-                    "all_reduce, broadcast and barrier on every rank's device. Prints one row per rank; "
-                    "exits 1 when a rank fails, naming it.",
-        epilog="Examples:\n  torchfl preflight --nproc 2\n  torchfl preflight --nproc 8 --timeout 120\n"
-               "  torchfl preflight --nproc 4 --backend gloo --json")
+    parser = command_parser(sub, name, help_text)
     parser.add_argument("--nproc", type=count_up_to(MAX_RANKS), default=None, metavar="N",
                         help="ranks to start (default: the node's device count, at least 2)")
     parser.add_argument("--timeout", type=positive_seconds, default=DEFAULT_TIMEOUT, metavar="S",

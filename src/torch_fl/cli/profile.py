@@ -10,30 +10,14 @@ from __future__ import annotations
 import argparse
 import shlex
 
-from .args import add_report_files, command_parser
+from .args import add_report_files, add_train, command_parser
 from .exits import CommandError, UsageError
-
-DESCRIPTION = ("Run MODEL's warm-up and N steps on a device with torch-fl routing active, the steps under "
-               "torch.profiler; write the trace (every translate, fallback and kernel call is a range "
-               "'fl::ROUTE OP' in it) and report the time by route, the top ops by self time with the route "
-               "each took, the host<->device copies, and the host syncs per step (.item(), nonzero, "
-               "boolean masks, copies to the host, synchronize()) with the source line of each. MODEL may also "
-               "be a training script (train.py, its arguments in --args), run as `torchfl run` runs it: a step is "
-               "an optimizer step, and the script stops after the profiled ones.")
-EPILOG = ("Open the trace in Perfetto (ui.perfetto.dev), chrome://tracing or TensorBoard's profiler plugin.\n"
-          "Examples:\n  torchfl profile examples/gpt.py:factory --device emu:npu --steps 5 --trace gpt.json\n"
-          "  FL_ROUTE=aten::gelu=translate torchfl profile examples/gpt.py:factory --device cpu --json -\n"
-          "  torchfl profile train.py --device emu:npu --steps 3 --trace t.json --args='--epochs 1'   (a script: a "
-          "step is an optimizer step)\n"
-          "Exit status: 0 profiled, 1 the device cannot run the model (unsupported operator), 2 usage error.")
 
 
 def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> None:
-    parser = command_parser(sub, name, help_text, DESCRIPTION, EPILOG, model="required", device={"required": True},
+    parser = command_parser(sub, name, help_text, model="required", device={"required": True},
                             steps={"steps": 5, "warmup": 2, "steps_help": "profiled steps"})
-    parser.add_argument("--train", action=argparse.BooleanOptionalAction, default=True,
-                        help="profile training steps (forward, backward, AdamW update; default) or, with "
-                             "--no-train, inference forwards")
+    add_train(parser, what="profile training steps")
     parser.add_argument("--trace", metavar="FILE",
                         help="write the Chrome/Perfetto trace of the profiled steps to FILE (.json)")
     parser.add_argument("--args", dest="script_args", metavar="'ARGS'", type=shlex.split, default=[],
@@ -49,16 +33,11 @@ def run(args: argparse.Namespace) -> int:
     from ..analysis.model import ModelSpec
     from ..analysis.profile import profile_model, report, timeline_html
     from ..report import Report
-    from .output import emit_model_run
+    from .output import check_folder, emit_model_run
 
     for flag, path in (("--trace", args.trace), ("--timeline", args.timeline)):
         if path:
-            from pathlib import Path
-
-            folder = Path(path).resolve().parent
-            if not folder.is_dir():
-                raise CommandError(f"cannot write {flag} {path}: the folder {folder} does not exist; create it or "
-                                   f"pass {flag} with a path in an existing folder")
+            check_folder(path, flag)
 
     if _is_script(args.model):
         return _run_script(args)

@@ -24,18 +24,8 @@ SAME, DIFFERENT = 0, 1  # and 2 for a log that cannot be read (cli/exits)
 
 
 # Parser -------------------------------------------------------------------------------------------
-DESCRIPTION = ("Show the route every aten operator takes on a device (native, translate, "
-               "fallback, kernel, unsupported) and which setting decided it, or compare two "
-               "route logs (FL_ROUTE_LOG) taken before and after an upgrade.")
-EPILOG = ("Examples:\n  torchfl routes show\n  torchfl routes show --device emu:minimal --route translate\n"
-          "  torchfl routes show --device mps --dtype float64 --op matmul\n"
-          "  FL_ROUTE_LOG=before.json python train.py; ...upgrade...; "
-          "FL_ROUTE_LOG=after.json python train.py\n"
-          "  torchfl routes diff before.json after.json")
-
-
 def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> None:
-    parser = command_parser(sub, name, help_text, DESCRIPTION, EPILOG)
+    parser = command_parser(sub, name, help_text)
     actions = add_actions(parser)
     _add_show(actions, ROUTES)
     _add_diff(actions)

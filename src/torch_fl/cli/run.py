@@ -14,19 +14,7 @@ from .exits import CommandError, UsageError
 
 
 def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> None:
-    parser = command_parser(
-        sub, name, help_text,
-        description="Run a Python script or module as `python` would, with the CUDA alias enabled: "
-                    "'cuda' device arguments, .cuda(), torch.cuda.* calls, CUDA autocast and GradScaler, "
-                    "and the 'nccl' backend go to torch.fl.device() and its description. The script is "
-                    "not modified. FL_LOG=migrate=INFO logs each aliased call site once.",
-        epilog="Examples:\n"
-               "  torchfl run train.py --batch_size=8\n"
-               "  FL_DEVICE=emu:minimal torchfl run train.py\n"
-               "  torchfl run --device cpu -m mypkg.train --epochs 1\n"
-               "  torchfl run --report train.py      # + what the alias answered in place of CUDA\n"
-               "  torchrun --nproc_per_node=2 --no-python torchfl run train.py\n"
-               "\nExit status: the script's. Docs: torchfl docs migrate-runtime")
+    parser = command_parser(sub, name, help_text)
     add_device(parser, what="where CUDA requests run")
     parser.add_argument("--report", action="store_true",
                         help="after the script, print to stderr which CUDA queries the alias answered from the "

@@ -25,22 +25,7 @@ DOCS = "docs/migrate-rules.md"  # also migrate/scan/sarif.py's, where the SARIF 
 
 
 def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> None:
-    parser = command_parser(
-        sub, name, help_text,
-        description="Scan Python files for code that only runs on CUDA: device strings, .cuda(),\n"
-                    "torch.cuda.*, AMP, NCCL, cuDNN flags, raw pointers, CUDA extensions and\n"
-                    "libraries. Each finding has a rule code documented in\n"
-                    f"{DOCS}. `# noqa: FL101` on a line silences it; [tool.torch_fl.scan] in\n"
-                    "pyproject.toml sets select, extend-select, ignore and extend-exclude.\n"
-                    "Performance hints (FL203, syncs hidden in loops) are opt-in: --select FL203.\n"
-                    "Needs no torch (runs in pre-commit hook environments).",
-        epilog="Examples:\n  torchfl scan src/\n  torchfl scan train.py --select FL1,FL2 --ignore FL105\n"
-               "  torchfl scan src/ --select ALL       (coupling rules and performance hints)\n"
-               "  torchfl scan . --format sarif --output torchfl.sarif --exit-zero\n"
-               "  torchfl scan . --statistics\n"
-               "  torchfl scan src/ --json findings.json   (the text here, the JSON in the file)\n\n"
-               "Exit status: 0 no findings, 1 findings (or files that could not be scanned), "
-               "2 usage error.")
+    parser = command_parser(sub, name, help_text, values={"docs": DOCS})
     parser.add_argument("paths", nargs="+", metavar="PATH", help="files or directories to scan")
     parser.add_argument("--format", choices=("text", "json", "sarif"),
                         help="output format (default: text; json is also --json)")

@@ -7,19 +7,9 @@ import argparse
 
 from .args import add_device, add_report_files, command_parser
 
-DESCRIPTION = ("Run MODEL's example inputs, or inputs of each --shapes, through torch.fl.compile "
-               "with the device description's backend and dynamic-shape policy, so that the "
-               "fingerprinted compile cache holds the compiled code before the real job starts. "
-               "Reports per shape the first-call time (compilation or cache load, plus one run), "
-               "a second call's time, and whether Inductor's cache hit.")
-EPILOG = ("Examples:\n  torchfl warmup examples/gpt.py:factory\n"
-          "  torchfl warmup examples/gpt.py:factory --shapes 8x64 4x32 1x16 --train\n"
-          "  FL_CACHE_DIR=/shared/fl-cache/$USER torchfl warmup examples/gpt.py:factory --device acc0\n"
-          "Docs: torchfl docs compile")
-
 
 def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> None:
-    parser = command_parser(sub, name, help_text, DESCRIPTION, EPILOG, model="required")
+    parser = command_parser(sub, name, help_text, model="required")
     parser.add_argument("--shapes", nargs="+", metavar="SHAPE",
                         help="input shapes to warm, e.g. 8x64 4x32 (8x64,8x64 for two tensor inputs; "
                              "default: the factory's example inputs). Under dynamic_shapes = 'static' "
