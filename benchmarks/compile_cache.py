@@ -5,8 +5,8 @@ forward and one training step (forward + backward), and optionally an AOT packag
 Each child times itself from its first line (before `import torch`) to the first result and splits that
 time into:
 
-``import``  importing torch and torch-fl, then Dynamo and Inductor (imported explicitly, so that the
-            import is not counted as tracing)
+``import``  importing torch and torch-fl, then Dynamo, Inductor and torch-fl's compiler (imported
+            explicitly, so that the import is not counted as tracing or loading)
 ``trace``   Dynamo: tracing the model's bytecode into a graph and building guards (its compile time
             minus the backend's)
 ``load``    the backend: AOTAutograd and Inductor compiling the graph (empty cache) or loading it from
@@ -64,15 +64,11 @@ if mode == "jit":
     import torch._dynamo, torch._inductor.compile_fx  # noqa: F401  (what torch.compile imports)
 else:
     import torch._inductor  # noqa: F401
+from torch_fl.compiler.warmup import step  # (imports torch-fl's compiler, as torch.fl.compile would)
 imported_compiler = time.perf_counter()
 run = torch.fl.compile(model) if mode == "jit" else torch.fl.load_aot(package)
 wrapped = time.perf_counter()
-if train:
-    output = run(*inputs)
-    spec.loss(output, inputs).backward()
-else:
-    with torch.no_grad():
-        output = run(*inputs)
+output = step(run, inputs, spec, train)  # the first call, as torchfl warmup makes it
 first = time.perf_counter()
 result = {"total": first - start, "import": (imported - start) + (imported_compiler - built),
           "model": built - imported, "fl_compile": wrapped - imported_compiler,

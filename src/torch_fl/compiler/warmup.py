@@ -176,10 +176,17 @@ def warmup(spec: ModelSpec, device: str | None = None, shapes: list[str] | None 
 
 def _timed(compiled: Any, inputs: tuple, spec: ModelSpec, train: bool) -> float:
     start = time.perf_counter()
+    step(compiled, inputs, spec, train)
+    return time.perf_counter() - start
+
+
+def step(compiled: Any, inputs: tuple, spec: ModelSpec, train: bool) -> Any:
+    """One call of the compiled model, as a warm-up makes it (benchmarks/compile_cache.py times the same): with
+    `train`, a training step's forward and backward (the spec's loss), else an inference forward without
+    autograd. Returns the output."""
     if train:
         output = compiled(*inputs)
         spec.loss(output, inputs).backward()
-    else:
-        with torch.no_grad():
-            compiled(*inputs)
-    return time.perf_counter() - start
+        return output
+    with torch.no_grad():
+        return compiled(*inputs)
