@@ -147,12 +147,6 @@ def project_config(start: Path | None = None) -> ConfigFile:
     return found
 
 
-def user_config_path(explicit: Path | None = None) -> Path:
-    """The user config file: `explicit` (FL_CONFIG, which the settings layer parses and passes), else
-    ~/.config/torch_fl/config.toml (under XDG_CONFIG_HOME when set)."""
-    return Path(_user_config_file(explicit))
-
-
 def _user_config_file(explicit: Path | None) -> str:
     if explicit is not None:
         return os.fspath(explicit)
