@@ -18,7 +18,6 @@ Example::
 from __future__ import annotations
 
 import json
-import os
 import platform
 import socket
 import sys
@@ -220,7 +219,3 @@ def diff_nodes(locks: list[tuple[str, dict[str, Any]]]) -> tuple[bool, list[str]
                      f"{first.get('node', first_name)} ({first_name}):")
         lines += [f"  {d.sentence(lock.get('node', name), first.get('node', first_name))}" for d in differences]
     return same, lines
-
-
-def default_path() -> str:
-    return os.path.join(os.getcwd(), "torchfl-env.lock")
