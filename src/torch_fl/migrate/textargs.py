@@ -78,9 +78,6 @@ class ArgList:
                 raise Unsure
             arg.comma = (match.group(1), match.group(2))
 
-    def one_line(self) -> bool:
-        return "\n" not in self.code()
-
     def commas(self) -> None:
         """fix_rewriter._commas on the current list."""
         after = self.pre if "\n" in self.pre else " "
