@@ -161,7 +161,7 @@ def current_overrides() -> Overrides:
 
 
 class RouteTable:
-    """Routes of one description. Lookups are memoised; `invalidate` after registering kernels."""
+    """Routes of one description. Lookups are memoised; `forget` an op after registering kernels for it."""
 
     def __init__(self, desc: Description, kernels: dict[str, list[KernelEntry]] | None = None,
                  overrides: Overrides | None = None):
@@ -210,21 +210,15 @@ class RouteTable:
         """ops.dtypes plus the vendor's documented limits, where a vendor table answers."""
         return {_route_key(op, self._where): frozenset(d) for op, d in self.description.op_dtypes().items()}
 
-    def invalidate(self) -> None:
-        with self._lock:
-            self._cache.clear()
-            self._routed_ops = None
-            self.dispatch_routes = {}  # a new dict: holders of the old one (emu state) see it is stale
-
     def forget(self, op_key: str) -> tuple[str, ...]:
         """Drop what this table decided about `op_key` ('aten::gelu': every overload, or one overload)
-        after its kernels changed; returns the overloads it names. Cheaper than `invalidate`: a
-        registered kernel changes one op's routes, not fifteen thousand."""
+        after its kernels changed; returns the overloads it names. Only these: a registered kernel changes one
+        op's routes, not fifteen thousand."""
         named = overloads_named(op_key)
         with self._lock:
             for key in [key for key in self._cache if key[0] in named]:
                 del self._cache[key]
-            self.dispatch_routes = {}
+            self.dispatch_routes = {}  # a new dict: holders of the old one (emu state) see it is stale
             if self._routed_ops is not None:
                 kept = tuple(op for op in self._routed_ops if op not in named)
                 self._routed_ops = kept + tuple(op for op in named if self.needs_router(op))
