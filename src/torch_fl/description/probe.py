@@ -106,8 +106,8 @@ def composite_ops() -> frozenset[str]:
 
 @functools.cache
 def is_view_op(bare: str) -> bool:
-    """Whether every overload of the bare op `bare` ('aten::transpose') is a view (view_ops' rule), reading
-    that op's schemas only."""
+    """Whether every overload of the bare op `bare` ('aten::transpose') is a view: it returns an alias of an
+    input and writes nothing (transpose, permute, as_strided, narrow, ...), reading that op's schemas only."""
     packet = getattr(torch.ops.aten, bare.split("::", 1)[-1], None) if bare.startswith("aten::") else None
     if packet is None:
         return False
@@ -118,20 +118,6 @@ def is_view_op(bare: str) -> bool:
         known = _aten_ops()[2]
     overloads = [getattr(packet, name, None) for name in packet.overloads() if f"{bare}.{name}" in known]
     return bool(overloads) and all(o is not None and o.is_view and not o._schema.is_mutable for o in overloads)
-
-
-@functools.cache
-def view_ops() -> frozenset[str]:
-    """Bare op names ('aten::as_strided') whose every overload is a view: it returns an alias of an input
-    and writes nothing (transpose, permute, as_strided, narrow, ...)."""
-    verdict: dict[str, bool] = {}
-    for op in all_aten_ops():
-        bare, _, overload = op.partition(".")
-        packet = getattr(torch.ops.aten, bare.split("::", 1)[1], None)
-        ovl = getattr(packet, overload, None) if packet is not None else None
-        view = ovl is not None and ovl.is_view and not ovl._schema.is_mutable
-        verdict[bare] = verdict.get(bare, True) and view
-    return frozenset(bare for bare, view in verdict.items() if view)
 
 
 @functools.cache
