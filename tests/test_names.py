@@ -10,12 +10,6 @@ def test_severity_orders_exactly_the_routes():
     assert _names.ROUTE_SEVERITY[0] == "unsupported" and _names.ROUTE_SEVERITY[-1] == "native"
 
 
-def test_virtual_ids_are_ascii_without_leading_zeros():
-    assert [_names.is_virtual_id(t) for t in ("acc0", "acc12", "acc01", "acc", "acc-1", "acc١", "xacc1")] == \
-        [True, True, False, False, False, False, False]
-    assert _names.virtual_id(3) == "acc3" and _names.is_virtual_id(_names.virtual_id(10))
-
-
 def test_one_answer_to_is_this_a_description_file():
     from torch_fl.description import registry
     from torch_fl.device import names_description

@@ -49,7 +49,6 @@ LOGGERS = ("compile", "description", "device", "dispatch", "distributed", "migra
            "runtime")
 
 # Devices -----------------------------------------------------------------------------------------
-VIRTUAL_PREFIX = "acc"
 # acc0, acc1, ...: ASCII digits without leading zeros ('acc01' and 'acc١' are not ids; they get a hint).
 VIRTUAL_ID = re.compile(r"^acc(0|[1-9][0-9]*)$")
 # FL_DEVICE=emu:NAME emulates the chip NAME on the CPU; emu:N is the N-th emulated device.
@@ -57,11 +56,3 @@ EMULATION_PREFIX = "emu:"
 # The emulated device's torch device type when it does not take a vendor's name (emu:npu registers 'npu').
 EMULATED_TYPE = "emu"
 
-
-def virtual_id(index: int) -> str:
-    """'acc3' for 3."""
-    return f"{VIRTUAL_PREFIX}{index}"
-
-
-def is_virtual_id(text: str) -> bool:
-    return VIRTUAL_ID.match(text) is not None
