@@ -13,6 +13,8 @@ from typing import NamedTuple
 
 
 class Text(NamedTuple):
+    """A command's help: the paragraph under its usage line, and the lines after its options."""
+
     description: str
     epilog: str | None = None
 
