@@ -11,7 +11,6 @@ Submodules that are heavy or rarely needed (runtime facade, CLI, analysis) load 
 
 from __future__ import annotations
 
-import importlib
 import sys
 import types
 from typing import TYPE_CHECKING, Any
@@ -165,19 +164,11 @@ def descriptions() -> dict[str, Description]:
     return dict(registry.descriptions())
 
 
-def __getattr__(name: str) -> Any:
-    if name in _SUBMODULES:
-        return importlib.import_module(f"{__name__}.{name}")  # also binds it as an attribute here
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'torch.fl' has no attribute '{name}'")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = _imports.lazy_getattr(globals(), _LAZY, _SUBMODULES, shown="torch.fl")
 
 
 def __dir__() -> list[str]:
-    # The public surface only: not this module's own imports (sys, torch, importlib, typing names).
+    # The public surface only: not this module's own imports (sys, torch, typing names).
     return sorted(set(__all__) | _SUBMODULES)
 
 

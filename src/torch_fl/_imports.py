@@ -10,6 +10,9 @@ Two jobs, each asked for by name:
   instead of importing it to patch it (the emulator's Inductor guard waits for
   ``torch._inductor.compile_fx``: importing Inductor at ``import torch_fl`` would cost seconds).
 
+And one helper for a package's own names: `lazy_getattr`, the PEP 562 ``__getattr__`` that loads the
+submodule defining a public name on first access (``torch_fl`` and ``torch_fl.migrate`` stay light).
+
 The one outside the package, ``_torch_fl_alias`` (installed by a .pth file, it runs at interpreter start
 and must import nothing), answers ``import torch.fl`` and, under an emulated FL_DEVICE, ``import torch_npu``
 before ``import torch`` by handing the name to this hook.
@@ -20,7 +23,7 @@ from __future__ import annotations
 import importlib.abc
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 
@@ -113,3 +116,23 @@ def provide(name: str, finder: Any) -> None:
 
 def after_import(name: str, callback: Callable[[Any], None]) -> None:
     HOOK.after_import(name, callback)
+
+def lazy_getattr(namespace: dict[str, Any], names: Mapping[str, str], submodules: Collection[str] = (), *,
+                 shown: str | None = None) -> Callable[[str], Any]:
+    """The `__getattr__` of the package whose globals() are `namespace`: a name of `submodules` is that
+    submodule (importing it binds it), a name of `names` is the attribute of the submodule it maps to (then
+    bound in the package, so the next access is a plain lookup); any other name is the AttributeError Python
+    gives, naming the package as `shown`."""
+    package = namespace["__name__"]
+
+    def __getattr__(name: str) -> Any:
+        if name in submodules:
+            return importlib.import_module(f"{package}.{name}")  # also binds it as the package's attribute
+        module = names.get(name)
+        if module is None:
+            raise AttributeError(f"module '{shown or package}' has no attribute '{name}'")
+        value = getattr(importlib.import_module(f"{package}.{module}"), name)
+        namespace[name] = value
+        return value
+
+    return __getattr__

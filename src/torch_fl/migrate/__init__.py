@@ -6,20 +6,11 @@ Kept light: ``import torch_fl.migrate`` runs at every ``import torch`` when torc
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from .._imports import lazy_getattr
 
 # Public name -> submodule that defines it, imported on first access.
 _LAZY = {"cuda_alias": "alias"}
-
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'torch_fl.migrate' has no attribute '{name}'")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr(globals(), _LAZY)
 
 
 def __dir__() -> list[str]:
