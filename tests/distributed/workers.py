@@ -12,6 +12,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -135,6 +136,65 @@ def ddp(steps: str, out: str) -> dict:
         torch.save({"losses": losses, "state": model.state_dict()}, out)
     dist.destroy_process_group()
     return {"losses": losses}
+
+
+def threads_at_exit() -> dict:
+    """A short job that ends without destroying its group; the last atexit hook (registered first, so it
+    runs after torch-fl's) prints which torch-fl threads are still alive when finalization begins."""
+    import atexit
+    import threading
+
+    def report() -> None:
+        alive = sorted(t.name for t in threading.enumerate() if t.name.startswith("torch_fl") and t.is_alive())
+        print("THREADS_AT_EXIT=" + json.dumps(alive), flush=True)
+
+    atexit.register(report)
+    init(preflight_timeout=10)
+    values = torch.ones(4)
+    dist.all_reduce(values)
+    return {"threads": sorted(t.name for t in threading.enumerate() if t.name.startswith("torch_fl"))}
+
+
+def slow_store_at_exit() -> dict:
+    """The heartbeat is inside a store call when the script ends and answers during finalization: a
+    rendezvous store host slowed by load. The store is a Python dist.Store (torch's extension point) under
+    torch's PrefixStore, as init_process_group's namespace is, so the call passes through pybind11's GIL
+    release as a TCPStore call does; its add returns 1 s after the script's end."""
+    import threading
+
+    from torch_fl.distributed.liveness import Liveness
+
+    class SlowStore(dist.Store):
+        def __init__(self) -> None:
+            super().__init__()
+            self.data: dict[str, Any] = {}
+            self.slow = False
+            self.entered = threading.Event()
+
+        def set(self, key: str, value: Any) -> None:
+            self.data[key] = value
+
+        def add(self, key: str, amount: int) -> int:
+            if self.slow:
+                self.entered.set()
+                time.sleep(1.0)
+                os.write(1, b"HEARTBEAT_ANSWERED\n")  # os.write: sys.stdout may be gone by then
+            self.data[key] = int(self.data.get(key, 0)) + amount
+            return self.data[key]
+
+    class SlowFinalization:
+        """Finalization that releases the GIL while the heartbeat waits for it, as torch's store and
+        process group destructors do, for longer than the store's answer takes."""
+
+        def __del__(self) -> None:
+            time.sleep(2.0)
+
+    store = SlowStore()
+    Liveness(dist.PrefixStore("default_pg", store), RANK, 2, "cpu").start()
+    store.slow = True
+    store.entered.wait(30)
+    globals()["_finalized_late"] = SlowFinalization()  # a module global: deleted during finalization
+    return {"entered": store.entered.is_set()}
 
 
 def training_batches(steps: int, batch: int = 8, context: int = 64, vocab: int = 512) -> torch.Tensor:

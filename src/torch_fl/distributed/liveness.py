@@ -35,9 +35,40 @@ from .fingerprint import ranks_text
 _log = logging.getLogger("torch_fl.distributed")
 
 BEAT_SECONDS = 1.0
+# How long interpreter exit waits for this module's threads to leave a store call (a live store answers in
+# milliseconds; a dead host fails the call at once; a hung one is not waited for past this).
+EXIT_JOIN_SECONDS = 5.0
 _PEER_LOST = ("closed by peer", "reset by peer", "broken pipe", "connection refused", "socket closed",
               "connection closed", "peer")
 _DIED, _LEFT, _BEAT, _ORDER = "died/", "left/", "beat/", "death-order"
+
+
+_store_threads: list[tuple[threading.Event, threading.Thread]] = []
+
+
+def end_at_exit(stop: threading.Event, thread: threading.Thread) -> None:
+    """Have interpreter exit set `stop` and wait (at most EXIT_JOIN_SECONDS) for `thread`, a daemon thread of
+    torch-fl's that calls into the rendezvous store (the heartbeat, the collective watchdog).
+
+    Why: a daemon thread still inside a store call when the interpreter finalizes is ended by CPython
+    (pthread_exit) as it takes the GIL back in pybind11's gil_scoped_release destructor, which is noexcept:
+    std::terminate, "terminate called without an active exception", SIGABRT (or SIGSEGV) after the script's
+    last line (pytorch/pytorch#38228). atexit runs before finalization, while the thread may still finish.
+    """
+    _store_threads[:] = [(s, t) for s, t in _store_threads if t.ident is None or t.is_alive()]  # ended ones go
+    _store_threads.append((stop, thread))
+
+
+def _end_store_threads() -> None:
+    for stop, _ in _store_threads:
+        stop.set()
+    deadline = time.monotonic() + EXIT_JOIN_SECONDS
+    for _, thread in _store_threads:
+        if thread.is_alive():
+            thread.join(max(0.0, deadline - time.monotonic()))
+
+
+atexit.register(_end_store_threads)  # at import, before any Liveness._left: runs after them (atexit is LIFO)
 
 
 class Liveness:
@@ -53,6 +84,7 @@ class Liveness:
     # this rank -----------------------------------------------------------------------------------
     def start(self) -> Liveness:
         self._safe(lambda: self.store.add(f"{_BEAT}{self.rank}", 1))
+        end_at_exit(self._stop, self._thread)
         self._thread.start()
         self._previous = {"sys": sys.excepthook, "threading": threading.excepthook}
         sys.excepthook = self._excepthook

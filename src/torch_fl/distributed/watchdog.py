@@ -39,6 +39,7 @@ import torch.distributed as dist
 
 from ..errors import CollectiveTimeoutError
 from .fingerprint import ranks_text
+from .liveness import end_at_exit
 
 _log = logging.getLogger("torch_fl.distributed")
 
@@ -130,6 +131,7 @@ class Watchdog:
         # saw "initialised" again and kept reading the flight recorder, publishing into the old store and
         # judging the new group's collectives against the old timeout, for the rest of the process.
         self._group = dist.group.WORLD if dist.is_initialized() else None
+        end_at_exit(self._stop, self._thread)
         self._thread.start()
         return self
 

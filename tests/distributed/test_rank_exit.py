@@ -1,0 +1,36 @@
+"""A rank's end: torch-fl's daemon threads (the liveness heartbeat, the collective watchdog) call into the
+rendezvous store, and one still inside such a call when the interpreter finalizes is ended by CPython in
+pybind11's noexcept GIL re-acquisition: "terminate called without an active exception", SIGABRT, after the
+rank printed its results (a CI run of test_ddp_on_two_ranks_matches_one_process; pytorch/pytorch#38228).
+Interpreter exit now stops those threads and waits for them (liveness.end_at_exit)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+
+def _printed(rank, prefix: str) -> list:
+    lines = [line for line in rank.stdout.splitlines() if line.startswith(prefix)]
+    assert lines, f"rank {rank.rank} printed no {prefix} line (rc {rank.returncode}):\n{rank.stdout}\n{rank.stderr}"
+    return json.loads(lines[-1].removeprefix(prefix))
+
+
+@pytest.mark.slow  # measured: 4 s (one interpreter start, 1 s in the store, 2 s of finalization)
+def test_a_heartbeat_inside_the_store_at_exit_is_waited_for(launch):
+    (rank,) = launch("slow_store_at_exit", nproc=1)
+    # Without the wait: rc -6 (SIGABRT, "terminate called without an active exception") or -11 (SIGSEGV).
+    assert rank.returncode == 0, rank.stderr
+    assert rank.result == {"entered": True}  # the heartbeat was inside the store when the script ended
+    assert "HEARTBEAT_ANSWERED" in rank.stdout  # and finished its call before finalization
+    assert "terminate called" not in rank.stderr
+
+
+@pytest.mark.slow  # measured: 6 s (two ranks) on the shared 2-core machine
+def test_torch_fl_threads_have_ended_when_a_rank_finalizes(launch):
+    ranks = launch("threads_at_exit")
+    for r in ranks:
+        assert r.returncode == 0, r.stderr
+        assert "torch_fl-liveness" in r.result["threads"]  # the job ran with the heartbeat
+        assert _printed(r, "THREADS_AT_EXIT=") == []  # none left to be ended inside a store call
