@@ -19,28 +19,18 @@ machine load affects both sides alike. The clock is the process's CPU time on on
 from __future__ import annotations
 
 import argparse
-import copy
 import statistics
-import sys
-import time
 import warnings
 from collections.abc import Callable
-from pathlib import Path
 
 import torch
+from interleaved import gpt_step, interleaved, ratio, time_per_call  # benchmarks/interleaved.py
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import torch_fl
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))  # examples/ is not a package
-
 # Register the device before any backward pass: PyTorch's autograd engine fixes its devices at the first.
 torch_fl.device.emulated_devices(create=True)
-
-
-def _clock() -> float:
-    return time.process_time()
-
 
 SIZES = {  # name -> (GPT(...) arguments, batch, context)
     "small-op model": ({"dim": 64, "heads": 4, "layers": 2}, 2, 16),
@@ -49,46 +39,8 @@ SIZES = {  # name -> (GPT(...) arguments, batch, context)
 
 
 def _step_runner(device: torch.device, size: str) -> Callable[[], None]:
-    from gpt import GPT, lm_loss
-
     config, batch, context = SIZES[size]
-    torch.manual_seed(0)
-    model = GPT(vocab=512, context=context, **config)
-    tokens = torch.randint(0, 512, (batch, context))
-    loss_fn = lm_loss
-    model = copy.deepcopy(model).to(device)
-    tokens = tokens.to(device)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-
-    def step() -> None:
-        opt.zero_grad()
-        loss = loss_fn(model(tokens), tokens)
-        loss.backward()
-        opt.step()
-        loss.item()
-
-    return step
-
-
-def _time(fn: Callable[[], None], n: int) -> float:
-    start = _clock()
-    for _ in range(n):
-        fn()
-    return (_clock() - start) / n
-
-
-def interleaved(runners: dict[str, Callable[[], None]], repeats: int, n: int) -> dict[str, list[float]]:
-    for fn in runners.values():
-        fn()  # warm up (first-call route decisions, allocator)
-    times: dict[str, list[float]] = {name: [] for name in runners}
-    for _ in range(repeats):
-        for name, fn in runners.items():
-            times[name].append(_time(fn, n))
-    return times
-
-
-def ratio(times: dict[str, list[float]], name: str, base: str) -> float:
-    return statistics.median(a / b for a, b in zip(times[name], times[base], strict=True))
+    return gpt_step(device, batch, context, **config)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -133,7 +85,7 @@ def main(argv: list[str] | None = None) -> None:
             op_times["mode"] = []
             for _ in range(args.repeats):  # the mode is entered once per sample, as around a model
                 with mode:
-                    op_times["mode"].append(_time(lambda f=fn, h=host: f(h, h), args.calls))
+                    op_times["mode"].append(time_per_call(lambda f=fn, h=host: f(h, h), args.calls))
             us = {k: statistics.median(v) * 1e6 for k, v in op_times.items()}
             print(f"(b) {label}: cpu {us['cpu']:.1f} us; emu:cuda {us['emu']:.1f} us "
                   f"(+{us['emu'] - us['cpu']:.1f} us, {ratio(op_times, 'emu', 'cpu'):.1f}x); floor of a Python "

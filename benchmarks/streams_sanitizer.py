@@ -1,9 +1,9 @@
-"""What streams.py and the stream sanitizer cost on the emulated device, from one run.
+"""What streams.py, stream_copies.py and the stream sanitizer cost on the emulated device, from one run.
 
   (a) copies: a host-to-device ``.to(d)``, a blocking ``.cpu()`` and a non-blocking copy to the host, per call,
-      through streams.py's wrapped copy handlers vs copies.py's handlers as they were (goal: equal for the
+      through stream_copies.py's wrapped copy handlers vs copies.py's handlers as they were (goal: equal for the
       blocking copies; the non-blocking one adds its deferral: a clone and a poison fill of the host result);
-      and a 16x16 add, which nothing of streams.py touches (the dispatch path is unchanged).
+      and a 16x16 add, which nothing of stream_copies.py touches (the dispatch path is unchanged).
   (b) a training step (examples/gpt.py, dim 64, 2 layers, batch 2, context 16: small ops, where a per-op
       cost shows most) on emu:cuda with the sanitizer off and on (goal: on <= 2x off).
 
@@ -16,42 +16,16 @@ process's CPU time on one torch thread.
 from __future__ import annotations
 
 import argparse
-import copy
 import statistics
-import sys
-import time
 import warnings
 from collections.abc import Callable
-from pathlib import Path
 
 import torch
+from interleaved import gpt_step, interleaved, ratio  # benchmarks/interleaved.py
 
 import torch_fl
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))  # examples/ is not a package
-
 torch_fl.device.emulated_devices(create=True)  # (before any backward: autograd fixes its devices at the first)
-
-
-def _time(fn: Callable[[], None], n: int) -> float:
-    start = time.process_time()
-    for _ in range(n):
-        fn()
-    return (time.process_time() - start) / n
-
-
-def interleaved(runners: dict[str, Callable[[], None]], repeats: int, n: int) -> dict[str, list[float]]:
-    for fn in runners.values():
-        fn()
-    times: dict[str, list[float]] = {name: [] for name in runners}
-    for _ in range(repeats):
-        for name, fn in runners.items():
-            times[name].append(_time(fn, n))
-    return times
-
-
-def ratio(times: dict[str, list[float]], name: str, base: str) -> float:
-    return statistics.median(a / b for a, b in zip(times[name], times[base], strict=True))
 
 
 def _switch(handlers: dict) -> Callable[[], None]:
@@ -75,10 +49,10 @@ def copies(device: torch.device, repeats: int, calls: int) -> None:
         "d2h non_blocking": lambda: small.to("cpu", non_blocking=True),
         "16x16 add": lambda: small + small,
     }
-    from torch_fl.routing.emu import streams, tensor
+    from torch_fl.routing.emu import stream_copies, tensor
 
-    wrapped = _switch({op: tensor.SPECIAL[op] for op in streams.unwrapped})
-    plain = _switch(dict(streams.unwrapped))
+    wrapped = _switch({op: tensor.SPECIAL[op] for op in stream_copies.unwrapped})
+    plain = _switch(dict(stream_copies.unwrapped))
     for name, fn in work.items():
         def with_wrappers(fn: Callable[[], None] = fn) -> None:
             wrapped()
@@ -97,21 +71,9 @@ def copies(device: torch.device, repeats: int, calls: int) -> None:
 
 
 def steps(device: torch.device, repeats: int, n: int) -> None:
-    from gpt import GPT, lm_loss
-
     from torch_fl.routing.emu.sanitizing import sanitize
 
-    torch.manual_seed(0)
-    model = copy.deepcopy(GPT(vocab=512, context=16, dim=64, heads=4, layers=2)).to(device)
-    tokens = torch.randint(0, 512, (2, 16)).to(device)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-
-    def step() -> None:
-        opt.zero_grad()
-        loss = lm_loss(model(tokens), tokens)
-        loss.backward()
-        opt.step()
-        loss.item()
+    step = gpt_step(device, batch=2, context=16, dim=64, heads=4, layers=2)
 
     def sanitized() -> None:
         with sanitize():

@@ -30,6 +30,7 @@ from . import (
     sanitizing,
     serialization,
     storage,
+    stream_copies,
     streams,
     vendor,
 )
@@ -65,6 +66,7 @@ def ensure(count: int, chip: Any = None) -> bool:
             generator._register_generator()
             events.register()  # torch.Event(device=emu): the device module's event (a Python guard has none)
             streams.install()  # streams, events and non-blocking copies in the chip's order (streams.py)
+            stream_copies.install()  # non-blocking copies, record_stream, pinned factories
             sanitizing.enable_from_env()  # FL_SANITIZE=streams
             engine.install()  # backward across emulated devices (engine.py: PyTorch's engine knows one)
             lazy.register()
