@@ -177,17 +177,17 @@ def _dispatch_planned(plan: _Plan, func: Any, args: tuple, kwargs: dict, kernel:
         return _finish(plan, args, kwargs, kernel(*cargs, **ckwargs), index)
     first = args[0] if args else None
     dtype = dtype_name(first.dtype) if type(first) is state.tensor_type else first_dtype(cargs, ckwargs)
-    sparse = _sparse_key(args, kwargs)
-    if sparse is not None:
-        chip = _sparse_chip()
-        if chip is not None:
-            if "device" in ckwargs:  # a sparse factory over device indices and values: made on the host
-                ckwargs = {**ckwargs, "device": torch.device("cpu")}
-            if not _sparse.registered(chip, sparse, func, plan.name) or (dtype is not None and
-                                                                         dtype not in state.dtypes):
-                return _sparse_call(plan, func, chip, sparse, dtype, args, kwargs, None, index)
-            kernel = chip.reference.get(plan.name, kernel)
-            return _sparse_call(plan, func, chip, sparse, dtype, args, kwargs, kernel(*cargs, **ckwargs), index)
+    chip = _sparse_chip()
+    # (a chip without sparse kernels of its own runs sparse ops as dense ones: no need to walk the arguments)
+    sparse = _sparse_key(args, kwargs) if chip is not None else None
+    if sparse is not None and chip is not None:
+        if "device" in ckwargs:  # a sparse factory over device indices and values: made on the host
+            ckwargs = {**ckwargs, "device": torch.device("cpu")}
+        if not _sparse.registered(chip, sparse, func, plan.name) or (dtype is not None and
+                                                                     dtype not in state.dtypes):
+            return _sparse_call(plan, func, chip, sparse, dtype, args, kwargs, None, index)
+        kernel = chip.reference.get(plan.name, kernel)
+        return _sparse_call(plan, func, chip, sparse, dtype, args, kwargs, kernel(*cargs, **ckwargs), index)
     key = (id(func), dtype)
     route = state.routes.get(key)
     if route is None:
