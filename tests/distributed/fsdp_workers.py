@@ -12,17 +12,16 @@ from __future__ import annotations
 
 import os
 import sys
-import time
+from functools import partial
 
 import torch
 import torch.distributed as dist
 from torch import nn
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
-from workers import emit
+from workers import next_token_batches, next_token_loss, run
 
 import torch_fl  # noqa: F401  (installs torch.fl)
-from torch_fl.errors import TorchFLError
 
 VOCAB, CONTEXT, GLOBAL_BATCH, WIDTH, HEADS, LAYERS = 32, 8, 8, 16, 2, 2
 # (reshard_after_forward, where the model is built): built on the host, fully_shard moves each shard to
@@ -66,14 +65,8 @@ def model() -> nn.Module:
     return TinyLM()
 
 
-def batches(steps: int) -> tuple[torch.Tensor, torch.Tensor]:
-    generator = torch.Generator().manual_seed(1)
-    tokens = torch.randint(0, VOCAB, (steps, GLOBAL_BATCH, CONTEXT), generator=generator)
-    return tokens, torch.roll(tokens, -1, dims=-1)
-
-
-def loss_of(net: nn.Module, tokens: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    return nn.functional.cross_entropy(net(tokens).reshape(-1, VOCAB), targets.reshape(-1))
+batches = partial(next_token_batches, batch=GLOBAL_BATCH, context=CONTEXT, vocab=VOCAB)
+loss_of = partial(next_token_loss, vocab=VOCAB)
 
 
 def optimizer(params: list[torch.Tensor]) -> torch.optim.Optimizer:
@@ -192,21 +185,6 @@ def collectives(rounds: str) -> dict:
     return {"device": str(dev), "rounds": int(rounds), "wrong": wrong[:5]}
 
 
-def main() -> int:
-    scenario, *args = sys.argv[1:]
-    began = time.monotonic()
-    try:
-        result = globals()[scenario](*args)
-    except TorchFLError as exc:
-        emit({"error": str(exc), "type": type(exc).__name__, "scenario_seconds": time.monotonic() - began})
-        return 3
-    result["scenario_seconds"] = time.monotonic() - began
-    emit(result)
-    if dist.is_initialized():
-        dist.destroy_process_group()
-    return 0
-
-
 if __name__ == "__main__":
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    sys.exit(main())
+    sys.exit(run(globals()))

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import os
 import sys
+from functools import partial
 from pathlib import Path
 
 import torch
 from torch import nn
+from workers import next_token_batches, next_token_loss  # tests/distributed/workers.py
 
 import torch_fl  # noqa: F401
 
@@ -27,14 +29,8 @@ def tiny_transformer() -> nn.Module:
     return nn.Sequential(nn.Embedding(VOCAB, WIDTH), layer, nn.Linear(WIDTH, VOCAB))
 
 
-def batches(steps: int) -> tuple[torch.Tensor, torch.Tensor]:
-    generator = torch.Generator().manual_seed(1)
-    tokens = torch.randint(0, VOCAB, (steps, GLOBAL_BATCH, CONTEXT), generator=generator)
-    return tokens, torch.roll(tokens, -1, dims=-1)
-
-
-def loss_of(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    return nn.functional.cross_entropy(model(x).reshape(-1, VOCAB), y.reshape(-1))
+batches = partial(next_token_batches, batch=GLOBAL_BATCH, context=CONTEXT, vocab=VOCAB)
+loss_of = partial(next_token_loss, vocab=VOCAB)
 
 
 def reference_weights(steps: int, lr: float = 0.1) -> dict[str, torch.Tensor]:

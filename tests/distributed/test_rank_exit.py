@@ -22,7 +22,7 @@ def test_a_heartbeat_inside_the_store_at_exit_is_waited_for(launch):
     (rank,) = launch("slow_store_at_exit", nproc=1)
     # Without the wait: rc -6 (SIGABRT, "terminate called without an active exception") or -11 (SIGSEGV).
     assert rank.returncode == 0, rank.stderr
-    assert rank.result == {"entered": True}  # the heartbeat was inside the store when the script ended
+    assert rank.result["entered"] is True  # the heartbeat was inside the store when the script ended
     assert "HEARTBEAT_ANSWERED" in rank.stdout  # and finished its call before finalization
     assert "terminate called" not in rank.stderr
 

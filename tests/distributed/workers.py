@@ -197,21 +197,36 @@ def slow_store_at_exit() -> dict:
     return {"entered": store.entered.is_set()}
 
 
-def training_batches(steps: int, batch: int = 8, context: int = 64, vocab: int = 512) -> torch.Tensor:
-    generator = torch.Generator().manual_seed(1234)
+def training_batches(steps: int, batch: int = 8, context: int = 64, vocab: int = 512,
+                     seed: int = 1234) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
     return torch.randint(0, vocab, (steps, batch, context), generator=generator)
 
 
-def main() -> int:
+def next_token_batches(steps: int, batch: int, context: int, vocab: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token batches (seed 1) and their targets, the next token of each (the tokens shifted left, wrapping):
+    fsdp_workers.py's and mixed_workers.py's training data."""
+    tokens = training_batches(steps, batch, context, vocab, seed=1)
+    return tokens, torch.roll(tokens, -1, dims=-1)
+
+
+def next_token_loss(net: torch.nn.Module, tokens: torch.Tensor, targets: torch.Tensor, vocab: int) -> torch.Tensor:
+    return torch.nn.functional.cross_entropy(net(tokens).reshape(-1, vocab), targets.reshape(-1))
+
+
+def run(scenarios: dict[str, Any]) -> int:
+    """Run the scenario named by argv[1] (a function of `scenarios`, a worker module's globals) with the
+    other arguments; print its result with the scenario's own seconds (imports and the interpreter's start
+    left out: what a bound on giving up promises, which a loaded machine's slow start, 20.7 s of a 20 s wall
+    bound once with every test green, must not break)."""
     scenario, *args = sys.argv[1:]
-    # The scenario's own time, imports and interpreter start left out: what a bound on giving up promises,
-    # which a loaded machine's slow start (20.7 s of a 20 s wall bound once, every test green) must not break.
     began = time.monotonic()
     try:
-        result = globals()[scenario](*args)
+        result = scenarios[scenario](*args)
     except TorchFLError as exc:
         emit({"error": str(exc), "type": type(exc).__name__, "scenario_seconds": time.monotonic() - began})
         return 3
+    result["scenario_seconds"] = time.monotonic() - began
     emit(result)
     if dist.is_initialized():
         dist.destroy_process_group()
@@ -219,4 +234,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(globals()))
