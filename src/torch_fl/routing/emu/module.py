@@ -11,6 +11,7 @@ import torch
 
 from . import memory, rng
 from .slot import backend_name, state
+from .streams import elapsed_ms
 
 
 class _BackendModule:
@@ -123,13 +124,8 @@ class _BackendModule:
 
     # nothing is cached beyond live tensors (freed device tensors return their host memory at once), so
     # reserved is allocated; memory_stats is CUDA's flat layout of the same counts (memory.flat_stats)
-    @staticmethod
-    def memory_reserved(device: Any = None) -> int:
-        return memory.memory_allocated(_index_of(device))
-
-    @staticmethod
-    def max_memory_reserved(device: Any = None) -> int:
-        return memory.max_memory_allocated(_index_of(device))
+    memory_reserved = memory_allocated
+    max_memory_reserved = max_memory_allocated
 
     @staticmethod
     def memory_stats(device: Any = None) -> dict[str, int]:
@@ -189,12 +185,8 @@ class _BackendModule:
 
         def elapsed_time(self, end_event: Any) -> float:
             """Milliseconds between this event's record() and `end_event`'s (as CUDA events give)."""
-            if not (self.enable_timing and getattr(end_event, "enable_timing", False)):
-                raise RuntimeError("Events were not created with enable_timing=True: create both with "
-                                   "torch.fl.Event(enable_timing=True)")
-            if self._ns is None or end_event._ns is None:
-                raise RuntimeError("elapsed_time needs both events to be recorded first (call record())")
-            return (end_event._ns - self._ns) / 1e6
+            return elapsed_ms(self._ns, getattr(end_event, "_ns", None),
+                              self.enable_timing and getattr(end_event, "enable_timing", False))
 
     class device:  # torch.emu.device(i), the context manager PyTorch uses
         def __init__(self, where: Any) -> None:

@@ -24,6 +24,7 @@ from typing import Any
 
 from . import memory
 from .graphs import graph_pool_handle
+from .keyed import equal_by
 from .vendor_module import device_index
 
 _local = threading.local()
@@ -33,6 +34,7 @@ def _next_id() -> tuple[int, int]:
     return graph_pool_handle()  # (one counter for pools and graphs, as the vendor's)
 
 
+@equal_by("id")
 class MemPool:
     """A private memory pool of the emulated device: an id and an optional allocator (None: the device's own)."""
 
@@ -45,12 +47,6 @@ class MemPool:
 
     def snapshot(self) -> list[Any]:
         return []
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, MemPool) and other.id == self.id
-
-    def __hash__(self) -> int:
-        return hash(self.id)
 
     def __repr__(self) -> str:
         return f"MemPool(id={self.id})"

@@ -38,6 +38,7 @@ import torch
 from torch.cuda._sanitizer import StreamSynchronizations
 from torch.utils._python_dispatch import _disable_current_modes
 
+from .keyed import equal_by
 from .slot import _no_device, backend_name, state
 
 aten = torch.ops.aten
@@ -256,6 +257,7 @@ def _index(device: Any) -> int:
     return index
 
 
+@equal_by("_key")
 class Stream(_HostStream):
     """``torch.<chip>.Stream`` of an emulated chip: an ordered queue of its own (see the module docstring).
 
@@ -327,12 +329,6 @@ class Stream(_HostStream):
 
     def __exit__(self, *exc: object) -> None:
         set_stream(self._previous)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Stream) and other._key == self._key
-
-    def __hash__(self) -> int:
-        return hash(self._key)
 
     def __repr__(self) -> str:
         return f"<torch.{backend_name()}.Stream device={self.device} stream_id={self._key[1]}>"
@@ -443,6 +439,18 @@ def _check_event(event: Any, what: str) -> None:
                         f"{type(event).__qualname__}")
 
 
+def elapsed_ms(start_ns: int | None, end_ns: int | None, timed: bool) -> float:
+    """What `elapsed_time` of an emulated chip's event answers (this module's and module.py's synchronous
+    one): milliseconds of the host clock between two records, as CUDA's events give. `timed`: both events
+    were created with enable_timing=True."""
+    if not timed:
+        raise RuntimeError("Events were not created with enable_timing=True: create both with "
+                           "enable_timing=True to time them")
+    if start_ns is None or end_ns is None:
+        raise RuntimeError("elapsed_time needs both events to be recorded first (call record())")
+    return (end_ns - start_ns) / 1e6
+
+
 class Event(_HostEvent):
     """``torch.<chip>.Event`` of an emulated chip: a marker in a stream's order (see the module docstring).
 
@@ -512,12 +520,8 @@ class Event(_HostEvent):
 
     def elapsed_time(self, end_event: Any) -> float:
         """Milliseconds from this event's record() to `end_event`'s."""
-        if not (self._timing and getattr(end_event, "_timing", False)):
-            raise RuntimeError("Events were not created with enable_timing=True: create both with "
-                               "enable_timing=True to time them")
-        if self._ns is None or end_event._ns is None:
-            raise RuntimeError("elapsed_time needs both events to be recorded first (call record())")
-        return (end_event._ns - self._ns) / 1e6
+        return elapsed_ms(self._ns, getattr(end_event, "_ns", None),
+                          self._timing and getattr(end_event, "_timing", False))
 
     def __repr__(self) -> str:
         return f"<torch.{backend_name()}.Event device={self.device} {'recorded' if self._ns else 'not recorded'}>"
