@@ -18,13 +18,11 @@ machine load affects both sides alike. The clock is the process's CPU time on on
 
 from __future__ import annotations
 
-import argparse
 import statistics
-import warnings
 from collections.abc import Callable
 
 import torch
-from interleaved import gpt_step, interleaved, ratio, time_per_call  # benchmarks/interleaved.py
+from interleaved import command_line, gpt_step, interleaved, ratio, time_per_call  # benchmarks/interleaved.py
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import torch_fl
@@ -44,14 +42,8 @@ def _step_runner(device: torch.device, size: str) -> Callable[[], None]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--repeats", type=int, default=11)
-    parser.add_argument("--calls", type=int, default=2000, help="small-op calls per sample")
-    parser.add_argument("--steps", type=int, default=3, help="GPT steps per sample")
-    args = parser.parse_args(argv)
-    torch.set_num_threads(1)
-    warnings.simplefilter("ignore", torch_fl.errors.FallbackWarning)
-    print(f"torch {torch.__version__}, 1 thread, CPU-time clock, {args.repeats} interleaved samples")
+    args = command_line(__doc__, argv, repeats=11, calls=2000, calls_help="small-op calls per sample",
+                        steps_help="GPT steps per sample")
 
     for size in SIZES:
         steps: dict[str, Callable[[], None]] = {"cpu": _step_runner(torch.device("cpu"), size)}

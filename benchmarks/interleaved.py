@@ -6,16 +6,35 @@ A benchmark run as ``python benchmarks/NAME.py`` has benchmarks/ on sys.path: ``
 
 from __future__ import annotations
 
+import argparse
 import copy
 import statistics
 import sys
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
+from torch_fl.errors import FallbackWarning
+
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"  # examples/ is not a package
+
+
+def command_line(doc: str, argv: list[str] | None, repeats: int, calls: int, calls_help: str,
+                 steps_help: str) -> argparse.Namespace:
+    """A benchmark's --repeats, --calls and --steps (its description: the first paragraph of `doc`), and the
+    conditions it runs under: one torch thread, fallback warnings off; prints the header line."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=repeats)
+    parser.add_argument("--calls", type=int, default=calls, help=calls_help)
+    parser.add_argument("--steps", type=int, default=3, help=steps_help)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    warnings.simplefilter("ignore", FallbackWarning)
+    print(f"torch {torch.__version__}, 1 thread, CPU-time clock, {args.repeats} interleaved samples")
+    return args
 
 
 def time_per_call(fn: Callable[[], None], n: int) -> float:

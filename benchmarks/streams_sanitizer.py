@@ -15,13 +15,11 @@ process's CPU time on one torch thread.
 
 from __future__ import annotations
 
-import argparse
 import statistics
-import warnings
 from collections.abc import Callable
 
 import torch
-from interleaved import gpt_step, interleaved, ratio  # benchmarks/interleaved.py
+from interleaved import command_line, gpt_step, interleaved, ratio  # benchmarks/interleaved.py
 
 import torch_fl
 
@@ -85,14 +83,8 @@ def steps(device: torch.device, repeats: int, n: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--repeats", type=int, default=9)
-    parser.add_argument("--calls", type=int, default=1000, help="copy calls per sample")
-    parser.add_argument("--steps", type=int, default=3, help="training steps per sample")
-    args = parser.parse_args(argv)
-    torch.set_num_threads(1)
-    warnings.simplefilter("ignore", torch_fl.errors.FallbackWarning)
-    print(f"torch {torch.__version__}, 1 thread, CPU-time clock, {args.repeats} interleaved samples")
+    args = command_line(__doc__, argv, repeats=9, calls=1000, calls_help="copy calls per sample",
+                        steps_help="training steps per sample")
     with torch_fl.emulate("cuda") as activation:
         copies(activation.device, args.repeats, args.calls)
         steps(activation.device, args.repeats, args.steps)
