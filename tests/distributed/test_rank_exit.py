@@ -7,6 +7,7 @@ Interpreter exit now stops those threads and waits for them (liveness.end_at_exi
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -34,3 +35,15 @@ def test_torch_fl_threads_have_ended_when_a_rank_finalizes(launch):
         assert r.returncode == 0, r.stderr
         assert "torch_fl-liveness" in r.result["threads"]  # the job ran with the heartbeat
         assert _printed(r, "THREADS_AT_EXIT=") == []  # none left to be ended inside a store call
+
+
+@pytest.mark.slow  # measured: 6 s (two ranks)
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="lists the process's threads from /proc")
+def test_destroy_process_group_frees_the_group_and_its_threads(launch):
+    # The collective watchdog held the default group, so destroy_process_group left gloo's threads running
+    # until its next wake (up to 5 s), or until interpreter finalization tore the group down.
+    ranks = launch("gloo_threads_after_destroy")
+    for r in ranks:
+        assert r.returncode == 0, r.stderr
+        assert r.result["during"], "no gloo thread while the group existed: nothing to check"
+        assert r.result["after"] == []

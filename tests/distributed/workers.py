@@ -155,6 +155,31 @@ def threads_at_exit() -> dict:
     return {"threads": sorted(t.name for t in threading.enumerate() if t.name.startswith("torch_fl"))}
 
 
+def gloo_threads_after_destroy() -> dict:
+    """The OS threads of gloo left once the script has destroyed its group (the group freed: none)."""
+    import gc
+
+    def gloo_threads() -> list[str]:
+        names = []
+        for task in Path("/proc/self/task").iterdir():
+            try:
+                names.append((task / "comm").read_text().strip())
+            except OSError:  # a thread that ended while being listed
+                continue
+        return sorted(n for n in names if "gloo" in n)
+
+    init(preflight_timeout=10)
+    values = torch.ones(4)
+    dist.all_reduce(values)
+    during = gloo_threads()
+    dist.destroy_process_group()
+    gc.collect()
+    deadline = time.monotonic() + 2.0  # a freed group joins its threads before destroy returns; slack for load
+    while gloo_threads() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return {"during": during, "after": gloo_threads()}
+
+
 def slow_store_at_exit() -> dict:
     """The heartbeat is inside a store call when the script ends and answers during finalization: a
     rendezvous store host slowed by load. The store is a Python dist.Store (torch's extension point) under

@@ -32,6 +32,7 @@ import os
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -130,7 +131,10 @@ class Watchdog:
         # init_process_group within one interval) is not its business. Without this, the old thread
         # saw "initialised" again and kept reading the flight recorder, publishing into the old store and
         # judging the new group's collectives against the old timeout, for the rest of the process.
-        self._group = dist.group.WORLD if dist.is_initialized() else None
+        # A weak reference: destroy_process_group must free the group (gloo's threads end with it); held here,
+        # it lived until this thread's next wake, or was destroyed during interpreter finalization when the
+        # process ended first, which is when a group's teardown can abort the process (pytorch/pytorch#179291).
+        self._group = weakref.ref(dist.group.WORLD) if dist.is_initialized() else None
         end_at_exit(self._stop, self._thread)
         self._thread.start()
         return self
@@ -140,7 +144,7 @@ class Watchdog:
 
     def watching(self) -> bool:
         """Whether the group this watchdog started with is still the default group."""
-        return dist.is_initialized() and (self._group is None or dist.group.WORLD is self._group)
+        return dist.is_initialized() and (self._group is None or dist.group.WORLD is self._group())
 
     def _run(self) -> None:
         try:
@@ -152,7 +156,7 @@ class Watchdog:
                 except Exception as exc:  # the watchdog must never be what kills training
                     _log.debug("collective watchdog: %s: %s", type(exc).__name__, exc)
         finally:
-            self.store = self._group = None  # keep neither the old store nor the old group alive
+            self.store = self._group = None  # keep the old store alive no longer
 
     def check(self, now_ns: int | None = None) -> str | None:
         """One round: publish progress, and end the process if a collective is overdue. Returns the
