@@ -2,7 +2,8 @@
 rendezvous store, and one still inside such a call when the interpreter finalizes is ended by CPython in
 pybind11's noexcept GIL re-acquisition: "terminate called without an active exception", SIGABRT, after the
 rank printed its results (a CI run of test_ddp_on_two_ranks_matches_one_process; pytorch/pytorch#38228).
-Interpreter exit now stops those threads and waits for them (liveness.end_at_exit)."""
+Interpreter exit now stops those threads and waits for them (liveness.end_at_exit), and the watchdog no longer
+keeps a destroyed group (and gloo's threads) alive into finalization."""
 
 from __future__ import annotations
 
