@@ -19,7 +19,7 @@ def _printed(rank, prefix: str) -> list:
     return json.loads(lines[-1].removeprefix(prefix))
 
 
-@pytest.mark.slow  # measured: 4 s (one interpreter start, 1 s in the store, 2 s of finalization)
+@pytest.mark.slow  # measured: 6 s (one interpreter start, 1 s in the store, 2 s of finalization), load 2
 def test_a_heartbeat_inside_the_store_at_exit_is_waited_for(launch):
     (rank,) = launch("slow_store_at_exit", nproc=1)
     # Without the wait: rc -6 (SIGABRT, "terminate called without an active exception") or -11 (SIGSEGV).
@@ -29,7 +29,7 @@ def test_a_heartbeat_inside_the_store_at_exit_is_waited_for(launch):
     assert "terminate called" not in rank.stderr
 
 
-@pytest.mark.slow  # measured: 6 s (two ranks) on the shared 2-core machine
+@pytest.mark.slow  # measured: 4 s (two ranks) on the shared 2-core machine, load 2
 def test_torch_fl_threads_have_ended_when_a_rank_finalizes(launch):
     ranks = launch("threads_at_exit")
     for r in ranks:
@@ -38,7 +38,7 @@ def test_torch_fl_threads_have_ended_when_a_rank_finalizes(launch):
         assert _printed(r, "THREADS_AT_EXIT=") == []  # none left to be ended inside a store call
 
 
-@pytest.mark.slow  # measured: 6 s (two ranks)
+@pytest.mark.slow  # measured: 4 s (two ranks), load 2
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="lists the process's threads from /proc")
 def test_destroy_process_group_frees_the_group_and_its_threads(launch):
     # The collective watchdog held the default group, so destroy_process_group left gloo's threads running
