@@ -123,7 +123,6 @@ class Watchdog:
         self._trace, self._exit = trace, exit
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="torch_fl-collective-watchdog", daemon=True)
-        self._warned_empty = False
         self._group: Any = None
 
     def start(self) -> Watchdog:
