@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -38,3 +39,10 @@ def clean_torch_fl(monkeypatch, tmp_path_factory):
     from torch_fl.routing import stats
 
     stats._log_path.clear()
+
+
+@pytest.fixture(scope="session")
+def models() -> Path:
+    """The model file of the profile, bench, grade and ops-bench tests (tests/analysis/coverage_fixtures.py):
+    `f"{models}:mlp"`."""
+    return Path(__file__).resolve().parent / "analysis" / "coverage_fixtures.py"

@@ -11,12 +11,6 @@ from pathlib import Path
 import pytest
 
 
-@pytest.fixture(scope="session")
-def models() -> Path:
-    """The model file of the profile, bench and grade tests (coverage_fixtures.py): `f"{models}:mlp"`."""
-    return Path(__file__).resolve().parent / "coverage_fixtures.py"
-
-
 @pytest.fixture
 def doctor_beside_torch_npu(tmp_path: Path) -> Callable[[dict[str, str]], tuple[subprocess.CompletedProcess, dict]]:
     """`torchfl doctor --json` in a fresh process that imports a fake torch_npu 2.5.1.post1 (released for CANN

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 
 import pytest
 import torch
@@ -20,12 +19,6 @@ from torch_fl.routing.install import GET_KERNEL_SINCE, supports_key_routing
 
 needs_get_kernel = pytest.mark.skipif(not supports_key_routing(),
                                       reason=f"needs torch >= {GET_KERNEL_SINCE} (torch.library.get_kernel)")
-
-@pytest.fixture(scope="module")
-def models() -> Path:
-    """The analysis tests' model file (its mlp, wide_gelu and bf16), as tests/analysis/conftest.py's `models`."""
-    return Path(__file__).resolve().parents[1] / "analysis" / "coverage_fixtures.py"
-
 
 @pytest.fixture
 def fresh_registry():
