@@ -24,23 +24,28 @@ from torch.nn.attention import SDPBackend
 from ..._names import RouteKind
 from ..attention import FusedAttention, additive_bias, chip_kernels, fitting
 from ..table import dtype_name
+from .dispatch import DRAWS_NOTHING
 from .slot import state
-from .tensor import SPECIAL, EmuTensor, _unwrap, _wrap, to_host
+from .tensor import SPECIAL, EmuTensor, _unwrap, _wrap
+from .wrapping import _logical
 
 aten = torch.ops.aten
 _HOST_FLASH = int(SDPBackend.FLASH_ATTENTION)
 
 
+# (name, default) of each argument of the two overrideable ops, read from the schema once (~4 us a call)
+_parameters: dict[Any, tuple[tuple[str, Any], ...]] = {}
+
+
 def _bound(func: Any, args: tuple, kwargs: dict) -> dict[str, Any]:
     """The op's arguments by name, defaults filled in."""
-    values = {}
-    for i, argument in enumerate(func._schema.arguments):
-        if i < len(args):
-            values[argument.name] = args[i]
-        elif argument.name in kwargs:
-            values[argument.name] = kwargs[argument.name]
-        else:
-            values[argument.name] = argument.default_value if argument.has_default_value() else None
+    parameters = _parameters.get(func)
+    if parameters is None:
+        parameters = _parameters[func] = tuple(
+            (a.name, a.default_value if a.has_default_value() else None) for a in func._schema.arguments)
+    values = dict(zip((name for name, _ in parameters), args, strict=False))  # args may stop early
+    for name, default in parameters[len(args):]:
+        values[name] = kwargs.get(name, default)
     return values
 
 
@@ -57,7 +62,7 @@ def chip_kernel(query: Any, key: Any, value: Any, mask: Any, dropout_p: float, i
     grad = torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in (query, key, value))
     if any(state.table.route(op, dtype).kind is not RouteKind.NATIVE for op in (kernel.op, *([kernel.backward] if grad else []))):
         return None  # FL_ROUTE or a config routes the chip's kernel elsewhere: the math path's ops then
-    host = to_host((query, key, value, mask))
+    host = [_logical(t) if isinstance(t, EmuTensor) else t for t in (query, key, value, mask)]
     if torch._fused_sdp_choice(*host, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa) != _HOST_FLASH:
         return None  # the host's fused kernel would refuse them (dropout, a mask shape): the math path
     return kernel
@@ -120,4 +125,7 @@ SPECIAL[aten._fused_sdp_choice.default] = _sdp_choice
 # composite ops there): the same choice then.
 SPECIAL[aten.scaled_dot_product_attention.default] = lambda func, args, kwargs: _sdpa(*args, **kwargs)
 SPECIAL[aten._scaled_dot_product_fused_attention_overrideable.default] = _forward
+# Tagged seeded for its dropout_p, but _forward runs the host's flash kernel, which refuses dropout (chip_kernel
+# sends dropout to the math path): it draws nothing, so no generator swap around it.
+DRAWS_NOTHING.add(aten._scaled_dot_product_fused_attention_overrideable.default)
 SPECIAL[aten._scaled_dot_product_fused_attention_overrideable_backward.default] = _backward

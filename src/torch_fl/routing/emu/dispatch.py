@@ -35,6 +35,9 @@ aten = torch.ops.aten
 
 # Ops with a handler of their own (the other modules of the emulator add theirs).
 SPECIAL: dict[Any, Callable[[Any, tuple, dict], Any]] = {}
+# Ops PyTorch tags nondeterministic_seeded whose SPECIAL handler never draws a random number (its module
+# says why): the dispatch then skips the device generator's save and restore around them (rng.py).
+DRAWS_NOTHING: set[Any] = set()
 
 
 def _written_argument(func: Any) -> tuple[int, str] | None:
@@ -94,8 +97,9 @@ class _Plan:
         self.resizes = self.metadata and (func in _RESIZES or not torch._C._dispatch_has_kernel_for_dispatch_key(
             func.name(), "CompositeExplicitAutograd"))
         self.outs = _out_arguments(func) if self.written is None else None
-        # a random op: it draws from its device's generator, never the host's (rng.py)
-        self.seeded = _rng.seeded(func)
+        # a random op: it draws from its device's generator, never the host's (rng.py); not one whose handler
+        # never draws although PyTorch tags the op (DRAWS_NOTHING)
+        self.seeded = _rng.seeded(func) and func not in DRAWS_NOTHING
         # unwrap-run-wrap (or run and return the argument written) is all this op needs: no handler of
         # its own, no in-place change of shape, no generator to choose
         self.fast = self.special is None and not self.metadata and not self.seeded
